@@ -1,0 +1,89 @@
+"""The RabbitMQ retry policy (document 001).
+
+`x-retry-interval` per queue, 10..1800 s; a message not acknowledged within 1 minute counts as a
+failure; 16 retries; then the queue's dead-letter exchange if one is configured, else discard.
+The document gives no default interval; the gateway uses 60 s, the Professional Edition default
+in the product's later documentation, and prints it in every plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from adapters.amqp.naming import RABBITMQ
+from gateway.core.backoff import FixedBackoff
+from gateway.core.naming import NamingScheme
+from gateway.core.options import OptionReader
+from gateway.core.policy import MINUTE_MS, SECOND_MS, Placement, RetryPolicy
+from gateway.core.registry import Registry
+
+DIALECT = "rabbitmq"
+RETRY_INTERVAL_RANGE_S = (10, 1800)
+DEFAULT_RETRY_INTERVAL_S = 60
+ACK_TIMEOUT_MS = MINUTE_MS
+MAX_RETRIES = 16
+
+HEADER_ATTEMPT = "x-gateway-attempt"
+HEADER_RETRIES = "x-gateway-retries"
+HEADER_DEATH_REASON = "x-gateway-death-reason"
+HEADER_ORIGINAL_QUEUE = "x-gateway-original-queue"
+
+
+def policy(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPolicy:
+    reader = OptionReader("rabbitmq", options)
+    low, high = RETRY_INTERVAL_RANGE_S
+    interval_s = reader.integer(
+        "x_retry_interval_s", DEFAULT_RETRY_INTERVAL_S, low, high, "s"
+    )
+    dlx = reader.text("x_dead_letter_exchange")
+    reader.forbid("max_retries", "not configurable for RabbitMQ (16 retries)")
+    return RetryPolicy(
+        name="rabbitmq",
+        dialect=DIALECT,
+        backoff=FixedBackoff(interval_s * SECOND_MS),
+        naming=naming or RABBITMQ,
+        max_retries=MAX_RETRIES,
+        placement=Placement.IN_PLACE,
+        delivery_timeout_ms=ACK_TIMEOUT_MS,
+        dead_letter=bool(dlx),
+        settings=reader.finish(),
+    )
+
+
+class RabbitMQDialect:
+    name = DIALECT
+
+    def retry_properties(
+        self,
+        properties: Mapping[str, str],
+        *,
+        topic: str,
+        retry_topic: str,
+        message_id: str,
+        retries: int,
+    ) -> dict[str, str]:
+        out = dict(properties)
+        out[HEADER_RETRIES] = str(retries)
+        return out
+
+    def dead_letter_properties(
+        self,
+        properties: Mapping[str, str],
+        *,
+        topic: str,
+        dead_letter_topic: str,
+        message_id: str,
+        retries: int,
+        reason: str,
+    ) -> dict[str, str]:
+        out = dict(properties)
+        out[HEADER_ORIGINAL_QUEUE] = topic
+        out[HEADER_DEATH_REASON] = reason
+        out[HEADER_RETRIES] = str(retries)
+        return out
+
+
+def register(registry: Registry) -> None:
+    registry.add_scheme(RABBITMQ)
+    registry.add_dialect(RabbitMQDialect())
+    registry.add_policy("rabbitmq", policy)

@@ -1,0 +1,124 @@
+"""Pulsar retry policies: the retry letter topic (`reconsumeLater`) and negative acks.
+
+Numbers from SEMANTICS.md (document 004): delays 1..864000 s, levels
+`1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h`, incremental levels by default,
+16 redeliveries (the 17th failure goes to the DLQ), Shared/Key_Shared retry with a delay while
+Exclusive/Failover retry at once, negativeAckRedeliveryDelay 1 min by default and no limit unless
+a dead-letter policy sets one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from adapters.pulsar.naming import DEFAULT, SCHEMES
+from gateway.core.backoff import FixedBackoff, LevelBackoff, parse_levels
+from gateway.core.naming import NamingScheme
+from gateway.core.options import OptionReader
+from gateway.core.policy import SECOND_MS, Placement, RetryMode, RetryPolicy
+from gateway.core.registry import Registry
+
+DIALECT = "pulsar"
+LEVELS_MS = parse_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
+DELAY_RANGE_MS = (1 * SECOND_MS, 864_000 * SECOND_MS)
+DEFAULT_MAX_REDELIVER = 16
+INT_MAX = 2_147_483_647
+NACK_DELAY_MS = 60 * SECOND_MS
+SUBSCRIPTION_TYPES = ("shared", "key_shared", "exclusive", "failover")
+DELAYED_TYPES = frozenset({"shared", "key_shared"})
+
+PROP_REAL_TOPIC = "REAL_TOPIC"
+PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROP_RETRY_TOPIC = "RETRY_TOPIC"
+PROP_RECONSUMETIMES = "RECONSUMETIMES"
+
+
+def _subscription(reader: OptionReader) -> str:
+    return reader.choice("subscription_type", "shared", SUBSCRIPTION_TYPES)
+
+
+def retry_letter(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPolicy:
+    """`reconsumeLater` onto the retry letter topic; the DLQ at maxRedeliverCount."""
+    reader = OptionReader("pulsar", options)
+    kind = _subscription(reader)
+    max_retries = reader.integer("max_retries", DEFAULT_MAX_REDELIVER, 0, INT_MAX)
+    ack_timeout = reader.optional_integer("ack_timeout_ms", 1_000, INT_MAX, "ms")
+    return RetryPolicy(
+        name="pulsar",
+        dialect=DIALECT,
+        backoff=LevelBackoff(LEVELS_MS, DELAY_RANGE_MS, immediate=kind not in DELAYED_TYPES),
+        naming=naming or DEFAULT,
+        max_retries=max_retries,
+        placement=Placement.COPY,
+        delivery_timeout_ms=ack_timeout,
+        settings=reader.finish(),
+    )
+
+
+def negative_ack(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPolicy:
+    """`negativeAcknowledge`: the same message again after the redelivery delay."""
+    reader = OptionReader("pulsar-nack", options)
+    kind = _subscription(reader)
+    delay = reader.integer("nack_delay_ms", NACK_DELAY_MS, 0, INT_MAX, "ms")
+    max_retries = reader.optional_integer("max_retries", 0, INT_MAX)
+    ack_timeout = reader.optional_integer("ack_timeout_ms", 1_000, INT_MAX, "ms")
+    counted = kind in DELAYED_TYPES
+    return RetryPolicy(
+        name="pulsar-nack",
+        dialect=DIALECT,
+        backoff=FixedBackoff(delay, (0, INT_MAX)),
+        naming=naming or DEFAULT,
+        max_retries=max_retries,
+        mode=RetryMode.INVISIBLE,
+        placement=Placement.IN_PLACE,
+        delivery_timeout_ms=ack_timeout,
+        dead_letter=max_retries is not None,
+        counts_failures=counted,
+        lost_counts_as_failure=counted,
+        settings=reader.finish(),
+    )
+
+
+class PulsarDialect:
+    """Retry-copy properties exactly as a Java consumer with retry enabled writes them."""
+
+    name = DIALECT
+
+    def retry_properties(
+        self,
+        properties: Mapping[str, str],
+        *,
+        topic: str,
+        retry_topic: str,
+        message_id: str,
+        retries: int,
+    ) -> dict[str, str]:
+        out = dict(properties)
+        out.setdefault(PROP_REAL_TOPIC, topic)
+        out.setdefault(PROP_ORIGIN_MESSAGE_ID, message_id)
+        out[PROP_RETRY_TOPIC] = retry_topic
+        out[PROP_RECONSUMETIMES] = str(retries)
+        return out
+
+    def dead_letter_properties(
+        self,
+        properties: Mapping[str, str],
+        *,
+        topic: str,
+        dead_letter_topic: str,
+        message_id: str,
+        retries: int,
+        reason: str,
+    ) -> dict[str, str]:
+        out = dict(properties)
+        out.setdefault(PROP_REAL_TOPIC, topic)
+        out.setdefault(PROP_ORIGIN_MESSAGE_ID, message_id)
+        return out
+
+
+def register(registry: Registry) -> None:
+    for scheme in SCHEMES:
+        registry.add_scheme(scheme)
+    registry.add_dialect(PulsarDialect())
+    registry.add_policy("pulsar", retry_letter)
+    registry.add_policy("pulsar-nack", negative_ack)

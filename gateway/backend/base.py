@@ -1,0 +1,179 @@
+"""Back-end interface: durable topics with delayed delivery and per-group individual acks.
+
+The engine drives the retry state machine; a back end only keeps messages. Its model is the
+common ground of the products behind it:
+
+* a *topic* is an append-only sequence of messages; `publish` returns only once they are durable;
+* a *group* consumes a topic independently of other groups, starting from the earliest retained
+  message; each message is handed out by `fetch` and stays *leased* to the group until `ack`
+  removes it or `release` gives it back (visible again at a given time, with new counters);
+* a message published with `deliver_at_ms` in the future is not fetched before that time: this is
+  how retry copies wait (RocketMQ `%RETRY%group`, Pulsar `-RETRY` topics, RabbitMQ delay queues);
+* leases are not durable: after a restart every message that was leased and not acked is visible
+  again at once (delivered at least once, never lost), while released messages keep their
+  visible-at time and counters.
+
+Retry and dead-letter destinations are ordinary topics. Product-specific code lives in
+`adapters/<product>/backend.py`; the embedded store in `gateway/store/`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class OutMessage:
+    """A message to append to a topic."""
+
+    body: bytes
+    properties: Mapping[str, str] = field(default_factory=dict)
+    key: str = ""
+    """Message group / ordering key / routing key ("" for none)."""
+    tag: str = ""
+    deliver_at_ms: int = 0
+    """Wall-clock ms before which the message is not delivered; 0 means at once."""
+    message_id: str = ""
+    """The stable id a client sees; "" lets the back end assign a new one."""
+    attempt: int = 0
+    """Deliveries the message already had (carried on retry copies)."""
+    retries: int = 0
+    """Failures already counted against the policy's max retries (carried on retry copies)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message as fetched from a topic for a group."""
+
+    lease: Lease
+    message_id: str
+    topic: str
+    body: bytes
+    properties: Mapping[str, str]
+    key: str
+    tag: str
+    publish_ms: int
+    deliver_at_ms: int
+    attempt: int
+    """Deliveries before this one (0 on the first delivery)."""
+    retries: int
+    """Failures counted so far (0 on the first delivery)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Opaque handle of one stored message for one group; only its back end interprets it."""
+
+    topic: str
+    group: str
+    position: int
+    token: str = ""
+    """Back-end specific extra (e.g. a RabbitMQ delivery tag with its channel generation)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Give a leased message back to its group: visible again at `visible_at_ms`."""
+
+    lease: Lease
+    visible_at_ms: int
+    attempt: int
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStats:
+    """Counts for one (topic, group)."""
+
+    ready: int
+    """Visible now, not leased."""
+    delayed: int
+    """Not visible yet (delayed publish or released with a future time)."""
+    leased: int
+    oldest_ready_ms: int | None
+    """Publish time of the oldest visible message, if any."""
+    next_visible_ms: int | None
+    """When the earliest delayed message becomes visible, if any."""
+
+
+class Backend(abc.ABC):
+    """Durable topics with per-group consumption.
+
+    Every method may raise `gateway.errors.Unavailable`.
+    """
+
+    name: str = "backend"
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect or load; after it returns the back end serves requests."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Flush what is pending and release resources; leases are dropped (visible on reopen)."""
+
+    @abc.abstractmethod
+    def healthy(self) -> bool:
+        """True while requests can succeed (broker reachable, store open)."""
+
+    @abc.abstractmethod
+    async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
+        """Append a batch to `topic`; return the message ids once all are durable."""
+
+    @abc.abstractmethod
+    async def fetch(
+        self,
+        topic: str,
+        group: str,
+        max_messages: int,
+        now_ms: int,
+        *,
+        exclude_keys: frozenset[str] = frozenset(),
+    ) -> list[StoredMessage]:
+        """Lease up to `max_messages` messages of `topic` visible at `now_ms` to `group`.
+
+        Returns at once (possibly empty); messages come in topic order, released ones in
+        visible-at order first. Messages whose `key` is in `exclude_keys` are skipped (left
+        visible): ordered consumption uses this to block a message group behind its failing head.
+        Where the back end keeps per-key order, a key is skipped entirely after the first skipped
+        message so its later messages are not handed out before it.
+        """
+
+    @abc.abstractmethod
+    async def wait(self, topic: str, group: str, timeout_s: float) -> None:
+        """Return when `fetch` may find something new for (topic, group), or after `timeout_s`.
+
+        Spurious returns are allowed; it never raises on timeout.
+        """
+
+    @abc.abstractmethod
+    async def ack(self, leases: Sequence[Lease]) -> None:
+        """Remove leased messages for their group; durable on return; unknown leases are ignored."""
+
+    @abc.abstractmethod
+    async def release(self, releases: Sequence[Release]) -> None:
+        """Give leased messages back, visible at the given times with new counters; durable."""
+
+    @abc.abstractmethod
+    async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
+        """Counts for (topic, group)."""
+
+    @abc.abstractmethod
+    async def peek(
+        self, topic: str, group: str, limit: int, after_position: int = -1
+    ) -> list[StoredMessage]:
+        """Read unacked messages of `topic` for `group` without leasing them (admin)."""
+
+    @abc.abstractmethod
+    async def remove(self, leases: Sequence[Lease]) -> int:
+        """Remove given messages for a group, leased or not (admin); return how many."""
+
+    @abc.abstractmethod
+    async def purge(self, topic: str, group: str) -> int:
+        """Remove every unacked message of `topic` for `group`; return how many."""
+
+    async def topics(self) -> list[str]:
+        """Names of the topics the back end knows (may be empty where it cannot list)."""
+        return []

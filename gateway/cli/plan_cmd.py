@@ -1,0 +1,169 @@
+"""`gateway plan`: print the retry timeline of a message that fails every attempt."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from gateway.core.backoff import format_ms
+from gateway.core.plan import Plan, plan
+from gateway.errors import InvalidArgument
+
+FLAG_OPTIONS = {
+    "max_retries": "max_retries",
+    "suspend_ms": "suspend_ms",
+    "retry_interval_s": "x_retry_interval_s",
+    "dlx": "x_dead_letter_exchange",
+    "subscription_type": "subscription_type",
+    "version": "version",
+    "nack_delay_ms": "nack_delay_ms",
+    "ack_timeout_ms": "ack_timeout_ms",
+}
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("plan", help="print the retry timeline a policy gives a failing message")
+    p.add_argument("--policy", required=True, help="rocketmq, rocketmq-orderly, rocketmq-simple, "
+                   "rocketmq-http, rabbitmq, pulsar, pulsar-nack")
+    p.add_argument("--max-retries", dest="max_retries")
+    p.add_argument("--topic", default="topic")
+    p.add_argument("--group", default="group", help="consumer group / subscription")
+    p.add_argument("--naming", default="", help="naming scheme (rocketmq, pulsar-2.9, pulsar-2.7, "
+                   "pulsar-2.6, rabbitmq)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any policy option, repeatable")
+    p.add_argument("--suspend-ms", dest="suspend_ms", help="rocketmq-orderly suspendTimeMillis")
+    p.add_argument("--retry-interval-s", dest="retry_interval_s", help="rabbitmq x-retry-interval")
+    p.add_argument("--dlx", help="rabbitmq dead-letter exchange (exhausted messages go there)")
+    p.add_argument("--subscription-type", dest="subscription_type",
+                   help="pulsar: shared, key_shared, exclusive, failover")
+    p.add_argument("--version", help="rocketmq client generation: 4 or 5")
+    p.add_argument("--nack-delay-ms", dest="nack_delay_ms", help="pulsar-nack redelivery delay")
+    p.add_argument("--ack-timeout-ms", dest="ack_timeout_ms", help="pulsar ack timeout")
+    p.add_argument("--broadcast", action="store_true", help="rocketmq broadcasting mode")
+    p.add_argument("--ordered", action="store_true", help="rocketmq-http ordered messages")
+    p.add_argument("--invisible-s", type=int, default=None,
+                   help="rocketmq-simple invisible duration per receive (default 30)")
+    p.add_argument("--processing-ms", type=int, default=0, help="time each attempt takes to fail")
+    p.add_argument("--pickup-ms", type=int, default=0,
+                   help="time a READY message waits before a consumer takes it")
+    p.add_argument("--delay-ms", type=int, default=None, help="delay asked for on every failure")
+    p.add_argument("--delay-s", type=int, default=None, help="the same in seconds")
+    p.add_argument("--level", type=int, default=None, help="delay level asked for on every failure")
+    p.add_argument("--limit", type=int, default=200, help="attempts listed at most (default 200)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(run=run)
+
+
+def policy_options(args: argparse.Namespace) -> dict[str, str]:
+    options: dict[str, str] = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidArgument("option", item, "KEY=VALUE")
+        options[key.strip()] = value.strip()
+    for attr, key in FLAG_OPTIONS.items():
+        value = getattr(args, attr)
+        if value is not None:
+            options[key] = str(value)
+    if args.broadcast:
+        options["broadcast"] = "true"
+    if args.ordered:
+        options["ordered"] = "true"
+    return options
+
+
+def build(args: argparse.Namespace) -> Plan:
+    from adapters import builtin_registry
+
+    policy = builtin_registry().policy(args.policy, policy_options(args), args.naming)
+    if args.delay_ms is not None and args.delay_s is not None:
+        raise InvalidArgument("delay_s", args.delay_s, "not together with --delay-ms")
+    delay_ms = args.delay_s * 1000 if args.delay_s is not None else args.delay_ms
+    invisible_ms = None
+    if policy.invisible_range_ms is not None:
+        invisible_ms = (args.invisible_s if args.invisible_s is not None else 30) * 1000
+    elif args.invisible_s is not None:
+        raise InvalidArgument("invisible_s", args.invisible_s, f"only for rocketmq-simple, "
+                              f"not {policy.name}")
+    for name in ("processing_ms", "pickup_ms"):
+        if getattr(args, name) < 0:
+            raise InvalidArgument(name, getattr(args, name), "0 or more ms")
+    if args.limit < 1:
+        raise InvalidArgument("limit", args.limit, "1 or more")
+    return plan(
+        policy,
+        topic=args.topic,
+        group=args.group,
+        processing_ms=args.processing_ms,
+        pickup_ms=args.pickup_ms,
+        invisible_ms=invisible_ms,
+        delay_ms=delay_ms,
+        delay_level=args.level,
+        limit=args.limit,
+    )
+
+
+def as_json(result: Plan) -> dict[str, Any]:
+    policy = result.policy
+    return {
+        "policy": policy.name,
+        "settings": dict(policy.settings),
+        "max_retries": policy.max_retries,
+        "naming": policy.naming.name,
+        "attempts": [
+            {
+                "attempt": a.attempt,
+                "delay_ms": a.delay_ms,
+                "at_ms": a.at_ms,
+                "ready_ms": a.ready_ms,
+                "retries": a.retries,
+                "topic": a.topic,
+            }
+            for a in result.attempts
+        ],
+        "truncated": result.truncated,
+        "disposition": {
+            "kind": result.disposition,
+            "destination": result.destination,
+            "after_attempts": result.total_attempts,
+        },
+    }
+
+
+def as_table(result: Plan) -> str:
+    policy = result.policy
+    lines = [f"policy {policy.name} ({policy.backoff.describe()}; max retries "
+             f"{'unlimited' if policy.max_retries is None else policy.max_retries})"]
+    lines.append(f"{'attempt':>7}  {'wait':>8}  {'delivered at':>14}  {'retries':>7}  from")
+    for a in result.attempts:
+        lines.append(f"{a.attempt:>7}  {format_ms(a.delay_ms) if a.delay_ms else '-':>8}  "
+                     f"{_clock(a.at_ms):>14}  {a.retries:>7}  {a.topic}")
+    if result.truncated:
+        lines.append(f"   ...  (first {len(result.attempts)} attempts shown)")
+    if result.disposition == "dlq":
+        lines.append(f"then: dead-lettered to {result.destination} after "
+                     f"{result.total_attempts} deliveries")
+    elif result.disposition == "discard":
+        lines.append(f"then: discarded after {result.total_attempts} deliveries")
+    else:
+        lines.append("then: retried without limit")
+    return "\n".join(lines)
+
+
+def _clock(ms: int) -> str:
+    seconds, millis = divmod(ms, 1000)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{text}.{millis:03d}" if millis else text
+
+
+def run(args: argparse.Namespace) -> int:
+    result = build(args)
+    if args.json:
+        print(json.dumps(as_json(result)))
+    else:
+        print(as_table(result))
+    return 0

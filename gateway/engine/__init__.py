@@ -1,0 +1,1 @@
+"""The engine: subscriptions, dispatch, flow control, timers and settlement over a back end."""

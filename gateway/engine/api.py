@@ -1,0 +1,94 @@
+"""What front ends (gateway gRPC API, RocketMQ 5 gRPC, Pulsar wire) call on the engine.
+
+Front ends translate their protocol into these shapes and back; they never touch the back end or
+the state machine directly.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class ConsumerType(enum.Enum):
+    """Subscription types where a dialect distinguishes them (Pulsar); others use SHARED."""
+
+    SHARED = "shared"
+    KEY_SHARED = "key_shared"
+    EXCLUSIVE = "exclusive"
+    FAILOVER = "failover"
+
+
+class SettleAction(enum.Enum):
+    ACK = "ack"
+    FAIL = "fail"
+    """RECONSUME_LATER, nack/reject, reconsumeLater, negativeAcknowledge: optional delay/level."""
+    EXTEND = "extend"
+    """Change invisible duration: a new deadline counted from now."""
+    DEAD_LETTER = "dead_letter"
+    """Move to the dead-letter destination now (RocketMQ FIFO forward, Pulsar client DLQ)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSpec:
+    topic: str
+    group: str
+    policy: str
+    """A registered policy name (`rocketmq`, `rabbitmq`, `pulsar`, …)."""
+    options: Mapping[str, str] = field(default_factory=dict)
+    """Policy overrides by option name (e.g. `max_retries`, `x_retry_interval_s`); validated."""
+    consumer_type: ConsumerType = ConsumerType.SHARED
+    broadcast: bool = False
+    """Broadcasting mode: every consumer gets every message; failures are dropped, never retried."""
+    naming: str = ""
+    """Naming scheme for retry and dead-letter destinations; "" means the policy's own default."""
+    consumer_id: str = ""
+    tag_filter: str = ""
+    """RocketMQ-style tag expression (`*`, `a||b`); "" or `*` matches every message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    receipt: str
+    """New on every delivery; settles this delivery once."""
+    message_id: str
+    """The same on every retry of the message."""
+    topic: str
+    """Topic the message was fetched from (a retry topic for retry copies)."""
+    original_topic: str
+    body: bytes
+    properties: Mapping[str, str]
+    key: str
+    tag: str
+    attempt: int
+    """1 on the first delivery."""
+    retries: int
+    """Failures counted so far: RocketMQ reconsumeTimes, Pulsar RECONSUMETIMES."""
+    deadline_ms: int
+    """Wall-clock ms at which the delivery times out (0: no deadline)."""
+    publish_ms: int
+    deliver_at_ms: int
+    group: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    receipt: str
+    action: SettleAction
+    delay_ms: int | None = None
+    delay_level: int | None = None
+    invisible_ms: int | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SettleResult:
+    receipt: str
+    ok: bool
+    error_code: str = ""
+    """A `gateway.errors` code name when not ok (FAILED_PRECONDITION, INVALID_ARGUMENT, …)."""
+    error: str = ""
+    new_receipt: str = ""
+    """For EXTEND: the receipt that settles the delivery from now on (the same one here)."""
+    deadline_ms: int = 0

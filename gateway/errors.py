@@ -1,0 +1,86 @@
+"""The one exception tree of the gateway.
+
+Every layer raises these; the server maps them to gRPC status codes in one place
+(`gateway.server.errors`). Each error carries the fields a caller needs to fix the request.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+    code = "INTERNAL"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(GatewayError):
+    """A request or configuration value is missing, unknown or out of range."""
+
+    code = "INVALID_ARGUMENT"
+
+    def __init__(self, field: str, value: object, allowed: str) -> None:
+        super().__init__(f"{field}={value!r} is not allowed: {allowed}")
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+
+
+class IllegalTransition(GatewayError):
+    """An event that the retry state machine does not allow in the record's state."""
+
+    code = "FAILED_PRECONDITION"
+
+    def __init__(self, state: str, event: str, why: str = "") -> None:
+        text = f"event {event} is not allowed in state {state}"
+        super().__init__(f"{text}: {why}" if why else text)
+        self.state = state
+        self.event = event
+
+
+class StaleReceipt(GatewayError):
+    """A receipt handle that is unknown, already settled, or from an earlier delivery."""
+
+    code = "FAILED_PRECONDITION"
+
+    def __init__(self, receipt: str, why: str = "unknown, expired or already settled") -> None:
+        super().__init__(f"receipt handle {receipt!r} is {why}")
+        self.receipt = receipt
+
+
+class NotFound(GatewayError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExists(GatewayError):
+    code = "ALREADY_EXISTS"
+
+
+class MessageTooLarge(GatewayError):
+    code = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"message of {size} bytes exceeds the maximum size of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class Unavailable(GatewayError):
+    """The back end cannot take the request now (broker down, shutting down)."""
+
+    code = "UNAVAILABLE"
+
+
+class Unauthenticated(GatewayError):
+    code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(GatewayError):
+    code = "PERMISSION_DENIED"
+
+
+class Unimplemented(GatewayError):
+    code = "UNIMPLEMENTED"
