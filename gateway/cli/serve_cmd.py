@@ -1,10 +1,73 @@
-"""`gateway serve`: run the gateway (filled in with the server)."""
+"""`gateway serve`: run the gateway until SIGTERM or SIGINT, then drain."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import structlog
+
+from gateway.server.config import ServeConfig, load
+
+FLAGS = ("listen", "data_dir", "backend", "pulsar_listen", "rabbitmq_url", "pulsar_service_url",
+         "grace_s", "time_scale", "max_message_bytes", "log_level")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help="run the gateway")
-    p.set_defaults(run=lambda args: 1)
+    p = sub.add_parser("serve", help="run the gateway (embedded store by default)")
+    p.add_argument("--config", help="TOML config file")
+    p.add_argument("--listen", help="gRPC HOST:PORT (default 127.0.0.1:50051)")
+    p.add_argument("--data-dir", dest="data_dir", help="embedded store directory (default ./data)")
+    p.add_argument("--backend", help="embedded, rabbitmq or pulsar")
+    p.add_argument("--pulsar-listen", dest="pulsar_listen",
+                   help="serve Pulsar's binary protocol on HOST:PORT (e.g. 127.0.0.1:6650)")
+    p.add_argument("--rabbitmq-url", dest="rabbitmq_url")
+    p.add_argument("--pulsar-service-url", dest="pulsar_service_url")
+    p.add_argument("--grace-s", dest="grace_s", type=float, help="drain period on SIGTERM")
+    p.add_argument("--time-scale", dest="time_scale", type=float,
+                   help="multiply every policy wait (tests and demos; default 1)")
+    p.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
+    p.add_argument("--log-level", dest="log_level")
+    p.set_defaults(run=run)
+
+
+def configure_logging(level: str) -> None:
+    numeric = getattr(logging, level.upper(), logging.INFO)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+async def serve(config: ServeConfig) -> None:
+    from gateway.server.app import GatewayApp
+
+    app = GatewayApp(config)
+    await app.start()
+    print(f"gateway listening on {config.listen.rsplit(':', 1)[0]}:{app.grpc_port}",
+          file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await app.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    flags = {name: getattr(args, name) for name in FLAGS}
+    config = load(args.config, flags=flags)
+    configure_logging(config.log_level)
+    asyncio.run(serve(config))
+    return 0

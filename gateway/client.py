@@ -1,0 +1,304 @@
+"""A small asyncio client for the gateway API: batched publishes and settle-once deliveries.
+
+    async with GatewayClient("127.0.0.1:50051") as client:
+        await client.publish("orders", [b"hello"])
+        async with client.consume("orders", "billing", policy="rocketmq") as stream:
+            async for msg in stream:
+                try:
+                    handle(msg.body)
+                    await msg.ack()
+                except Exception:
+                    await msg.fail()
+
+Other languages generate stubs from `protos/gateway/v1/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+
+
+class SettledTwice(RuntimeError):
+    """A delivery was settled a second time from this client."""
+
+
+@dataclass
+class Message:
+    """One delivery; settle it once with ack, fail, dead_letter (extend may come before)."""
+
+    delivery: gateway_pb2.Delivery
+    _stream: ConsumeStream | None = field(default=None, repr=False)
+    _client: GatewayClient | None = field(default=None, repr=False)
+    settled: bool = False
+
+    @property
+    def body(self) -> bytes:
+        return bytes(self.delivery.body)
+
+    @property
+    def message_id(self) -> str:
+        return str(self.delivery.message_id)
+
+    @property
+    def attempt(self) -> int:
+        return int(self.delivery.attempt)
+
+    @property
+    def retries(self) -> int:
+        return int(self.delivery.retries)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self.delivery.properties)
+
+    async def ack(self) -> gateway_pb2.SettleResult:
+        return await self._settle(gateway_pb2.Settlement(ack=gateway_pb2.Ack()))
+
+    async def fail(
+        self, delay_ms: int | None = None, delay_level: int | None = None, reason: str = ""
+    ) -> gateway_pb2.SettleResult:
+        fail = gateway_pb2.Fail(reason=reason)
+        if delay_ms is not None:
+            fail.delay_ms = delay_ms
+        if delay_level is not None:
+            fail.delay_level = delay_level
+        return await self._settle(gateway_pb2.Settlement(fail=fail))
+
+    async def dead_letter(self, reason: str = "") -> gateway_pb2.SettleResult:
+        return await self._settle(
+            gateway_pb2.Settlement(dead_letter=gateway_pb2.DeadLetter(reason=reason))
+        )
+
+    async def extend(self, invisible_ms: int) -> gateway_pb2.SettleResult:
+        if self.settled:
+            raise SettledTwice(self.delivery.receipt)
+        settlement = gateway_pb2.Settlement(
+            change_invisible=gateway_pb2.ChangeInvisible(invisible_ms=invisible_ms)
+        )
+        result = await self._send(settlement)
+        if result.ok and result.receipt_next:
+            self.delivery.receipt = result.receipt_next
+        return result
+
+    async def _settle(self, settlement: gateway_pb2.Settlement) -> gateway_pb2.SettleResult:
+        if self.settled:
+            raise SettledTwice(self.delivery.receipt)
+        self.settled = True
+        return await self._send(settlement)
+
+    async def _send(self, settlement: gateway_pb2.Settlement) -> gateway_pb2.SettleResult:
+        settlement.receipt = self.delivery.receipt
+        if self._stream is not None:
+            return await self._stream.settle(settlement)
+        assert self._client is not None
+        response = await self._client.stub.Settle(
+            gateway_pb2.SettleRequest(settlements=[settlement])
+        )
+        result: gateway_pb2.SettleResult = response.results[0]
+        return result
+
+
+class ConsumeStream:
+    """A push subscription: iterate deliveries; settlements and credit go out in batches."""
+
+    def __init__(self, client: GatewayClient, subscribe: gateway_pb2.Subscribe) -> None:
+        self.client = client
+        self.subscribe = subscribe
+        self.prefetch = subscribe.prefetch or 64
+        self._requests: asyncio.Queue[gateway_pb2.ConsumeRequest | None] = asyncio.Queue()
+        self._pending: list[gateway_pb2.Settlement] = []
+        self._waiters: dict[str, asyncio.Future[gateway_pb2.SettleResult]] = {}
+        self._deliveries: asyncio.Queue[gateway_pb2.Delivery | None] = asyncio.Queue()
+        self._call: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self._flusher: asyncio.Handle | None = None
+        self.subscribed: gateway_pb2.Subscribed | None = None
+
+    async def __aenter__(self) -> ConsumeStream:
+        await self._requests.put(gateway_pb2.ConsumeRequest(subscribe=self.subscribe))
+        self._call = self.client.stub.Consume(self._request_iter())
+        first = await self._call.read()
+        if first is grpc.aio.EOF:
+            raise RuntimeError("stream closed before subscribing")
+        self.subscribed = first.subscribed
+        self._reader = asyncio.ensure_future(self._read())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._requests.put(None)
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._call is not None:
+            self._call.cancel()
+
+    async def _request_iter(self) -> AsyncIterator[gateway_pb2.ConsumeRequest]:
+        while True:
+            item = await self._requests.get()
+            if item is None:
+                return
+            yield item
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                response = await self._call.read()
+                if response is grpc.aio.EOF:
+                    break
+                kind = response.WhichOneof("kind")
+                if kind == "deliveries":
+                    for d in response.deliveries.deliveries:
+                        await self._deliveries.put(d)
+                elif kind == "results":
+                    for r in response.results.results:
+                        waiter = self._waiters.pop(r.receipt, None)
+                        if waiter is not None and not waiter.done():
+                            waiter.set_result(r)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        finally:
+            await self._deliveries.put(None)
+
+    def __aiter__(self) -> ConsumeStream:
+        return self
+
+    async def __anext__(self) -> Message:
+        delivery = await self._deliveries.get()
+        if delivery is None:
+            raise StopAsyncIteration
+        return Message(delivery, self)
+
+    async def next(self, timeout_s: float) -> Message | None:
+        try:
+            delivery = await asyncio.wait_for(self._deliveries.get(), timeout_s)
+        except TimeoutError:
+            return None
+        if delivery is None:
+            raise StopAsyncIteration
+        return Message(delivery, self)
+
+    async def settle(self, settlement: gateway_pb2.Settlement) -> gateway_pb2.SettleResult:
+        future: asyncio.Future[gateway_pb2.SettleResult] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._waiters[settlement.receipt] = future
+        self._pending.append(settlement)
+        if len(self._pending) >= 64:
+            self._flush()
+        elif self._flusher is None:
+            self._flusher = asyncio.get_running_loop().call_later(0.002, self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        self._flusher = None
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        self._requests.put_nowait(
+            gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(settlements=batch))
+        )
+        self._requests.put_nowait(
+            gateway_pb2.ConsumeRequest(credit=gateway_pb2.Credit(messages=len(batch)))
+        )
+
+
+class GatewayClient:
+    def __init__(self, target: str, *, max_message_bytes: int = 64 * 1024 * 1024) -> None:
+        options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+        ]
+        self.channel = grpc.aio.insecure_channel(target, options=options)
+        self.stub = gateway_pb2_grpc.GatewayStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminStub(self.channel)
+
+    async def __aenter__(self) -> GatewayClient:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def publish(
+        self,
+        topic: str,
+        bodies: Sequence[bytes | gateway_pb2.Message],
+        *,
+        properties: Mapping[str, str] | None = None,
+        key: str = "",
+        tag: str = "",
+        delay_ms: int = 0,
+    ) -> list[str]:
+        """Publish a batch; returns the ids once the gateway made them durable."""
+        messages = [
+            b if isinstance(b, gateway_pb2.Message)
+            else gateway_pb2.Message(body=b, properties=dict(properties or {}), key=key, tag=tag,
+                                     delay_ms=delay_ms)
+            for b in bodies
+        ]
+        response = await self.stub.Publish(
+            gateway_pb2.PublishRequest(topic=topic, messages=messages)
+        )
+        return list(response.message_ids)
+
+    def consume(
+        self,
+        topic: str,
+        group: str,
+        *,
+        policy: str,
+        options: Mapping[str, str] | None = None,
+        prefetch: int = 64,
+        consumer_type: gateway_pb2.ConsumerType = gateway_pb2.CONSUMER_TYPE_SHARED,
+        broadcast: bool = False,
+        naming: str = "",
+        consumer_id: str = "",
+        tag_filter: str = "",
+    ) -> ConsumeStream:
+        return ConsumeStream(
+            self,
+            gateway_pb2.Subscribe(
+                topic=topic, group=group, policy=policy, policy_options=dict(options or {}),
+                consumer_type=consumer_type, broadcast=broadcast, naming=naming,
+                prefetch=prefetch, consumer_id=consumer_id, tag_filter=tag_filter,
+            ),
+        )
+
+    async def receive(
+        self,
+        topic: str,
+        group: str,
+        *,
+        policy: str,
+        max_messages: int = 16,
+        invisible_ms: int = 0,
+        wait_ms: int = 0,
+        options: Mapping[str, str] | None = None,
+        consumer_type: gateway_pb2.ConsumerType = gateway_pb2.CONSUMER_TYPE_SHARED,
+        naming: str = "",
+    ) -> list[Message]:
+        response = await self.stub.Receive(
+            gateway_pb2.ReceiveRequest(
+                topic=topic, group=group, policy=policy, policy_options=dict(options or {}),
+                consumer_type=consumer_type, naming=naming, max_messages=max_messages,
+                invisible_ms=invisible_ms, wait_ms=wait_ms,
+            )
+        )
+        return [Message(d, None, self) for d in response.deliveries]
+
+    async def describe(self, topic: str, group: str) -> admin_pb2.DescribeGroupResponse:
+        response: admin_pb2.DescribeGroupResponse = await self.admin.DescribeGroup(
+            admin_pb2.DescribeGroupRequest(topic=topic, group=group)
+        )
+        return response

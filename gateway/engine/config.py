@@ -1,0 +1,30 @@
+"""Engine settings, parsed once into a frozen value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.errors import InvalidArgument
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    max_message_bytes: int = 4 * 1024 * 1024
+    """Largest accepted body plus properties, in bytes."""
+    time_scale: float = 1.0
+    """Multiplies every wait the policies produce (retry intervals, timeouts). 1.0 in production;
+    tests and demos shorten real time with e.g. 0.001 while the policies keep their numbers."""
+    dispatch_batch: int = 256
+    auto_create: bool = True
+    """Create topics and groups on first use; when False only `topics` and existing ones work."""
+    topics: tuple[str, ...] = ()
+    gateway_id: str = "gateway"
+    backend_name: str = "embedded"
+
+    def __post_init__(self) -> None:
+        if not 1024 <= self.max_message_bytes <= 1024 * 1024 * 1024:
+            raise InvalidArgument("max_message_bytes", self.max_message_bytes, "1024..1073741824")
+        if not 0.0 < self.time_scale <= 1.0:
+            raise InvalidArgument("time_scale", self.time_scale, "greater than 0, at most 1")
+        if not 1 <= self.dispatch_batch <= 10_000:
+            raise InvalidArgument("dispatch_batch", self.dispatch_batch, "1..10000")

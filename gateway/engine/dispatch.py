@@ -1,0 +1,150 @@
+"""Subscriptions and push consumers: who gets which message, under how much credit."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gateway.backend import StoredMessage
+from gateway.core.policy import Placement, RetryPolicy
+from gateway.core.record import Record
+from gateway.engine.api import ConsumerType, Delivery, SubscriptionSpec
+from gateway.errors import Unavailable
+
+if TYPE_CHECKING:
+    from gateway.engine.engine import Engine
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One delivery the engine is waiting on (or, for ordered queues, holding for its retry)."""
+
+    receipt: str
+    record: Record
+    stored: StoredMessage
+    sub: Subscription
+    consumer: Consumer | None
+    held: bool = False
+    """Ordered queue: failed and waiting in the engine for its in-place retry."""
+
+
+class Consumer:
+    """A push consumer: deliveries wait in its outbox until `next_batch` takes them."""
+
+    def __init__(self, sub: Subscription, consumer_id: str, credit: int) -> None:
+        self.sub = sub
+        self.id = consumer_id
+        self.credit = credit
+        self.outbox: deque[Delivery] = deque()
+        self.ready = asyncio.Event()
+        self.closed = False
+        self.receipts: set[str] = set()
+        self.on_close: Callable[[Consumer], object] | None = None
+
+    async def next_batch(self, max_messages: int = 256) -> list[Delivery]:
+        while True:
+            if self.outbox:
+                count = min(max_messages, len(self.outbox))
+                return [self.outbox.popleft() for _ in range(count)]
+            if self.closed:
+                raise Unavailable(f"consumer {self.id} is closed")
+            self.ready.clear()
+            await self.ready.wait()
+
+    def add_credit(self, n: int) -> None:
+        if n <= 0 or self.closed:
+            return
+        self.credit += n
+        self.sub.wake.set()
+
+    def push(self, delivery: Delivery) -> None:
+        self.outbox.append(delivery)
+        self.receipts.add(delivery.receipt)
+        self.credit -= 1
+        self.ready.set()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.ready.set()
+        if self.on_close is not None:
+            result = self.on_close(self)
+            if asyncio.iscoroutine(result):
+                await result
+
+
+@dataclass(eq=False)
+class Subscription:
+    """A group's consumption of a topic (and of its retry destination) under one policy."""
+
+    spec: SubscriptionSpec
+    policy: RetryPolicy
+    group: str
+    consumers: list[Consumer] = field(default_factory=list)
+    blocked_keys: set[str] = field(default_factory=set)
+    held: deque[InFlight] = field(default_factory=deque)
+    """Ordered retries due again: delivered before anything new."""
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    closed: bool = False
+    _rr: itertools.count[int] = field(default_factory=itertools.count)
+
+    @property
+    def topic(self) -> str:
+        return self.spec.topic
+
+    @property
+    def sources(self) -> list[str]:
+        if self.policy.placement is Placement.COPY and self.policy.retries_enabled:
+            return [self.spec.topic, self.policy.naming.retry_topic(self.spec.topic, self.group)]
+        return [self.spec.topic]
+
+    def credit(self) -> int:
+        active = self.receivers()
+        return sum(max(0, c.credit) for c in active)
+
+    def receivers(self) -> list[Consumer]:
+        live = [c for c in self.consumers if not c.closed]
+        if self.spec.consumer_type in (ConsumerType.EXCLUSIVE, ConsumerType.FAILOVER):
+            return live[:1]
+        return live
+
+    def choose(self, key: str) -> Consumer | None:
+        """The consumer for a message: by key hash where order or key affinity matters."""
+        live = self.receivers()
+        if not live:
+            return None
+        if self.policy.blocks_queue or self.spec.consumer_type is ConsumerType.KEY_SHARED:
+            return live[zlib.crc32(key.encode()) % len(live)]
+        with_credit = [c for c in live if c.credit > 0]
+        if not with_credit:
+            return None
+        return with_credit[next(self._rr) % len(with_credit)]
+
+
+def matches_tag(expression: str, tag: str) -> bool:
+    """RocketMQ-style tag expression: `*` or empty matches all, else `a || b` lists tags."""
+    expr = expression.strip()
+    if not expr or expr == "*":
+        return True
+    return tag in {part.strip() for part in expr.split("||")}
+
+
+async def wait_any(waiters: list[asyncio.Future[object] | asyncio.Task[object]]) -> None:
+    """Return when one waiter finishes; cancel the rest."""
+    done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    for task in done:
+        if not task.cancelled():
+            task.exception()
+
+
+def run_dispatcher(engine: Engine, sub: Subscription) -> asyncio.Task[None]:
+    return asyncio.ensure_future(engine.dispatch_loop(sub))

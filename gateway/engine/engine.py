@@ -1,0 +1,641 @@
+"""The engine: drives the retry state machine over a back end, in time.
+
+It owns subscriptions and consumers, the one timer structure for delivery deadlines, and the
+carrying-out of decisions (ack, retry copies, in-place redelivery, dead letters) in batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+
+import structlog
+
+from gateway.backend import Backend, Lease, OutMessage, Release, StoredMessage
+from gateway.core import events as ev
+from gateway.core.machine import Decision, Outcome, decide
+from gateway.core.policy import RetryPolicy
+from gateway.core.record import Record
+from gateway.core.registry import Registry
+from gateway.core.states import State
+from gateway.engine.api import (
+    Delivery,
+    SettleAction,
+    Settlement,
+    SettleResult,
+    SubscriptionSpec,
+)
+from gateway.engine.clock import Clock
+from gateway.engine.config import EngineConfig
+from gateway.engine.dispatch import Consumer, InFlight, Subscription, matches_tag, wait_any
+from gateway.engine.observe import Observer, Observers, Transition
+from gateway.engine.timers import TimerService
+from gateway.errors import GatewayError, InvalidArgument, MessageTooLarge, NotFound, StaleReceipt
+
+log = structlog.get_logger("gateway.engine")
+
+ORIGIN_TOPIC = "x-gateway-origin-topic"
+DEAD_REASON = "x-gateway-dead-letter-reason"
+DEAD_AT = "x-gateway-dead-lettered-ms"
+INTERNAL_PREFIX = "x-gateway-"
+MAX_TOPIC_CHARS = 512
+
+
+def visible_properties(properties: dict[str, str] | object) -> dict[str, str]:
+    assert isinstance(properties, dict)
+    return {k: v for k, v in properties.items() if not k.startswith(INTERNAL_PREFIX)}
+
+
+class _Batch:
+    """Back-end work collected while settling, done in as few calls as possible."""
+
+    def __init__(self) -> None:
+        self.copies: dict[str, list[OutMessage]] = defaultdict(list)
+        self.acks: list[Lease] = []
+        self.releases: list[Release] = []
+
+    def empty(self) -> bool:
+        return not (self.copies or self.acks or self.releases)
+
+
+class Engine:
+    def __init__(
+        self,
+        backend: Backend,
+        registry: Registry,
+        clock: Clock,
+        config: EngineConfig | None = None,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        self.backend = backend
+        self.registry = registry
+        self.clock = clock
+        self.config = config or EngineConfig()
+        self.observers = Observers(observers)
+        self.subscriptions: dict[tuple[str, str], Subscription] = {}
+        self.inflight: dict[str, InFlight] = {}
+        self._timer_receipts: dict[int, str] = {}
+        self._counter = itertools.count(1)
+        self._epoch = secrets.token_hex(4)
+        self._v_anchor = clock.now_ms()
+        self.timers = TimerService(clock, self._on_due)
+        self.accepting = True
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._known_topics: set[str] = set(self.config.topics)
+
+    # ----------------------------------------------------------------- time
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def policy_now(self) -> int:
+        """The time the policies see: real time stretched by 1 / time_scale."""
+        real = self.clock.now_ms()
+        scale = self.config.time_scale
+        if scale == 1.0:
+            return real
+        return self._v_anchor + int((real - self._v_anchor) / scale)
+
+    def real_after(self, policy_ms: int) -> int:
+        """Real wall-clock time after a policy duration."""
+        return self.clock.now_ms() + int(policy_ms * self.config.time_scale)
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        await self.backend.open()
+        self._known_topics.update(await self.backend.topics())
+        self.timers.start()
+
+    async def stop_dispatch(self) -> None:
+        """No new deliveries from now on; settles are still accepted."""
+        self.accepting = False
+        for sub in self.subscriptions.values():
+            sub.closed = True
+            sub.wake.set()
+            if sub.task is not None:
+                sub.task.cancel()
+
+    async def close(self) -> None:
+        await self.stop_dispatch()
+        for sub in list(self.subscriptions.values()):
+            for consumer in list(sub.consumers):
+                consumer.on_close = None
+                consumer.closed = True
+                consumer.ready.set()
+        await self.timers.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        await self.backend.close()
+
+    # ----------------------------------------------------------- validation
+    def policy_for(self, spec: SubscriptionSpec) -> RetryPolicy:
+        _check_name("topic", spec.topic)
+        _check_name("group", spec.group)
+        options = dict(spec.options)
+        if "subscription_type" not in options and spec.policy.startswith("pulsar"):
+            options["subscription_type"] = spec.consumer_type.value
+        if spec.broadcast:
+            options.setdefault("broadcast", "true")
+        return self.registry.policy(spec.policy, options, spec.naming)
+
+    async def _check_topic(self, topic: str) -> None:
+        if self.config.auto_create or topic in self._known_topics:
+            return
+        self._known_topics.update(await self.backend.topics())
+        if topic not in self._known_topics:
+            raise NotFound(f"topic {topic!r} does not exist and auto-create is off")
+
+    # -------------------------------------------------------------- publish
+    async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
+        _check_name("topic", topic)
+        if not messages:
+            raise InvalidArgument("messages", 0, "at least one message")
+        for message in messages:
+            size = len(message.body) + sum(len(k) + len(v) for k, v in message.properties.items())
+            if size > self.config.max_message_bytes:
+                raise MessageTooLarge(size, self.config.max_message_bytes)
+        await self._check_topic(topic)
+        ids = await self.backend.publish(topic, messages)
+        self._known_topics.add(topic)
+        return ids
+
+    # ---------------------------------------------------------- subscribing
+    def _subscription(self, spec: SubscriptionSpec, policy: RetryPolicy) -> Subscription:
+        group = spec.group
+        if policy.retries_enabled is False and spec.consumer_id:
+            group = f"{spec.group}#{spec.consumer_id}"
+        key = (spec.topic, group)
+        sub = self.subscriptions.get(key)
+        if sub is None:
+            sub = Subscription(spec=spec, policy=policy, group=group)
+            self.subscriptions[key] = sub
+        else:
+            # The last consumer to subscribe sets the group's policy (document 000).
+            sub.spec = spec
+            sub.policy = policy
+        return sub
+
+    async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> Consumer:
+        if not self.accepting:
+            from gateway.errors import Unavailable
+
+            raise Unavailable("the gateway is shutting down")
+        policy = self.policy_for(spec)
+        await self._check_topic(spec.topic)
+        if credit < 0:
+            raise InvalidArgument("prefetch", credit, "0 or more")
+        consumer_id = spec.consumer_id or secrets.token_hex(8)
+        if policy.retries_enabled is False and not spec.consumer_id:
+            spec = replace(spec, consumer_id=consumer_id)
+        sub = self._subscription(spec, policy)
+        consumer = Consumer(sub, consumer_id, credit)
+        consumer.on_close = self._consumer_closed
+        sub.consumers.append(consumer)
+        if sub.task is None or sub.task.done():
+            sub.closed = False
+            sub.task = asyncio.ensure_future(self.dispatch_loop(sub))
+        sub.wake.set()
+        log.info("consumer opened", topic=spec.topic, group=sub.group, policy=policy.name,
+                 consumer=consumer_id)
+        return consumer
+
+    async def _consumer_closed(self, consumer: Consumer) -> None:
+        sub = consumer.sub
+        if consumer in sub.consumers:
+            sub.consumers.remove(consumer)
+        batch = _Batch()
+        now = self.policy_now()
+        for receipt in list(consumer.receipts):
+            inf = self.inflight.get(receipt)
+            if inf is None or inf.consumer is not consumer:
+                continue
+            if inf.held:
+                continue
+            try:
+                decision = decide(inf.record, ev.ConsumerLost(), inf.sub.policy, now)
+            except GatewayError:
+                continue
+            self._apply(inf, decision, batch, now)
+        for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
+            held.consumer = None
+        consumer.receipts.clear()
+        await self._flush(batch)
+        sub.wake.set()
+        if not sub.consumers and sub.task is not None:
+            sub.task.cancel()
+            sub.task = None
+
+    # ------------------------------------------------------------- delivery
+    def _new_receipt(self) -> tuple[int, str]:
+        n = next(self._counter)
+        return n, f"{self._epoch}.{n}.{secrets.token_hex(4)}"
+
+    def _deliver(
+        self,
+        sub: Subscription,
+        stored: StoredMessage,
+        consumer: Consumer | None,
+        invisible_ms: int | None,
+    ) -> Delivery:
+        now = self.policy_now()
+        props = dict(stored.properties)
+        origin = props.get(ORIGIN_TOPIC, stored.topic)
+        record = Record(
+            message_id=stored.message_id,
+            topic=origin,
+            group=sub.group,
+            state=State.READY,
+            attempt=stored.attempt,
+            retries=stored.retries,
+            visible_at_ms=now,
+        )
+        n, receipt = self._new_receipt()
+        decision = decide(record, ev.Deliver(receipt, invisible_ms), sub.policy, now)
+        inf = InFlight(receipt, decision.record, stored, sub, consumer)
+        self.inflight[receipt] = inf
+        deadline = self._arm(n, receipt, decision.record, now)
+        self._emit(inf, record.state, decision)
+        return self._delivery(inf, deadline)
+
+    def _arm(self, n: int, receipt: str, record: Record, now: int) -> int:
+        if not record.deadline_ms:
+            return 0
+        real = self.real_after(record.deadline_ms - now)
+        self._timer_receipts[n] = receipt
+        self.timers.schedule(real, n)
+        return real
+
+    def _delivery(self, inf: InFlight, deadline_real: int) -> Delivery:
+        stored = inf.stored
+        return Delivery(
+            receipt=inf.receipt,
+            message_id=stored.message_id,
+            topic=stored.topic,
+            original_topic=inf.record.topic,
+            body=stored.body,
+            properties=visible_properties(dict(stored.properties)),
+            key=stored.key,
+            tag=stored.tag,
+            attempt=inf.record.attempt,
+            retries=inf.record.retries,
+            deadline_ms=deadline_real,
+            publish_ms=stored.publish_ms,
+            deliver_at_ms=stored.deliver_at_ms,
+            group=inf.sub.group,
+        )
+
+    async def _fetch(self, sub: Subscription, want: int) -> list[StoredMessage]:
+        exclude = frozenset(sub.blocked_keys) if sub.policy.blocks_queue else frozenset()
+        got: list[StoredMessage] = []
+        now = self.clock.now_ms()
+        for source in sub.sources:
+            if len(got) >= want:
+                break
+            got.extend(
+                await self.backend.fetch(source, sub.group, want - len(got), now,
+                                         exclude_keys=exclude)
+            )
+        return await self._filter(sub, got)
+
+    async def _filter(self, sub: Subscription, got: list[StoredMessage]) -> list[StoredMessage]:
+        """Drop tag-filtered messages (acked: not for this group) and, for ordered queues,
+        every message whose key already has one in flight (given back at once, in order)."""
+        keep: list[StoredMessage] = []
+        skip: list[Lease] = []
+        back: list[Release] = []
+        now = self.clock.now_ms()
+        for stored in got:
+            if not matches_tag(sub.spec.tag_filter, stored.tag):
+                skip.append(stored.lease)
+            elif sub.policy.blocks_queue and stored.key in sub.blocked_keys:
+                back.append(Release(stored.lease, now, stored.attempt, stored.retries))
+            else:
+                if sub.policy.blocks_queue:
+                    sub.blocked_keys.add(stored.key)
+                keep.append(stored)
+        if skip:
+            await self.backend.ack(skip)
+        if back:
+            await self.backend.release(back)
+        return keep
+
+    async def dispatch_loop(self, sub: Subscription) -> None:
+        """Move visible messages to push consumers as their credit allows."""
+        backend = self.backend
+        while not sub.closed and self.accepting:
+            sub.wake.clear()
+            credit = sub.credit()
+            if credit <= 0:
+                await sub.wake.wait()
+                continue
+            try:
+                self._deliver_held(sub)
+                credit = sub.credit()
+                if credit <= 0:
+                    continue
+                got = await self._fetch(sub, min(credit, self.config.dispatch_batch))
+            except asyncio.CancelledError:
+                raise
+            except GatewayError as exc:
+                log.warning("fetch failed", topic=sub.topic, group=sub.group, error=exc.message)
+                await asyncio.sleep(0.5)
+                continue
+            if not got:
+                waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
+                    asyncio.ensure_future(backend.wait(s, sub.group, 1.0)) for s in sub.sources
+                ]
+                waiters.append(asyncio.ensure_future(sub.wake.wait()))
+                await wait_any(waiters)
+                continue
+            for stored in got:
+                consumer = sub.choose(stored.key)
+                if consumer is None:
+                    await backend.release(
+                        [Release(stored.lease, self.clock.now_ms(), stored.attempt, stored.retries)]
+                    )
+                    sub.blocked_keys.discard(stored.key)
+                    continue
+                try:
+                    delivery = self._deliver(sub, stored, consumer, None)
+                except GatewayError as exc:
+                    log.error("delivery refused", error=exc.message, message_id=stored.message_id)
+                    continue
+                consumer.push(delivery)
+
+    def _deliver_held(self, sub: Subscription) -> None:
+        """Ordered retries whose interval passed go out first, to the key's consumer."""
+        while sub.held:
+            inf = sub.held[0]
+            consumer = sub.choose(inf.stored.key)
+            if consumer is None:
+                return
+            sub.held.popleft()
+            self.inflight.pop(inf.receipt, None)
+            now = self.policy_now()
+            record = inf.record
+            if record.state is State.WAITING_RETRY:
+                record = decide(record, ev.RetryDue(), sub.policy, max(now, record.visible_at_ms)
+                                ).record
+            n, receipt = self._new_receipt()
+            at = max(now, record.visible_at_ms)
+            decision = decide(record, ev.Deliver(receipt), sub.policy, at)
+            new = InFlight(receipt, decision.record, inf.stored, sub, consumer)
+            self.inflight[receipt] = new
+            deadline = self._arm(n, receipt, decision.record, now)
+            self._emit(new, State.READY, decision)
+            consumer.push(self._delivery(new, deadline))
+
+    async def receive(
+        self,
+        spec: SubscriptionSpec,
+        max_messages: int,
+        invisible_ms: int | None,
+        wait_ms: int,
+    ) -> list[Delivery]:
+        """Pull: lease up to `max_messages`, waiting up to `wait_ms` for the first."""
+        from gateway.errors import Unavailable
+
+        if not self.accepting:
+            raise Unavailable("the gateway is shutting down")
+        if not 1 <= max_messages <= 10_000:
+            raise InvalidArgument("max_messages", max_messages, "1..10000")
+        if not 0 <= wait_ms <= 60_000:
+            raise InvalidArgument("wait_ms", wait_ms, "0..60000 ms")
+        policy = self.policy_for(spec)
+        if policy.invisible_range_ms is not None and invisible_ms is None:
+            low, high = policy.invisible_range_ms
+            allowed = f"required by {policy.name}: {low}..{high} ms"
+            raise InvalidArgument("invisible_ms", None, allowed)
+        if invisible_ms is not None:
+            # Validate before anything is leased.
+            decide(Record("check", spec.topic, spec.group), ev.Deliver("check", invisible_ms),
+                   policy, self.policy_now())
+        await self._check_topic(spec.topic)
+        sub = self._subscription(spec, policy)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_ms / 1000
+        while True:
+            got = await self._fetch(sub, max_messages)
+            if got:
+                return [self._deliver(sub, s, None, invisible_ms) for s in got]
+            left = give_up - loop.time()
+            if left <= 0 or not self.accepting:
+                return []
+            waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
+                asyncio.ensure_future(self.backend.wait(s, sub.group, left)) for s in sub.sources
+            ]
+            await wait_any(waiters)
+
+    # ------------------------------------------------------------- settling
+    async def settle(
+        self, settlements: Sequence[Settlement], *, atomic: bool = False
+    ) -> list[SettleResult]:
+        """Settle deliveries. Each result says what went wrong for its item; with `atomic` the
+        first bad item raises its error and nothing is applied."""
+        batch = _Batch()
+        results: list[SettleResult] = []
+        now = self.policy_now()
+        if atomic:
+            self._precheck(settlements, now)
+        for item in settlements:
+            try:
+                results.append(self._settle_one(item, batch, now))
+            except GatewayError as exc:
+                results.append(SettleResult(item.receipt, False, exc.code, exc.message))
+        try:
+            await self._flush(batch)
+        except GatewayError as exc:
+            return [
+                r if not r.ok else SettleResult(r.receipt, False, exc.code, exc.message)
+                for r in results
+            ]
+        return results
+
+    def _precheck(self, settlements: Sequence[Settlement], now: int) -> None:
+        seen: set[str] = set()
+        for item in settlements:
+            inf = self.inflight.get(item.receipt)
+            if inf is None or inf.held or item.receipt in seen:
+                raise StaleReceipt(item.receipt)
+            seen.add(item.receipt)
+            event, _, _ = self._event(item)
+            decide(inf.record, event, inf.sub.policy, now)
+
+    def _event(self, item: Settlement) -> tuple[ev.Event, int, str]:
+        match item.action:
+            case SettleAction.ACK:
+                return ev.Ack(item.receipt), 0, ""
+            case SettleAction.FAIL:
+                return ev.Fail(item.receipt, item.delay_ms, item.delay_level, item.reason), 0, ""
+            case SettleAction.DEAD_LETTER:
+                return ev.DeadLetterNow(item.receipt, item.reason), 0, ""
+            case SettleAction.EXTEND:
+                if item.invisible_ms is None:
+                    raise InvalidArgument("invisible_ms", None, "required to change it")
+                n, receipt = self._new_receipt()
+                return ev.Extend(item.receipt, item.invisible_ms, receipt), n, receipt
+        raise InvalidArgument("action", item.action, "ack, fail, extend or dead_letter")
+
+    def _settle_one(self, item: Settlement, batch: _Batch, now: int) -> SettleResult:
+        inf = self.inflight.get(item.receipt)
+        if inf is None or inf.held:
+            raise StaleReceipt(item.receipt)
+        event, new_n, new_receipt = self._event(item)
+        decision = decide(inf.record, event, inf.sub.policy, now)
+        self._apply(inf, decision, batch, now)
+        if decision.outcome is Outcome.EXTEND:
+            moved = self.inflight[new_receipt]
+            deadline = self._arm(new_n, new_receipt, moved.record, now)
+            return SettleResult(item.receipt, True, new_receipt=new_receipt, deadline_ms=deadline)
+        return SettleResult(item.receipt, True)
+
+    def _apply(self, inf: InFlight, decision: Decision, batch: _Batch, now: int) -> None:
+        """Carry out a decision: update tables now, queue back-end work in `batch`."""
+        before = inf.record.state
+        record = decision.record
+        stored = inf.stored
+        sub = inf.sub
+        policy = sub.policy
+        outcome = decision.outcome
+        self._emit(inf, before, decision)
+        if outcome is Outcome.EXTEND:
+            self.inflight.pop(inf.receipt, None)
+            moved = InFlight(record.receipt, record, stored, sub, inf.consumer)
+            self.inflight[record.receipt] = moved
+            if inf.consumer is not None:
+                inf.consumer.receipts.discard(inf.receipt)
+                inf.consumer.receipts.add(record.receipt)
+            return
+        if outcome is Outcome.NONE:
+            return
+        self.inflight.pop(inf.receipt, None)
+        if inf.consumer is not None:
+            inf.consumer.receipts.discard(inf.receipt)
+        if outcome is Outcome.REDELIVER and policy.blocks_queue and inf.consumer is not None:
+            self._hold(inf, decision)
+            return
+        if policy.blocks_queue:
+            sub.blocked_keys.discard(stored.key)
+            sub.wake.set()
+        dialect = self.registry.dialect(policy.dialect)
+        props = dict(stored.properties)
+        props.setdefault(ORIGIN_TOPIC, record.topic)
+        if outcome is Outcome.COMMIT or outcome is Outcome.DISCARD:
+            batch.acks.append(stored.lease)
+        elif outcome is Outcome.REDELIVER:
+            batch.releases.append(
+                Release(stored.lease, self.real_after(decision.delay_ms), record.attempt,
+                        record.retries)
+            )
+        elif outcome is Outcome.RETRY and decision.destination:
+            copy = dialect.retry_properties(
+                props, topic=record.topic, retry_topic=decision.destination,
+                message_id=record.message_id, retries=record.retries,
+            )
+            batch.copies[decision.destination].append(
+                OutMessage(stored.body, copy, stored.key, stored.tag,
+                           self.real_after(decision.delay_ms), record.message_id,
+                           record.attempt, record.retries)
+            )
+            batch.acks.append(stored.lease)
+        elif outcome is Outcome.DEAD_LETTER and decision.destination:
+            copy = dialect.dead_letter_properties(
+                props, topic=record.topic, dead_letter_topic=decision.destination,
+                message_id=record.message_id, retries=record.retries, reason=decision.reason,
+            )
+            copy[DEAD_REASON] = decision.reason
+            copy[DEAD_AT] = str(self.clock.now_ms())
+            batch.copies[decision.destination].append(
+                OutMessage(stored.body, copy, stored.key, stored.tag, 0, record.message_id,
+                           record.attempt, record.retries)
+            )
+            batch.acks.append(stored.lease)
+
+    def _hold(self, inf: InFlight, decision: Decision) -> None:
+        """Ordered queue: keep the failed message (and its key blocked) until its retry is due."""
+        n, receipt = self._new_receipt()
+        held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, held=True)
+        self.inflight[receipt] = held
+        self._timer_receipts[n] = receipt
+        self.timers.schedule(self.real_after(decision.delay_ms), n)
+
+    async def _flush(self, batch: _Batch) -> None:
+        if batch.empty():
+            return
+        if batch.copies:
+            await asyncio.gather(
+                *(self.backend.publish(topic, msgs) for topic, msgs in batch.copies.items())
+            )
+        if batch.acks:
+            await self.backend.ack(batch.acks)
+        if batch.releases:
+            await self.backend.release(batch.releases)
+
+    # --------------------------------------------------------------- timers
+    def _on_due(self, keys: list[int]) -> None:
+        task = asyncio.ensure_future(self._expire(keys))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _expire(self, keys: list[int]) -> None:
+        batch = _Batch()
+        for n in keys:
+            receipt = self._timer_receipts.pop(n, None)
+            inf = self.inflight.get(receipt) if receipt else None
+            if inf is None:
+                continue
+            if inf.held:
+                inf.sub.held.append(inf)
+                inf.sub.wake.set()
+                continue
+            if not inf.record.deadline_ms:
+                continue
+            now = max(self.policy_now(), inf.record.deadline_ms)
+            try:
+                decision = decide(inf.record, ev.DeadlinePassed(), inf.sub.policy, now)
+            except GatewayError as exc:
+                log.warning("deadline not applied", error=exc.message)
+                continue
+            self._apply(inf, decision, batch, now)
+        try:
+            await self._flush(batch)
+        except GatewayError as exc:
+            log.error("timeout handling failed", error=exc.message)
+
+    # ------------------------------------------------------------ observers
+    def _emit(self, inf: InFlight, before: State, decision: Decision) -> None:
+        record = decision.record
+        if before is record.state and decision.outcome is not Outcome.REDELIVER:
+            return
+        policy = inf.sub.policy
+        to_state = record.state
+        if decision.outcome is Outcome.REDELIVER and to_state is State.INFLIGHT:
+            to_state = State.WAITING_RETRY
+        transition = Transition(
+            ts_ms=self.clock.now_ms(),
+            dialect=policy.dialect,
+            policy=policy.name,
+            backend=self.config.backend_name,
+            topic=record.topic,
+            group=record.group,
+            message_id=record.message_id,
+            attempt=record.attempt,
+            from_state=before.value,
+            to_state=to_state.value,
+            delay_ms=decision.delay_ms,
+            reason=decision.reason,
+            destination=decision.destination or "",
+        )
+        log.debug("transition", message_id=record.message_id, topic=record.topic,
+                  group=record.group, attempt=record.attempt, state=to_state.value)
+        self.observers.emit(transition)
+
+
+def _check_name(field: str, value: str) -> None:
+    if not value or not value.strip():
+        raise InvalidArgument(field, value, "a non-empty name")
+    if len(value) > MAX_TOPIC_CHARS or any(ord(c) < 32 for c in value):
+        raise InvalidArgument(field, value, f"at most {MAX_TOPIC_CHARS} printable characters")

@@ -1,0 +1,1 @@
+"""The gRPC server: the gateway API, admin, health, reflection and mounted front ends."""

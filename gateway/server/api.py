@@ -1,0 +1,196 @@
+"""The gateway.v1 Gateway and Admin services over the engine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias
+
+from gateway.engine import admin
+from gateway.engine.dispatch import Consumer
+from gateway.engine.engine import Engine
+from gateway.errors import InvalidArgument, Unavailable
+from gateway.server import convert
+from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+
+Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
+MAX_PREFETCH = 100_000
+MAX_BATCH = 10_000
+
+
+class GatewayService(gateway_pb2_grpc.GatewayServicer):
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def Publish(self, request: gateway_pb2.PublishRequest, context: Ctx) -> Any:
+        if not request.messages:
+            raise InvalidArgument("messages", 0, "at least one message")
+        if len(request.messages) > MAX_BATCH:
+            raise InvalidArgument("messages", len(request.messages), f"1..{MAX_BATCH} per batch")
+        now = self.engine.now_ms()
+        messages = [convert.out_message(m, now, i) for i, m in enumerate(request.messages)]
+        ids = await self.engine.publish(request.topic, messages)
+        return gateway_pb2.PublishResponse(message_ids=ids)
+
+    async def Receive(self, request: gateway_pb2.ReceiveRequest, context: Ctx) -> Any:
+        spec = convert.subscription(request)
+        invisible = request.invisible_ms if request.invisible_ms else None
+        deliveries = await self.engine.receive(
+            spec, request.max_messages or 1, invisible, request.wait_ms
+        )
+        return gateway_pb2.ReceiveResponse(deliveries=[convert.delivery(d) for d in deliveries])
+
+    async def Settle(self, request: gateway_pb2.SettleRequest, context: Ctx) -> Any:
+        if not request.settlements:
+            raise InvalidArgument("settlements", 0, "at least one settlement")
+        items = [convert.settlement(s, i) for i, s in enumerate(request.settlements)]
+        results = await self.engine.settle(items, atomic=True)
+        failed = [r for r in results if not r.ok]
+        if failed and failed[0].error_code == "UNAVAILABLE":
+            raise Unavailable(failed[0].error)
+        return gateway_pb2.SettleResponse(results=[convert.result(r) for r in results])
+
+    async def Consume(
+        self, request_iterator: AsyncIterator[gateway_pb2.ConsumeRequest], context: Ctx
+    ) -> AsyncIterator[gateway_pb2.ConsumeResponse]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("kind") != "subscribe":
+            raise InvalidArgument("subscribe", None, "the first message of the stream")
+        sub = first.subscribe
+        if sub.prefetch > MAX_PREFETCH:
+            raise InvalidArgument("prefetch", sub.prefetch, f"0..{MAX_PREFETCH}")
+        spec = convert.subscription(sub)
+        consumer = await self.engine.open_consumer(spec, sub.prefetch)
+        policy = consumer.sub.policy
+        outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None] = asyncio.Queue()
+        await outbox.put(
+            gateway_pb2.ConsumeResponse(
+                subscribed=gateway_pb2.Subscribed(
+                    consumer_id=consumer.id,
+                    policy=policy.name,
+                    naming=policy.naming.name,
+                    retry_topic=policy.naming.retry_topic(spec.topic, consumer.sub.group),
+                    dead_letter_topic=policy.naming.dead_letter_topic(spec.topic,
+                                                                      consumer.sub.group),
+                    max_retries=-1 if policy.max_retries is None else policy.max_retries,
+                )
+            )
+        )
+        reader = asyncio.ensure_future(self._read(request_iterator, consumer, outbox))
+        pump = asyncio.ensure_future(self._pump(consumer, outbox))
+        try:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            pump.cancel()
+            await consumer.close()
+
+    async def _read(
+        self,
+        requests: AsyncIterator[gateway_pb2.ConsumeRequest],
+        consumer: Consumer,
+        outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None],
+    ) -> None:
+        try:
+            async for req in requests:
+                kind = req.WhichOneof("kind")
+                if kind == "credit":
+                    consumer.add_credit(req.credit.messages)
+                elif kind == "settle":
+                    items = []
+                    results = []
+                    for i, s in enumerate(req.settle.settlements):
+                        try:
+                            items.append(convert.settlement(s, i))
+                        except InvalidArgument as exc:
+                            results.append(gateway_pb2.SettleResult(
+                                receipt=s.receipt, ok=False, error_code=exc.code,
+                                error=exc.message))
+                    done = await self.engine.settle(items)
+                    results.extend(convert.result(r) for r in done)
+                    await outbox.put(gateway_pb2.ConsumeResponse(
+                        results=gateway_pb2.SettleResults(results=results)))
+        finally:
+            await outbox.put(None)
+
+    async def _pump(
+        self, consumer: Consumer, outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None]
+    ) -> None:
+        try:
+            while True:
+                batch = await consumer.next_batch(256)
+                await outbox.put(gateway_pb2.ConsumeResponse(
+                    deliveries=gateway_pb2.DeliveryBatch(
+                        deliveries=[convert.delivery(d) for d in batch])))
+        except Unavailable:
+            await outbox.put(None)
+
+
+class AdminService(admin_pb2_grpc.AdminServicer):
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def DescribeGroup(self, request: admin_pb2.DescribeGroupRequest, context: Ctx) -> Any:
+        view = await admin.describe(self.engine, request.topic, request.group)
+        return admin_pb2.DescribeGroupResponse(
+            ready=view.ready,
+            delayed=view.delayed,
+            inflight=view.inflight,
+            waiting_retry=view.waiting_retry,
+            dead_letters=view.dead_letters,
+            oldest_ready_ms=view.oldest_ready_ms,
+            next_retry_ms=view.next_retry_ms,
+            retry_topic=view.retry_topic,
+            dead_letter_topic=view.dead_letter_topic,
+        )
+
+    async def ListDeadLetters(
+        self, request: admin_pb2.ListDeadLettersRequest, context: Ctx
+    ) -> Any:
+        after = -1
+        if request.page_token:
+            try:
+                after = int(request.page_token)
+            except ValueError:
+                raise InvalidArgument("page_token", request.page_token,
+                                      "a token from a previous page") from None
+        views, next_after = await admin.dead_letters(
+            self.engine, request.topic, request.group, request.limit or 100, after
+        )
+        return admin_pb2.ListDeadLettersResponse(
+            dead_letters=[
+                admin_pb2.DeadLetterMessage(
+                    message_id=v.message.message_id,
+                    original_topic=v.original_topic,
+                    body=v.message.body,
+                    properties=v.properties,
+                    attempt=v.message.attempt,
+                    reason=v.reason,
+                    dead_lettered_ms=v.dead_lettered_ms,
+                    position=v.message.lease.position,
+                    key=v.message.key,
+                    tag=v.message.tag,
+                )
+                for v in views
+            ],
+            next_page_token=str(next_after) if next_after >= 0 else "",
+        )
+
+    async def ResendDeadLetters(
+        self, request: admin_pb2.ResendDeadLettersRequest, context: Ctx
+    ) -> Any:
+        count = await admin.resend(self.engine, request.topic, request.group,
+                                   list(request.message_ids))
+        return admin_pb2.ResendDeadLettersResponse(resent=count)
+
+    async def Purge(self, request: admin_pb2.PurgeRequest, context: Ctx) -> Any:
+        return admin_pb2.PurgeResponse(
+            purged=await admin.purge(self.engine, request.topic, request.group)
+        )
+
+    async def ListTopics(self, request: admin_pb2.ListTopicsRequest, context: Ctx) -> Any:
+        return admin_pb2.ListTopicsResponse(topics=sorted(await self.engine.backend.topics()))

@@ -1,0 +1,207 @@
+"""The composition root: builds the back end, the engine, the gRPC server and the front ends.
+
+`running_gateway(...)` starts one for tests and scripts; `gateway serve` uses `GatewayApp`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from gateway.backend import Backend
+from gateway.engine.clock import Clock, SystemClock
+from gateway.engine.config import EngineConfig
+from gateway.engine.engine import Engine
+from gateway.engine.observe import Observer
+from gateway.server.api import AdminService, GatewayService
+from gateway.server.config import ServeConfig, host_port
+from gateway.server.errors import ErrorInterceptor
+from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+
+log = structlog.get_logger("gateway.server")
+
+ExtraService = Callable[[grpc.aio.Server, Engine], object]
+SERVICE_NAMES = ("gateway.v1.Gateway", "gateway.v1.Admin")
+
+
+def make_backend(config: ServeConfig, clock: Clock) -> Backend:
+    if config.backend == "embedded":
+        from gateway.store import EmbeddedStore
+
+        return EmbeddedStore(Path(config.data_dir), clock.now_ms)
+    if config.backend == "rabbitmq":
+        from adapters.amqp.backend import RabbitMQBackend
+
+        return RabbitMQBackend(config.rabbitmq_url)
+    from adapters.pulsar.backend import PulsarBackend  # type: ignore[import-not-found]
+
+    backend: Backend = PulsarBackend(config.pulsar_service_url, token=config.pulsar_token)
+    return backend
+
+
+class GatewayApp:
+    def __init__(
+        self,
+        config: ServeConfig,
+        *,
+        clock: Clock | None = None,
+        backend: Backend | None = None,
+        extra_services: Sequence[ExtraService] = (),
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        from adapters import builtin_registry
+
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.backend = backend or make_backend(config, self.clock)
+        engine_config = EngineConfig(
+            max_message_bytes=config.max_message_bytes,
+            time_scale=config.time_scale,
+            auto_create=config.auto_create,
+            gateway_id=config.gateway_id,
+            backend_name=self.backend.name,
+        )
+        self.engine = Engine(self.backend, builtin_registry(), self.clock, engine_config,
+                             observers)
+        self.extra_services = list(extra_services)
+        self.server: grpc.aio.Server | None = None
+        self.grpc_port = 0
+        self.pulsar: Any = None
+        self._health_task: asyncio.Task[None] | None = None
+        self.rocketmq: Any = None
+
+    async def start(self) -> None:
+        cfg = self.config
+        await self.engine.start()
+        limit = cfg.max_message_bytes + 64 * 1024
+        server = grpc.aio.server(
+            interceptors=[ErrorInterceptor()],
+            options=[
+                ("grpc.max_receive_message_length", max(limit, 64 * 1024 * 1024)),
+                ("grpc.max_send_message_length", max(limit, 64 * 1024 * 1024)),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayService(self.engine), server)
+        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.engine), server)
+        self._mount_rocketmq(server)
+        for extra in self.extra_services:
+            extra(server, self.engine)
+        health_servicer = health.HealthServicer(experimental_non_blocking=True)
+        self._health = health_servicer
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = (
+            gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,
+            admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+            health.SERVICE_NAME,
+            reflection.SERVICE_NAME,
+        )
+        reflection.enable_server_reflection(names, server)
+        host, port = host_port("listen", cfg.listen)
+        bound = server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            from gateway.errors import Unavailable
+
+            raise Unavailable(f"cannot listen on {cfg.listen}")
+        self.grpc_port = bound
+        await server.start()
+        self.server = server
+        if cfg.pulsar_listen:
+            from adapters.pulsar.frontend.server import PulsarFrontEnd
+
+            phost, pport = host_port("pulsar_listen", cfg.pulsar_listen)
+            self.pulsar = PulsarFrontEnd(self.engine, phost, pport,
+                                         advertised_url=cfg.pulsar_advertised or None)
+            await self.pulsar.start()
+        self._set_serving(self.backend.healthy())
+        self._health_task = asyncio.ensure_future(self._watch_health())
+        log.info("gateway started", listen=f"{host}:{bound}", backend=self.backend.name,
+                 data_dir=cfg.data_dir,
+                 pulsar=cfg.pulsar_listen or None,
+                 auth="none: listening without authentication")
+
+    def _mount_rocketmq(self, server: grpc.aio.Server) -> None:
+        try:
+            from adapters.rocketmq.frontend import FrontendSettings, register
+        except ImportError:  # the RocketMQ SDK's protocol modules are an optional extra
+            log.info("rocketmq front end not available: install retry-gateway[rocketmq]")
+            return
+        credentials = None
+        if self.config.rocketmq_access_key:
+            credentials = {self.config.rocketmq_access_key: self.config.rocketmq_secret_key}
+        self.rocketmq = register(server, self.engine, FrontendSettings(credentials=credentials))
+
+    def _set_serving(self, serving: bool) -> None:
+        status = (health_pb2.HealthCheckResponse.SERVING if serving
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        for name in ("", *SERVICE_NAMES):
+            self._health.set(name, status)
+
+    async def _watch_health(self) -> None:
+        last = None
+        while True:
+            ok = self.backend.healthy() and self.engine.accepting
+            if ok != last:
+                self._set_serving(ok)
+                last = ok
+            await asyncio.sleep(0.5)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Drain: NOT_SERVING first, no new deliveries, settles accepted for the grace period."""
+        grace = self.config.grace_s if grace_s is None else grace_s
+        if self._health_task is not None:
+            self._health_task.cancel()
+        if self.server is None:
+            await self.engine.close()
+            return
+        self._set_serving(False)
+        await self.engine.stop_dispatch()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + grace
+        while self.engine.inflight and loop.time() < until:
+            await asyncio.sleep(0.05)
+        if self.pulsar is not None:
+            await self.pulsar.stop()
+        await self.server.stop(min(grace, 1.0))
+        await self.engine.close()
+        log.info("gateway stopped")
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(
+    data_dir: str | Path,
+    listen: str = "127.0.0.1:0",
+    *,
+    clock: Clock | None = None,
+    time_scale: float = 1.0,
+    extra_services: Sequence[ExtraService] = (),
+    backend: Backend | None = None,
+    pulsar_listen: str = "",
+    grace_s: float = 1.0,
+    max_message_bytes: int = 4 * 1024 * 1024,
+    observers: Sequence[Observer] = (),
+) -> AsyncIterator[GatewayApp]:
+    """Start a gateway for a test or a script; stop it on exit."""
+    config = ServeConfig(
+        listen=listen,
+        data_dir=str(data_dir),
+        time_scale=time_scale,
+        pulsar_listen=pulsar_listen,
+        grace_s=grace_s,
+        max_message_bytes=max_message_bytes,
+    )
+    app = GatewayApp(config, clock=clock, backend=backend, extra_services=extra_services,
+                     observers=observers)
+    await app.start()
+    try:
+        yield app
+    finally:
+        await app.stop(grace_s)

@@ -1,0 +1,136 @@
+"""Server configuration: file, environment and flags, parsed once into a frozen value.
+
+Precedence: command-line flag, then environment variable `GATEWAY_<KEY>`, then the TOML file,
+then the default. Keys (TOML table.key -> flat key): server.listen -> listen, store.data_dir ->
+data_dir, store.backend -> backend, rabbitmq.url -> rabbitmq_url, pulsar.service_url ->
+pulsar_service_url, server.* likewise.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import InvalidArgument
+
+BACKENDS = ("embedded", "rabbitmq", "pulsar")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeConfig:
+    listen: str = "127.0.0.1:50051"
+    data_dir: str = "./data"
+    backend: str = "embedded"
+    pulsar_listen: str = ""
+    """Pulsar binary protocol front end address; "" leaves it off."""
+    pulsar_advertised: str = ""
+    rabbitmq_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    pulsar_service_url: str = ""
+    pulsar_token: str = ""
+    max_message_bytes: int = 4 * 1024 * 1024
+    grace_s: float = 10.0
+    time_scale: float = 1.0
+    auto_create: bool = True
+    log_level: str = "info"
+    rocketmq_access_key: str = ""
+    rocketmq_secret_key: str = ""
+    telemetry: bool = False
+    gateway_id: str = "gateway"
+
+    def __post_init__(self) -> None:
+        host_port("listen", self.listen)
+        if self.pulsar_listen:
+            host_port("pulsar_listen", self.pulsar_listen)
+        if self.backend not in BACKENDS:
+            raise InvalidArgument("backend", self.backend, "one of " + ", ".join(BACKENDS))
+        if not 0 <= self.grace_s <= 3600:
+            raise InvalidArgument("grace_s", self.grace_s, "0..3600 s")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise InvalidArgument("log_level", self.log_level, "debug, info, warning, error")
+
+
+def host_port(field: str, value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument(field, value, "HOST:PORT with a port in 0..65535")
+    return host.strip("[]"), int(port)
+
+
+SECTIONS = {
+    "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
+               "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry"},
+    "store": {"backend", "data_dir"},
+    "rabbitmq": {"url"},
+    "pulsar": {"service_url", "token"},
+    "rocketmq": {"access_key", "secret_key"},
+}
+PREFIXED = {"rabbitmq", "pulsar", "rocketmq"}
+
+
+def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for section, table in doc.items():
+        if section not in SECTIONS or not isinstance(table, dict):
+            if section in ("auth",):
+                continue
+            raise InvalidArgument("config", section, "sections " + ", ".join(SECTIONS))
+        for key, value in table.items():
+            if key not in SECTIONS[section]:
+                raise InvalidArgument(f"{section}.{key}", value,
+                                      "keys " + ", ".join(sorted(SECTIONS[section])))
+            name = f"{section}_{key}" if section in PREFIXED else key
+            if section == "pulsar" and key == "service_url":
+                name = "pulsar_service_url"
+            flat[name] = value
+    return flat
+
+
+def _coerce(name: str, value: Any, kind: Any) -> Any:
+    text = str(value)
+    try:
+        if kind in (int, "int"):
+            return int(text)
+        if kind in (float, "float"):
+            return float(text)
+        if kind in (bool, "bool"):
+            if isinstance(value, bool):
+                return value
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+    except ValueError:
+        raise InvalidArgument(name, value, f"a {kind if isinstance(kind, str) else kind.__name__}"
+                              ) from None
+    return text
+
+
+def load(
+    path: str | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> ServeConfig:
+    values: dict[str, Any] = {}
+    if path:
+        try:
+            values.update(_flatten(tomllib.loads(Path(path).read_text())))
+        except OSError as exc:
+            allowed = f"a readable TOML file ({exc.strerror})"
+            raise InvalidArgument("config", path, allowed) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidArgument("config", path, f"valid TOML ({exc})") from None
+    environ = os.environ if env is None else env
+    types = {f.name: f.type for f in fields(ServeConfig)}
+    for name in types:
+        key = f"GATEWAY_{name.upper()}"
+        if key in environ:
+            values[name] = environ[key]
+    for name, value in (flags or {}).items():
+        if value is not None:
+            values[name] = value
+    return ServeConfig(**{k: _coerce(k, v, types[k]) for k, v in values.items()})
