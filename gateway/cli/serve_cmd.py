@@ -53,14 +53,14 @@ def configure_logging(level: str) -> None:
 async def serve(config: ServeConfig) -> None:
     from gateway.server.app import GatewayApp
 
-    app = GatewayApp(config)
-    await app.start()
-    print(f"gateway listening on {config.listen.rsplit(':', 1)[0]}:{app.grpc_port}",
-          file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    app = GatewayApp(config)
+    await app.start()
+    print(f"gateway listening on {config.listen.rsplit(':', 1)[0]}:{app.grpc_port}",
+          file=sys.stderr, flush=True)
     await stop.wait()
     await app.stop()
 

@@ -1,0 +1,5 @@
+"""`python -m gateway.cli` runs the `gateway` command."""
+
+from gateway.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,271 @@
+"""The gateway API end to end over real gRPC on 127.0.0.1, embedded store, compressed time."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gateway.client import GatewayClient, Message
+from gateway.server.app import GatewayApp, running_gateway
+from gateway.v1 import admin_pb2, gateway_pb2
+
+SCALE = 0.0005
+"""Policy waits run 2000x faster: RocketMQ's 10 s is 5 ms, 2 h is 3.6 s."""
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[GatewayApp]:
+    async with running_gateway(tmp_path / "data", time_scale=SCALE) as running:
+        yield running
+
+
+@pytest.fixture
+async def client(app: GatewayApp) -> AsyncIterator[GatewayClient]:
+    async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as c:
+        yield c
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def fail_all(
+    client: GatewayClient, topic: str, group: str, policy: str, options: dict[str, str],
+    expected: int, timeout_s: float = 20.0, **kw: object,
+) -> list[tuple[Message, float]]:
+    """Consume and fail every delivery until `expected` arrived; return them with arrival times."""
+    got: list[tuple[Message, float]] = []
+    async with client.consume(topic, group, policy=policy, options=options, **kw) as stream:
+        deadline = time.monotonic() + timeout_s
+        while len(got) < expected and time.monotonic() < deadline:
+            msg = await stream.next(max(0.1, deadline - time.monotonic()))
+            if msg is None:
+                break
+            got.append((msg, time.monotonic()))
+            result = await msg.fail()
+            assert result.ok, result
+        extra = await stream.next(0.3)
+        assert extra is None, f"unexpected delivery {extra}"
+    return got
+
+
+async def test_rocketmq_sequence_and_dead_letter_topic(client: GatewayClient) -> None:
+    topic, group = name("orders"), name("billing")
+    ids = await client.publish(topic, [b"poison"])
+    got = await fail_all(client, topic, group, "rocketmq", {}, 17)
+    assert [m.attempt for m, _ in got] == list(range(1, 18))
+    assert [m.retries for m, _ in got] == list(range(17))
+    assert {m.message_id for m, _ in got} == set(ids)
+    assert got[0][0].delivery.topic == topic
+    assert {m.delivery.topic for m, _ in got[1:]} == {f"%RETRY%{group}"}
+    assert {m.delivery.original_topic for m, _ in got} == {topic}
+    gaps = [b - a for (_, a), (_, b) in zip(got, got[1:], strict=False)]
+    # 1 h and 2 h waits (1.8 s and 3.6 s here) dwarf the 10 s ones (5 ms here).
+    assert gaps[-1] > 3.0 and gaps[-2] > 1.4 and gaps[0] < 1.0
+    view = await client.describe(topic, group)
+    assert view.dead_letters == 1 and view.dead_letter_topic == f"%DLQ%{group}"
+    # The dead-letter topic is an ordinary topic: consume it.
+    async with client.consume(f"%DLQ%{group}", group, policy="rocketmq") as dlq:
+        dead = await dlq.next(5)
+        assert dead is not None and dead.body == b"poison" and dead.message_id == ids[0]
+        assert (await dead.ack()).ok
+
+
+async def test_max_retries_three_means_four_deliveries(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"x"])
+    got = await fail_all(client, topic, group, "rocketmq", {"max_retries": "3"}, 4)
+    assert len(got) == 4
+    view = await client.describe(topic, group)
+    assert view.dead_letters == 1
+
+
+@pytest.mark.parametrize(
+    ("policy", "options", "deliveries", "dlq"),
+    [
+        ("rabbitmq", {"x_retry_interval_s": "10"}, 17, None),
+        ("rabbitmq", {"x_retry_interval_s": "10", "x_dead_letter_exchange": "dlx"}, 17,
+         "{topic}.dlq"),
+        ("pulsar", {}, 17, "{topic}-{group}-DLQ"),
+        ("pulsar-nack", {"max_retries": "2", "nack_delay_ms": "1000"}, 3, "{topic}-{group}-DLQ"),
+        ("rocketmq-orderly", {"max_retries": "3", "suspend_ms": "10"}, 4, "%DLQ%{group}"),
+    ],
+)
+async def test_each_policy_sequence(
+    client: GatewayClient, policy: str, options: dict[str, str], deliveries: int,
+    dlq: str | None,
+) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"x"])
+    got = await fail_all(client, topic, group, policy, options, deliveries)
+    assert [m.attempt for m, _ in got] == list(range(1, deliveries + 1))
+    view = await client.describe(topic, group)
+    if dlq is None:
+        assert view.dead_letters == 0
+    else:
+        assert view.dead_letter_topic == dlq.format(topic=topic, group=group)
+        assert view.dead_letters == 1
+
+
+async def test_pulsar_retry_copies_carry_properties(client: GatewayClient) -> None:
+    topic, group = name("persistent://t/ns/in"), name("sub")
+    ids = await client.publish(topic, [b"x"])
+    got = await fail_all(client, topic, group, "pulsar", {"max_retries": "2"}, 3)
+    retry = got[1][0]
+    assert retry.delivery.topic == f"{topic}-{group}-RETRY"
+    assert retry.properties["REAL_TOPIC"] == topic
+    assert retry.properties["ORIGIN_MESSAGE_ID"] == ids[0]
+    assert retry.properties["RETRY_TOPIC"] == f"{topic}-{group}-RETRY"
+    assert [m.properties.get("RECONSUMETIMES") for m, _ in got] == [None, "1", "2"]
+
+
+async def test_broadcast_never_retries(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"x"])
+    async with (
+        client.consume(topic, group, policy="rocketmq", broadcast=True, consumer_id="a") as a,
+        client.consume(topic, group, policy="rocketmq", broadcast=True, consumer_id="b") as b,
+    ):
+        for stream in (a, b):
+            msg = await stream.next(5)
+            assert msg is not None and msg.body == b"x"
+            assert (await msg.fail()).ok
+        assert await a.next(0.5) is None
+        assert await b.next(0.1) is None
+
+
+async def test_ordered_queue_blocks_behind_failing_message(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    for body in (b"1", b"2", b"3"):
+        await client.publish(topic, [body], key="order-7")
+    seen: list[bytes] = []
+    async with client.consume(topic, group, policy="rocketmq-orderly",
+                              options={"suspend_ms": "1000"}, prefetch=10) as stream:
+        while len(seen) < 5:
+            msg = await stream.next(5)
+            assert msg is not None
+            seen.append(msg.body)
+            if msg.body == b"1" and msg.attempt < 3:
+                assert (await msg.fail()).ok
+            else:
+                assert (await msg.ack()).ok
+    assert seen == [b"1", b"1", b"1", b"2", b"3"]
+
+
+async def test_pull_invisible_duration_and_change(client: GatewayClient, app: GatewayApp) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"x"])
+    first = await client.receive(topic, group, policy="rocketmq-simple",
+                                 invisible_ms=20_000, wait_ms=1000)
+    assert len(first) == 1 and first[0].attempt == 1
+    old_receipt = first[0].delivery.receipt
+    changed = await first[0].extend(60_000)
+    assert changed.ok and changed.receipt_next and changed.receipt_next != old_receipt
+    # Not visible while invisible (60 s of policy time is 30 ms here: look right away).
+    assert await client.receive(topic, group, policy="rocketmq-simple",
+                                invisible_ms=20_000) == []
+    # Invisible duration runs out: delivered again, one retry counted.
+    again = await client.receive(topic, group, policy="rocketmq-simple",
+                                 invisible_ms=10_000, wait_ms=3000)
+    assert len(again) == 1 and again[0].attempt == 2 and again[0].retries == 1
+    # The old receipt is spent; the timed-out one too.
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.stub.Settle(gateway_pb2.SettleRequest(settlements=[
+            gateway_pb2.Settlement(receipt=old_receipt, ack=gateway_pb2.Ack())]))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert (await again[0].ack()).ok
+
+
+async def test_admin_resend_returns_dead_letters(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    ids = await client.publish(topic, [b"a", b"b"])
+    got = await fail_all(client, topic, group, "rocketmq", {"max_retries": "0"}, 2)
+    assert len(got) == 2
+    page = await client.admin.ListDeadLetters(
+        admin_pb2.ListDeadLettersRequest(topic=topic, group=group, limit=1))
+    assert len(page.dead_letters) == 1 and page.next_page_token
+    assert page.dead_letters[0].original_topic == topic
+    assert "retries exhausted" in page.dead_letters[0].reason
+    rest = await client.admin.ListDeadLetters(admin_pb2.ListDeadLettersRequest(
+        topic=topic, group=group, limit=10, page_token=page.next_page_token))
+    assert len(rest.dead_letters) == 1 and not rest.next_page_token
+    resent = await client.admin.ResendDeadLetters(
+        admin_pb2.ResendDeadLettersRequest(topic=topic, group=group, message_ids=[ids[1]]))
+    assert resent.resent == 1
+    async with client.consume(topic, group, policy="rocketmq") as stream:
+        msg = await stream.next(5)
+        assert msg is not None and msg.message_id == ids[1] and msg.attempt == 1
+        assert (await msg.ack()).ok
+    view = await client.describe(topic, group)
+    assert view.dead_letters == 1
+
+
+async def test_purge_and_list_topics(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"a", b"b", b"c"])
+    await client.describe(topic, group)
+    purged = await client.admin.Purge(admin_pb2.PurgeRequest(topic=topic, group=group))
+    assert purged.purged == 3
+    assert await client.receive(topic, group, policy="rocketmq-simple", invisible_ms=10_000) == []
+    topics = await client.admin.ListTopics(admin_pb2.ListTopicsRequest())
+    assert topic in topics.topics
+
+
+async def test_consumer_disconnect_gives_messages_back(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"x"])
+    async with client.consume(topic, group, policy="rocketmq") as stream:
+        msg = await stream.next(5)
+        assert msg is not None and msg.attempt == 1
+    async with client.consume(topic, group, policy="rocketmq") as stream:
+        msg = await stream.next(5)
+        assert msg is not None and msg.body == b"x" and msg.attempt == 2
+        assert (await msg.ack()).ok
+
+
+async def test_settle_once_and_delayed_publish(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"later"], delay_ms=800)
+    t0 = time.monotonic()
+    msgs = await client.receive(topic, group, policy="rocketmq-simple", invisible_ms=10_000,
+                                wait_ms=5000)
+    assert len(msgs) == 1 and time.monotonic() - t0 >= 0.7
+    receipt = msgs[0].delivery.receipt
+    assert (await msgs[0].ack()).ok
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await client.stub.Settle(gateway_pb2.SettleRequest(settlements=[
+            gateway_pb2.Settlement(receipt=receipt, ack=gateway_pb2.Ack())]))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert receipt in err.value.details()
+
+
+async def test_ack_timeout_counts_as_failure(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"slow"])
+    async with client.consume(topic, group, policy="rabbitmq",
+                              options={"x_retry_interval_s": "10"}) as stream:
+        first = await stream.next(5)
+        assert first is not None and first.attempt == 1
+        # 60 s ack timeout (30 ms here) passes without a settle.
+        second = await stream.next(5)
+        assert second is not None and second.attempt == 2 and second.retries == 1
+        assert (await second.ack()).ok
+        late = await first.ack()
+        assert not late.ok and late.error_code == "FAILED_PRECONDITION"
+
+
+async def test_tag_filter(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"a"], tag="TagA")
+    await client.publish(topic, [b"b"], tag="TagB")
+    async with client.consume(topic, group, policy="rocketmq", tag_filter="TagB") as stream:
+        msg = await stream.next(5)
+        assert msg is not None and msg.body == b"b"
+        assert (await msg.ack()).ok
+        assert await stream.next(0.3) is None
+
