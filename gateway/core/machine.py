@@ -64,6 +64,8 @@ class Decision:
 def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> Decision:
     """Apply `event` to `record` under `policy` at `now_ms`."""
     if record.state.terminal:
+        if isinstance(event, Ack | Fail | Extend | DeadLetterNow):
+            raise StaleReceipt(event.receipt, "already settled")
         raise IllegalTransition(record.state.value, event_name(event), "the message is settled")
     match event:
         case Deliver():
@@ -92,9 +94,8 @@ def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> De
 
 
 def _live(record: Record, receipt: str, event: Event) -> None:
-    if record.state is not State.INFLIGHT:
-        raise IllegalTransition(record.state.value, event_name(event), "not in flight")
-    if not receipt or receipt != record.receipt:
+    """A settle must carry the receipt of the delivery in flight; any other is stale."""
+    if record.state is not State.INFLIGHT or not receipt or receipt != record.receipt:
         raise StaleReceipt(receipt)
 
 
@@ -213,6 +214,11 @@ def _lost(record: Record, event: ConsumerLost, policy: RetryPolicy, now_ms: int)
         raise IllegalTransition(record.state.value, "ConsumerLost", "the message is not in flight")
     if not record.receipt:
         return Decision(record, Outcome.NONE)
-    if policy.lost_counts_as_failure:
-        return _failure(record, policy, now_ms, RetryRequest(), "consumer lost")
-    return Decision(_ready(record, now_ms), Outcome.REDELIVER, 0, reason="consumer lost")
+    retries = record.retries
+    if policy.lost_counts_as_failure and policy.counts_failures:
+        # Counted (Pulsar redelivery count) but READY again at once, without the retry wait.
+        retries += 1
+        if policy.exhausted_after(retries):
+            return _exhaust(replace(record, retries=retries), policy, "consumer lost; exhausted")
+    new = _ready(replace(record, retries=retries), now_ms)
+    return Decision(new, Outcome.REDELIVER, 0, reason="consumer lost")
