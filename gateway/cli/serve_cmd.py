@@ -13,7 +13,8 @@ import structlog
 from gateway.server.config import ServeConfig, load
 
 FLAGS = ("listen", "data_dir", "backend", "pulsar_listen", "rabbitmq_url", "pulsar_service_url",
-         "grace_s", "time_scale", "max_message_bytes", "log_level")
+         "grace_s", "time_scale", "max_message_bytes", "log_level", "admin_listen", "tokens_file",
+         "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +32,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="multiply every policy wait (tests and demos; default 1)")
     p.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
     p.add_argument("--log-level", dest="log_level")
+    p.add_argument("--admin-listen", dest="admin_listen",
+                   help="Prometheus metrics on HOST:PORT (/metrics)")
+    p.add_argument("--tokens-file", dest="tokens_file",
+                   help="bearer tokens and permissions (TOML); turns authentication on")
+    p.add_argument("--tls-cert", dest="tls_cert")
+    p.add_argument("--tls-key", dest="tls_key")
+    p.add_argument("--tls-client-ca", dest="tls_client_ca",
+                   help="require client certificates signed by this CA (mTLS)")
+    p.add_argument("--allow-remote-unauthenticated", dest="allow_remote_unauthenticated",
+                   action="store_const", const=True,
+                   help="listen beyond loopback without authentication")
     p.set_defaults(run=run)
 
 

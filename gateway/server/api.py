@@ -95,27 +95,44 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         consumer: Consumer,
         outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None],
     ) -> None:
+        """Apply credit at once; settle batches run concurrently (so the store commits many in
+        one transaction) while their answers go out in the order the batches came in."""
+        previous: asyncio.Future[None] | None = None
         try:
             async for req in requests:
                 kind = req.WhichOneof("kind")
                 if kind == "credit":
                     consumer.add_credit(req.credit.messages)
                 elif kind == "settle":
-                    items = []
-                    results = []
-                    for i, s in enumerate(req.settle.settlements):
-                        try:
-                            items.append(convert.settlement(s, i))
-                        except InvalidArgument as exc:
-                            results.append(gateway_pb2.SettleResult(
-                                receipt=s.receipt, ok=False, error_code=exc.code,
-                                error=exc.message))
-                    done = await self.engine.settle(items)
-                    results.extend(convert.result(r) for r in done)
-                    await outbox.put(gateway_pb2.ConsumeResponse(
-                        results=gateway_pb2.SettleResults(results=results)))
+                    previous = asyncio.ensure_future(
+                        self._settle_batch(req.settle, outbox, previous))
+            if previous is not None:
+                await previous
         finally:
+            if previous is not None and not previous.done():
+                previous.cancel()
             await outbox.put(None)
+
+    async def _settle_batch(
+        self,
+        batch: gateway_pb2.SettleBatch,
+        outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None],
+        previous: asyncio.Future[None] | None,
+    ) -> None:
+        items = []
+        results = []
+        for i, s in enumerate(batch.settlements):
+            try:
+                items.append(convert.settlement(s, i))
+            except InvalidArgument as exc:
+                results.append(gateway_pb2.SettleResult(
+                    receipt=s.receipt, ok=False, error_code=exc.code, error=exc.message))
+        done = await self.engine.settle(items)
+        results.extend(convert.result(r) for r in done)
+        if previous is not None:
+            await previous
+        outbox.put_nowait(gateway_pb2.ConsumeResponse(
+            results=gateway_pb2.SettleResults(results=results)))
 
     async def _pump(
         self, consumer: Consumer, outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None]

@@ -22,8 +22,10 @@ from gateway.engine.config import EngineConfig
 from gateway.engine.engine import Engine
 from gateway.engine.observe import Observer
 from gateway.server.api import AdminService, GatewayService
+from gateway.server.auth import AuthInterceptor, Authorizer, load_principals
 from gateway.server.config import ServeConfig, host_port
 from gateway.server.errors import ErrorInterceptor
+from gateway.server.metrics import TimingInterceptor, directory_size
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
 log = structlog.get_logger("gateway.server")
@@ -69,8 +71,12 @@ class GatewayApp:
             gateway_id=config.gateway_id,
             backend_name=self.backend.name,
         )
+        from gateway.server.metrics import Metrics
+
+        self.metrics = Metrics()
         self.engine = Engine(self.backend, builtin_registry(), self.clock, engine_config,
-                             observers)
+                             [*observers, self.metrics])
+        self.metrics_port = 0
         self.extra_services = list(extra_services)
         self.server: grpc.aio.Server | None = None
         self.grpc_port = 0
@@ -82,8 +88,14 @@ class GatewayApp:
         cfg = self.config
         await self.engine.start()
         limit = cfg.max_message_bytes + 64 * 1024
+        interceptors: list[Any] = [TimingInterceptor(self.metrics)]
+        if cfg.tokens_file:
+            principals = load_principals(cfg.tokens_file, [dict(p) for p in cfg.principals])
+            authorizer = Authorizer(principals, self.engine.registry.schemes.values())
+            interceptors.append(AuthInterceptor(authorizer))
+        interceptors.append(ErrorInterceptor())
         server = grpc.aio.server(
-            interceptors=[ErrorInterceptor()],
+            interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", max(limit, 64 * 1024 * 1024)),
                 ("grpc.max_send_message_length", max(limit, 64 * 1024 * 1024)),
@@ -95,7 +107,7 @@ class GatewayApp:
         self._mount_rocketmq(server)
         for extra in self.extra_services:
             extra(server, self.engine)
-        health_servicer = health.HealthServicer(experimental_non_blocking=True)
+        health_servicer = health.aio.HealthServicer()
         self._health = health_servicer
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = (
@@ -106,7 +118,10 @@ class GatewayApp:
         )
         reflection.enable_server_reflection(names, server)
         host, port = host_port("listen", cfg.listen)
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if cfg.tls_cert:
+            bound = server.add_secure_port(f"{host}:{port}", self._tls())
+        else:
+            bound = server.add_insecure_port(f"{host}:{port}")
         if bound == 0:
             from gateway.errors import Unavailable
 
@@ -121,12 +136,32 @@ class GatewayApp:
             self.pulsar = PulsarFrontEnd(self.engine, phost, pport,
                                          advertised_url=cfg.pulsar_advertised or None)
             await self.pulsar.start()
-        self._set_serving(self.backend.healthy())
+        if cfg.admin_listen:
+            ahost, aport = host_port("admin_listen", cfg.admin_listen)
+            self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
+            self.metrics_port = self.metrics.serve(ahost, aport)
+        await self._set_serving(self.backend.healthy())
         self._health_task = asyncio.ensure_future(self._watch_health())
         log.info("gateway started", listen=f"{host}:{bound}", backend=self.backend.name,
                  data_dir=cfg.data_dir,
                  pulsar=cfg.pulsar_listen or None,
-                 auth="none: listening without authentication")
+                 metrics=f"{cfg.admin_listen.rsplit(':', 1)[0]}:{self.metrics_port}"
+                 if cfg.admin_listen else None,
+                 tls="mtls" if cfg.tls_client_ca else ("tls" if cfg.tls_cert else "off"),
+                 auth=("bearer tokens" if cfg.tokens_file else
+                       "none: without a tokens file the gateway accepts every caller"
+                       + ("" if cfg.allow_remote_unauthenticated else " on loopback only")))
+
+    def _tls(self) -> Any:
+        cfg = self.config
+        key = Path(cfg.tls_key).read_bytes()
+        cert = Path(cfg.tls_cert).read_bytes()
+        if cfg.tls_client_ca:
+            return grpc.ssl_server_credentials(
+                [(key, cert)], root_certificates=Path(cfg.tls_client_ca).read_bytes(),
+                require_client_auth=True,
+            )
+        return grpc.ssl_server_credentials([(key, cert)])
 
     def _mount_rocketmq(self, server: grpc.aio.Server) -> None:
         try:
@@ -139,18 +174,18 @@ class GatewayApp:
             credentials = {self.config.rocketmq_access_key: self.config.rocketmq_secret_key}
         self.rocketmq = register(server, self.engine, FrontendSettings(credentials=credentials))
 
-    def _set_serving(self, serving: bool) -> None:
+    async def _set_serving(self, serving: bool) -> None:
         status = (health_pb2.HealthCheckResponse.SERVING if serving
                   else health_pb2.HealthCheckResponse.NOT_SERVING)
         for name in ("", *SERVICE_NAMES):
-            self._health.set(name, status)
+            await self._health.set(name, status)
 
     async def _watch_health(self) -> None:
         last = None
         while True:
             ok = self.backend.healthy() and self.engine.accepting
             if ok != last:
-                self._set_serving(ok)
+                await self._set_serving(ok)
                 last = ok
             await asyncio.sleep(0.5)
 
@@ -162,7 +197,7 @@ class GatewayApp:
         if self.server is None:
             await self.engine.close()
             return
-        self._set_serving(False)
+        await self._set_serving(False)
         await self.engine.stop_dispatch()
         loop = asyncio.get_running_loop()
         until = loop.time() + grace
@@ -172,6 +207,7 @@ class GatewayApp:
             await self.pulsar.stop()
         await self.server.stop(min(grace, 1.0))
         await self.engine.close()
+        self.metrics.close()
         log.info("gateway stopped")
 
 
@@ -188,8 +224,10 @@ async def running_gateway(
     grace_s: float = 1.0,
     max_message_bytes: int = 4 * 1024 * 1024,
     observers: Sequence[Observer] = (),
+    **settings: Any,
 ) -> AsyncIterator[GatewayApp]:
-    """Start a gateway for a test or a script; stop it on exit."""
+    """Start a gateway for a test or a script; stop it on exit. `settings` are ServeConfig
+    fields (tokens_file, admin_listen, tls_cert, …)."""
     config = ServeConfig(
         listen=listen,
         data_dir=str(data_dir),
@@ -197,6 +235,7 @@ async def running_gateway(
         pulsar_listen=pulsar_listen,
         grace_s=grace_s,
         max_message_bytes=max_message_bytes,
+        **settings,
     )
     app = GatewayApp(config, clock=clock, backend=backend, extra_services=extra_services,
                      observers=observers)

@@ -40,6 +40,18 @@ class ServeConfig:
     rocketmq_secret_key: str = ""
     telemetry: bool = False
     gateway_id: str = "gateway"
+    admin_listen: str = ""
+    """Prometheus metrics endpoint HOST:PORT (/metrics); "" leaves it off."""
+    tokens_file: str = ""
+    """Bearer tokens and permissions (TOML, see gateway.server.auth); "" turns auth off."""
+    principals: tuple[Mapping[str, Any], ...] = ()
+    """Permissions from `[[auth.principals]]`, merged by name with the tokens file."""
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    """With a client CA, clients must present a certificate it signed (mTLS)."""
+    allow_remote_unauthenticated: bool = False
+    """Without auth the gateway listens on loopback only unless this is set."""
 
     def __post_init__(self) -> None:
         host_port("listen", self.listen)
@@ -49,6 +61,20 @@ class ServeConfig:
             raise InvalidArgument("backend", self.backend, "one of " + ", ".join(BACKENDS))
         if not 0 <= self.grace_s <= 3600:
             raise InvalidArgument("grace_s", self.grace_s, "0..3600 s")
+        if self.admin_listen:
+            host_port("admin_listen", self.admin_listen)
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise InvalidArgument("tls_key", self.tls_key, "tls_cert and tls_key together")
+        if self.tls_client_ca and not self.tls_cert:
+            raise InvalidArgument("tls_client_ca", self.tls_client_ca, "only with tls_cert")
+        if not self.tokens_file and not self.allow_remote_unauthenticated:
+            host, _ = host_port("listen", self.listen)
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                raise InvalidArgument(
+                    "listen", self.listen,
+                    "a loopback address while no tokens_file is configured "
+                    "(set allow_remote_unauthenticated to listen elsewhere without auth)",
+                )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise InvalidArgument("log_level", self.log_level, "debug, info, warning, error")
 
@@ -67,6 +93,8 @@ SECTIONS = {
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},
     "rocketmq": {"access_key", "secret_key"},
+    "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
+             "allow_remote_unauthenticated"},
 }
 PREFIXED = {"rabbitmq", "pulsar", "rocketmq"}
 
@@ -75,8 +103,6 @@ def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for section, table in doc.items():
         if section not in SECTIONS or not isinstance(table, dict):
-            if section in ("auth",):
-                continue
             raise InvalidArgument("config", section, "sections " + ", ".join(SECTIONS))
         for key, value in table.items():
             if key not in SECTIONS[section]:
@@ -85,11 +111,17 @@ def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
             name = f"{section}_{key}" if section in PREFIXED else key
             if section == "pulsar" and key == "service_url":
                 name = "pulsar_service_url"
+            if name == "principals":
+                if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                    raise InvalidArgument("auth.principals", value, "a list of tables")
+                value = tuple(value)
             flat[name] = value
     return flat
 
 
 def _coerce(name: str, value: Any, kind: Any) -> Any:
+    if name == "principals":
+        return value
     text = str(value)
     try:
         if kind in (int, "int"):

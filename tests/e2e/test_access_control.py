@@ -1,0 +1,162 @@
+"""Bearer tokens, per-topic and per-group permissions, admin, mTLS, loopback-only default."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gateway.errors import InvalidArgument
+from gateway.server.app import GatewayApp, running_gateway
+from gateway.server.config import ServeConfig
+from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+TOKENS = """
+[[principal]]
+name = "billing"
+token = "billing-secret"
+publish = ["orders", "orders.*"]
+consume = ["orders"]
+groups = ["billing"]
+
+[[principal]]
+name = "ops"
+token = "ops-secret"
+admin = true
+"""
+
+
+@pytest.fixture
+async def app(tmp_path: Path) -> AsyncIterator[GatewayApp]:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS)
+    async with running_gateway(tmp_path / "data", tokens_file=str(tokens)) as running:
+        yield running
+
+
+def stubs(port: int, token: str | None) -> tuple[gateway_pb2_grpc.GatewayStub,
+                                                  admin_pb2_grpc.AdminStub, grpc.aio.Channel]:
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    return gateway_pb2_grpc.GatewayStub(channel), admin_pb2_grpc.AdminStub(channel), channel
+
+
+def meta(token: str | None) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")] if token else []
+
+
+def publish(topic: str) -> gateway_pb2.PublishRequest:
+    return gateway_pb2.PublishRequest(topic=topic, messages=[gateway_pb2.Message(body=b"x")])
+
+
+def receive(topic: str, group: str) -> gateway_pb2.ReceiveRequest:
+    return gateway_pb2.ReceiveRequest(topic=topic, group=group, policy="rocketmq-simple",
+                                      max_messages=1, invisible_ms=10_000)
+
+
+async def code_of(call: object) -> grpc.StatusCode:
+    try:
+        await call  # type: ignore[misc]
+    except grpc.aio.AioRpcError as err:
+        return err.code()
+    return grpc.StatusCode.OK
+
+
+async def test_tokens_and_permissions(app: GatewayApp) -> None:
+    gw, admin, channel = stubs(app.grpc_port, None)
+    async with channel:
+        unauth = grpc.StatusCode.UNAUTHENTICATED
+        denied = grpc.StatusCode.PERMISSION_DENIED
+        ok = grpc.StatusCode.OK
+        assert await code_of(gw.Publish(publish("orders"))) == unauth
+        assert await code_of(gw.Publish(publish("orders"), metadata=meta("wrong"))) == unauth
+        billing = meta("billing-secret")
+        assert await code_of(gw.Publish(publish("orders"), metadata=billing)) == ok
+        assert await code_of(gw.Publish(publish("payments"), metadata=billing)) == denied
+        # Denied the same way whether the topic exists or not.
+        assert await code_of(gw.Publish(publish("never-made"), metadata=billing)) == denied
+        assert await code_of(gw.Receive(receive("orders", "billing"), metadata=billing)) == ok
+        assert await code_of(gw.Receive(receive("orders", "other"), metadata=billing)) == denied
+        # Consuming a group covers its retry and dead-letter destinations, not another group's.
+        assert await code_of(gw.Receive(receive("%DLQ%billing", "billing"),
+                                        metadata=billing)) == ok
+        assert await code_of(gw.Receive(receive("orders-billing-RETRY", "billing"),
+                                        metadata=billing)) == ok
+        assert await code_of(gw.Receive(receive("%DLQ%other", "other"),
+                                        metadata=billing)) == denied
+        assert await code_of(gw.Receive(receive("%DLQ%other", "billing"),
+                                        metadata=billing)) == denied
+        describe = admin_pb2.DescribeGroupRequest(topic="orders", group="billing")
+        assert await code_of(admin.DescribeGroup(describe, metadata=billing)) == denied
+        assert await code_of(admin.DescribeGroup(describe)) == unauth
+        assert await code_of(admin.DescribeGroup(describe, metadata=meta("ops-secret"))) == ok
+
+
+async def test_stream_subscribe_is_checked(app: GatewayApp) -> None:
+    gw, _, channel = stubs(app.grpc_port, None)
+    async with channel:
+        async def requests(group: str):  # type: ignore[no-untyped-def]
+            yield gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+                topic="orders", group=group, policy="rocketmq", prefetch=1))
+
+        call = gw.Consume(requests("other"), metadata=meta("billing-secret"))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in call:
+                pass
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        call = gw.Consume(requests("billing"), metadata=meta("billing-secret"))
+        first = await call.read()
+        assert first.WhichOneof("kind") == "subscribed"
+        call.cancel()
+
+
+async def test_health_needs_no_token(app: GatewayApp) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_no_auth_means_loopback_only() -> None:
+    with pytest.raises(InvalidArgument) as err:
+        ServeConfig(listen="0.0.0.0:50051")
+    assert "loopback" in str(err.value)
+    assert ServeConfig(listen="0.0.0.0:50051", allow_remote_unauthenticated=True)
+
+
+def make_ca(tmp: Path) -> dict[str, Path]:
+    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+        "-keyout", "ca.key", "-out", "ca.crt")
+    (tmp / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for who in ("server", "client"):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}", "-keyout",
+            f"{who}.key", "-out", f"{who}.csr")
+        run("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-out", f"{who}.crt", "-extfile", "san.ext")
+    return {name: tmp / name for name in ("ca.crt", "server.crt", "server.key", "client.crt",
+                                          "client.key")}
+
+
+async def test_mtls(tmp_path: Path) -> None:
+    files = make_ca(tmp_path)
+    async with running_gateway(tmp_path / "data", tls_cert=str(files["server.crt"]),
+                               tls_key=str(files["server.key"]),
+                               tls_client_ca=str(files["ca.crt"])) as app:
+        target = f"127.0.0.1:{app.grpc_port}"
+        ca = files["ca.crt"].read_bytes()
+        good = grpc.ssl_channel_credentials(ca, files["client.key"].read_bytes(),
+                                            files["client.crt"].read_bytes())
+        async with grpc.aio.secure_channel(target, good) as channel:
+            reply = await gateway_pb2_grpc.GatewayStub(channel).Publish(publish("orders"))
+            assert len(reply.message_ids) == 1
+        no_cert = grpc.ssl_channel_credentials(ca)
+        async with grpc.aio.secure_channel(target, no_cert) as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            assert await code_of(stub.Publish(publish("orders"), timeout=5)) == \
+                grpc.StatusCode.UNAVAILABLE
