@@ -1,0 +1,114 @@
+"""How a gateway message is carried in AMQP 0-9-1 properties and headers, both ways.
+
+* message id: the AMQP `message_id` property;
+* key, tag: headers `x-key`, `x-tag`;
+* counters: headers `x-gateway-attempt`, `x-gateway-retries` (see `counters`);
+* publish time and deliver-at time (ms): headers `x-gateway-publish-ms`, `x-gateway-deliver-at-ms`
+  (the AMQP `timestamp` property, in seconds, is set too for plain clients);
+* user properties: plain headers under their own names, so plain consumers read them as-is.
+
+Reading accepts messages from plain publishers: missing headers take defaults, values of any
+header type become text, broker bookkeeping headers (`x-death`, ...) are not user properties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import aio_pika
+from aio_pika.abc import FieldValue
+
+from adapters.amqp.counters import (
+    ATTEMPT_HEADER,
+    RETRIES_HEADER,
+    header_int,
+    header_text,
+)
+from gateway.backend.base import OutMessage
+
+KEY_HEADER = "x-key"
+TAG_HEADER = "x-tag"
+PUBLISH_MS_HEADER = "x-gateway-publish-ms"
+DELIVER_AT_HEADER = "x-gateway-deliver-at-ms"
+
+GATEWAY_HEADERS = frozenset(
+    {KEY_HEADER, TAG_HEADER, ATTEMPT_HEADER, RETRIES_HEADER, PUBLISH_MS_HEADER, DELIVER_AT_HEADER}
+)
+BROKER_HEADERS = frozenset(
+    {
+        "x-death",
+        "x-delivery-count",
+        "x-first-death-exchange",
+        "x-first-death-queue",
+        "x-first-death-reason",
+        "x-last-death-exchange",
+        "x-last-death-queue",
+        "x-last-death-reason",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """The gateway fields read back from one AMQP message (counters not yet reconciled)."""
+
+    message_id: str
+    properties: dict[str, str]
+    key: str
+    tag: str
+    publish_ms: int
+    deliver_at_ms: int
+
+
+def encode(message: OutMessage, message_id: str, publish_ms: int) -> aio_pika.Message:
+    """A persistent AMQP message carrying `message` with the given id and publish time."""
+    headers: dict[str, FieldValue] = {
+        name: value for name, value in message.properties.items() if name not in GATEWAY_HEADERS
+    }
+    for name in BROKER_HEADERS:
+        headers.pop(name, None)
+    headers[ATTEMPT_HEADER] = message.attempt
+    headers[RETRIES_HEADER] = message.retries
+    headers[PUBLISH_MS_HEADER] = publish_ms
+    if message.key:
+        headers[KEY_HEADER] = message.key
+    if message.tag:
+        headers[TAG_HEADER] = message.tag
+    if message.deliver_at_ms:
+        headers[DELIVER_AT_HEADER] = message.deliver_at_ms
+    return aio_pika.Message(
+        body=message.body,
+        headers=headers,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        message_id=message_id,
+        timestamp=datetime.fromtimestamp(publish_ms / 1000, tz=UTC),
+    )
+
+
+def decode(
+    headers: Mapping[str, object] | None,
+    message_id: str | None,
+    timestamp: datetime | None,
+    received_ms: int,
+) -> Envelope:
+    """Gateway fields of a received message; `received_ms` stands in for a missing publish time."""
+    data: Mapping[str, object] = headers or {}
+    publish_ms = header_int(data.get(PUBLISH_MS_HEADER))
+    if publish_ms is None:
+        publish_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else received_ms
+    deliver_at_ms = header_int(data.get(DELIVER_AT_HEADER)) or 0
+    properties = {
+        name: header_text(value)
+        for name, value in data.items()
+        if name not in GATEWAY_HEADERS and name not in BROKER_HEADERS
+    }
+    return Envelope(
+        message_id=message_id or "",
+        properties=properties,
+        key=header_text(data.get(KEY_HEADER, "")),
+        tag=header_text(data.get(TAG_HEADER, "")),
+        publish_ms=publish_ms,
+        deliver_at_ms=deliver_at_ms,
+    )
