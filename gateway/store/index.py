@@ -1,0 +1,100 @@
+"""The in-memory consumption index: per topic its positions, per (topic, group) what is where.
+
+Every position of a topic below a group's `cursor` that the group has not acked is in exactly
+one of: `ready` (visible, a heap by visible-at then position), `held` (visible, but its key was
+excluded by a fetch: parked per key until a fetch no longer excludes it), `timers` (not visible
+yet: the group's timer wheel, keyed by position, holds its visible-at time), `leased` (handed
+out) or `releasing` (a release is being written). Positions from `cursor` on have not been
+looked at by the group yet. Each of those positions also has a row in the `unacked` table (or
+one queued).
+
+A delayed position costs one wheel entry (its dict slot, the position and deadline ints and an
+8-byte bucket slot), about 100-130 bytes; message bodies and keys stay on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from dataclasses import dataclass, field
+
+from gateway.timewheel import TimerWheel
+
+ReadyEntry = tuple[int, int, str | None]
+"""(visible_at_ms, position, key or None when not known yet)."""
+
+
+@dataclass(eq=False, slots=True)
+class TopicIndex:
+    """A topic: its id, the next position to assign and the groups that consume it."""
+
+    topic_id: int
+    name: str
+    first_pos: int
+    next_pos: int
+    persisted: bool
+    groups: dict[str, GroupIndex] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class GroupIndex:
+    """Where each unacked message of one topic stands for one group."""
+
+    gid: int
+    topic: TopicIndex
+    name: str
+    cursor: int
+    timers: TimerWheel
+    ready: list[ReadyEntry] = field(default_factory=list)
+    held: dict[str, list[ReadyEntry]] = field(default_factory=dict)
+    leased: dict[int, str] = field(default_factory=dict)
+    """position -> lease token."""
+    releasing: dict[int, str] = field(default_factory=dict)
+    """position -> lease token, while its release is being written."""
+    dirty: bool = True
+    """Something may be fetchable that the last fetch did not see."""
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def wake(self) -> None:
+        """Mark the group as having news and wake its `wait` callers."""
+        self.dirty = True
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def push_ready(self, visible_at_ms: int, pos: int, key: str | None) -> None:
+        """Make a position visible."""
+        heapq.heappush(self.ready, (visible_at_ms, pos, key))
+
+    def hold(self, entry: ReadyEntry, key: str) -> None:
+        """Park a visible entry whose key a fetch excluded."""
+        self.held.setdefault(key, []).append(entry)
+
+    def unhold(self, exclude_keys: frozenset[str]) -> None:
+        """Put back into the ready heap every held key that is no longer excluded."""
+        for key in [key for key in self.held if key not in exclude_keys]:
+            for entry in self.held.pop(key):
+                heapq.heappush(self.ready, entry)
+
+    def visible(self) -> list[ReadyEntry]:
+        """Every visible, not leased entry (ready and held), unordered."""
+        out = list(self.ready)
+        for entries in self.held.values():
+            out.extend(entries)
+        return out
+
+    def drop_visible(self, positions: set[int]) -> set[int]:
+        """Remove `positions` from the ready heap and the held entries; return those found."""
+        found = {entry[1] for entry in self.visible()} & positions
+        if found:
+            self.ready = [entry for entry in self.ready if entry[1] not in found]
+            heapq.heapify(self.ready)
+            for key in list(self.held):
+                kept = [entry for entry in self.held[key] if entry[1] not in found]
+                if kept:
+                    self.held[key] = kept
+                else:
+                    del self.held[key]
+        return found

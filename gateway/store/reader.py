@@ -1,0 +1,293 @@
+"""The read side: one thread with its own connection, and the queries the store runs on it.
+
+Reads never block the event loop and never wait for the writer (WAL readers see the last commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from gateway.store.schema import POS_MASK, connect, topic_base
+
+T = TypeVar("T")
+
+_IN_CHUNK = 500
+_MAX_RUNS = 8
+"""Up to this many runs of consecutive positions are read as ranges, else with IN lists."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A full message row with the counters it has for one group."""
+
+    pos: int
+    message_id: str
+    key: str
+    tag: str
+    body: bytes
+    props: str
+    publish_ms: int
+    deliver_at_ms: int
+    attempt: int
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """What the cursor scan needs to know about a message (no body)."""
+
+    pos: int
+    key: str
+    deliver_at_ms: int
+    attempt: int
+    retries: int
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """Result of one fetch read: rows to hand out and scanned rows left visible or delayed."""
+
+    rows: dict[int, Row]
+    taken: list[Meta]
+    passed: list[Meta]
+    next_pos: int
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """Everything the in-memory index is rebuilt from on open."""
+
+    topics: list[tuple[int, str, int, int]]
+    """(id, name, first position, next position)."""
+    groups: list[tuple[int, int, str, int]]
+    """(gid, topic id, group name, next position)."""
+    unacked: list[tuple[int, int, int]]
+    """(gid, pos, visible_at_ms)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Counts over a group's not yet scanned messages."""
+
+    visible: int
+    delayed: int
+    first_visible_pos: int | None
+    next_visible_ms: int | None
+
+
+class Reader:
+    """Runs read queries on a dedicated thread and connection."""
+
+    def __init__(self, data_dir: pathlib.Path) -> None:
+        self._local = threading.local()
+        self._data_dir = data_dir
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="store-reader", initializer=self._init
+        )
+
+    def _init(self) -> None:
+        self._local.conn = connect(self._data_dir, fsync=False)
+
+    def _close(self) -> None:
+        self._local.conn.close()
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(connection)` on the reader thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: fn(self._local.conn))
+
+    async def close(self) -> None:
+        """Close the connection and end the thread."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, self._close)
+        self._pool.shutdown(wait=True)
+
+
+def load(conn: sqlite3.Connection) -> Loaded:
+    """Read the durable state the in-memory index is rebuilt from."""
+    topics = []
+    for topic_id, name in conn.execute("SELECT id, name FROM topics").fetchall():
+        base = topic_base(topic_id)
+        lo, hi = conn.execute(
+            "SELECT min(id), max(id) FROM messages WHERE id > ? AND id <= ?",
+            (base, base + POS_MASK),
+        ).fetchone()
+        first = 1 if lo is None else lo - base
+        nxt = 1 if hi is None else hi - base + 1
+        topics.append((topic_id, name, first, nxt))
+    groups = conn.execute("SELECT gid, topic_id, grp, next_pos FROM cursors").fetchall()
+    unacked = conn.execute(
+        "SELECT gid, pos, visible_at_ms FROM unacked ORDER BY gid, pos"
+    ).fetchall()
+    return Loaded(topics, groups, unacked)
+
+
+def load_rows(
+    conn: sqlite3.Connection,
+    topic_id: int,
+    gid: int,
+    positions: Iterable[int],
+    counted: Iterable[int] = (),
+) -> dict[int, Row]:
+    """Full rows of `positions`; those in `counted` carry the group's counters (unacked table)."""
+    base = topic_base(topic_id)
+    out: dict[int, Row] = {}
+    select = (
+        "SELECT id, message_id, key, tag, body, props, publish_ms, deliver_at_ms, attempt,"
+        " retries FROM messages WHERE"
+    )
+    ids = sorted(base + pos for pos in positions)
+    for rid, mid, key, tag, body, props, pub, dat, att, ret in _by_ids(conn, select, "id", ids):
+        out[rid - base] = Row(rid - base, mid, key, tag, body, props, pub, dat, att, ret)
+    wanted = sorted(pos for pos in counted if pos in out)
+    if wanted:
+        select = f"SELECT pos, attempt, retries FROM unacked WHERE gid = {int(gid)} AND"
+        for pos, attempt, retries in _by_ids(conn, select, "pos", wanted):
+            out[pos] = dataclasses.replace(out[pos], attempt=attempt, retries=retries)
+    return out
+
+
+def _by_ids(
+    conn: sqlite3.Connection, select: str, column: str, ids: Sequence[int]
+) -> Iterator[tuple[Any, ...]]:
+    """Rows of `select ... WHERE` for sorted `ids` of `column`: as ranges when few, else IN."""
+    runs = _runs(ids)
+    if len(runs) <= _MAX_RUNS:
+        for lo, hi in runs:
+            yield from conn.execute(f"{select} {column} >= ? AND {column} <= ?", (lo, hi))
+        return
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[start : start + _IN_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        yield from conn.execute(f"{select} {column} IN ({marks})", chunk)
+
+
+def _runs(ids: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted ids as (first, last) runs of consecutive values."""
+    runs: list[tuple[int, int]] = []
+    for value in ids:
+        if runs and runs[-1][1] == value - 1:
+            runs[-1] = (runs[-1][0], value)
+        else:
+            runs.append((value, value))
+    return runs
+
+
+def scan(
+    conn: sqlite3.Connection,
+    topic_id: int,
+    gid: int,
+    candidates: Sequence[int],
+    cursor: int,
+    until: int,
+    need: int,
+    now_ms: int,
+    exclude: frozenset[str],
+    scan_cap: int,
+) -> Scan:
+    """Scan from `cursor` (below `until`) for up to `need` visible messages not in `exclude`.
+
+    Scanned messages that are delayed or excluded are returned in `passed`; `candidates` (already
+    scanned positions) are loaded in full together with the taken ones.
+    """
+    base = topic_base(topic_id)
+    taken: list[Meta] = []
+    passed: list[Meta] = []
+    next_pos = cursor
+    more = False
+    if need > 0 and cursor < until:
+        rows = conn.execute(
+            "SELECT id, key, deliver_at_ms, attempt, retries FROM messages"
+            " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+            (base + cursor, base + until, scan_cap),
+        )
+        seen = 0
+        for rid, key, deliver_at, attempt, retries in rows:
+            seen += 1
+            meta = Meta(rid - base, key, deliver_at, attempt, retries)
+            next_pos = meta.pos + 1
+            if deliver_at > now_ms or key in exclude:
+                passed.append(meta)
+                continue
+            taken.append(meta)
+            if len(taken) >= need:
+                break
+        rows.close()
+        more = len(taken) >= need or seen >= scan_cap
+    positions = list(candidates) + [meta.pos for meta in taken]
+    full = load_rows(conn, topic_id, gid, positions, candidates) if positions else {}
+    return Scan(full, taken, passed, next_pos, more)
+
+
+def scan_meta(
+    conn: sqlite3.Connection, topic_id: int, cursor: int, until: int, limit: int = -1
+) -> list[Meta]:
+    """Metadata of messages from `cursor` below `until` (at most `limit`; -1: all)."""
+    base = topic_base(topic_id)
+    return [
+        Meta(rid - base, key, deliver_at, attempt, retries)
+        for rid, key, deliver_at, attempt, retries in conn.execute(
+            "SELECT id, key, deliver_at_ms, attempt, retries FROM messages"
+            " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+            (base + cursor, base + until, limit),
+        )
+    ]
+
+
+def backlog(
+    conn: sqlite3.Connection, topic_id: int, cursor: int, until: int, now_ms: int
+) -> Backlog:
+    """Counts over messages from `cursor` below `until` (not scanned by the group yet)."""
+    base = topic_base(topic_id)
+    visible, delayed, first_visible, next_visible = conn.execute(
+        "SELECT coalesce(sum(deliver_at_ms <= ?), 0), coalesce(sum(deliver_at_ms > ?), 0),"
+        " min(CASE WHEN deliver_at_ms <= ? THEN id END),"
+        " min(CASE WHEN deliver_at_ms > ? THEN deliver_at_ms END)"
+        " FROM messages WHERE id >= ? AND id < ?",
+        (now_ms, now_ms, now_ms, now_ms, base + cursor, base + until),
+    ).fetchone()
+    first_pos = None if first_visible is None else first_visible - base
+    return Backlog(visible, delayed, first_pos, next_visible)
+
+
+def publish_ms_of(conn: sqlite3.Connection, topic_id: int, pos: int) -> int | None:
+    """Publish time of one message."""
+    row = conn.execute(
+        "SELECT publish_ms FROM messages WHERE id = ?", (topic_base(topic_id) + pos,)
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def count_from(conn: sqlite3.Connection, topic_id: int, cursor: int, until: int) -> int:
+    """How many messages sit from `cursor` below `until`."""
+    base = topic_base(topic_id)
+    (count,) = conn.execute(
+        "SELECT count(*) FROM messages WHERE id >= ? AND id < ?", (base + cursor, base + until)
+    ).fetchone()
+    return int(count)
+
+
+def unacked_page(conn: sqlite3.Connection, gid: int, after: int, limit: int) -> list[int]:
+    """Positions the group has scanned and not acked, after `after`, in order."""
+    return [
+        pos
+        for (pos,) in conn.execute(
+            "SELECT pos FROM unacked WHERE gid = ? AND pos > ? ORDER BY pos LIMIT ?",
+            (gid, after, limit),
+        )
+    ]
+
+
+def count_unacked(conn: sqlite3.Connection, gid: int) -> int:
+    """How many scanned positions the group has not acked."""
+    (count,) = conn.execute("SELECT count(*) FROM unacked WHERE gid = ?", (gid,)).fetchone()
+    return int(count)

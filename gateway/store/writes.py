@@ -1,0 +1,82 @@
+"""The changes the store queues on its writer: each builds a `Write` (a function of the connection).
+
+Only the writer thread runs them, inside its batch transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from gateway.store.writer import Write
+
+UnackedRow = tuple[int, int, int, int, int]
+"""(gid, pos, visible_at_ms, attempt, retries)."""
+MessageRow = tuple[int, str, str, str, bytes, str, int, int, int, int]
+"""(id, message_id, key, tag, body, props, publish_ms, deliver_at_ms, attempt, retries)."""
+
+_INSERT_UNACKED = (
+    "INSERT OR IGNORE INTO unacked(gid, pos, visible_at_ms, attempt, retries) VALUES(?, ?, ?, ?, ?)"
+)
+_UPSERT_UNACKED = (
+    "INSERT INTO unacked(gid, pos, visible_at_ms, attempt, retries) VALUES(?, ?, ?, ?, ?)"
+    " ON CONFLICT(gid, pos) DO UPDATE SET visible_at_ms = excluded.visible_at_ms,"
+    " attempt = excluded.attempt, retries = excluded.retries"
+)
+_UPSERT_CURSOR = (
+    "INSERT INTO cursors(gid, topic_id, grp, next_pos) VALUES(?, ?, ?, ?)"
+    " ON CONFLICT(gid) DO UPDATE SET next_pos = excluded.next_pos"
+)
+_INSERT_TOPIC = "INSERT OR IGNORE INTO topics(id, name) VALUES(?, ?)"
+_INSERT_MESSAGE = "INSERT INTO messages VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_DELETE_UNACKED = "DELETE FROM unacked WHERE gid = ? AND pos = ?"
+
+
+def append(topic: tuple[int, str] | None, rows: Sequence[MessageRow]) -> Write:
+    """Append message rows (and record the topic first when it is new)."""
+
+    def write(conn: sqlite3.Connection) -> None:
+        if topic is not None:
+            conn.execute(_INSERT_TOPIC, topic)
+        conn.executemany(_INSERT_MESSAGE, rows)
+
+    return write
+
+
+def scanned(rows: Sequence[UnackedRow], cursor: tuple[int, int, str, int]) -> Write:
+    """Record positions a group has looked at, and its cursor (gid, topic id, group, next pos)."""
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.executemany(_INSERT_UNACKED, rows)
+        conn.execute(_UPSERT_CURSOR, cursor)
+
+    return write
+
+
+def released(rows: Sequence[UnackedRow]) -> Write:
+    """Set visible-at time and counters of released positions."""
+    return lambda conn: _many(conn, _UPSERT_UNACKED, rows)
+
+
+def settled(rows: Sequence[tuple[int, int]]) -> Write:
+    """Forget (gid, pos) positions: acked or removed."""
+    return lambda conn: _many(conn, _DELETE_UNACKED, rows)
+
+
+def purged(topic: tuple[int, str], gid: int, group: str, next_pos: int) -> Write:
+    """Forget every scanned position of a group and move its cursor past the topic's end."""
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute(_INSERT_TOPIC, topic)
+        conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,))
+        conn.execute(_UPSERT_CURSOR, (gid, topic[0], group, next_pos))
+
+    return write
+
+
+def barrier(conn: sqlite3.Connection) -> None:
+    """A write that writes nothing: awaiting it waits for every write queued before it."""
+
+
+def _many(conn: sqlite3.Connection, sql: str, rows: Sequence[tuple[int, ...]]) -> None:
+    conn.executemany(sql, rows)

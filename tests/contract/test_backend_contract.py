@@ -1,0 +1,297 @@
+"""What every back end must do, written only against `gateway.backend.base.Backend`.
+
+Names are unique per test so a shared broker can run the suite. Where something becomes
+visible later, the test polls with `wait` under a generous bound and measures the time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage
+
+POLL_LIMIT_S = 10.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def names() -> tuple[str, str]:
+    """A fresh (topic, group) pair."""
+    suffix = uuid.uuid4().hex[:12]
+    return f"contract-topic-{suffix}", f"contract-group-{suffix}"
+
+
+def msg(body: str, **kwargs: object) -> OutMessage:
+    return OutMessage(body=body.encode(), **kwargs)  # type: ignore[arg-type]
+
+
+async def fetch_until(
+    backend: Backend,
+    topic: str,
+    group: str,
+    count: int,
+    *,
+    limit_s: float = POLL_LIMIT_S,
+    exclude_keys: frozenset[str] = frozenset(),
+) -> list[StoredMessage]:
+    """Fetch until `count` messages arrived or `limit_s` passed; return what arrived."""
+    got: list[StoredMessage] = []
+    end = time.monotonic() + limit_s
+    while len(got) < count and time.monotonic() < end:
+        got += await backend.fetch(
+            topic, group, count - len(got), now_ms(), exclude_keys=exclude_keys
+        )
+        if len(got) < count:
+            await backend.wait(topic, group, min(0.5, max(0.0, end - time.monotonic())))
+    return got
+
+
+def bodies(messages: list[StoredMessage]) -> list[bytes]:
+    return [m.body for m in messages]
+
+
+async def test_publish_returns_durable_ids_in_order(backend: Backend) -> None:
+    topic, group = names()
+    given = uuid.uuid4().hex
+    ids = await backend.publish(
+        topic,
+        [
+            msg("a", key="k1", tag="t1", properties={"p": "1"}),
+            msg("b", message_id=given, attempt=2, retries=1),
+            msg("c"),
+        ],
+    )
+    assert len(ids) == 3
+    assert ids[1] == given
+    assert len(set(ids)) == 3 and all(ids)
+    got = await fetch_until(backend, topic, group, 3)
+    assert [m.message_id for m in got] == ids
+    assert bodies(got) == [b"a", b"b", b"c"]
+    first, second, _ = got
+    assert (first.key, first.tag, dict(first.properties)) == ("k1", "t1", {"p": "1"})
+    assert (first.attempt, first.retries) == (0, 0)
+    assert (second.attempt, second.retries) == (2, 1)
+    assert all(m.topic == topic and m.lease.group == group for m in got)
+    assert first.publish_ms > 0
+
+
+async def test_publish_empty_batch_returns_no_ids(backend: Backend) -> None:
+    topic, _ = names()
+    assert await backend.publish(topic, []) == []
+
+
+async def test_fetch_leases_until_ack(backend: Backend) -> None:
+    topic, group = names()
+    await backend.publish(topic, [msg("a"), msg("b"), msg("c")])
+    got = await fetch_until(backend, topic, group, 2)
+    assert bodies(got) == [b"a", b"b"]
+    rest = await fetch_until(backend, topic, group, 1)
+    assert bodies(rest) == [b"c"]
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.leased) == (0, 3)
+    await backend.ack([m.lease for m in got + rest])
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.leased, stats.delayed) == (0, 0, 0)
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+
+
+async def test_release_in_the_future_with_new_counters(backend: Backend) -> None:
+    topic, group = names()
+    (mid,) = await backend.publish(topic, [msg("x")])
+    (first,) = await fetch_until(backend, topic, group, 1)
+    released_at = now_ms()
+    await backend.release([Release(first.lease, released_at + 300, attempt=1, retries=1)])
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+    stats = await backend.stats(topic, group, now_ms())
+    assert stats.delayed == 1 and stats.leased == 0
+    assert stats.next_visible_ms is not None
+    assert released_at + 250 <= stats.next_visible_ms <= released_at + 1500
+    (again,) = await fetch_until(backend, topic, group, 1)
+    assert now_ms() >= released_at + 300
+    assert again.message_id == mid
+    assert (again.attempt, again.retries) == (1, 1)
+    await backend.ack([again.lease])
+
+
+async def test_release_now_is_visible_again_at_once(backend: Backend) -> None:
+    topic, group = names()
+    await backend.publish(topic, [msg("x"), msg("y")])
+    got = await fetch_until(backend, topic, group, 2)
+    await backend.release([Release(got[0].lease, now_ms(), attempt=1, retries=0)])
+    (again,) = await fetch_until(backend, topic, group, 1, limit_s=5.0)
+    assert again.body == b"x" and again.attempt == 1
+
+
+async def test_delayed_publish_not_fetched_early(backend: Backend) -> None:
+    topic, group = names()
+    far = now_ms() + 600_000
+    await backend.publish(topic, [msg("later", deliver_at_ms=far)])
+    await backend.publish(topic, [msg("now", deliver_at_ms=now_ms() - 5)])
+    got = await fetch_until(backend, topic, group, 1)
+    assert bodies(got) == [b"now"]
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+    stats = await backend.stats(topic, group, now_ms())
+    assert stats.delayed == 1
+    assert stats.next_visible_ms is not None and abs(stats.next_visible_ms - far) < 1000
+
+
+async def test_delayed_publish_becomes_visible_at_its_time(backend: Backend) -> None:
+    topic, group = names()
+    due = now_ms() + 300
+    await backend.publish(topic, [msg("soon", deliver_at_ms=due)])
+    assert await backend.fetch(topic, group, 10, now_ms()) == [] or now_ms() >= due
+    (got,) = await fetch_until(backend, topic, group, 1)
+    assert got.body == b"soon"
+    assert now_ms() >= due
+    assert got.deliver_at_ms == due
+
+
+async def test_groups_consume_independently(backend: Backend) -> None:
+    topic, group = names()
+    other = group + "-other"
+    await backend.publish(topic, [msg("a"), msg("b")])
+    mine = await fetch_until(backend, topic, group, 2)
+    await backend.ack([m.lease for m in mine])
+    theirs = await fetch_until(backend, topic, other, 2)
+    assert bodies(theirs) == [b"a", b"b"]
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+
+
+async def test_new_group_starts_at_earliest_message(backend: Backend) -> None:
+    topic, group = names()
+    await backend.publish(topic, [msg("old-1"), msg("old-2")])
+    first = await fetch_until(backend, topic, group, 2)
+    await backend.ack([m.lease for m in first])
+    await backend.publish(topic, [msg("new")])
+    late = await fetch_until(backend, topic, group + "-late", 3)
+    assert bodies(late) == [b"old-1", b"old-2", b"new"]
+
+
+async def test_exclude_keys_keeps_per_key_order(backend: Backend) -> None:
+    topic, group = names()
+    await backend.publish(
+        topic,
+        [msg("k1-a", key="k1"), msg("k2-b", key="k2"), msg("k1-c", key="k1"), msg("d")],
+    )
+    got = await fetch_until(backend, topic, group, 2, exclude_keys=frozenset({"k1"}))
+    assert bodies(got) == [b"k2-b", b"d"]
+    assert await backend.fetch(topic, group, 10, now_ms(), exclude_keys=frozenset({"k1"})) == []
+    held = await fetch_until(backend, topic, group, 2)
+    assert bodies(held) == [b"k1-a", b"k1-c"]
+
+
+async def test_stats_counts_ready_delayed_and_leased(backend: Backend) -> None:
+    topic, group = names()
+    before = now_ms()
+    await backend.publish(topic, [msg("a"), msg("b"), msg("c")])
+    await backend.publish(topic, [msg("d", deliver_at_ms=now_ms() + 600_000)])
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.delayed, stats.leased) == (3, 1, 0)
+    assert stats.oldest_ready_ms is not None and before - 1000 <= stats.oldest_ready_ms <= now_ms()
+    await fetch_until(backend, topic, group, 1)
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.delayed, stats.leased) == (2, 1, 1)
+    empty = await backend.stats(*names(), now_ms())
+    assert (empty.ready, empty.delayed, empty.leased) == (0, 0, 0)
+    assert empty.oldest_ready_ms is None and empty.next_visible_ms is None
+
+
+async def test_peek_reads_without_leasing(backend: Backend) -> None:
+    topic, group = names()
+    ids = await backend.publish(topic, [msg(str(i)) for i in range(5)])
+    page = await backend.peek(topic, group, 3)
+    assert [m.message_id for m in page] == ids[:3]
+    rest = await backend.peek(topic, group, 10, after_position=page[-1].lease.position)
+    assert [m.message_id for m in rest] == ids[3:]
+    got = await fetch_until(backend, topic, group, 5)
+    assert [m.message_id for m in got] == ids
+    await backend.ack([got[0].lease])
+    still = await backend.peek(topic, group, 10)
+    assert [m.message_id for m in still] == ids[1:]
+
+
+async def test_remove_leased_and_waiting_messages(backend: Backend) -> None:
+    topic, group = names()
+    await backend.publish(topic, [msg("a"), msg("b"), msg("c")])
+    (leased,) = await fetch_until(backend, topic, group, 1)
+    waiting = (await backend.peek(topic, group, 10))[-1]
+    assert waiting.body == b"c"
+    assert await backend.remove([leased.lease, waiting.lease]) == 2
+    rest = await fetch_until(backend, topic, group, 1)
+    assert bodies(rest) == [b"b"]
+    await backend.ack([rest[0].lease])
+    assert await backend.peek(topic, group, 10) == []
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+
+
+async def test_purge_removes_every_unacked_message(backend: Backend) -> None:
+    topic, group = names()
+    await backend.publish(topic, [msg(str(i)) for i in range(5)])
+    await fetch_until(backend, topic, group, 2)
+    assert await backend.purge(topic, group) == 5
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.delayed, stats.leased) == (0, 0, 0)
+    await backend.publish(topic, [msg("after")])
+    assert bodies(await fetch_until(backend, topic, group, 1)) == [b"after"]
+
+
+async def test_wait_wakes_on_publish(backend: Backend) -> None:
+    topic, group = names()
+    await backend.fetch(topic, group, 10, now_ms())
+    started = time.monotonic()
+    waiter = asyncio.create_task(backend.wait(topic, group, 30.0))
+    await asyncio.sleep(0.05)
+    await backend.publish(topic, [msg("ping")])
+    await asyncio.wait_for(waiter, 10.0)
+    assert time.monotonic() - started < 10.0
+    assert bodies(await fetch_until(backend, topic, group, 1)) == [b"ping"]
+
+
+async def test_wait_wakes_on_release_to_the_group(backend: Backend) -> None:
+    topic, group = names()
+    await backend.publish(topic, [msg("x")])
+    (got,) = await fetch_until(backend, topic, group, 1)
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+    started = time.monotonic()
+    waiter = asyncio.create_task(backend.wait(topic, group, 30.0))
+    await asyncio.sleep(0.05)
+    await backend.release([Release(got.lease, now_ms(), attempt=1, retries=1)])
+    await asyncio.wait_for(waiter, 10.0)
+    assert time.monotonic() - started < 10.0
+    (again,) = await fetch_until(backend, topic, group, 1)
+    assert again.message_id == got.message_id
+
+
+async def test_wait_returns_after_timeout(backend: Backend) -> None:
+    topic, group = names()
+    await backend.fetch(topic, group, 10, now_ms())
+    started = time.monotonic()
+    await backend.wait(topic, group, 0.2)
+    assert time.monotonic() - started < 5.0
+
+
+async def test_unknown_lease_ack_is_ignored(backend: Backend) -> None:
+    topic, group = names()
+    await backend.publish(topic, [msg("a")])
+    (got,) = await fetch_until(backend, topic, group, 1)
+    bogus = Lease(topic, group, got.lease.position + 1000, "not-a-lease")
+    await backend.ack([bogus, Lease(topic + "-nope", group, 1, "x")])
+    stats = await backend.stats(topic, group, now_ms())
+    assert stats.leased == 1
+    await backend.ack([got.lease])
+    await backend.ack([got.lease])
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.leased) == (0, 0)
+
+
+async def test_topics_lists_published_topics(backend: Backend) -> None:
+    topic, _ = names()
+    await backend.publish(topic, [msg("a")])
+    assert topic in await backend.topics()
+    assert backend.healthy()
