@@ -22,8 +22,10 @@ GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi")
 
 
 def proto_files(repo: Path = REPO) -> list[str]:
-    """Every proto under `protos/`, as sorted paths relative to the repository."""
-    root = repo / PROTO_ROOT
+    """Every proto of the public API (`protos/gateway/`), as sorted repository-relative paths.
+
+    `protos/pulsar/` holds the Pulsar wire subset; `scripts/gen_pulsar_proto.py` builds it."""
+    root = repo / PROTO_ROOT / "gateway"
     return sorted(path.relative_to(repo).as_posix() for path in root.rglob("*.proto"))
 
 

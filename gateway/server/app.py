@@ -43,7 +43,7 @@ def make_backend(config: ServeConfig, clock: Clock) -> Backend:
         from adapters.amqp.backend import RabbitMQBackend
 
         return RabbitMQBackend(config.rabbitmq_url)
-    from adapters.pulsar.backend import PulsarBackend  # type: ignore[import-not-found]
+    from adapters.pulsar.backend import PulsarBackend
 
     backend: Backend = PulsarBackend(config.pulsar_service_url, token=config.pulsar_token)
     return backend
@@ -89,10 +89,11 @@ class GatewayApp:
         await self.engine.start()
         limit = cfg.max_message_bytes + 64 * 1024
         interceptors: list[Any] = [TimingInterceptor(self.metrics)]
+        self.authorizer: Authorizer | None = None
         if cfg.tokens_file:
             principals = load_principals(cfg.tokens_file, [dict(p) for p in cfg.principals])
-            authorizer = Authorizer(principals, self.engine.registry.schemes.values())
-            interceptors.append(AuthInterceptor(authorizer))
+            self.authorizer = Authorizer(principals, self.engine.registry.schemes.values())
+            interceptors.append(AuthInterceptor(self.authorizer))
         interceptors.append(ErrorInterceptor())
         server = grpc.aio.server(
             interceptors=interceptors,
@@ -134,7 +135,9 @@ class GatewayApp:
 
             phost, pport = host_port("pulsar_listen", cfg.pulsar_listen)
             self.pulsar = PulsarFrontEnd(self.engine, phost, pport,
-                                         advertised_url=cfg.pulsar_advertised or None)
+                                         advertised_url=cfg.pulsar_advertised or None,
+                                         max_message_size=cfg.max_message_bytes,
+                                         authorizer=self.authorizer)
             await self.pulsar.start()
         if cfg.admin_listen:
             ahost, aport = host_port("admin_listen", cfg.admin_listen)

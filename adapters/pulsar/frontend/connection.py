@@ -1,0 +1,362 @@
+"""One client connection: handshake, command dispatch, keepalive and cleanup.
+
+Commands are handled in arrival order on the read loop (SEND only queues, so producers never
+hold it up). When the connection ends, every producer stops and every consumer is closed, which
+gives back all deliveries it held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from adapters.pulsar.frontend import replies
+from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
+from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
+from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
+from adapters.pulsar.frontend.producers import ProducerSession
+from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
+from adapters.pulsar.frontend.topics import engine_topic
+from adapters.pulsar.wire import wire_pb2 as pb
+from adapters.pulsar.wire.frames import (
+    MAX_MESSAGE_SIZE,
+    Frame,
+    FrameError,
+    decode_frame,
+    frame_size,
+)
+from gateway.engine.api import SubscriptionSpec
+from gateway.errors import GatewayError
+
+log = structlog.get_logger(__name__)
+
+SERVER_VERSION = "retry-gateway"
+MAX_PROTOCOL_VERSION = 19
+NO_REQUEST = 2**64 - 1
+"""The request id of an ERROR that answers no request (a refused CONNECT)."""
+POLICY = "pulsar-nack"
+POLICY_OPTIONS = {"nack_delay_ms": "0"}
+"""The client waits its own negative-ack delay before it asks for a redelivery, and tracks its
+own ack timeout; so the engine redelivers at once and sets no deadline of its own."""
+Cmd = pb.BaseCommand
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What all connections of one front end share."""
+
+    engine: EnginePort
+    service_url: str
+    ids: IdAllocator
+    dedup: DedupRegistry
+    subscriptions: SubscriptionRegistry
+    keepalive_s: float
+    max_message_size: int = MAX_MESSAGE_SIZE
+    """Announced in CONNECTED; the client refuses larger messages itself."""
+    authorizer: AuthorizerPort | None = None
+    """When set, CONNECT must carry a valid token and topics are checked per principal."""
+    connection_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+
+class Connection:
+    """Serves one client connection until either side closes it."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, shared: Shared
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._shared = shared
+        self.id = next(shared.connection_ids)
+        self._producers: dict[int, ProducerSession] = {}
+        self._consumers: dict[int, ConsumerSession] = {}
+        self._received = asyncio.get_running_loop().time()
+        self._closed = False
+        self._topics: dict[int, tuple[str, str]] = {}
+        self._principal: Any = None
+
+    def write(self, data: bytes) -> None:
+        """Queue bytes for the client (dropped once the connection is closing)."""
+        if not self._closed and not self._writer.is_closing():
+            self._writer.write(data)
+
+    async def drain(self) -> None:
+        """Wait until the socket buffer has room again."""
+        if self._writer.is_closing():
+            raise ConnectionError("connection closed")
+        await self._writer.drain()
+
+    def close(self) -> None:
+        """Close the socket; `serve` then cleans up."""
+        self._closed = True
+        self._writer.close()
+
+    async def serve(self) -> None:
+        """Run the connection to its end and release everything it held."""
+        keepalive = asyncio.create_task(self._keepalive())
+        try:
+            first = await self._read()
+            if not first.command.HasField("type") or first.command.type != Cmd.CONNECT:
+                log.info("pulsar connection did not start with CONNECT", type=first.command.type)
+                return
+            if not self._connected(first.command.connect):
+                return
+            while not self._closed:
+                await self._dispatch(await self._read())
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except FrameError as exc:
+            log.info("pulsar frame rejected", connection=self.id, error=str(exc))
+        except Exception:
+            log.exception("pulsar connection failed", connection=self.id)
+        finally:
+            keepalive.cancel()
+            await self._cleanup()
+
+    async def _read(self) -> Frame:
+        size = frame_size(await self._reader.readexactly(4))
+        frame = decode_frame(await self._reader.readexactly(size))
+        self._received = asyncio.get_running_loop().time()
+        return frame
+
+    async def _keepalive(self) -> None:
+        interval = self._shared.keepalive_s
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            if loop.time() - self._received > 2 * interval:
+                log.info("pulsar connection idle, closing", connection=self.id)
+                self.close()
+                return
+            self.write(replies.ping())
+
+    async def _cleanup(self) -> None:
+        self._closed = True
+        for producer in self._producers.values():
+            await producer.close()
+        for session in list(self._consumers.values()):
+            await self._drop_consumer(session)
+        self._producers.clear()
+        self._consumers.clear()
+        self._writer.close()
+        with contextlib.suppress(Exception):
+            await self._writer.wait_closed()
+
+    def _connected(self, connect: pb.CommandConnect) -> bool:
+        """Answer CONNECT; False (after an ERROR) when the client may not connect."""
+        authorizer = self._shared.authorizer
+        if authorizer is not None:
+            token = connect.auth_data.decode(errors="replace") if connect.auth_data else None
+            try:
+                self._principal = authorizer.authenticate(token)
+            except GatewayError as exc:
+                self.write(replies.error(NO_REQUEST, replies.server_error(exc), exc.message))
+                log.info("pulsar client not authenticated", connection=self.id)
+                return False
+        version = min(connect.protocol_version, MAX_PROTOCOL_VERSION)
+        self.write(replies.connected(SERVER_VERSION, version, self._shared.max_message_size))
+        return True
+
+    def _check(self, topic: str, group: str | None) -> None:
+        """Raise PermissionDenied unless the connection's principal may use the topic."""
+        authorizer = self._shared.authorizer
+        if authorizer is None:
+            return
+        if group is None:
+            authorizer.check_publish(self._principal, topic)
+        else:
+            authorizer.check_consume(self._principal, topic, group)
+
+    async def _dispatch(self, frame: Frame) -> None:
+        cmd = frame.command
+        kind = cmd.type if cmd.HasField("type") else 0
+        if kind == Cmd.PING:
+            self.write(replies.pong())
+        elif kind == Cmd.PONG:
+            pass
+        elif kind == Cmd.SEND:
+            self._send(frame)
+        elif kind == Cmd.FLOW:
+            session = self._consumers.get(cmd.flow.consumer_id)
+            if session is not None:
+                session.flow(cmd.flow.messagePermits)
+        elif kind == Cmd.ACK:
+            await self._ack(cmd.ack)
+        elif kind == Cmd.REDELIVER_UNACKNOWLEDGED_MESSAGES:
+            session = self._consumers.get(cmd.redeliverUnacknowledgedMessages.consumer_id)
+            if session is not None:
+                await session.redeliver(cmd.redeliverUnacknowledgedMessages)
+        elif kind == Cmd.PARTITIONED_METADATA:
+            self._partitions(cmd.partitionMetadata)
+        elif kind == Cmd.LOOKUP:
+            self._lookup(cmd.lookupTopic)
+        elif kind == Cmd.PRODUCER:
+            self._producer(cmd.producer)
+        elif kind == Cmd.SUBSCRIBE:
+            await self._subscribe(cmd.subscribe)
+        elif kind == Cmd.CLOSE_PRODUCER:
+            await self._close_producer(cmd.close_producer)
+        elif kind == Cmd.CLOSE_CONSUMER:
+            await self._close_consumer(
+                cmd.close_consumer.consumer_id, cmd.close_consumer.request_id
+            )
+        elif kind == Cmd.UNSUBSCRIBE:
+            await self._close_consumer(cmd.unsubscribe.consumer_id, cmd.unsubscribe.request_id)
+        else:
+            self._other(cmd)
+
+    def _other(self, cmd: pb.BaseCommand) -> None:
+        kind = cmd.type
+        if kind == Cmd.GET_LAST_MESSAGE_ID:
+            request = cmd.getLastMessageId
+            session = self._consumers.get(request.consumer_id)
+            entry = session.last_entry() if session is not None else -1
+            ledger = self._shared.ids.ledger_id
+            self.write(replies.last_message_id(request.request_id, ledger, max(entry, 0)))
+        elif kind == Cmd.GET_SCHEMA:
+            self.write(replies.schema_not_found(cmd.getSchema.request_id, cmd.getSchema.topic))
+        elif kind == Cmd.GET_OR_CREATE_SCHEMA:
+            self.write(replies.schema_version(cmd.getOrCreateSchema.request_id))
+        elif kind == Cmd.SEEK:
+            self.write(
+                replies.error(cmd.seek.request_id, pb.NotAllowedError, "seek is not supported")
+            )
+        else:
+            log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
+
+    def _partitions(self, request: pb.CommandPartitionedTopicMetadata) -> None:
+        try:
+            engine_topic(request.topic)
+        except GatewayError as exc:
+            code = replies.server_error(exc)
+            self.write(replies.partitions_failed(request.request_id, code, exc.message))
+            return
+        self.write(replies.partitions(request.request_id, 0))
+
+    def _lookup(self, request: pb.CommandLookupTopic) -> None:
+        try:
+            engine_topic(request.topic)
+        except GatewayError as exc:
+            code = replies.server_error(exc)
+            self.write(replies.lookup_failed(request.request_id, code, exc.message))
+            return
+        self.write(replies.lookup(request.request_id, self._shared.service_url))
+
+    def _producer(self, request: pb.CommandProducer) -> None:
+        existing = self._producers.get(request.producer_id)
+        if existing is not None:
+            last = self._shared.dedup.last(existing.name)
+            self.write(replies.producer_success(request.request_id, existing.name, last))
+            return
+        try:
+            topic = engine_topic(request.topic)
+            self._check(topic, None)
+        except GatewayError as exc:
+            code = replies.server_error(exc)
+            self.write(replies.error(request.request_id, code, exc.message))
+            return
+        name = request.producer_name or f"gateway-{uuid.uuid4().hex[:12]}"
+        self._producers[request.producer_id] = ProducerSession(
+            producer_id=request.producer_id,
+            topic=topic,
+            name=name,
+            engine=self._shared.engine,
+            write=self.write,
+            ids=self._shared.ids,
+            dedup=self._shared.dedup,
+        )
+        last = self._shared.dedup.last(name)
+        self.write(replies.producer_success(request.request_id, name, last))
+
+    def _send(self, frame: Frame) -> None:
+        send = frame.command.send
+        producer = self._producers.get(send.producer_id)
+        if producer is None:
+            self.write(
+                replies.send_error(
+                    send.producer_id, send.sequence_id, pb.NotAllowedError, "unknown producer"
+                )
+            )
+            return
+        producer.submit(frame)
+
+    async def _close_producer(self, request: pb.CommandCloseProducer) -> None:
+        producer = self._producers.pop(request.producer_id, None)
+        if producer is not None:
+            await producer.close()
+        self.write(replies.success(request.request_id))
+
+    async def _subscribe(self, request: pb.CommandSubscribe) -> None:
+        if request.consumer_id in self._consumers:
+            self.write(replies.success(request.request_id))
+            return
+        consumer_type = SUB_TYPES[request.subType]
+        try:
+            topic = engine_topic(request.topic)
+            self._check(topic, request.subscription)
+            self._shared.subscriptions.join(
+                topic, request.subscription, consumer_type, self.key(request.consumer_id)
+            )
+        except GatewayError as exc:
+            self.write(replies.error(request.request_id, replies.server_error(exc), exc.message))
+            return
+        spec = SubscriptionSpec(
+            topic=topic,
+            group=request.subscription,
+            policy=POLICY,
+            options=POLICY_OPTIONS,
+            consumer_type=consumer_type,
+            consumer_id=f"pulsar-{self.id}-{request.consumer_id}",
+        )
+        try:
+            consumer = await self._shared.engine.open_consumer(spec)
+        except Exception as exc:
+            self._shared.subscriptions.leave(
+                topic, request.subscription, self.key(request.consumer_id)
+            )
+            code = replies.server_error(exc)
+            self.write(replies.error(request.request_id, code, replies.error_text(exc)))
+            if code in replies.RETRYABLE:
+                self.close()
+            return
+        self._consumers[request.consumer_id] = ConsumerSession(
+            consumer_id=request.consumer_id,
+            consumer_type=consumer_type,
+            engine=self._shared.engine,
+            consumer=consumer,
+            write=self.write,
+            drain=self.drain,
+            ids=self._shared.ids,
+            epoch=request.consumer_epoch if request.HasField("consumer_epoch") else None,
+        )
+        self._topics[request.consumer_id] = (topic, request.subscription)
+        self.write(replies.success(request.request_id))
+
+    def key(self, consumer_id: int) -> str:
+        """A name for one consumer of this connection, unique within the front end."""
+        return f"{self.id}/{consumer_id}"
+
+    async def _ack(self, request: pb.CommandAck) -> None:
+        session = self._consumers.get(request.consumer_id)
+        problem = None if session is None else await session.ack(request)
+        if request.HasField("request_id"):
+            code, text = problem if problem is not None else (None, "")
+            self.write(replies.ack_response(request.consumer_id, request.request_id, code, text))
+
+    async def _close_consumer(self, consumer_id: int, request_id: int) -> None:
+        session = self._consumers.pop(consumer_id, None)
+        if session is not None:
+            await self._drop_consumer(session)
+        self.write(replies.success(request_id))
+
+    async def _drop_consumer(self, session: ConsumerSession) -> None:
+        topic, subscription = self._topics.pop(session.consumer_id, ("", ""))
+        self._shared.subscriptions.leave(topic, subscription, self.key(session.consumer_id))
+        await session.close()

@@ -1,0 +1,192 @@
+"""One Pulsar consumer on a connection: engine deliveries out as MESSAGE, acks and nacks back.
+
+A message keeps one message id for the life of the session, as on a Pulsar broker, so the
+client's own bookkeeping (duplicate filter for acks still in its grouping window, nack and
+ack-timeout trackers, dead-letter candidates) works on redeliveries; a new message takes the next
+id. The session keeps the id -> delivery map so that ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES
+settle the right receipt. A cumulative ack acknowledges everything up to its id, including a
+message given back earlier and delivered again later (settled at once, never sent). FLOW permits
+become engine credit one for one (deliveries are never batched on the way out).
+
+Redelivery counts follow Pulsar: they rise for Shared and Key_Shared and stay 0 for Exclusive and
+Failover, where the client redelivers everything it holds at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
+
+import structlog
+
+from adapters.pulsar.frontend import replies
+from adapters.pulsar.frontend.ids import IdAllocator
+from adapters.pulsar.frontend.messages import delivery_metadata
+from adapters.pulsar.frontend.ports import ConsumerPort, EnginePort
+from adapters.pulsar.wire import wire_pb2 as pb
+from adapters.pulsar.wire.frames import encode_payload_command
+from gateway.engine.api import ConsumerType, Delivery, SettleAction, Settlement
+from gateway.errors import Unavailable
+
+log = structlog.get_logger(__name__)
+
+SUB_TYPES: dict[int, ConsumerType] = {
+    pb.CommandSubscribe.Exclusive: ConsumerType.EXCLUSIVE,
+    pb.CommandSubscribe.Shared: ConsumerType.SHARED,
+    pb.CommandSubscribe.Failover: ConsumerType.FAILOVER,
+    pb.CommandSubscribe.Key_Shared: ConsumerType.KEY_SHARED,
+}
+COUNTS_REDELIVERIES = frozenset({ConsumerType.SHARED, ConsumerType.KEY_SHARED})
+BATCH = 256
+
+
+class ConsumerSession:
+    """Pumps deliveries of one engine consumer to the client and settles what comes back."""
+
+    def __init__(
+        self,
+        *,
+        consumer_id: int,
+        consumer_type: ConsumerType,
+        engine: EnginePort,
+        consumer: ConsumerPort,
+        write: Callable[[bytes], None],
+        drain: Callable[[], Awaitable[None]],
+        ids: IdAllocator,
+        epoch: int | None = None,
+    ) -> None:
+        self.consumer_id = consumer_id
+        self.consumer_type = consumer_type
+        self._engine = engine
+        self._consumer = consumer
+        self._write = write
+        self._drain = drain
+        self._ids = ids
+        self._epoch = epoch
+        self._held: dict[int, Delivery] = {}
+        self._entries: dict[str, int] = {}
+        """Engine message id -> the entry id it has in this session."""
+        self._acked_upto = -1
+        """Highest entry acknowledged cumulatively."""
+        self._task = asyncio.create_task(self._pump(), name=f"pulsar-consumer-{consumer_id}")
+
+    @property
+    def held(self) -> int:
+        """Deliveries sent and not yet settled."""
+        return len(self._held)
+
+    def flow(self, permits: int) -> None:
+        """The client can take `permits` more messages."""
+        if permits > 0:
+            self._consumer.add_credit(permits)
+
+    async def ack(self, command: pb.CommandAck) -> tuple[int, str] | None:
+        """Settle acknowledged deliveries; returns an error for an ACK_RESPONSE, if any."""
+        wanted = self._mine(command.message_id)
+        if command.ack_type == pb.CommandAck.Cumulative and command.message_id:
+            mark = command.message_id[-1]
+            if mark.ledgerId == self._ids.ledger_id:
+                self._acked_upto = max(self._acked_upto, mark.entryId)
+            wanted = [entry for entry in self._held if entry <= self._acked_upto]
+        return await self._settle(wanted, SettleAction.ACK)
+
+    async def redeliver(self, command: pb.CommandRedeliverUnacknowledgedMessages) -> None:
+        """Give back deliveries the client will not process (nack, ack timeout, queue reset)."""
+        if command.HasField("consumer_epoch"):
+            self._epoch = command.consumer_epoch
+        if command.message_ids and self.consumer_type in COUNTS_REDELIVERIES:
+            wanted = self._mine(command.message_ids)
+        else:
+            wanted = list(self._held)
+        await self._settle(wanted, SettleAction.FAIL)
+
+    def last_entry(self) -> int:
+        """The newest entry id this session sent (-1 when none)."""
+        return max(self._held, default=-1)
+
+    async def close(self) -> None:
+        """Stop delivering and close the engine consumer, which gives back what was held."""
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._held.clear()
+        self._entries.clear()
+        try:
+            await self._consumer.close()
+        except Exception as exc:
+            log.warning("closing engine consumer failed", error=str(exc))
+
+    def _mine(self, ids: Iterable[pb.MessageIdData]) -> list[int]:
+        return [
+            m.entryId for m in ids if m.ledgerId == self._ids.ledger_id and m.entryId in self._held
+        ]
+
+    async def _settle(self, entries: list[int], action: SettleAction) -> tuple[int, str] | None:
+        done = [self._held.pop(entry) for entry in entries if entry in self._held]
+        if action is SettleAction.ACK:
+            for delivery in done:
+                self._entries.pop(delivery.message_id, None)
+        return await self._send_settlements([d.receipt for d in done], action)
+
+    async def _send_settlements(
+        self, receipts: list[str], action: SettleAction
+    ) -> tuple[int, str] | None:
+        if not receipts:
+            return None
+        delay = 0 if action is SettleAction.FAIL else None
+        try:
+            results = await self._engine.settle(
+                [Settlement(receipt=r, action=action, delay_ms=delay) for r in receipts]
+            )
+        except Exception as exc:
+            log.warning("pulsar settle failed", action=action.value, error=str(exc))
+            return replies.server_error(exc), replies.error_text(exc)
+        for result in results:
+            if not result.ok:
+                log.info("pulsar settle refused", receipt=result.receipt, error=result.error)
+        return None
+
+    async def _pump(self) -> None:
+        try:
+            while True:
+                batch = await self._consumer.next_batch(BATCH)
+                frames: list[bytes] = []
+                behind: list[str] = []
+                for delivery in batch:
+                    entry = self._entry(delivery)
+                    if entry <= self._acked_upto:
+                        behind.append(delivery.receipt)
+                        self._entries.pop(delivery.message_id, None)
+                    else:
+                        frames.append(self._message(delivery, entry))
+                self._write(b"".join(frames))
+                if behind:
+                    # Never sent, so the client's permits for them are still unused.
+                    self._consumer.add_credit(len(behind))
+                    await self._send_settlements(behind, SettleAction.ACK)
+                await self._drain()
+        except (Unavailable, ConnectionError):
+            return
+        except Exception as exc:
+            log.error("pulsar delivery pump stopped", error=str(exc), exc_info=True)
+
+    def _entry(self, delivery: Delivery) -> int:
+        entry = self._entries.get(delivery.message_id)
+        if entry is None:
+            entry = self._ids.next_entry()
+            self._entries[delivery.message_id] = entry
+        return entry
+
+    def _message(self, delivery: Delivery, entry: int) -> bytes:
+        self._held[entry] = delivery
+        cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE)
+        msg = cmd.message
+        msg.consumer_id = self.consumer_id
+        msg.message_id.ledgerId = self._ids.ledger_id
+        msg.message_id.entryId = entry
+        if self.consumer_type in COUNTS_REDELIVERIES:
+            msg.redelivery_count = max(delivery.retries, 0)
+        if self._epoch is not None:
+            msg.consumer_epoch = self._epoch
+        return encode_payload_command(cmd, delivery_metadata(delivery), delivery.body)

@@ -1,0 +1,198 @@
+"""Builders for the commands the front end sends, and the one map from gateway errors to Pulsar.
+
+Every reply sets all proto2 required fields: a client drops the connection on a reply that misses
+one.
+"""
+
+from __future__ import annotations
+
+from adapters.pulsar.wire import wire_pb2 as pb
+from adapters.pulsar.wire.frames import encode_command
+from gateway.errors import (
+    AlreadyExists,
+    GatewayError,
+    InvalidArgument,
+    MessageTooLarge,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+
+Cmd = pb.BaseCommand
+
+_ERRORS: tuple[tuple[type[GatewayError], int], ...] = (
+    (Unavailable, pb.ServiceNotReady),
+    (Unauthenticated, pb.AuthenticationError),
+    (PermissionDenied, pb.AuthorizationError),
+    (NotFound, pb.TopicNotFound),
+    (AlreadyExists, pb.ConsumerBusy),
+    (MessageTooLarge, pb.NotAllowedError),
+    (InvalidArgument, pb.NotAllowedError),
+)
+RETRYABLE = frozenset({pb.ServiceNotReady, pb.UnknownError, pb.TooManyRequests})
+"""Errors after which the client retries (it needs the connection closed to do so)."""
+
+
+def server_error(exc: BaseException) -> int:
+    """The Pulsar ServerError for an exception raised by the engine."""
+    for kind, code in _ERRORS:
+        if isinstance(exc, kind):
+            return code
+    return pb.UnknownError
+
+
+def error_text(exc: BaseException) -> str:
+    """A message for an ERROR reply."""
+    return exc.message if isinstance(exc, GatewayError) else f"{type(exc).__name__}: {exc}"
+
+
+def pong() -> bytes:
+    cmd = Cmd(type=Cmd.PONG)
+    cmd.pong.SetInParent()
+    return encode_command(cmd)
+
+
+def ping() -> bytes:
+    cmd = Cmd(type=Cmd.PING)
+    cmd.ping.SetInParent()
+    return encode_command(cmd)
+
+
+def connected(server_version: str, protocol_version: int, max_message_size: int) -> bytes:
+    cmd = Cmd(type=Cmd.CONNECTED)
+    cmd.connected.server_version = server_version
+    cmd.connected.protocol_version = protocol_version
+    cmd.connected.max_message_size = max_message_size
+    return encode_command(cmd)
+
+
+def success(request_id: int) -> bytes:
+    cmd = Cmd(type=Cmd.SUCCESS)
+    cmd.success.request_id = request_id
+    return encode_command(cmd)
+
+
+def error(request_id: int, code: int, message: str) -> bytes:
+    cmd = Cmd(type=Cmd.ERROR)
+    cmd.error.request_id = request_id
+    cmd.error.error = code  # type: ignore[assignment]
+    cmd.error.message = message
+    return encode_command(cmd)
+
+
+def lookup(request_id: int, service_url: str) -> bytes:
+    cmd = Cmd(type=Cmd.LOOKUP_RESPONSE)
+    reply = cmd.lookupTopicResponse
+    reply.request_id = request_id
+    reply.brokerServiceUrl = service_url
+    reply.response = pb.CommandLookupTopicResponse.Connect
+    reply.authoritative = True
+    reply.proxy_through_service_url = False
+    return encode_command(cmd)
+
+
+def lookup_failed(request_id: int, code: int, message: str) -> bytes:
+    cmd = Cmd(type=Cmd.LOOKUP_RESPONSE)
+    reply = cmd.lookupTopicResponse
+    reply.request_id = request_id
+    reply.response = pb.CommandLookupTopicResponse.Failed
+    reply.error = code  # type: ignore[assignment]
+    reply.message = message
+    return encode_command(cmd)
+
+
+def partitions(request_id: int, count: int) -> bytes:
+    cmd = Cmd(type=Cmd.PARTITIONED_METADATA_RESPONSE)
+    reply = cmd.partitionMetadataResponse
+    reply.request_id = request_id
+    reply.partitions = count
+    reply.response = pb.CommandPartitionedTopicMetadataResponse.Success
+    return encode_command(cmd)
+
+
+def partitions_failed(request_id: int, code: int, message: str) -> bytes:
+    cmd = Cmd(type=Cmd.PARTITIONED_METADATA_RESPONSE)
+    reply = cmd.partitionMetadataResponse
+    reply.request_id = request_id
+    reply.response = pb.CommandPartitionedTopicMetadataResponse.Failed
+    reply.error = code  # type: ignore[assignment]
+    reply.message = message
+    return encode_command(cmd)
+
+
+def producer_success(request_id: int, name: str, last_sequence_id: int) -> bytes:
+    cmd = Cmd(type=Cmd.PRODUCER_SUCCESS)
+    reply = cmd.producer_success
+    reply.request_id = request_id
+    reply.producer_name = name
+    reply.last_sequence_id = last_sequence_id
+    reply.producer_ready = True
+    return encode_command(cmd)
+
+
+def send_receipt(
+    producer_id: int, sequence_id: int, highest: int, ledger: int, entry: int
+) -> bytes:
+    cmd = Cmd(type=Cmd.SEND_RECEIPT)
+    reply = cmd.send_receipt
+    reply.producer_id = producer_id
+    reply.sequence_id = sequence_id
+    reply.highest_sequence_id = highest
+    reply.message_id.ledgerId = ledger
+    reply.message_id.entryId = entry
+    return encode_command(cmd)
+
+
+def send_error(producer_id: int, sequence_id: int, code: int, message: str) -> bytes:
+    cmd = Cmd(type=Cmd.SEND_ERROR)
+    reply = cmd.send_error
+    reply.producer_id = producer_id
+    reply.sequence_id = sequence_id
+    reply.error = code  # type: ignore[assignment]
+    reply.message = message
+    return encode_command(cmd)
+
+
+def ack_response(consumer_id: int, request_id: int, code: int | None, message: str) -> bytes:
+    cmd = Cmd(type=Cmd.ACK_RESPONSE)
+    reply = cmd.ackResponse
+    reply.consumer_id = consumer_id
+    reply.request_id = request_id
+    if code is not None:
+        reply.error = code  # type: ignore[assignment]
+        reply.message = message
+    return encode_command(cmd)
+
+
+def last_message_id(request_id: int, ledger: int, entry: int) -> bytes:
+    cmd = Cmd(type=Cmd.GET_LAST_MESSAGE_ID_RESPONSE)
+    reply = cmd.getLastMessageIdResponse
+    reply.request_id = request_id
+    reply.last_message_id.ledgerId = ledger
+    reply.last_message_id.entryId = entry
+    return encode_command(cmd)
+
+
+def schema_not_found(request_id: int, topic: str) -> bytes:
+    cmd = Cmd(type=Cmd.GET_SCHEMA_RESPONSE)
+    reply = cmd.getSchemaResponse
+    reply.request_id = request_id
+    reply.error_code = pb.TopicNotFound
+    reply.error_message = f"no schema stored for {topic}"
+    return encode_command(cmd)
+
+
+def schema_version(request_id: int) -> bytes:
+    cmd = Cmd(type=Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)
+    reply = cmd.getOrCreateSchemaResponse
+    reply.request_id = request_id
+    reply.schema_version = b""
+    return encode_command(cmd)
+
+
+def active_consumer(consumer_id: int, active: bool) -> bytes:
+    cmd = Cmd(type=Cmd.ACTIVE_CONSUMER_CHANGE)
+    cmd.active_consumer_change.consumer_id = consumer_id
+    cmd.active_consumer_change.is_active = active
+    return encode_command(cmd)

@@ -1,0 +1,120 @@
+"""The Pulsar binary-protocol listener: accepts client connections and serves them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+
+from adapters.pulsar.frontend.connection import Connection, Shared
+from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
+from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
+from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
+from adapters.pulsar.wire.frames import MAX_MESSAGE_SIZE
+from gateway.errors import InvalidArgument
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 6650
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """Split a `HOST:PORT` listen address (`--pulsar-listen`)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument("pulsar_listen", text, "HOST:PORT with a port in 0..65535")
+    return host.strip("[]") or DEFAULT_HOST, int(port)
+
+
+class PulsarFrontEnd:
+    """Lets unmodified Pulsar clients publish and consume through the engine.
+
+    Lookups and partitioned-metadata requests point back at this listener (`advertised_url`, by
+    default `pulsar://HOST:PORT` of the bound socket) with no partitions. `max_message_size` is
+    announced to clients, which then refuse larger messages themselves: set it to the engine's
+    limit when that is lower than Pulsar's 5 MiB (a message the engine refuses is answered with
+    SEND_ERROR, and the client resends it until its send timeout). With an `authorizer`, clients
+    must connect with a token (`pulsar.AuthenticationToken`) and may only produce to and consume
+    from what its principal allows.
+    """
+
+    def __init__(
+        self,
+        engine: EnginePort,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+        *,
+        advertised_url: str | None = None,
+        keepalive_s: float = 30.0,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        authorizer: AuthorizerPort | None = None,
+    ) -> None:
+        self._engine = engine
+        self._host = host
+        self._requested_port = port
+        self._advertised_url = advertised_url
+        self._keepalive_s = keepalive_s
+        if not 1024 <= max_message_size <= MAX_MESSAGE_SIZE:
+            raise InvalidArgument("max_message_size", max_message_size, f"1024..{MAX_MESSAGE_SIZE}")
+        self._max_message_size = max_message_size
+        self._authorizer = authorizer
+        self._server: asyncio.Server | None = None
+        self._connections: dict[Connection, asyncio.Task[None]] = {}
+        self._ids = IdAllocator()
+        self._dedup = DedupRegistry()
+        self._subscriptions = SubscriptionRegistry()
+        self._shared: Shared | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (after `start`)."""
+        if self._server is None or not self._server.sockets:
+            raise RuntimeError("the Pulsar front end is not started")
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def service_url(self) -> str:
+        """The URL clients are pointed at by lookups."""
+        return self._advertised_url or f"pulsar://{self._host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind and start accepting connections."""
+        self._server = await asyncio.start_server(self._accept, self._host, self._requested_port)
+        self._shared = Shared(
+            engine=self._engine,
+            service_url=self.service_url,
+            ids=self._ids,
+            dedup=self._dedup,
+            subscriptions=self._subscriptions,
+            keepalive_s=self._keepalive_s,
+            max_message_size=self._max_message_size,
+            authorizer=self._authorizer,
+        )
+        log.info("pulsar front end listening", url=self.service_url)
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection and wait for their cleanup."""
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        tasks = list(self._connections.values())
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        assert self._shared is not None
+        connection = Connection(reader, writer, self._shared)
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[connection] = task
+        try:
+            await connection.serve()
+        finally:
+            self._connections.pop(connection, None)

@@ -1,0 +1,46 @@
+"""Who is attached to which subscription, to enforce Pulsar's subscription types.
+
+An Exclusive subscription takes one consumer; every subscription keeps the type its first consumer
+chose while it has consumers. A conflicting subscribe is refused with ConsumerBusy.
+"""
+
+from __future__ import annotations
+
+from gateway.engine.api import ConsumerType
+from gateway.errors import AlreadyExists
+
+
+class SubscriptionRegistry:
+    """Consumers attached per (topic, subscription), across all connections of a front end."""
+
+    def __init__(self) -> None:
+        self._members: dict[tuple[str, str], tuple[ConsumerType, set[str]]] = {}
+
+    def join(self, topic: str, subscription: str, kind: ConsumerType, member: str) -> None:
+        """Attach `member`; raises AlreadyExists when the subscription's type forbids it."""
+        current = self._members.get((topic, subscription))
+        if current is None or not current[1]:
+            self._members[(topic, subscription)] = (kind, {member})
+            return
+        held_kind, members = current
+        if held_kind is not kind:
+            raise AlreadyExists(
+                f"subscription {subscription!r} on {topic!r} is {held_kind.value}, not {kind.value}"
+            )
+        if kind is ConsumerType.EXCLUSIVE:
+            raise AlreadyExists(f"exclusive subscription {subscription!r} on {topic!r} is in use")
+        members.add(member)
+
+    def leave(self, topic: str, subscription: str, member: str) -> None:
+        """Detach `member` (no-op when it is not attached)."""
+        current = self._members.get((topic, subscription))
+        if current is None:
+            return
+        current[1].discard(member)
+        if not current[1]:
+            del self._members[(topic, subscription)]
+
+    def count(self, topic: str, subscription: str) -> int:
+        """Consumers attached to the subscription."""
+        current = self._members.get((topic, subscription))
+        return 0 if current is None else len(current[1])
