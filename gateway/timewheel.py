@@ -5,7 +5,7 @@ and gets back the keys that are due; `gateway.engine.timers.TimerService` drives
 
 Layout. Deadlines are bucketed by tick (`deadline_ms // tick_ms`) into three levels:
 
-* level 0 holds ticks below the near horizon ``H0`` (about 16 s ahead): one bucket per tick;
+* level 0 holds ticks below the near horizon ``H0`` (about 65 s ahead): one bucket per tick;
 * level 1 holds ticks in ``[H0, H1)`` (up to about 70 min ahead): one bucket per 1024 ticks;
 * level 2 holds everything from ``H1`` on, however far: one bucket per 2**20 ticks.
 
@@ -29,7 +29,7 @@ from collections import deque
 _KEY_LIMIT = 1 << 62
 _SHIFTS = (0, 10, 20)
 """log2 of the bucket width in ticks, per level."""
-_REACH = (1 << 14, 1 << 22)
+_REACH = (1 << 16, 1 << 22)
 """How far (in ticks) past the current tick levels 0 and 1 reach, before alignment."""
 _COMPACT_SLACK = 1 << 16
 _MOVE_BUDGET = 2048
@@ -185,16 +185,18 @@ class TimerWheel:
         self._next_valid = False
         heap = self._heaps[0]
         near = self._buckets[0]
-        get = deadlines.get
+        pop = deadlines.pop
         while heap and heap[0] <= target:
             t = heapq.heappop(heap)
             bucket = near.pop(t)
             self._stored -= len(bucket)
             if tick == 1:
                 for key in bucket:
-                    if get(key) == t:
-                        del deadlines[key]
+                    d = pop(key, None)
+                    if d == t:
                         fired.append(key)
+                    elif d is not None:  # stale entry: the key now lives elsewhere
+                        deadlines[key] = d
                 continue
             rest = self._fire_coarse(t, bucket, now_ms, fired)
             if rest:  # the current tick is only partly over: keep what is not due yet
@@ -239,7 +241,10 @@ class TimerWheel:
         self._next_valid = False
 
     def _place(self, t: int, key: int) -> None:
-        """Put `key` (due at tick `t`, later than now) into the bucket its level gives it."""
+        """Put `key` (due at tick `t`, later than now) into the bucket its level gives it.
+
+        `schedule` and `_split` carry the same few lines inline: they are the hot paths.
+        """
         bounds = self._bounds
         level = 0 if t < bounds[0] else 1 if t < bounds[1] else 2
         number = t >> _SHIFTS[level]
@@ -277,6 +282,7 @@ class TimerWheel:
         )
 
     def _first_moving_tick(self) -> int:
+        """The earliest tick any bucket still being split can hold."""
         return min(move.first_tick for move in self._moves)
 
     def _finish_moves(self, upto_tick: int | None) -> None:
@@ -299,16 +305,30 @@ class TimerWheel:
 
     def _split(self, move: _Move, end: int) -> None:
         """Re-place the live entries of `move` from its position up to `end`."""
-        deadlines = self._deadline
+        get = self._deadline.get
         tick = self._tick
         shift = move.shift
         number = move.number
+        bounds = self._bounds
+        all_buckets = self._buckets
+        heaps = self._heaps
         placed = 0
         for key in move.bucket[move.pos : end]:
-            d = deadlines.get(key)
-            if d is not None and (d // tick) >> shift == number:
-                self._place(d // tick, key)
-                placed += 1
+            d = get(key)
+            if d is None:
+                continue
+            t = d // tick
+            if t >> shift != number:
+                continue
+            level = 0 if t < bounds[0] else 1 if t < bounds[1] else 2
+            sub = t >> _SHIFTS[level]
+            buckets = all_buckets[level]
+            bucket = buckets.get(sub)
+            if bucket is None:
+                bucket = buckets[sub] = array("q")
+                heapq.heappush(heaps[level], sub)
+            bucket.append(key)
+            placed += 1
         self._stored += placed - (end - move.pos)
         move.pos = end
 

@@ -12,12 +12,21 @@ from gateway.errors import GatewayError
 def main(argv: Sequence[str] | None = None) -> int:
     from gateway.cli import plan_cmd, serve_cmd
 
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["report"]:
+        from gateway.telemetry import report
+
+        return int(report.main(args_list[1:]) or 0)
+    if args_list[:1] == ["export"]:
+        from gateway.telemetry import export
+
+        return int(export.main(args_list[1:]) or 0)
     parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     plan_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)
     _add_report(sub)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_list)
     try:
         code: int = args.run(args)
     except GatewayError as exc:
@@ -27,17 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    report = sub.add_parser(
-        "report", help="write an HTML report with charts from the telemetry lake", add_help=False
-    )
-    report.add_argument("rest", nargs=argparse.REMAINDER)
-
-    def run(args: argparse.Namespace) -> int:
-        from gateway.telemetry import report as report_module
-
-        return int(report_module.main(list(args.rest)) or 0)
-
-    report.set_defaults(run=run)
+    """Listed for --help; `main` hands their arguments to the telemetry modules untouched."""
+    sub.add_parser("report", help="write an HTML report with PNG charts from the telemetry lake "
+                   "(gateway report --table DIR --out DIR)")
+    sub.add_parser("export", help="stream the telemetry spool into the lake with PySpark "
+                   "(gateway export --spool DIR --table DIR --checkpoint DIR)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from gateway.server.config import ServeConfig, load
 
 FLAGS = ("listen", "data_dir", "backend", "pulsar_listen", "rabbitmq_url", "pulsar_service_url",
          "grace_s", "time_scale", "max_message_bytes", "log_level", "admin_listen", "tokens_file",
-         "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated")
+         "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="Prometheus metrics on HOST:PORT (/metrics)")
     p.add_argument("--tokens-file", dest="tokens_file",
                    help="bearer tokens and permissions (TOML); turns authentication on")
+    p.add_argument("--telemetry", action="store_const", const=True,
+                   help="spool every retry transition to DATA_DIR/telemetry for `gateway export`")
     p.add_argument("--tls-cert", dest="tls_cert")
     p.add_argument("--tls-key", dest="tls_key")
     p.add_argument("--tls-client-ca", dest="tls_client_ca",

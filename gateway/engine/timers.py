@@ -64,7 +64,7 @@ class TimerService:
         """Fire `key` at `deadline_ms` (replacing an earlier schedule of the same key)."""
         self._wheel.schedule(deadline_ms, key)
         armed = self._armed_for
-        if self._loop is not None and not self._firing and (armed is None or deadline_ms < armed):
+        if (armed is None or deadline_ms < armed) and self._loop is not None and not self._firing:
             self._arm()
 
     def cancel(self, key: int) -> bool:
@@ -135,6 +135,7 @@ class TimerService:
         self._armed_for = deadline
 
     def _disarm(self) -> None:
+        """Cancel the loop handle, if one is armed."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

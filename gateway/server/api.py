@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
@@ -21,6 +22,8 @@ MAX_BATCH = 10_000
 class GatewayService(gateway_pb2_grpc.GatewayServicer):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._settling: set[asyncio.Future[None]] = set()
+        """Settle batches under way (kept referenced until done)."""
 
     async def Publish(self, request: gateway_pb2.PublishRequest, context: Ctx) -> Any:
         if not request.messages:
@@ -96,7 +99,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None],
     ) -> None:
         """Apply credit at once; settle batches run concurrently (so the store commits many in
-        one transaction) while their answers go out in the order the batches came in."""
+        one transaction) while their answers go out in the order the batches came in.
+
+        A settle batch already read is carried out even if the stream ends meanwhile."""
         previous: asyncio.Future[None] | None = None
         try:
             async for req in requests:
@@ -106,11 +111,11 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 elif kind == "settle":
                     previous = asyncio.ensure_future(
                         self._settle_batch(req.settle, outbox, previous))
+                    self._settling.add(previous)
+                    previous.add_done_callback(self._settling.discard)
             if previous is not None:
-                await previous
+                await asyncio.shield(previous)
         finally:
-            if previous is not None and not previous.done():
-                previous.cancel()
             await outbox.put(None)
 
     async def _settle_batch(
@@ -127,10 +132,15 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             except InvalidArgument as exc:
                 results.append(gateway_pb2.SettleResult(
                     receipt=s.receipt, ok=False, error_code=exc.code, error=exc.message))
-        done = await self.engine.settle(items)
+        try:
+            done = await self.engine.settle(items)
+        except Exception:
+            outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
+            raise
         results.extend(convert.result(r) for r in done)
         if previous is not None:
-            await previous
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await previous
         outbox.put_nowait(gateway_pb2.ConsumeResponse(
             results=gateway_pb2.SettleResults(results=results)))
 

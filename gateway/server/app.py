@@ -74,8 +74,14 @@ class GatewayApp:
         from gateway.server.metrics import Metrics
 
         self.metrics = Metrics()
-        self.engine = Engine(self.backend, builtin_registry(), self.clock, engine_config,
-                             [*observers, self.metrics])
+        hooks: list[Observer] = [*observers, self.metrics]
+        self.spool: Any = None
+        if config.telemetry:
+            from gateway.telemetry.spool import Spool
+
+            self.spool = Spool(Path(config.data_dir) / "telemetry", gateway_id=config.gateway_id)
+            hooks.append(self.spool)
+        self.engine = Engine(self.backend, builtin_registry(), self.clock, engine_config, hooks)
         self.metrics_port = 0
         self.extra_services = list(extra_services)
         self.server: grpc.aio.Server | None = None
@@ -211,6 +217,8 @@ class GatewayApp:
         await self.server.stop(min(grace, 1.0))
         await self.engine.close()
         self.metrics.close()
+        if self.spool is not None:
+            self.spool.close()
         log.info("gateway stopped")
 
 

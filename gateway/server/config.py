@@ -88,7 +88,7 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
-               "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry"},
+               "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry", "admin_listen"},
     "store": {"backend", "data_dir"},
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},

@@ -93,22 +93,29 @@ def settlement(msg: pb.Settlement, index: int) -> Settlement:
 
 
 def delivery(d: Delivery) -> pb.Delivery:
-    return pb.Delivery(
+    msg = pb.Delivery(
         receipt=d.receipt,
         message_id=d.message_id,
         topic=d.topic,
         original_topic=d.original_topic,
         body=d.body,
-        properties=dict(d.properties),
-        key=d.key,
-        tag=d.tag,
         attempt=d.attempt,
-        retries=d.retries,
         deadline_ms=d.deadline_ms,
         publish_ms=d.publish_ms,
-        deliver_at_ms=d.deliver_at_ms,
         group=d.group,
     )
+    # Fields at their proto3 default are left unset (same message, less work per delivery).
+    if d.properties:
+        msg.properties.update(d.properties)
+    if d.key:
+        msg.key = d.key
+    if d.tag:
+        msg.tag = d.tag
+    if d.retries:
+        msg.retries = d.retries
+    if d.deliver_at_ms:
+        msg.deliver_at_ms = d.deliver_at_ms
+    return msg
 
 
 def result(r: SettleResult) -> pb.SettleResult:

@@ -1,0 +1,312 @@
+"""End-to-end throughput of the gateway over gRPC: `python -m bench.gateway`.
+
+Starts `gateway serve` (embedded store, fsync on) as a separate process, then publishes N
+messages of `--size` bytes in batches of `--batch` from `--publishers` concurrent publishers
+while one push consumer (policy rocketmq) consumes and acks them. Each message carries its
+publish-call start time in a property, so the consumer measures end-to-end latency.
+
+Prints msgs/s end to end, p50/p99 latency, the gateway process's CPU seconds and peak RSS, and
+the same payloads through a peer: a trivial gRPC echo server (its own process) streamed with
+100 messages per frame, with the ratio gateway / peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pathlib
+import re
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+
+from gateway.client import GatewayClient
+from gateway.v1 import gateway_pb2
+
+SENT = "bench-sent-ns"
+LISTENING = re.compile(r"listening on (\S+):(\d+)")
+ECHO_METHOD = "/bench.Echo/Stream"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_DRAINS: set[asyncio.Task[None]] = set()
+
+
+@dataclass
+class ProcStats:
+    """CPU seconds (user + system) and peak resident memory of one process."""
+
+    cpu_s: float
+    hwm_kib: int
+
+
+def proc_stats(pid: int) -> ProcStats:
+    """Read /proc/<pid>/stat (utime, stime) and /proc/<pid>/status (VmHWM)."""
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    hwm = 0
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1])
+    return ProcStats(cpu, hwm)
+
+
+async def start_process(args: list[str]) -> tuple[asyncio.subprocess.Process, str]:
+    """Start a server process and wait for its "listening on HOST:PORT" line on stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *args, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    while True:
+        raw = await asyncio.wait_for(proc.stderr.readline(), 30)
+        if not raw:
+            raise RuntimeError("server exited before listening:\n" + "".join(lines))
+        line = raw.decode(errors="replace")
+        lines.append(line)
+        found = LISTENING.search(line)
+        if found:
+            break
+    drain = asyncio.ensure_future(_drain(proc.stderr))
+    _DRAINS.add(drain)
+    drain.add_done_callback(_DRAINS.discard)
+    return proc, f"{found.group(1)}:{found.group(2)}"
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass
+
+
+async def stop_process(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 15)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def start_profiler(out: str, pid: int) -> asyncio.subprocess.Process | None:
+    """With --profile: sample the gateway with py-spy (collapsed stacks) during the run."""
+    if not out:
+        return None
+    spy = await asyncio.create_subprocess_exec(
+        "py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", out,
+        "--rate", "200", "--nonblocking", *(["--idle"] if os.environ.get("SPY_IDLE") else []),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    await asyncio.sleep(1.0)
+    return spy
+
+
+async def stop_profiler(spy: asyncio.subprocess.Process | None) -> None:
+    if spy is not None and spy.returncode is None:
+        spy.send_signal(2)
+        await asyncio.wait_for(spy.wait(), 30)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+# ----------------------------------------------------------------------------- the gateway run
+async def publish_all(client: GatewayClient, topic: str, args: argparse.Namespace) -> None:
+    body = os.urandom(args.size)
+    sizes = [min(args.batch, args.messages - start) for start in range(0, args.messages,
+                                                                         args.batch)]
+    sizes.reverse()
+
+    async def publisher() -> None:
+        while sizes:
+            count = sizes.pop()
+            sent = str(time.time_ns())
+            messages = [gateway_pb2.Message(body=body, properties={SENT: sent})
+                        for _ in range(count)]
+            await client.publish(topic, messages)
+
+    await asyncio.gather(*(publisher() for _ in range(args.publishers)))
+
+
+async def consume_all(
+    client: GatewayClient, topic: str, args: argparse.Namespace, subscribed: asyncio.Event,
+    latencies: list[float],
+) -> None:
+    async with client.consume(topic, "bench-group", policy="rocketmq",
+                              prefetch=args.prefetch) as stream:
+        if args.settle_batch:
+            stream.settle_batch = args.settle_batch
+        subscribed.set()
+        pending: list[asyncio.Future[gateway_pb2.SettleResult]] = []
+        got = 0
+        async for msg in stream:
+            now = time.time_ns()
+            latencies.append((now - int(msg.delivery.properties.get(SENT) or now)) / 1e6)
+            pending.append(msg.ack_later())
+            got += 1
+            if got >= args.messages:
+                break
+        results = await asyncio.gather(*pending)
+        failed = sum(1 for r in results if not r.ok)
+        if failed:
+            raise RuntimeError(f"{failed} acks failed")
+
+
+async def run_gateway(args: argparse.Namespace) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(dir=args.dir) as data_dir:
+        serve = ["serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0",
+                 "--log-level", "warning"]
+        if args.switch_interval:
+            # The same CLI with the interpreter's GIL switch interval changed first.
+            code = (f"import sys; sys.setswitchinterval({args.switch_interval}); "
+                    f"from gateway.cli import main; sys.argv = ['gateway', *{serve!r}]; "
+                    "raise SystemExit(main())")
+            command = [sys.executable, "-c", code]
+        else:
+            command = [sys.executable, "-m", "gateway.cli", *serve]
+        proc, target = await start_process(command)
+        try:
+            async with GatewayClient(target) as client:
+                topic = "bench"
+                # Warm-up: create the topic and group, load code paths.
+                await client.publish(topic, [b"warm"])
+                async with client.consume(topic, "bench-group", policy="rocketmq") as stream:
+                    first = await stream.next(10.0)
+                    assert first is not None
+                    await first.ack()
+                spy = await start_profiler(args.profile, proc.pid)
+                before = proc_stats(proc.pid)
+                own_before = proc_stats(os.getpid())
+                latencies: list[float] = []
+                subscribed = asyncio.Event()
+                consumer = asyncio.ensure_future(
+                    consume_all(client, topic, args, subscribed, latencies))
+                await subscribed.wait()
+                started = time.perf_counter()
+                await publish_all(client, topic, args)
+                published = time.perf_counter() - started
+                await consumer
+                elapsed = time.perf_counter() - started
+                after = proc_stats(proc.pid)
+                own_after = proc_stats(os.getpid())
+                await stop_profiler(spy)
+        finally:
+            await stop_process(proc)
+    latencies.sort()
+    return {
+        "rate": args.messages / elapsed,
+        "publish_rate": args.messages / published,
+        "elapsed": elapsed,
+        "p50": percentile(latencies, 0.50),
+        "p99": percentile(latencies, 0.99),
+        "cpu": after.cpu_s - before.cpu_s,
+        "hwm": after.hwm_kib / 1024,
+        "client_cpu": own_after.cpu_s - own_before.cpu_s,
+    }
+
+
+# -------------------------------------------------------------------------------- the peer run
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+async def _echo(requests: AsyncIterator[bytes], context: object) -> AsyncIterator[bytes]:
+    async for frame in requests:
+        yield frame
+
+
+async def serve_echo() -> None:
+    """The peer's server: a bidirectional stream that returns every frame it receives."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
+                                      ("grpc.max_send_message_length", 64 << 20)])
+    handler = grpc.stream_stream_rpc_method_handler(
+        _echo, request_deserializer=_identity, response_serializer=_identity)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("bench.Echo", {"Stream": handler}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"echo listening on 127.0.0.1:{port}", file=sys.stderr, flush=True)
+    await server.wait_for_termination()
+
+
+async def run_peer(args: argparse.Namespace) -> dict[str, float]:
+    proc, target = await start_process([sys.executable, "-m", "bench.gateway", "--echo-server"])
+    per_frame = 100
+    body = os.urandom(args.size)
+    frames = (args.messages + per_frame - 1) // per_frame
+    try:
+        async with grpc.aio.insecure_channel(target) as channel:
+            call = channel.stream_stream(
+                ECHO_METHOD,
+                request_serializer=gateway_pb2.DeliveryBatch.SerializeToString,
+                response_deserializer=gateway_pb2.DeliveryBatch.FromString,
+            )
+
+            async def requests() -> AsyncIterator[gateway_pb2.DeliveryBatch]:
+                for _ in range(frames):
+                    sent = str(time.time_ns())
+                    yield gateway_pb2.DeliveryBatch(deliveries=[
+                        gateway_pb2.Delivery(body=body, properties={SENT: sent})
+                        for _ in range(per_frame)])
+
+            before = proc_stats(proc.pid)
+            started = time.perf_counter()
+            received = 0
+            async for batch in call(requests()):
+                received += len(batch.deliveries)
+            elapsed = time.perf_counter() - started
+            after = proc_stats(proc.pid)
+    finally:
+        await stop_process(proc)
+    return {"rate": received / elapsed, "cpu": after.cpu_s - before.cpu_s}
+
+
+async def run(args: argparse.Namespace) -> None:
+    gw = await run_gateway(args)
+    peer = await run_peer(args)
+    print(f"gateway: {args.messages} x {args.size} B, publish batches of {args.batch}, "
+          f"{args.publishers} publishers, prefetch {args.prefetch}, fsync on")
+    print(f"  end to end     {gw['rate']:>10,.0f} msgs/s  ({gw['elapsed']:.2f} s; publish side "
+          f"{gw['publish_rate']:,.0f} msgs/s)")
+    print(f"  latency        p50 {gw['p50']:.1f} ms  p99 {gw['p99']:.1f} ms")
+    print(f"  gateway CPU    {gw['cpu']:.2f} s  ({gw['cpu'] / gw['elapsed'] * 100:.0f}% of one "
+          f"core; {gw['cpu'] * 1e6 / args.messages:.0f} us/msg)")
+    print(f"  client CPU     {gw['client_cpu']:.2f} s (this process: publishers and consumer)")
+    print(f"  gateway RSS    peak {gw['hwm']:.0f} MiB (VmHWM)")
+    print(f"peer: plain gRPC echo stream, 100 msgs/frame: {peer['rate']:,.0f} msgs/s "
+          f"(server CPU {peer['cpu']:.2f} s)")
+    print(f"ratio gateway/peer: {gw['rate'] / peer['rate']:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--publishers", type=int, default=4)
+    parser.add_argument("--prefetch", type=int, default=1000)
+    parser.add_argument("--dir", default=None, help="where to put the store (default: tmp)")
+    parser.add_argument("--settle-batch", type=int, default=0,
+                        help="acks sent per settle frame (default: the client's choice)")
+    parser.add_argument("--switch-interval", type=float, default=0.0,
+                        help="run the gateway with this sys.setswitchinterval (seconds)")
+    parser.add_argument("--profile", default="",
+                        help="write py-spy collapsed stacks of the gateway to this file")
+    parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.echo_server:
+        asyncio.run(serve_echo())
+    else:
+        asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()

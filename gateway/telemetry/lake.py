@@ -1,0 +1,89 @@
+"""Read the telemetry lake back without Spark: a Delta table or a Spark Parquet sink directory.
+
+A Delta table is read through `deltalake` (only committed files). A Parquet directory written by
+Spark's file sink is read through its `_spark_metadata` log, so files of a batch that a crash left
+half-written are never read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from gateway.telemetry.events import PARTITION_COLUMNS, arrow_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+
+def rows_to_arrow(rows: Iterable[Mapping[str, Any]]) -> pa.Table:
+    """Lake rows as an Arrow table; `event_date` is derived from `ts_ms` (UTC) when missing."""
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    schema = arrow_schema()
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        full = dict(row)
+        if full.get("event_date") is None:
+            full["event_date"] = datetime.fromtimestamp(full["ts_ms"] / 1000, UTC).date()
+        out.append(full)
+    return pa.Table.from_pylist(out, schema=schema)
+
+
+def lake_format(table: str | os.PathLike[str]) -> str:
+    """`delta` or `parquet`, from what the directory holds; raises FileNotFoundError if neither."""
+    root = Path(table)
+    if (root / "_delta_log").is_dir():
+        return "delta"
+    if (root / "_spark_metadata").is_dir():
+        return "parquet"
+    raise FileNotFoundError(f"{root} is neither a Delta table nor a Spark Parquet sink")
+
+
+def committed_parquet_files(table: str | os.PathLike[str]) -> list[str]:
+    """Data files that committed batches of a Spark file sink added (per `_spark_metadata`)."""
+    meta = Path(table) / "_spark_metadata"
+    added: set[str] = set()
+    deleted: set[str] = set()
+    for entry in sorted(meta.iterdir()):
+        name = entry.name
+        if name.startswith(".") or not name.removesuffix(".compact").isdigit():
+            continue
+        lines = entry.read_text().splitlines()
+        for line in lines[1:]:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            path = unquote(urlparse(record["path"]).path)
+            (deleted if record.get("action") == "delete" else added).add(path)
+    return sorted(added - deleted)
+
+
+def read_lake(table: str | os.PathLike[str]) -> pa.Table:
+    """Every committed row of the lake, with the columns of `events.arrow_schema()`."""
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+    import pyarrow.dataset as ds  # type: ignore[import-untyped, unused-ignore]
+
+    schema = arrow_schema()
+    if lake_format(table) == "delta":
+        from deltalake import DeltaTable
+
+        data = DeltaTable(str(table)).to_pyarrow_table()
+    else:
+        files = committed_parquet_files(table)
+        if not files:
+            return schema.empty_table()
+        part_schema = pa.schema([schema.field(name) for name in PARTITION_COLUMNS])
+        dataset = ds.dataset(
+            files,
+            format="parquet",
+            partitioning=ds.partitioning(part_schema, flavor="hive"),
+            partition_base_dir=str(Path(table).resolve()),
+        )
+        data = dataset.to_table()
+    return data.select(schema.names).cast(schema)

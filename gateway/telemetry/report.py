@@ -1,0 +1,157 @@
+"""`gateway report`: an HTML page with PNG charts of the retry telemetry in the lake.
+
+Reads the lake with deltalake/pyarrow (no Spark) and writes `index.html` plus one PNG per chart:
+deliveries per message by group, time to commit, observed retry intervals against a policy's
+table, dead letters and discards over time, and one message's timeline.
+
+Run `python -m gateway.telemetry.report --table DIR --out DIR [--expected NAME=10s,30s,...]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import GatewayError, NotFound
+from gateway.telemetry import analysis, charts
+from gateway.telemetry.lake import read_lake
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    file: str
+    title: str
+    note: str
+
+
+def build_report(
+    rows: Sequence[Mapping[str, Any]],
+    out: Path,
+    *,
+    expected: Mapping[str, Sequence[int]] | None = None,
+    message: tuple[str, str] | None = None,
+) -> Path:
+    """Write the charts and `index.html` for `rows` into `out`; returns the page's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    tables: dict[str, Sequence[int]] = {
+        name: [analysis.parse_duration_ms(d) for d in delays]
+        for name, delays in analysis.EXPECTED_DELAYS.items()
+    }
+    tables.update(expected or {})
+    messages = analysis.by_message(rows)
+    intervals = analysis.retry_intervals(messages)
+    terminal = analysis.terminal_events(rows)
+    key = _pick_message(messages, message)
+
+    charts.attempts_chart(out / "attempts.png", analysis.attempts_by_group(messages))
+    charts.commit_time_chart(out / "time_to_commit.png", analysis.time_to_commit_ms(messages))
+    charts.retry_interval_chart(out / "retry_intervals.png", intervals, tables)
+    charts.terminal_chart(out / "terminal.png", terminal)
+    label = f"{key[1]} ({key[0]})" if key else "-"
+    charts.timeline_chart(
+        out / "timeline.png", label, analysis.timeline(messages[key]) if key else []
+    )
+
+    shown = [
+        Chart("attempts.png", "Deliveries per message", "How many deliveries each message needed."),
+        Chart("time_to_commit.png", "Time to commit", "From a message's first event to COMMITTED."),
+        Chart(
+            "retry_intervals.png",
+            "Retry intervals",
+            "Observed wait from a failure (WAITING_RETRY) to READY, against the policy table "
+            "(retry k waits entry k; past the end, the last entry).",
+        ),
+        Chart("terminal.png", "Dead letters and discards", "Terminal failures over time."),
+        Chart("timeline.png", "One message", f"Every transition of message {label}."),
+    ]
+    summary = {
+        "events": len(rows),
+        "messages": len(messages),
+        "groups": len({k[0] for k in messages}),
+        "dialects": ", ".join(sorted({str(r["dialect"]) for r in rows})) or "-",
+        "retries observed": len(intervals),
+        "dead-lettered": len(terminal["DEAD_LETTERED"]),
+        "discarded": len(terminal["DISCARDED"]),
+    }
+    page = out / "index.html"
+    page.write_text(_html(summary, shown), encoding="utf-8")
+    return page
+
+
+def _pick_message(
+    messages: Mapping[analysis.MessageKey, Sequence[Mapping[str, Any]]],
+    wanted: tuple[str, str] | None,
+) -> analysis.MessageKey | None:
+    """The requested (group, message id) -- any group when group is "" -- or the busiest one."""
+    if wanted is None:
+        return analysis.busiest_message(messages)
+    group, message_id = wanted
+    for key in sorted(messages):
+        if key[1] == message_id and (not group or key[0] == group):
+            return key
+    raise NotFound(f"message {message_id!r} (group {group or 'any'!r}) is not in the lake")
+
+
+def _html(summary: Mapping[str, object], shown: Sequence[Chart]) -> str:
+    rows = "\n".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+        for k, v in summary.items()
+    )
+    sections = "\n".join(
+        f"<section><h2>{html.escape(c.title)}</h2><p>{html.escape(c.note)}</p>"
+        f'<img src="{html.escape(c.file)}" alt="{html.escape(c.title)}"></section>'
+        for c in shown
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Retry telemetry</title>
+<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}
+th{{text-align:left;padding-right:1em}}img{{max-width:100%}}</style></head>
+<body><h1>Retry telemetry</h1>
+<table>{rows}</table>
+{sections}
+</body></html>
+"""
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="gateway report", description="Write an HTML report of the retry telemetry lake."
+    )
+    p.add_argument("--table", required=True, help="lake table directory (Delta or Parquet)")
+    p.add_argument("--out", required=True, help="directory for index.html and the charts")
+    p.add_argument(
+        "--expected",
+        action="append",
+        default=[],
+        metavar="NAME=DELAYS",
+        help="a policy's retry table, e.g. rocketmq=10s,30s,1m (repeatable; overrides built-ins)",
+    )
+    p.add_argument("--group", default="", help="group of the message whose timeline is drawn")
+    p.add_argument("--message", default="", help="message id whose timeline is drawn")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the process exit code."""
+    args = _parse(argv)
+    try:
+        expected = dict(analysis.parse_expected(spec) for spec in args.expected)
+        rows = read_lake(args.table).to_pylist()
+        message = (args.group, args.message) if args.message else None
+        page = build_report(rows, Path(args.out), expected=expected, message=message)
+    except (GatewayError, FileNotFoundError) as exc:
+        print(f"gateway report: {exc}")
+        return 2
+    print(page)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""The report: reads the lake without Spark and writes index.html with real PNG charts."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import InvalidArgument
+from gateway.telemetry import analysis, report
+from gateway.telemetry.export import DeltaBatchWriter
+from gateway.telemetry.lake import read_lake, rows_to_arrow
+from gateway.telemetry.simulate import lifecycles
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CHARTS = [
+    "attempts.png",
+    "time_to_commit.png",
+    "retry_intervals.png",
+    "terminal.png",
+    "timeline.png",
+]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Delta table of 600 simulated message lifecycles, written as two batches."""
+    table = tmp_path_factory.mktemp("lake") / "delta"
+    rows = [e.to_row(seq) for seq, e in enumerate(lifecycles(600, seed=11), start=1)]
+    writer = DeltaBatchWriter(str(table), "report-test")
+    half = len(rows) // 2
+    writer.write_arrow(rows_to_arrow(rows[:half]), 0)
+    writer.write_arrow(rows_to_arrow(rows[half:]), 1)
+    return table
+
+
+def test_report_writes_index_and_nontrivial_pngs(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    assert report.main(["--table", str(lake), "--out", str(out)]) == 0
+
+    page = (out / "index.html").read_text()
+    assert sorted(re.findall(r'<img src="([^"]+)"', page)) == sorted(CHARTS)
+    rows = read_lake(lake).to_pylist()
+    assert f"<th>events</th><td>{len(rows)}</td>" in page
+    messages = analysis.by_message(rows)
+    assert f"<th>messages</th><td>{len(messages)}</td>" in page
+    dead = sum(r["to_state"] == "DEAD_LETTERED" for r in rows)
+    assert dead > 0 and f"<th>dead-lettered</th><td>{dead}</td>" in page
+    for name in CHARTS:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC), name
+        assert len(data) > 8_000, (name, len(data))
+
+
+def test_report_for_a_chosen_message_and_table(lake: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    argv = ["--table", str(lake), "--out", str(out), "--message", "ro-00000003",
+            "--expected", "rocketmq=5s,10s"]  # fmt: skip
+    assert report.main(argv) == 0
+    assert html.escape("ro-00000003 (orders)") in (out / "index.html").read_text()
+    assert report.main(["--table", str(lake), "--out", str(out), "--message", "nope"]) == 2
+    assert report.main(["--table", str(tmp_path / "missing"), "--out", str(out)]) == 2
+
+
+def test_retry_intervals_follow_the_policy_tables(lake: Path) -> None:
+    messages = analysis.by_message(read_lake(lake).to_pylist())
+    intervals = analysis.retry_intervals(messages)
+    rocket = [i for i in intervals if i.dialect == "rocketmq"]
+    assert rocket, "the simulation retries rocketmq messages"
+    table = [analysis.parse_duration_ms(d) for d in analysis.EXPECTED_DELAYS["rocketmq"]]
+    for i in rocket:
+        expected = analysis.expected_delay_ms(table, i.retry)
+        assert i.planned_ms == expected
+        assert expected <= i.observed_ms <= expected + 50
+    assert {i.retry for i in rocket} >= {1, 2, 3}
+
+
+def test_analysis_counts_and_parsing() -> None:
+    rows = [e.to_row(n) for n, e in enumerate(lifecycles(30, seed=5), start=1)]
+    messages = analysis.by_message(rows)
+    assert len(messages) == 30
+    per_group = analysis.attempts_by_group(messages)
+    assert sum(sum(c.values()) for c in per_group.values()) == 30
+    assert set(per_group) == {"orders", "billing", "audit"}
+    key = analysis.busiest_message(messages)
+    assert key is not None
+    assert len(analysis.timeline(messages[key])) == max(len(v) for v in messages.values())
+    assert analysis.timeline(messages[key])[0][1] == "READY"
+
+    assert analysis.parse_expected("pulsar=1s,500ms,2m,1h") == (
+        "pulsar",
+        [1000, 500, 120_000, 3_600_000],
+    )
+    assert analysis.expected_delay_ms([10, 20, 30], 1) == 10
+    assert analysis.expected_delay_ms([10, 20, 30], 17) == 30
+    for bad in ["pulsar", "=1s", "x=1x", "x=1s,,2s"]:
+        with pytest.raises(InvalidArgument):
+            analysis.parse_expected(bad)
