@@ -248,19 +248,19 @@ def test_gateway_transitions_land_in_the_delta_table(spark: SparkSession, tmp_pa
 
     async def run_gateway() -> None:
         async with running_gateway(tmp_path / "gw", time_scale=0.0005, telemetry=True,
-                                   observers=[Recorder()]) as app:
-            async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
-                await client.publish("orders", [b"ok", b"poison"])
-                async with client.consume("orders", "billing", policy="rocketmq",
-                                          options={"max_retries": "3"}) as stream:
-                    for _ in range(5):
-                        msg = await stream.next(5)
-                        assert msg is not None
-                        if msg.body == b"ok":
-                            assert (await msg.ack()).ok
-                        else:
-                            assert (await msg.fail()).ok
-                    assert await stream.next(0.3) is None
+                                   observers=[Recorder()]) as app, \
+                GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
+            await client.publish("orders", [b"ok", b"poison"])
+            async with client.consume("orders", "billing", policy="rocketmq",
+                                      options={"max_retries": "3"}) as stream:
+                for _ in range(5):
+                    msg = await stream.next(5)
+                    assert msg is not None
+                    if msg.body == b"ok":
+                        assert (await msg.ack()).ok
+                    else:
+                        assert (await msg.fail()).ok
+                assert await stream.next(0.3) is None
 
     asyncio.run(run_gateway())
     spool = tmp_path / "gw" / "telemetry"
