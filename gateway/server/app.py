@@ -58,7 +58,10 @@ class GatewayApp:
         backend: Backend | None = None,
         extra_services: Sequence[ExtraService] = (),
         observers: Sequence[Observer] = (),
+        rocketmq_settings: Any = None,
     ) -> None:
+        """`rocketmq_settings`: an `adapters.rocketmq.frontend.FrontendSettings` for the RocketMQ
+        front end (default: from the config's rocketmq keys)."""
         from adapters import builtin_registry
 
         self.config = config
@@ -89,6 +92,7 @@ class GatewayApp:
         self.pulsar: Any = None
         self._health_task: asyncio.Task[None] | None = None
         self.rocketmq: Any = None
+        self.rocketmq_settings = rocketmq_settings
 
     async def start(self) -> None:
         cfg = self.config
@@ -178,10 +182,18 @@ class GatewayApp:
         except ImportError:  # the RocketMQ SDK's protocol modules are an optional extra
             log.info("rocketmq front end not available: install retry-gateway[rocketmq]")
             return
-        credentials = None
-        if self.config.rocketmq_access_key:
-            credentials = {self.config.rocketmq_access_key: self.config.rocketmq_secret_key}
-        self.rocketmq = register(server, self.engine, FrontendSettings(credentials=credentials))
+        settings = self.rocketmq_settings
+        if settings is None:
+            cfg = self.config
+            credentials = None
+            if cfg.rocketmq_access_key:
+                credentials = {cfg.rocketmq_access_key: cfg.rocketmq_secret_key}
+            settings = FrontendSettings(
+                advertised_endpoint=cfg.rocketmq_advertised,
+                credentials=credentials,
+                fifo_groups=frozenset(cfg.rocketmq_fifo_groups),
+            )
+        self.rocketmq = register(server, self.engine, settings)
 
     async def _set_serving(self, serving: bool) -> None:
         status = (health_pb2.HealthCheckResponse.SERVING if serving
@@ -214,6 +226,8 @@ class GatewayApp:
             await asyncio.sleep(0.05)
         if self.pulsar is not None:
             await self.pulsar.stop()
+        if self.rocketmq is not None:
+            await self.rocketmq.close()
         await self.server.stop(min(grace, 1.0))
         await self.engine.close()
         self.metrics.close()
@@ -235,6 +249,7 @@ async def running_gateway(
     grace_s: float = 1.0,
     max_message_bytes: int = 4 * 1024 * 1024,
     observers: Sequence[Observer] = (),
+    rocketmq_settings: Any = None,
     **settings: Any,
 ) -> AsyncIterator[GatewayApp]:
     """Start a gateway for a test or a script; stop it on exit. `settings` are ServeConfig
@@ -249,7 +264,7 @@ async def running_gateway(
         **settings,
     )
     app = GatewayApp(config, clock=clock, backend=backend, extra_services=extra_services,
-                     observers=observers)
+                     observers=observers, rocketmq_settings=rocketmq_settings)
     await app.start()
     try:
         yield app

@@ -38,6 +38,10 @@ class ServeConfig:
     log_level: str = "info"
     rocketmq_access_key: str = ""
     rocketmq_secret_key: str = ""
+    rocketmq_advertised: str = ""
+    """host:port RocketMQ SDKs are told to connect to; "" echoes the address they dialled."""
+    rocketmq_fifo_groups: tuple[str, ...] = ()
+    """Consumer groups that consume in order (RocketMQ keeps this on the group)."""
     telemetry: bool = False
     gateway_id: str = "gateway"
     admin_listen: str = ""
@@ -92,7 +96,7 @@ SECTIONS = {
     "store": {"backend", "data_dir"},
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},
-    "rocketmq": {"access_key", "secret_key"},
+    "rocketmq": {"access_key", "secret_key", "advertised", "fifo_groups"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},
 }
@@ -111,6 +115,10 @@ def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
             name = f"{section}_{key}" if section in PREFIXED else key
             if section == "pulsar" and key == "service_url":
                 name = "pulsar_service_url"
+            if name == "rocketmq_fifo_groups":
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise InvalidArgument("rocketmq.fifo_groups", value, "a list of group names")
+                value = tuple(value)
             if name == "principals":
                 if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                     raise InvalidArgument("auth.principals", value, "a list of tables")
@@ -122,6 +130,9 @@ def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
 def _coerce(name: str, value: Any, kind: Any) -> Any:
     if name == "principals":
         return value
+    if name == "rocketmq_fifo_groups":
+        items = value.split(",") if isinstance(value, str) else value
+        return tuple(str(v).strip() for v in items if str(v).strip())
     text = str(value)
     try:
         if kind in (int, "int"):

@@ -1,0 +1,27 @@
+"""RocketMQ 5 gRPC front end: official RocketMQ 5 SDKs talk to the gateway unmodified.
+
+`register(server, engine, settings)` adds `apache.rocketmq.v2.MessagingService` (and a sink
+for the SDK's OTLP metric exports) to the gateway's grpc.aio server.
+"""
+
+from __future__ import annotations
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from .engine_port import EnginePort
+from .otlp import metrics_sink
+from .service import MessagingService
+from .settings import ROCKETMQ_BACKOFF_S, FrontendSettings
+
+__all__ = ["ROCKETMQ_BACKOFF_S", "FrontendSettings", "MessagingService", "register"]
+
+
+def register(
+    server: grpc.aio.Server, engine: EnginePort, settings: FrontendSettings
+) -> MessagingService:
+    """Serve the RocketMQ protocol on `server` (before it starts); returns the servicer."""
+    service = MessagingService(engine, settings)
+    service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
+    server.add_generic_rpc_handlers((metrics_sink(),))
+    return service

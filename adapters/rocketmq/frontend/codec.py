@@ -1,0 +1,153 @@
+"""Translation between RocketMQ 5 protocol messages and the engine's shapes."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from rocketmq.grpc_protocol import definition_pb2
+
+from gateway.backend.base import OutMessage
+from gateway.engine.api import Delivery
+from gateway.errors import GatewayError, InvalidArgument, Unimplemented
+
+Code = definition_pb2.Code
+MessageType = definition_pb2.MessageType
+
+KEYS_PROPERTY = "KEYS"
+"""Property that carries the SDK's message keys (space separated, as RocketMQ 4.x stores them)."""
+
+PUSH = "p"
+SIMPLE = "s"
+"""Receipt-handle prefixes: which kind of consumer a delivery went to."""
+
+_GATEWAY_CODES: Mapping[str, int] = {
+    "INVALID_ARGUMENT": Code.BAD_REQUEST,
+    "FAILED_PRECONDITION": Code.INVALID_RECEIPT_HANDLE,
+    "NOT_FOUND": Code.NOT_FOUND,
+    "ALREADY_EXISTS": Code.BAD_REQUEST,
+    "RESOURCE_EXHAUSTED": Code.MESSAGE_BODY_TOO_LARGE,
+    "UNAVAILABLE": Code.INTERNAL_SERVER_ERROR,
+    "UNAUTHENTICATED": Code.UNAUTHORIZED,
+    "PERMISSION_DENIED": Code.FORBIDDEN,
+    "UNIMPLEMENTED": Code.UNSUPPORTED,
+    "INTERNAL": Code.INTERNAL_ERROR,
+}
+
+
+def rocketmq_code(gateway_code: str) -> int:
+    """RocketMQ status code for a `gateway.errors` code name."""
+    return _GATEWAY_CODES.get(gateway_code, Code.INTERNAL_ERROR)
+
+
+def status(code: int = Code.OK, message: str = "OK") -> Any:
+    """A `Status` message; every response needs one."""
+    return definition_pb2.Status(code=code, message=message)
+
+
+def error_status(error: GatewayError) -> Any:
+    return status(rocketmq_code(error.code), error.message)
+
+
+def wrap_receipt(kind: str, receipt: str) -> str:
+    """Receipt handle handed to the SDK: the engine's receipt, tagged with the consumer kind."""
+    return f"{kind}.{receipt}"
+
+
+def unwrap_receipt(handle: str) -> tuple[str, str]:
+    """(kind, engine receipt) of a receipt handle; unknown tags count as simple consumers."""
+    kind, sep, receipt = handle.partition(".")
+    if sep and kind in (PUSH, SIMPLE):
+        return kind, receipt
+    return SIMPLE, handle
+
+
+def crc32_hex(body: bytes) -> str:
+    """Body digest the SDK checks: CRC32 as 8 uppercase hex characters."""
+    return format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+
+
+def to_ms(stamp: Any) -> int:
+    """Milliseconds of a protobuf Timestamp or Duration."""
+    return int(stamp.seconds) * 1000 + int(stamp.nanos) // 1_000_000
+
+
+def set_to_ms(stamp: Any, ms: int) -> None:
+    stamp.seconds = ms // 1000
+    stamp.nanos = (ms % 1000) * 1_000_000
+
+
+def out_message(message: Any, max_body_size: int) -> OutMessage:
+    """Engine message for one SDK message; raises `InvalidArgument` / `Unimplemented`."""
+    props = message.system_properties
+    body = bytes(message.body)
+    if not body:
+        raise InvalidArgument("body", "", "a non-empty message body")
+    if len(body) > max_body_size:
+        raise InvalidArgument("body", f"<{len(body)} bytes>", f"at most {max_body_size} bytes")
+    message_type = props.message_type
+    if message_type in (MessageType.TRANSACTION, MessageType.LITE):
+        raise Unimplemented(
+            f"{MessageType.Name(message_type)} messages are not supported by the gateway"
+        )
+    group = props.message_group if props.HasField("message_group") else ""
+    if message_type == MessageType.FIFO and not group:
+        raise InvalidArgument("message_group", "", "a message group for FIFO messages")
+    deliver_at_ms = 0
+    if props.HasField("delivery_timestamp"):
+        deliver_at_ms = to_ms(props.delivery_timestamp)
+    if message_type == MessageType.DELAY and not deliver_at_ms:
+        raise InvalidArgument("delivery_timestamp", 0, "a delivery time for DELAY messages")
+    properties = dict(message.user_properties)
+    if props.keys:
+        properties[KEYS_PROPERTY] = " ".join(props.keys)
+    return OutMessage(
+        body=body,
+        properties=properties,
+        key=group,
+        tag=props.tag if props.HasField("tag") else "",
+        deliver_at_ms=deliver_at_ms,
+        message_id=props.message_id,
+    )
+
+
+def message_type_of(delivery: Delivery) -> int:
+    if delivery.key:
+        return int(MessageType.FIFO)
+    if delivery.deliver_at_ms > delivery.publish_ms:
+        return int(MessageType.DELAY)
+    return int(MessageType.NORMAL)
+
+
+def sdk_message(delivery: Delivery, topic: Any, kind: str, invisible_ms: int, host: str) -> Any:
+    """SDK message for a delivery, shown under the topic the consumer asked for."""
+    msg = definition_pb2.Message()
+    msg.topic.CopyFrom(topic)
+    msg.body = delivery.body
+    properties = dict(delivery.properties)
+    keys = properties.pop(KEYS_PROPERTY, "")
+    msg.user_properties.update(properties)
+    sp = msg.system_properties
+    sp.message_id = delivery.message_id
+    if delivery.tag:
+        sp.tag = delivery.tag
+    if keys:
+        sp.keys.extend(keys.split(" "))
+    sp.body_digest.type = definition_pb2.DigestType.CRC32
+    sp.body_digest.checksum = crc32_hex(delivery.body)
+    sp.body_encoding = definition_pb2.Encoding.IDENTITY
+    sp.message_type = message_type_of(delivery)
+    set_to_ms(sp.born_timestamp, delivery.publish_ms)
+    set_to_ms(sp.store_timestamp, delivery.publish_ms)
+    sp.store_host = host
+    if delivery.deliver_at_ms:
+        set_to_ms(sp.delivery_timestamp, delivery.deliver_at_ms)
+    sp.receipt_handle = wrap_receipt(kind, delivery.receipt)
+    sp.queue_id = 0
+    sp.invisible_duration.seconds = invisible_ms // 1000
+    sp.invisible_duration.nanos = (invisible_ms % 1000) * 1_000_000
+    sp.delivery_attempt = max(1, delivery.attempt)
+    if delivery.key:
+        sp.message_group = delivery.key
+    return msg

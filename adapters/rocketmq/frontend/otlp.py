@@ -1,0 +1,24 @@
+"""A sink for the OTLP metric exports that RocketMQ push consumers send to their broker.
+
+The push consumer needs metrics switched on (its telemetry reader stops otherwise), and then
+exports to the endpoint named in Settings every minute. The gateway accepts and drops them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
+
+
+async def _export(request: bytes, context: Any) -> bytes:
+    # An empty ExportMetricsServiceResponse serializes to no bytes.
+    return b""
+
+
+def metrics_sink() -> grpc.GenericRpcHandler:
+    """Generic handler answering `MetricsService/Export` with an empty success."""
+    handler = grpc.unary_unary_rpc_method_handler(_export)
+    return grpc.method_handlers_generic_handler(SERVICE, {"Export": handler})

@@ -1,0 +1,328 @@
+"""`apache.rocketmq.v2.MessagingService` served on the gateway's engine.
+
+Thin by design: authenticate, decode, call the engine, encode. Errors become in-band RocketMQ
+statuses (what the SDK reads); only authentication failures and unsupported RPCs end the call
+with a gRPC status.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
+
+from adapters.rocketmq.dialect import DEFAULT_SUSPEND_MS
+from gateway.engine.api import SettleAction, Settlement, SettleResult, SubscriptionSpec
+from gateway.errors import GatewayError, Unauthenticated
+
+from . import codec, topology
+from .auth import Authenticator
+from .engine_port import EnginePort
+from .renewer import Renewer
+from .settings import ORDERLY_UNLIMITED_ATTEMPTS, FrontendSettings
+
+Code = definition_pb2.Code
+
+POLICY_SIMPLE = "rocketmq-simple"
+POLICY_PUSH = "rocketmq"
+POLICY_ORDERLY = "rocketmq-orderly"
+MAX_WAIT_MS = 60_000
+"""Longest long poll the engine accepts."""
+
+
+def _metadata_value(context: Any, name: str) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key.lower() == name:
+            return value if isinstance(value, str) else bytes(value).decode()
+    return ""
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
+    """The RocketMQ 5 proxy surface the official SDKs talk to."""
+
+    def __init__(
+        self,
+        engine: EnginePort,
+        settings: FrontendSettings,
+        now_s: Callable[[], float] = time.time,
+    ) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._auth = Authenticator(settings.credentials, settings.clock_skew_s, now_s)
+        self._renewer = Renewer(
+            engine,
+            settings.push_invisible_ms,
+            settings.push_consume_timeout_ms,
+            settings.renew_interval_ms,
+        )
+
+    # --- helpers -------------------------------------------------------------------------
+
+    async def _authenticate(self, context: Any) -> str:
+        """Client id of an authenticated call; aborts with UNAUTHENTICATED otherwise."""
+        try:
+            self._auth.check(context.invocation_metadata() or ())
+        except Unauthenticated as error:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, error.message)
+        return _metadata_value(context, "x-mq-client-id")
+
+    def _endpoints(self, requested: Any) -> Any:
+        return topology.endpoints_for(self._settings.advertised_endpoint, requested)
+
+    def _spec(self, request: Any, kind: str, client_id: str) -> SubscriptionSpec:
+        group = request.group.name
+        expression = request.filter_expression
+        if expression.type == definition_pb2.FilterType.SQL:
+            raise _Reject(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported")
+        settings = self._settings
+        options: dict[str, str] = {}
+        if kind == codec.PUSH and group in settings.fifo_groups:
+            policy = POLICY_ORDERLY
+            if settings.orderly_max_delivery_attempts != ORDERLY_UNLIMITED_ATTEMPTS:
+                options["max_retries"] = str(settings.orderly_max_delivery_attempts - 1)
+            if settings.orderly_suspend_ms != DEFAULT_SUSPEND_MS:
+                options["suspend_ms"] = str(settings.orderly_suspend_ms)
+        else:
+            policy = POLICY_PUSH if kind == codec.PUSH else POLICY_SIMPLE
+            if settings.max_delivery_attempts is not None:
+                options["max_retries"] = str(settings.max_delivery_attempts - 1)
+        return SubscriptionSpec(
+            topic=request.message_queue.topic.name,
+            group=group,
+            policy=policy,
+            options=options,
+            consumer_id=client_id,
+            tag_filter=expression.expression.strip(),
+        )
+
+    def _wait_ms(self, request: Any, context: Any) -> int:
+        if request.HasField("long_polling_timeout"):
+            wait_ms = codec.to_ms(request.long_polling_timeout)
+        else:
+            wait_ms = self._settings.long_polling_timeout_s * 1000
+        remaining_s = context.time_remaining()
+        if remaining_s is not None:
+            wait_ms = min(wait_ms, int(remaining_s * 1000) - self._settings.deadline_margin_ms)
+        return max(0, min(wait_ms, MAX_WAIT_MS))
+
+    # --- routes, heartbeats, settings ----------------------------------------------------
+
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        await self._authenticate(context)
+        if not request.topic.name:
+            return service_pb2.QueryRouteResponse(
+                status=codec.status(Code.ILLEGAL_TOPIC, "topic name is required")
+            )
+        queue = topology.message_queue(request.topic, self._endpoints(request.endpoints))
+        return service_pb2.QueryRouteResponse(status=codec.status(), message_queues=[queue])
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        await self._authenticate(context)
+        queue = topology.message_queue(request.topic, self._endpoints(request.endpoints))
+        assignment = definition_pb2.Assignment(message_queue=queue)
+        return service_pb2.QueryAssignmentResponse(status=codec.status(), assignments=[assignment])
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        await self._authenticate(context)
+        return service_pb2.HeartbeatResponse(status=codec.status())
+
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        client_id = await self._authenticate(context)
+        if client_id:
+            self._renewer.forget_client(client_id)
+        return service_pb2.NotifyClientTerminationResponse(status=codec.status())
+
+    async def Telemetry(
+        self, request_iterator: AsyncIterator[Any], context: Any
+    ) -> AsyncIterator[Any]:
+        await self._authenticate(context)
+        async for command in request_iterator:
+            if not command.HasField("settings"):
+                continue
+            client = command.settings
+            reply = topology.settings_reply(
+                client, self._settings, self._endpoints(client.access_point)
+            )
+            yield service_pb2.TelemetryCommand(status=codec.status(), settings=reply)
+
+    # --- publishing ----------------------------------------------------------------------
+
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        await self._authenticate(context)
+        response = service_pb2.SendMessageResponse()
+        try:
+            by_topic: dict[str, list[tuple[int, Any]]] = {}
+            for index, message in enumerate(request.messages):
+                out = codec.out_message(message, self._settings.max_body_size)
+                by_topic.setdefault(message.topic.name, []).append((index, out))
+            if not by_topic:
+                raise _Reject(Code.BAD_REQUEST, "no messages to send")
+            ids: dict[int, str] = {}
+            for topic, items in by_topic.items():
+                published = await self._engine.publish(topic, [out for _, out in items])
+                ids.update(zip((index for index, _ in items), published, strict=True))
+        except (GatewayError, _Reject) as error:
+            failed = _status_of(error)
+            response.status.CopyFrom(failed)
+            for message in request.messages:
+                response.entries.add(status=failed, message_id=message.system_properties.message_id)
+            return response
+        response.status.CopyFrom(codec.status())
+        for index in range(len(request.messages)):
+            response.entries.add(status=codec.status(), message_id=ids[index])
+        return response
+
+    # --- consuming -----------------------------------------------------------------------
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        client_id = await self._authenticate(context)
+        kind = codec.PUSH if request.auto_renew else codec.SIMPLE
+        try:
+            spec = self._spec(request, kind, client_id)
+            if kind == codec.PUSH:
+                # Push policies have a fixed delivery timeout; the gateway renews it.
+                invisible_ms = None
+                shown_ms = self._engine.policy_for(spec).delivery_timeout_ms or 0
+            elif request.HasField("invisible_duration"):
+                invisible_ms = shown_ms = codec.to_ms(request.invisible_duration)
+            else:
+                raise _Reject(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
+            batch = request.batch_size if request.batch_size > 0 else 1
+            deliveries = await self._engine.receive(
+                spec, batch, invisible_ms, self._wait_ms(request, context)
+            )
+        except (GatewayError, _Reject) as error:
+            yield service_pb2.ReceiveMessageResponse(status=_status_of(error))
+            return
+        if not deliveries:
+            yield service_pb2.ReceiveMessageResponse(
+                status=codec.status(Code.MESSAGE_NOT_FOUND, "no new message")
+            )
+            return
+        if kind == codec.PUSH:
+            for delivery in deliveries:
+                self._renewer.track(delivery.receipt, client_id, delivery.deadline_ms, shown_ms)
+        now_ms = self._engine.now_ms()
+        yield service_pb2.ReceiveMessageResponse(status=codec.status())
+        stamp = service_pb2.ReceiveMessageResponse()
+        codec.set_to_ms(stamp.delivery_timestamp, now_ms)
+        yield stamp
+        host = self._settings.advertised_endpoint
+        for delivery in deliveries:
+            message = codec.sdk_message(delivery, request.message_queue.topic, kind, shown_ms, host)
+            yield service_pb2.ReceiveMessageResponse(message=message)
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        await self._authenticate(context)
+        results = await self._renewer.settle(
+            [e.receipt_handle for e in request.entries],
+            lambda _, receipt: Settlement(receipt, SettleAction.ACK),
+        )
+        response = service_pb2.AckMessageResponse()
+        statuses = []
+        for entry, result in zip(request.entries, results, strict=True):
+            item = _result_status(result)
+            statuses.append(item)
+            response.entries.add(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=item
+            )
+        response.status.CopyFrom(_overall(statuses))
+        return response
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        await self._authenticate(context)
+        invisible_ms = codec.to_ms(request.invisible_duration)
+
+        def make(kind: str, receipt: str) -> Settlement:
+            if kind == codec.PUSH:
+                # The push consumer's RECONSUME_LATER: the policy's back-off applies.
+                return Settlement(receipt, SettleAction.FAIL, reason="push listener failed")
+            return Settlement(receipt, SettleAction.EXTEND, invisible_ms=invisible_ms)
+
+        (result,) = await self._renewer.settle([request.receipt_handle], make)
+        handle = request.receipt_handle
+        if result.ok and result.new_receipt:
+            handle = codec.wrap_receipt(codec.SIMPLE, result.new_receipt)
+        return service_pb2.ChangeInvisibleDurationResponse(
+            status=_result_status(result), receipt_handle=handle
+        )
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        await self._authenticate(context)
+        reason = (
+            f"forwarded by the client after delivery {request.delivery_attempt} "
+            f"of {request.max_delivery_attempts}"
+        )
+        (result,) = await self._renewer.settle(
+            [request.receipt_handle],
+            lambda _, receipt: Settlement(receipt, SettleAction.DEAD_LETTER, reason=reason),
+        )
+        return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=_result_status(result))
+
+    async def close(self) -> None:
+        """Stop renewing push deliveries (call before the engine closes)."""
+        await self._renewer.close()
+
+    # --- not offered ---------------------------------------------------------------------
+
+    async def _unsupported(self, context: Any, name: str) -> None:
+        await self._authenticate(context)
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"{name} is not supported by the retry gateway's RocketMQ front end",
+        )
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        await self._unsupported(context, "PullMessage")
+        yield service_pb2.PullMessageResponse()  # pragma: no cover - abort raises
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        await self._unsupported(context, "UpdateOffset")
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        await self._unsupported(context, "GetOffset")
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        await self._unsupported(context, "QueryOffset")
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        await self._unsupported(context, "EndTransaction (transactional messages)")
+
+    async def RecallMessage(self, request: Any, context: Any) -> Any:
+        await self._unsupported(context, "RecallMessage")
+
+    async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
+        await self._unsupported(context, "SyncLiteSubscription (lite topics)")
+
+
+class _Reject(Exception):
+    """A request refused with a specific RocketMQ status code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _status_of(error: GatewayError | _Reject) -> Any:
+    if isinstance(error, _Reject):
+        return codec.status(error.code, error.message)
+    return codec.error_status(error)
+
+
+def _result_status(result: SettleResult) -> Any:
+    if result.ok:
+        return codec.status()
+    return codec.status(codec.rocketmq_code(result.error_code), result.error or result.error_code)
+
+
+def _overall(statuses: Sequence[Any]) -> Any:
+    failed = [s for s in statuses if s.code != Code.OK]
+    if not failed:
+        return codec.status()
+    if len(failed) == len(statuses):
+        return failed[0]
+    return codec.status(Code.MULTIPLE_RESULTS, f"{len(failed)} of {len(statuses)} entries failed")
