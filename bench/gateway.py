@@ -154,7 +154,7 @@ async def consume_all(
             got += 1
             if got >= args.messages:
                 break
-        results = await asyncio.gather(*pending)
+        results = await asyncio.wait_for(asyncio.gather(*pending), 120)
         failed = sum(1 for r in results if not r.ok)
         if failed:
             raise RuntimeError(f"{failed} acks failed")

@@ -62,6 +62,17 @@ class Message:
     async def ack(self) -> gateway_pb2.SettleResult:
         return await self._settle(gateway_pb2.Settlement(ack=gateway_pb2.Ack()))
 
+    def ack_later(self) -> asyncio.Future[gateway_pb2.SettleResult]:
+        """Ack without waiting: the settlement joins the next batch; await the future (or not)
+        for its result."""
+        if self.settled:
+            raise SettledTwice(self.delivery.receipt)
+        self.settled = True
+        settlement = gateway_pb2.Settlement(receipt=self.delivery.receipt, ack=gateway_pb2.Ack())
+        if self._stream is not None:
+            return self._stream.settle_nowait(settlement)
+        return asyncio.ensure_future(self._send(settlement))
+
     async def fail(
         self, delay_ms: int | None = None, delay_level: int | None = None, reason: str = ""
     ) -> gateway_pb2.SettleResult:
@@ -113,6 +124,8 @@ class ConsumeStream:
         self.client = client
         self.subscribe = subscribe
         self.prefetch = subscribe.prefetch or 64
+        self.settle_batch = max(64, min(self.prefetch // 4, 1024))
+        """Settlements sent together (with as much credit); a timer sends a smaller batch."""
         self._requests: asyncio.Queue[gateway_pb2.ConsumeRequest | None] = asyncio.Queue()
         self._pending: list[gateway_pb2.Settlement] = []
         self._waiters: dict[str, asyncio.Future[gateway_pb2.SettleResult]] = {}
@@ -154,8 +167,9 @@ class ConsumeStream:
                     break
                 kind = response.WhichOneof("kind")
                 if kind == "deliveries":
+                    put = self._deliveries.put_nowait
                     for d in response.deliveries.deliveries:
-                        await self._deliveries.put(d)
+                        put(d)
                 elif kind == "results":
                     for r in response.results.results:
                         waiter = self._waiters.pop(r.receipt, None)
@@ -185,16 +199,22 @@ class ConsumeStream:
         return Message(delivery, self)
 
     async def settle(self, settlement: gateway_pb2.Settlement) -> gateway_pb2.SettleResult:
+        return await self.settle_nowait(settlement)
+
+    def settle_nowait(
+        self, settlement: gateway_pb2.Settlement
+    ) -> asyncio.Future[gateway_pb2.SettleResult]:
+        """Queue a settlement for the next batch; the future resolves with its result."""
         future: asyncio.Future[gateway_pb2.SettleResult] = (
             asyncio.get_running_loop().create_future()
         )
         self._waiters[settlement.receipt] = future
         self._pending.append(settlement)
-        if len(self._pending) >= 64:
+        if len(self._pending) >= self.settle_batch:
             self._flush()
         elif self._flusher is None:
             self._flusher = asyncio.get_running_loop().call_later(0.002, self._flush)
-        return await future
+        return future
 
     def _flush(self) -> None:
         self._flusher = None

@@ -10,8 +10,9 @@ import asyncio
 import itertools
 import secrets
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import structlog
 
@@ -43,10 +44,12 @@ DEAD_REASON = "x-gateway-dead-letter-reason"
 DEAD_AT = "x-gateway-dead-lettered-ms"
 INTERNAL_PREFIX = "x-gateway-"
 MAX_TOPIC_CHARS = 512
+RECEIPT_POOL = 64
+"""Receipts' random parts drawn per call to the system's random source."""
 
 
-def visible_properties(properties: dict[str, str] | object) -> dict[str, str]:
-    assert isinstance(properties, dict)
+def visible_properties(properties: Mapping[str, str] | object) -> dict[str, str]:
+    assert isinstance(properties, Mapping)
     return {k: v for k, v in properties.items() if not k.startswith(INTERNAL_PREFIX)}
 
 
@@ -80,12 +83,16 @@ class Engine:
         self.inflight: dict[str, InFlight] = {}
         self._timer_receipts: dict[int, str] = {}
         self._counter = itertools.count(1)
+        self._random: list[str] = []
         self._epoch = secrets.token_hex(4)
         self._v_anchor = clock.now_ms()
         self.timers = TimerService(clock, self._on_due)
         self.accepting = True
         self._tasks: set[asyncio.Task[None]] = set()
         self._known_topics: set[str] = set(self.config.topics)
+        self._trace: Any = log.bind()
+        """The logger bound once (not per transition), for the per-transition debug line."""
+        self._trace_debug = _debug_enabled(self._trace)
 
     # ----------------------------------------------------------------- time
     def now_ms(self) -> int:
@@ -105,6 +112,8 @@ class Engine:
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        self._trace = log.bind()
+        self._trace_debug = _debug_enabled(self._trace)
         await self.backend.open()
         self._known_topics.update(await self.backend.topics())
         self.timers.start()
@@ -231,7 +240,11 @@ class Engine:
     # ------------------------------------------------------------- delivery
     def _new_receipt(self) -> tuple[int, str]:
         n = next(self._counter)
-        return n, f"{self._epoch}.{n}.{secrets.token_hex(4)}"
+        if not self._random:
+            # One draw of random bytes serves many receipts.
+            pool = secrets.token_hex(4 * RECEIPT_POOL)
+            self._random = [pool[i:i + 8] for i in range(0, len(pool), 8)]
+        return n, f"{self._epoch}.{n}.{self._random.pop()}"
 
     def _deliver(
         self,
@@ -241,8 +254,7 @@ class Engine:
         invisible_ms: int | None,
     ) -> Delivery:
         now = self.policy_now()
-        props = dict(stored.properties)
-        origin = props.get(ORIGIN_TOPIC, stored.topic)
+        origin = stored.properties.get(ORIGIN_TOPIC, stored.topic)
         record = Record(
             message_id=stored.message_id,
             topic=origin,
@@ -276,7 +288,7 @@ class Engine:
             topic=stored.topic,
             original_topic=inf.record.topic,
             body=stored.body,
-            properties=visible_properties(dict(stored.properties)),
+            properties=visible_properties(stored.properties),
             key=stored.key,
             tag=stored.tag,
             attempt=inf.record.attempt,
@@ -520,17 +532,19 @@ class Engine:
         if policy.blocks_queue:
             sub.blocked_keys.discard(stored.key)
             sub.wake.set()
-        dialect = self.registry.dialect(policy.dialect)
-        props = dict(stored.properties)
-        props.setdefault(ORIGIN_TOPIC, record.topic)
         if outcome is Outcome.COMMIT or outcome is Outcome.DISCARD:
             batch.acks.append(stored.lease)
-        elif outcome is Outcome.REDELIVER:
+            return
+        if outcome is Outcome.REDELIVER:
             batch.releases.append(
                 Release(stored.lease, self.real_after(decision.delay_ms), record.attempt,
                         record.retries)
             )
-        elif outcome is Outcome.RETRY and decision.destination:
+            return
+        dialect = self.registry.dialect(policy.dialect)
+        props = dict(stored.properties)
+        props.setdefault(ORIGIN_TOPIC, record.topic)
+        if outcome is Outcome.RETRY and decision.destination:
             copy = dialect.retry_properties(
                 props, topic=record.topic, retry_topic=decision.destination,
                 message_id=record.message_id, retries=record.retries,
@@ -610,6 +624,8 @@ class Engine:
         record = decision.record
         if before is record.state and decision.outcome is not Outcome.REDELIVER:
             return
+        if not self.observers.observers and not self._trace_debug:
+            return
         policy = inf.sub.policy
         to_state = record.state
         if decision.outcome is Outcome.REDELIVER and to_state is State.INFLIGHT:
@@ -629,9 +645,20 @@ class Engine:
             reason=decision.reason,
             destination=decision.destination or "",
         )
-        log.debug("transition", message_id=record.message_id, topic=record.topic,
-                  group=record.group, attempt=record.attempt, state=to_state.value)
+        self._trace.debug("transition", message_id=record.message_id, topic=record.topic,
+                          group=record.group, attempt=record.attempt, state=to_state.value)
         self.observers.emit(transition)
+
+
+def _debug_enabled(logger: Any) -> bool:
+    """False only when the bound logger surely drops debug lines (structlog's level filter)."""
+    is_enabled = getattr(logger, "is_enabled_for", None)
+    if is_enabled is None:
+        return True
+    try:
+        return bool(is_enabled(10))
+    except Exception:  # an unexpected logger: keep logging
+        return True
 
 
 def _check_name(field: str, value: str) -> None:
