@@ -206,3 +206,12 @@ async def delete_queues(connection: AbstractRobustConnection, *names: str) -> No
             await channel.queue_delete(name)
     finally:
         await channel.close()
+
+
+async def delete_exchanges(connection: AbstractRobustConnection, *names: str) -> None:
+    channel = await connection.channel()
+    try:
+        for name in names:
+            await channel.exchange_delete(name)
+    finally:
+        await channel.close()

@@ -2,7 +2,8 @@
 
 Mapping:
 
-* a gateway *topic* is a durable queue of the same name (classic, or quorum with `quorum=True`),
+* a gateway *topic* is a durable queue of the same name (classic, or quorum with `quorum=True`;
+  characters AMQP names cannot hold are escaped, see `queues`),
   declared idempotently on first use; plain AMQP clients publish to it through the default exchange
   with routing key = queue name and consume it directly;
 * a *group* consumes the queue with RabbitMQ competing consumers. The group name is recorded but one
@@ -12,7 +13,14 @@ Mapping:
 * leases are unacked deliveries of a `basic.consume` with manual ack and a prefetch; a lease dies
   with its channel (RabbitMQ requeues the message, which comes back marked redelivered);
 * counters travel in headers and are reconciled with the broker's redelivery evidence
-  (`counters.reconcile_attempt`).
+  (`counters.reconcile_attempt`);
+* a dead-letter copy from the RabbitMQ dialect (marked with the original queue as routing key) is
+  published through that queue's dead-letter exchange (a durable direct exchange named by the
+  naming scheme, `{topic}.dlx` by default), to which the dead-letter queue is bound with binding
+  key = the original queue: RabbitMQ's own routing by routing key and binding key puts it there,
+  and plain clients may bind more queues to the exchange.
+
+What the model cannot give is declared in `capabilities` (the contract suite skips on it).
 
 Broker trouble: the connection is `connect_robust`; while it is down `healthy()` is False and
 `publish` raises `Unavailable`; consumers, prefetch and queues come back by themselves.
@@ -41,6 +49,10 @@ from adapters.amqp import admin
 from adapters.amqp.codec import Envelope, decode, encode
 from adapters.amqp.counters import DELIVERY_COUNT_HEADER, reconcile_attempt, stated_retries
 from adapters.amqp.delays import DEFAULT_TEMPLATE, DelayQueue, check_template, delay_queue
+from adapters.amqp.dialect import HEADER_DLX_ROUTING_KEY
+from adapters.amqp.naming import RABBITMQ, dead_letter_exchange
+from adapters.amqp.pipeline import Item, publish_batch
+from adapters.amqp.queues import queue_name
 from gateway.backend.base import (
     Backend,
     Lease,
@@ -49,6 +61,7 @@ from gateway.backend.base import (
     StoredMessage,
     TopicStats,
 )
+from gateway.core.naming import NamingScheme
 from gateway.errors import InvalidArgument, Unavailable
 
 _BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
@@ -103,6 +116,8 @@ class _Topic:
     buffer: deque[_Held] = field(default_factory=deque)
     leased: dict[str, tuple[_Held, str]] = field(default_factory=dict)
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.TimerHandle | None = None
+    """Pending `arrived.set()`: deliveries arriving within the wake delay wake waiters once."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     consuming: bool = False
 
@@ -112,10 +127,16 @@ class RabbitMQBackend(Backend):
 
     `prefetch` bounds the unacked deliveries per queue (buffered plus leased); `quorum` declares
     topic queues as quorum queues; `delay_queue_template` names delay queues from `{queue}` and
-    `{ms}`; `confirm_timeout_s` bounds a publish including its confirms.
+    `{ms}`; `confirm_timeout_s` bounds a publish including its confirms; `naming` names the
+    dead-letter exchanges; `wake_delay_s` gathers deliveries arriving close together into one
+    wake-up of `wait` (fewer, fuller fetches).
     """
 
     name = "rabbitmq"
+    capabilities = frozenset({"delayed-delivery", "per-key-order"})
+    """What this back end can do, for the contract suite: one queue serves one group (no
+    "independent-groups"), and the oldest ready time is unknown without consuming the queue
+    head (no "oldest-ready-time")."""
 
     def __init__(
         self,
@@ -128,6 +149,8 @@ class RabbitMQBackend(Backend):
         connect_timeout_s: float = 10.0,
         reconnect_interval_s: float = 1.0,
         clock: Callable[[], int] = wall_clock_ms,
+        naming: NamingScheme = RABBITMQ,
+        wake_delay_s: float = 0.002,
     ) -> None:
         if not 1 <= prefetch <= 65535:
             raise InvalidArgument("prefetch", prefetch, "1..65535")
@@ -141,6 +164,10 @@ class RabbitMQBackend(Backend):
         self._connect_timeout_s = connect_timeout_s
         self._reconnect_interval_s = reconnect_interval_s
         self._clock = clock
+        self._naming = naming
+        self._wake_delay_s = wake_delay_s
+        self._routes: set[tuple[str, str, str]] = set()
+        """Dead-letter routes declared while open: (exchange, queue, routing key)."""
         self._connection: AbstractRobustConnection | None = None
         self._publisher: AbstractRobustChannel | None = None
         self._consumer: AbstractRobustChannel | None = None
@@ -183,10 +210,13 @@ class RabbitMQBackend(Backend):
         connection, self._connection = self._connection, None
         self._publisher = self._consumer = None
         for state in self._topics.values():
+            if state.wake is not None:
+                state.wake.cancel()
             state.arrived.set()
         self._topics.clear()
         self._declared.clear()
         self._delay_declared.clear()
+        self._routes.clear()
         self._unsettled.clear()
         if connection is not None:
             with suppress(*_BROKER_ERRORS):
@@ -224,7 +254,7 @@ class RabbitMQBackend(Backend):
         if topic in self._declared:
             return
         await channel.declare_queue(
-            topic,
+            queue_name(topic),
             durable=True,
             arguments=self._queue_arguments(),
             robust=False,
@@ -246,8 +276,30 @@ class RabbitMQBackend(Backend):
         )
         self._delay_declared[queue.name] = (queue, now_ms)
 
+    async def _declare_dead_letter_route(
+        self, channel: AbstractRobustChannel, topic: str, origin: str
+    ) -> tuple[str, str]:
+        """Declare the dead-letter exchange of the queue `origin` (a durable direct exchange named
+        by the naming scheme) and bind the dead-letter queue `topic` to it with binding key = the
+        origin queue; once per (exchange, queue, key) while open. Returns the exchange name and
+        the routing key to publish with."""
+        name = queue_name(dead_letter_exchange(self._naming, origin))
+        queue, routing_key = queue_name(topic), queue_name(origin)
+        if (name, queue, routing_key) in self._routes:
+            return name, routing_key
+        exchange = await channel.declare_exchange(
+            name, aio_pika.ExchangeType.DIRECT, durable=True, robust=False
+        )
+        declared = await channel.declare_queue(
+            queue, durable=True, arguments=self._queue_arguments(), robust=False
+        )
+        await declared.bind(exchange, routing_key=routing_key, robust=False)
+        self._routes.add((name, queue, routing_key))
+        return name, routing_key
+
     async def _send(self, topic: str, items: Sequence[tuple[OutMessage, str, int]]) -> None:
-        """Publish (message, id, publish_ms) to `topic` or its delay queues, await all confirms."""
+        """Publish (message, id, publish_ms) to `topic`, its delay queues or, for dead-letter
+        copies, through the dead-letter exchange bound to `topic`; await all confirms."""
         self._up()
         channel = self._publisher
         if channel is None:
@@ -256,23 +308,30 @@ class RabbitMQBackend(Backend):
         try:
             async with self._guard("publish", topic), asyncio.timeout(self._confirm_timeout_s):
                 await self._declare_topic(channel, topic)
-                routed: list[tuple[str, aio_pika.Message]] = []
+                routed: list[Item] = []
                 for message, message_id, publish_ms in items:
-                    route = topic
+                    exchange = ""
+                    route = queue_name(topic)
+                    dead_letter_key = message.properties.get(HEADER_DLX_ROUTING_KEY, "")
                     if message.deliver_at_ms > now_ms:
-                        queue = delay_queue(self._template, topic, message.deliver_at_ms - now_ms)
+                        delay_ms = message.deliver_at_ms - now_ms
+                        queue = delay_queue(self._template, queue_name(topic), delay_ms)
                         await self._declare_delay(channel, queue, now_ms)
                         route = queue.name
-                    routed.append((route, encode(message, message_id, publish_ms)))
-                exchange = channel.default_exchange
-                await asyncio.gather(
-                    *(exchange.publish(m, routing_key=route, mandatory=True) for route, m in routed)
-                )
+                    elif dead_letter_key:
+                        exchange, route = await self._declare_dead_letter_route(
+                            channel, topic, dead_letter_key
+                        )
+                    properties = encode(message, message_id, publish_ms)
+                    routed.append((exchange, route, message.body, properties))
+                raw = await channel.get_underlay_channel()
+                await publish_batch(raw, routed)
         except (Unavailable, InvalidArgument):
             # a queue deleted behind our back makes publishes unroutable: declare again next time
             self._declared.discard(topic)
             for name in self._delay_queues(topic):
                 del self._delay_declared[name]
+            self._routes = {k for k in self._routes if k[1] != queue_name(topic)}
             raise
 
     async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
@@ -295,11 +354,21 @@ class RabbitMQBackend(Backend):
             message=message,
             token=f"{self._instance}:{self._sequence}",
             envelope=decode(headers, message.message_id, message.timestamp, self._clock()),
-            attempt=reconcile_attempt(headers, bool(message.redelivered), state.name),
+            attempt=reconcile_attempt(
+                headers, bool(message.redelivered), queue_name(state.name)
+            ),
             retries=stated_retries(headers),
         )
         self._unsettled_tags(message).add(message.delivery_tag or 0)
         state.buffer.append(held)
+        if state.wake is None and not state.arrived.is_set():
+            state.wake = asyncio.get_running_loop().call_later(
+                self._wake_delay_s, self._wake, state
+            )
+
+    @staticmethod
+    def _wake(state: _Topic) -> None:
+        state.wake = None
         state.arrived.set()
 
     def _unsettled_tags(self, message: AbstractIncomingMessage) -> set[int]:
@@ -366,7 +435,7 @@ class RabbitMQBackend(Backend):
                 raise Unavailable("RabbitMQ back end is not open")
             async with self._guard("consume", topic), asyncio.timeout(self._confirm_timeout_s):
                 queue = await channel.declare_queue(
-                    topic,
+                    queue_name(topic),
                     durable=True,
                     arguments=self._queue_arguments(),
                 )
@@ -488,7 +557,8 @@ class RabbitMQBackend(Backend):
     # -- admin -----------------------------------------------------------------------------
 
     def _delay_queues(self, topic: str) -> list[str]:
-        return [name for name, (queue, _) in self._delay_declared.items() if queue.target == topic]
+        target = queue_name(topic)
+        return [name for name, (queue, _) in self._delay_declared.items() if queue.target == target]
 
     def _held(self, topic: str) -> list[_Held]:
         """Deliveries this back end holds for `topic` (buffered and leased), in arrival order."""
@@ -513,7 +583,7 @@ class RabbitMQBackend(Backend):
         state = self._topics.get(topic)
         next_visible: int | None = None
         async with self._guard("stats"):
-            ready = await admin.ready_count(connection, topic) or 0
+            ready = await admin.ready_count(connection, queue_name(topic)) or 0
             delayed = 0
             for name in self._delay_queues(topic):
                 waiting = await admin.ready_count(connection, name) or 0
@@ -560,7 +630,7 @@ class RabbitMQBackend(Backend):
         wanted = start + limit - len(listing)
         if wanted > 0:
             async with self._guard("peek"):
-                scanned = await admin.scan(connection, topic, wanted)
+                scanned = await admin.scan(connection, queue_name(topic), wanted)
             now_ms = self._clock()
             for message in scanned:
                 headers = dict(message.headers or {})
@@ -576,7 +646,7 @@ class RabbitMQBackend(Backend):
                         tag=env.tag,
                         publish_ms=env.publish_ms,
                         deliver_at_ms=env.deliver_at_ms,
-                        attempt=reconcile_attempt(headers, False, topic),
+                        attempt=reconcile_attempt(headers, False, queue_name(topic)),
                         retries=stated_retries(headers),
                     )
                 )
@@ -622,7 +692,7 @@ class RabbitMQBackend(Backend):
         for topic, ids in by_id.items():
             async with self._guard("remove"):
                 removed += await admin.remove_matching(
-                    connection, topic, ids, lambda m: m.message_id or ""
+                    connection, queue_name(topic), ids, lambda m: m.message_id or ""
                 )
         return removed
 
@@ -639,7 +709,7 @@ class RabbitMQBackend(Backend):
             await self._ack_all(alive)
             removed += len(alive)
         async with self._guard("purge"):
-            removed += await admin.purge_queue(connection, topic)
+            removed += await admin.purge_queue(connection, queue_name(topic))
             for name in self._delay_queues(topic):
                 removed += await admin.purge_queue(connection, name)
         return removed

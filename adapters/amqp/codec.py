@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import aio_pika
 from aio_pika.abc import FieldValue
+from pamqp import commands as spec
 
 from adapters.amqp.counters import (
     ATTEMPT_HEADER,
@@ -26,6 +26,7 @@ from adapters.amqp.counters import (
     header_int,
     header_text,
 )
+from adapters.amqp.dialect import HEADER_DLX_ROUTING_KEY
 from gateway.backend.base import OutMessage
 
 KEY_HEADER = "x-key"
@@ -34,8 +35,19 @@ PUBLISH_MS_HEADER = "x-gateway-publish-ms"
 DELIVER_AT_HEADER = "x-gateway-deliver-at-ms"
 
 GATEWAY_HEADERS = frozenset(
-    {KEY_HEADER, TAG_HEADER, ATTEMPT_HEADER, RETRIES_HEADER, PUBLISH_MS_HEADER, DELIVER_AT_HEADER}
+    {
+        KEY_HEADER,
+        TAG_HEADER,
+        ATTEMPT_HEADER,
+        RETRIES_HEADER,
+        PUBLISH_MS_HEADER,
+        DELIVER_AT_HEADER,
+        HEADER_DLX_ROUTING_KEY,
+    }
 )
+"""Carried in dedicated fields or consumed by the back end: never copied as user properties."""
+PERSISTENT = 2
+"""AMQP delivery mode of messages written to disk."""
 BROKER_HEADERS = frozenset(
     {
         "x-death",
@@ -62,8 +74,9 @@ class Envelope:
     deliver_at_ms: int
 
 
-def encode(message: OutMessage, message_id: str, publish_ms: int) -> aio_pika.Message:
-    """A persistent AMQP message carrying `message` with the given id and publish time."""
+def encode(message: OutMessage, message_id: str, publish_ms: int) -> spec.Basic.Properties:
+    """The AMQP properties of a persistent message carrying `message` with the given id and
+    publish time (built directly: the body travels beside them)."""
     headers: dict[str, FieldValue] = {
         name: value for name, value in message.properties.items() if name not in GATEWAY_HEADERS
     }
@@ -78,12 +91,11 @@ def encode(message: OutMessage, message_id: str, publish_ms: int) -> aio_pika.Me
         headers[TAG_HEADER] = message.tag
     if message.deliver_at_ms:
         headers[DELIVER_AT_HEADER] = message.deliver_at_ms
-    return aio_pika.Message(
-        body=message.body,
+    return spec.Basic.Properties(
         headers=headers,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        delivery_mode=PERSISTENT,
         message_id=message_id,
-        timestamp=datetime.fromtimestamp(publish_ms / 1000, tz=UTC),
+        timestamp=datetime.fromtimestamp(publish_ms // 1000, tz=UTC),
     )
 
 

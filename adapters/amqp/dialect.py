@@ -27,6 +27,10 @@ HEADER_ATTEMPT = "x-gateway-attempt"
 HEADER_RETRIES = "x-gateway-retries"
 HEADER_DEATH_REASON = "x-gateway-death-reason"
 HEADER_ORIGINAL_QUEUE = "x-gateway-original-queue"
+HEADER_DLX_ROUTING_KEY = "x-gateway-dlx-routing-key"
+"""On a dead-letter copy: publish it through the queue's dead-letter exchange with this routing key
+(the original queue, as RabbitMQ keeps a dead-lettered message's routing key). The RabbitMQ back
+end honours it and does not store it; other back ends keep it as an internal property."""
 
 
 def policy(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPolicy:
@@ -78,6 +82,7 @@ class RabbitMQDialect:
     ) -> dict[str, str]:
         out = dict(properties)
         out[HEADER_ORIGINAL_QUEUE] = topic
+        out[HEADER_DLX_ROUTING_KEY] = topic
         out[HEADER_DEATH_REASON] = reason
         out[HEADER_RETRIES] = str(retries)
         return out

@@ -1,11 +1,14 @@
 """RabbitMQ names: the retry queue, the dead-letter exchange and the dead-letter queue.
 
 Templates take `{topic}` (the queue) and `{group}`; `rabbitmq_scheme()` builds one from config.
+The dead-letter exchange template takes `{topic}` only: it is a property of the queue, shared by
+every consumer of it, and the RabbitMQ back end derives it from the queue alone.
 """
 
 from __future__ import annotations
 
 from gateway.core.naming import NamingScheme, check_template
+from gateway.errors import InvalidArgument
 
 DEFAULT_RETRY = "{topic}.retry"
 DEFAULT_DLX = "{topic}.dlx"
@@ -18,6 +21,10 @@ def rabbitmq_scheme(
     dead_letter_exchange: str = DEFAULT_DLX,
     dead_letter_queue: str = DEFAULT_DLQ,
 ) -> NamingScheme:
+    if "{group}" in dead_letter_exchange:
+        raise InvalidArgument(
+            "naming.rabbitmq.dead_letter_exchange", dead_letter_exchange, "{topic} only, no {group}"
+        )
     return NamingScheme(
         "rabbitmq",
         check_template("naming.rabbitmq.retry_queue", retry_queue),
@@ -27,3 +34,8 @@ def rabbitmq_scheme(
 
 
 RABBITMQ = rabbitmq_scheme()
+
+
+def dead_letter_exchange(scheme: NamingScheme, queue: str) -> str:
+    """The dead-letter exchange of `queue` under `scheme`."""
+    return scheme.extra(DLX_KEY, queue, "")

@@ -1,20 +1,57 @@
 """The `backend` fixture: every contract test runs once per registered back end.
 
 To add a back end, write an async factory that returns it opened and add one entry to
-`BACKEND_FACTORIES`; the fixture closes it after the test.
+`BACKEND_FACTORIES`; the fixture closes it after the test (running its `BACKEND_CLEANUPS` entry
+first, if any).
+
+Capabilities: a back end whose model cannot give something a test relies on declares what it can
+do in a class attribute `capabilities` (a frozenset of names from `CAPABILITIES`); one without the
+attribute has them all. A test needing one says so with `@pytest.mark.requires("name")` (or, for
+tests written before, an entry in `REQUIRES`) and is skipped, with the reason, on back ends that
+do not declare it. Nothing else skips.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aio_pika
 import pytest
 
+from adapters.amqp.backend import RabbitMQBackend
+from adapters.amqp.queues import queue_name
 from gateway.backend.base import Backend
 from gateway.store import EmbeddedStore
 
 BackendFactory = Callable[[pathlib.Path], Awaitable[Backend]]
+BackendCleanup = Callable[[Backend], Awaitable[None]]
+
+AMQP_URL = os.environ.get("GATEWAY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+
+CAPABILITIES = frozenset(
+    {
+        "delayed-delivery",
+        "per-key-order",
+        "independent-groups",
+        "oldest-ready-time",
+    }
+)
+"""Every capability a contract test may require:
+
+* delayed-delivery: `deliver_at_ms` and future releases hold messages until their time;
+* per-key-order: `exclude_keys` skips a key entirely after its first skipped message;
+* independent-groups: each group of a topic gets every message, from the earliest retained one;
+* oldest-ready-time: `stats` reports the publish time of the oldest ready message.
+"""
+
+REQUIRES: dict[str, str] = {
+    "test_groups_consume_independently": "independent-groups",
+    "test_new_group_starts_at_earliest_message": "independent-groups",
+    "test_stats_counts_ready_delayed_and_leased": "oldest-ready-time",
+}
+"""Tests written before the `requires` mark, by function name, and the capability each needs."""
 
 
 async def make_embedded(tmp_path: pathlib.Path) -> Backend:
@@ -24,16 +61,75 @@ async def make_embedded(tmp_path: pathlib.Path) -> Backend:
     return store
 
 
+async def make_rabbitmq(tmp_path: pathlib.Path) -> Backend:
+    """The RabbitMQ back end on the broker at `GATEWAY_AMQP_URL` (default: local guest)."""
+    backend = RabbitMQBackend(AMQP_URL)
+    await backend.open()
+    return backend
+
+
+async def delete_rabbitmq_queues(backend: Backend) -> None:
+    """Delete the queues the test declared on the shared broker (delay queues expire alone)."""
+    topics = await backend.topics()
+    if not topics:
+        return
+    connection = await aio_pika.connect(AMQP_URL)
+    try:
+        channel = await connection.channel()
+        for topic in topics:
+            await channel.queue_delete(queue_name(topic))
+    finally:
+        await connection.close()
+
+
 BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "embedded": make_embedded,
+    "rabbitmq": make_rabbitmq,
 }
+
+BACKEND_CLEANUPS: dict[str, BackendCleanup] = {
+    "rabbitmq": delete_rabbitmq_queues,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "requires(capability): skip on back ends that do not declare the capability"
+    )
+
+
+def capabilities_of(backend: Backend) -> frozenset[str]:
+    """What `backend` declares it can do; everything when it declares nothing."""
+    declared = getattr(backend, "capabilities", None)
+    return CAPABILITIES if declared is None else frozenset(declared)
+
+
+def required_capabilities(node: pytest.Item) -> set[str]:
+    """Capabilities the test needs: its `requires` marks and its `REQUIRES` entry."""
+    needed = {str(arg) for mark in node.iter_markers("requires") for arg in mark.args}
+    name = getattr(node, "originalname", node.name)
+    if name in REQUIRES:
+        needed.add(REQUIRES[name])
+    unknown = needed - CAPABILITIES
+    if unknown:
+        raise pytest.UsageError(f"{node.nodeid}: unknown capabilities {sorted(unknown)}")
+    return needed
 
 
 @pytest.fixture(params=sorted(BACKEND_FACTORIES))
 async def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> AsyncIterator[Backend]:
-    """An opened back end of the parametrized kind, closed after the test."""
+    """An opened back end of the parametrized kind, closed after the test; skipped when the back
+    end lacks a capability the test requires."""
     opened = await BACKEND_FACTORIES[request.param](tmp_path)
     try:
+        missing = required_capabilities(request.node) - capabilities_of(opened)
+        if missing:
+            pytest.skip(f"{request.param} back end lacks {', '.join(sorted(missing))}")
         yield opened
     finally:
-        await opened.close()
+        cleanup = BACKEND_CLEANUPS.get(request.param)
+        try:
+            if cleanup is not None:
+                await cleanup(opened)
+        finally:
+            await opened.close()
