@@ -8,12 +8,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.errors import InvalidArgument
 from gateway.server.app import GatewayApp, running_gateway
 from gateway.server.config import ServeConfig
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 TOKENS = """
 [[principal]]
