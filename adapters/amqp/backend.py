@@ -133,7 +133,7 @@ class RabbitMQBackend(Backend):
     """
 
     name = "rabbitmq"
-    capabilities = frozenset({"delayed-delivery", "per-key-order"})
+    capabilities = frozenset({"delayed-delivery", "per-key-order", "backlog-view"})
     """What this back end can do, for the contract suite: one queue serves one group (no
     "independent-groups"), and the oldest ready time is unknown without consuming the queue
     head (no "oldest-ready-time")."""

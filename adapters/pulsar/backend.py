@@ -77,6 +77,9 @@ class PulsarBackend(Backend):
     """
 
     name = "pulsar"
+    capabilities = frozenset({"delayed-delivery", "independent-groups", "per-key-order"})
+    """The client library sees only what a subscription has received: no broker backlog view
+    for `peek`, `remove`, `purge` or `stats` (that needs Pulsar's admin API)."""
 
     def __init__(
         self,

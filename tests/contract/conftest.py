@@ -13,6 +13,7 @@ do not declare it. Nothing else skips.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,6 +23,7 @@ import pytest
 
 from adapters.amqp.backend import RabbitMQBackend
 from adapters.amqp.queues import queue_name
+from adapters.pulsar.backend import PulsarBackend
 from gateway.backend.base import Backend
 from gateway.store import EmbeddedStore
 
@@ -36,6 +38,7 @@ CAPABILITIES = frozenset(
         "per-key-order",
         "independent-groups",
         "oldest-ready-time",
+        "backlog-view",
     }
 )
 """Every capability a contract test may require:
@@ -43,13 +46,18 @@ CAPABILITIES = frozenset(
 * delayed-delivery: `deliver_at_ms` and future releases hold messages until their time;
 * per-key-order: `exclude_keys` skips a key entirely after its first skipped message;
 * independent-groups: each group of a topic gets every message, from the earliest retained one;
-* oldest-ready-time: `stats` reports the publish time of the oldest ready message.
+* oldest-ready-time: `stats` reports the publish time of the oldest ready message;
+* backlog-view: `peek`, `remove` and `purge` reach messages the back end has not received yet
+  (a broker's backlog), not only those it holds.
 """
 
 REQUIRES: dict[str, str] = {
     "test_groups_consume_independently": "independent-groups",
     "test_new_group_starts_at_earliest_message": "independent-groups",
     "test_stats_counts_ready_delayed_and_leased": "oldest-ready-time",
+    "test_peek_reads_without_leasing": "backlog-view",
+    "test_remove_leased_and_waiting_messages": "backlog-view",
+    "test_purge_removes_every_unacked_message": "backlog-view",
 }
 """Tests written before the `requires` mark, by function name, and the capability each needs."""
 
@@ -82,10 +90,45 @@ async def delete_rabbitmq_queues(backend: Backend) -> None:
         await connection.close()
 
 
+PULSAR_URL = os.environ.get("PULSAR_SERVICE_URL", "")
+
+
+async def make_pulsar(tmp_path: pathlib.Path) -> Backend:
+    """The Pulsar back end on `PULSAR_SERVICE_URL`, else on a gateway's own Pulsar front end
+    (embedded store) started for the test and stopped after the back end closes."""
+    from gateway.server.app import running_gateway
+
+    stack = contextlib.AsyncExitStack()
+    url = PULSAR_URL
+    if not url:
+        upstream = await stack.enter_async_context(
+            running_gateway(tmp_path / "pulsar-upstream", pulsar_listen="127.0.0.1:0")
+        )
+        url = f"pulsar://127.0.0.1:{upstream.pulsar.port}"
+    backend = PulsarBackend(url)
+    await backend.open()
+    UPSTREAMS[id(backend)] = stack
+    return backend
+
+
+async def stop_pulsar_upstream(backend: Backend) -> None:
+    stack = UPSTREAMS.pop(id(backend), None)
+    if stack is not None:
+        await stack.aclose()
+
+
+UPSTREAMS: dict[int, contextlib.AsyncExitStack] = {}
+
 BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "embedded": make_embedded,
     "rabbitmq": make_rabbitmq,
+    "pulsar": make_pulsar,
 }
+
+BACKEND_AFTER_CLOSE: dict[str, BackendCleanup] = {
+    "pulsar": stop_pulsar_upstream,
+}
+"""Run after the back end closed (stopping what it was talking to)."""
 
 BACKEND_CLEANUPS: dict[str, BackendCleanup] = {
     "rabbitmq": delete_rabbitmq_queues,
@@ -133,3 +176,6 @@ async def backend(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Asy
                 await cleanup(opened)
         finally:
             await opened.close()
+            after = BACKEND_AFTER_CLOSE.get(request.param)
+            if after is not None:
+                await after(opened)
