@@ -7,7 +7,7 @@ message. It reads no clock and does no I/O; the engine carries decisions out.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gateway.core.events import (
     Ack,
@@ -48,22 +48,47 @@ class Outcome(enum.Enum):
     """Only the record changes."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Decision:
+    """The next record and what to do with the stored message; built twice per message, so its
+    constructor fills the slots directly instead of passing through the frozen `__setattr__`."""
+
     record: Record
     outcome: Outcome
-    delay_ms: int = 0
-    destination: str | None = None
-    reason: str = ""
+    delay_ms: int
+    destination: str | None
+    reason: str
+
+    def __init__(
+        self,
+        record: Record,
+        outcome: Outcome,
+        delay_ms: int = 0,
+        destination: str | None = None,
+        reason: str = "",
+    ) -> None:
+        _set_record(self, record)
+        _set_outcome(self, outcome)
+        _set_delay_ms(self, delay_ms)
+        _set_destination(self, destination)
+        _set_reason(self, reason)
 
     @property
     def visible_at_ms(self) -> int:
         return self.record.visible_at_ms
 
 
+_set_record = Decision.__dict__["record"].__set__
+_set_outcome = Decision.__dict__["outcome"].__set__
+_set_delay_ms = Decision.__dict__["delay_ms"].__set__
+_set_destination = Decision.__dict__["destination"].__set__
+_set_reason = Decision.__dict__["reason"].__set__
+
+
 def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> Decision:
     """Apply `event` to `record` under `policy` at `now_ms`."""
-    if record.state.terminal:
+    state = record.state
+    if state is State.COMMITTED or state is State.DEAD_LETTERED or state is State.DISCARDED:
         if isinstance(event, Ack | Fail | Extend | DeadLetterNow):
             raise StaleReceipt(event.receipt, "already settled")
         raise IllegalTransition(record.state.value, event_name(event), "the message is settled")
@@ -72,7 +97,7 @@ def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> De
             return _deliver(record, event, policy, now_ms)
         case Ack():
             _live(record, event.receipt, event)
-            return Decision(replace(record, state=State.COMMITTED, receipt=""), Outcome.COMMIT)
+            return Decision(record.evolve(state=State.COMMITTED, receipt=""), Outcome.COMMIT)
         case Fail():
             _live(record, event.receipt, event)
             request = RetryRequest(event.delay_ms, event.delay_level)
@@ -86,7 +111,7 @@ def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> De
         case RetryDue():
             if record.state is not State.WAITING_RETRY or now_ms < record.visible_at_ms:
                 raise IllegalTransition(record.state.value, "RetryDue", "no retry is due")
-            return Decision(replace(record, state=State.READY), Outcome.NONE)
+            return Decision(record.evolve(state=State.READY), Outcome.NONE)
         case DeadLetterNow():
             _live(record, event.receipt, event)
             return _exhaust(record, policy, event.reason or "dead-lettered on request")
@@ -111,8 +136,7 @@ def _deliver(record: Record, event: Deliver, policy: RetryPolicy, now_ms: int) -
     else:
         timeout = policy.delivery_timeout_ms
     deadline = now_ms + timeout if timeout is not None else 0
-    new = replace(
-        record,
+    new = record.evolve(
         state=State.INFLIGHT,
         attempt=record.attempt + 1,
         deadline_ms=deadline,
@@ -139,20 +163,19 @@ def _failure(
 ) -> Decision:
     """A counted failure of the delivery in flight (consumer failure or timeout)."""
     if not policy.retries_enabled:
-        gone = replace(record, state=State.DISCARDED, receipt="")
+        gone = record.evolve(state=State.DISCARDED, receipt="")
         return Decision(gone, Outcome.DISCARD, reason=f"{reason}; broadcast: dropped, no retry")
     retries = record.retries + 1 if policy.counts_failures else record.retries
     if policy.exhausted_after(retries):
         # Validate the request even when exhausted: bad input never passes silently.
         policy.backoff.delay_ms(record.retries + 1, request, record, now_ms)
-        return _exhaust(replace(record, retries=retries), policy, f"{reason}; retries exhausted")
+        return _exhaust(record.evolve(retries=retries), policy, f"{reason}; retries exhausted")
     delay = policy.backoff.delay_ms(max(retries, 1), request, record, now_ms)
     if policy.mode is RetryMode.INVISIBLE:
         # Stays invisible, receipt spent, until the redelivery time (no WAITING_RETRY).
-        new = replace(record, retries=retries, deadline_ms=now_ms + delay, receipt="")
+        new = record.evolve(retries=retries, deadline_ms=now_ms + delay, receipt="")
         return Decision(new, Outcome.REDELIVER, delay, reason=reason)
-    new = replace(
-        record,
+    new = record.evolve(
         state=State.WAITING_RETRY,
         retries=retries,
         visible_at_ms=now_ms + delay,
@@ -166,9 +189,9 @@ def _failure(
 
 def _exhaust(record: Record, policy: RetryPolicy, reason: str) -> Decision:
     if policy.dead_letter:
-        new = replace(record, state=State.DEAD_LETTERED, receipt="", deadline_ms=0)
+        new = record.evolve(state=State.DEAD_LETTERED, receipt="", deadline_ms=0)
         return Decision(new, Outcome.DEAD_LETTER, 0, policy.dead_letter_destination(record), reason)
-    new = replace(record, state=State.DISCARDED, receipt="", deadline_ms=0)
+    new = record.evolve(state=State.DISCARDED, receipt="", deadline_ms=0)
     return Decision(new, Outcome.DISCARD, reason=f"{reason}; no dead-letter destination")
 
 
@@ -181,18 +204,18 @@ def _deadline(record: Record, event: DeadlinePassed, policy: RetryPolicy, now_ms
     if policy.mode is RetryMode.INVISIBLE:
         # Timeout of a simple-style delivery: retry interval 0, counted as a failure.
         if not policy.retries_enabled:
-            gone = replace(record, state=State.DISCARDED, receipt="")
+            gone = record.evolve(state=State.DISCARDED, receipt="")
             return Decision(gone, Outcome.DISCARD, reason="timeout; broadcast: dropped")
         retries = record.retries + 1 if policy.counts_failures else record.retries
         if policy.exhausted_after(retries):
-            return _exhaust(replace(record, retries=retries), policy, "timeout; retries exhausted")
-        return Decision(_ready(replace(record, retries=retries), now_ms), Outcome.REDELIVER, 0,
+            return _exhaust(record.evolve(retries=retries), policy, "timeout; retries exhausted")
+        return Decision(_ready(record.evolve(retries=retries), now_ms), Outcome.REDELIVER, 0,
                         reason="timeout")
     return _failure(record, policy, now_ms, RetryRequest(), "timeout")
 
 
 def _ready(record: Record, now_ms: int) -> Record:
-    return replace(record, state=State.READY, visible_at_ms=now_ms, deadline_ms=0, receipt="")
+    return record.evolve(state=State.READY, visible_at_ms=now_ms, deadline_ms=0, receipt="")
 
 
 def _extend(record: Record, event: Extend, policy: RetryPolicy, now_ms: int) -> Decision:
@@ -205,7 +228,7 @@ def _extend(record: Record, event: Extend, policy: RetryPolicy, now_ms: int) -> 
     check_range("invisible_ms", event.invisible_ms, low, high, "ms")
     if not event.new_receipt:
         raise StaleReceipt(event.new_receipt, "empty")
-    new = replace(record, deadline_ms=now_ms + event.invisible_ms, receipt=event.new_receipt)
+    new = record.evolve(deadline_ms=now_ms + event.invisible_ms, receipt=event.new_receipt)
     return Decision(new, Outcome.EXTEND)
 
 
@@ -219,6 +242,6 @@ def _lost(record: Record, event: ConsumerLost, policy: RetryPolicy, now_ms: int)
         # Counted (Pulsar redelivery count) but READY again at once, without the retry wait.
         retries += 1
         if policy.exhausted_after(retries):
-            return _exhaust(replace(record, retries=retries), policy, "consumer lost; exhausted")
-    new = _ready(replace(record, retries=retries), now_ms)
+            return _exhaust(record.evolve(retries=retries), policy, "consumer lost; exhausted")
+    new = _ready(record.evolve(retries=retries), now_ms)
     return Decision(new, Outcome.REDELIVER, 0, reason="consumer lost")

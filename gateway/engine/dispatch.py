@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gateway.engine.engine import Engine
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class InFlight:
     """One delivery the engine is waiting on (or, for ordered queues, holding for its retry)."""
 
@@ -117,23 +117,37 @@ class Subscription:
 
     def choose(self, key: str) -> Consumer | None:
         """The consumer for a message: by key hash where order or key affinity matters."""
-        live = self.receivers()
+        return self.pick(self.receivers(), key)
+
+    def pick(self, live: list[Consumer], key: str) -> Consumer | None:
+        """`choose` among `live` (this subscription's `receivers()`, taken once per batch)."""
         if not live:
             return None
         if self.policy.blocks_queue or self.spec.consumer_type is ConsumerType.KEY_SHARED:
             return live[zlib.crc32(key.encode()) % len(live)]
+        if len(live) == 1:
+            only = live[0]
+            if only.credit <= 0:
+                return None
+            next(self._rr)
+            return only
         with_credit = [c for c in live if c.credit > 0]
         if not with_credit:
             return None
         return with_credit[next(self._rr) % len(with_credit)]
 
 
+def matches_all(expression: str) -> bool:
+    """True when a tag expression lets every message through (`*` or empty)."""
+    expr = expression.strip()
+    return not expr or expr == "*"
+
+
 def matches_tag(expression: str, tag: str) -> bool:
     """RocketMQ-style tag expression: `*` or empty matches all, else `a || b` lists tags."""
-    expr = expression.strip()
-    if not expr or expr == "*":
+    if matches_all(expression):
         return True
-    return tag in {part.strip() for part in expr.split("||")}
+    return tag in {part.strip() for part in expression.split("||")}
 
 
 async def wait_any(waiters: list[asyncio.Future[object] | asyncio.Task[object]]) -> None:

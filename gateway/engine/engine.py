@@ -32,7 +32,14 @@ from gateway.engine.api import (
 )
 from gateway.engine.clock import Clock
 from gateway.engine.config import EngineConfig
-from gateway.engine.dispatch import Consumer, InFlight, Subscription, matches_tag, wait_any
+from gateway.engine.dispatch import (
+    Consumer,
+    InFlight,
+    Subscription,
+    matches_all,
+    matches_tag,
+    wait_any,
+)
 from gateway.engine.observe import Observer, Observers, Transition
 from gateway.engine.timers import TimerService
 from gateway.errors import GatewayError, InvalidArgument, MessageTooLarge, NotFound, StaleReceipt
@@ -48,9 +55,13 @@ RECEIPT_POOL = 64
 """Receipts' random parts drawn per call to the system's random source."""
 
 
-def visible_properties(properties: Mapping[str, str] | object) -> dict[str, str]:
-    assert isinstance(properties, Mapping)
+def visible_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    """The properties a consumer sees: the gateway's own `x-gateway-` ones left out."""
     return {k: v for k, v in properties.items() if not k.startswith(INTERNAL_PREFIX)}
+
+
+_Decided = tuple[Settlement, InFlight, Decision, int, str]
+"""A settlement, its delivery, the decision, and for EXTEND the new timer key and receipt."""
 
 
 class _Batch:
@@ -110,6 +121,14 @@ class Engine:
         """Real wall-clock time after a policy duration."""
         return self.clock.now_ms() + int(policy_ms * self.config.time_scale)
 
+    def _times(self) -> tuple[int, int]:
+        """(policy time, real time) from one clock reading: taken once per batch."""
+        real = self.clock.now_ms()
+        scale = self.config.time_scale
+        if scale == 1.0:
+            return real, real
+        return self._v_anchor + int((real - self._v_anchor) / scale), real
+
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         self._trace = log.bind()
@@ -162,10 +181,13 @@ class Engine:
         _check_name("topic", topic)
         if not messages:
             raise InvalidArgument("messages", 0, "at least one message")
+        limit = self.config.max_message_bytes
         for message in messages:
-            size = len(message.body) + sum(len(k) + len(v) for k, v in message.properties.items())
-            if size > self.config.max_message_bytes:
-                raise MessageTooLarge(size, self.config.max_message_bytes)
+            size = len(message.body)
+            if message.properties:
+                size += sum(len(k) + len(v) for k, v in message.properties.items())
+            if size > limit:
+                raise MessageTooLarge(size, limit)
         await self._check_topic(topic)
         ids = await self.backend.publish(topic, messages)
         self._known_topics.add(topic)
@@ -216,7 +238,7 @@ class Engine:
         if consumer in sub.consumers:
             sub.consumers.remove(consumer)
         batch = _Batch()
-        now = self.policy_now()
+        now, real = self._times()
         for receipt in list(consumer.receipts):
             inf = self.inflight.get(receipt)
             if inf is None or inf.consumer is not consumer:
@@ -227,7 +249,7 @@ class Engine:
                 decision = decide(inf.record, ev.ConsumerLost(), inf.sub.policy, now)
             except GatewayError:
                 continue
-            self._apply(inf, decision, batch, now)
+            self._apply(inf, decision, batch, now, real)
         for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
             held.consumer = None
         consumer.receipts.clear()
@@ -252,33 +274,31 @@ class Engine:
         stored: StoredMessage,
         consumer: Consumer | None,
         invisible_ms: int | None,
+        now: int,
+        real: int,
     ) -> Delivery:
-        now = self.policy_now()
-        origin = stored.properties.get(ORIGIN_TOPIC, stored.topic)
-        record = Record(
-            message_id=stored.message_id,
-            topic=origin,
-            group=sub.group,
-            state=State.READY,
-            attempt=stored.attempt,
-            retries=stored.retries,
-            visible_at_ms=now,
-        )
+        """Lease `stored` to a delivery; `now` and `real` are the batch's policy and real times."""
+        record = Record(stored.message_id, stored.properties.get(ORIGIN_TOPIC, stored.topic),
+                        sub.group, State.READY, stored.attempt, stored.retries, now)
         n, receipt = self._new_receipt()
         decision = decide(record, ev.Deliver(receipt, invisible_ms), sub.policy, now)
-        inf = InFlight(receipt, decision.record, stored, sub, consumer)
+        new = decision.record
+        inf = InFlight(receipt, new, stored, sub, consumer)
         self.inflight[receipt] = inf
-        deadline = self._arm(n, receipt, decision.record, now)
-        self._emit(inf, record.state, decision)
-        return self._delivery(inf, deadline)
+        deadline = self._arm(n, receipt, new, now, real)
+        self._emit(inf, State.READY, decision, real)
+        return Delivery(receipt, stored.message_id, stored.topic, new.topic, stored.body,
+                        visible_properties(stored.properties), stored.key, stored.tag,
+                        new.attempt, new.retries, deadline, stored.publish_ms,
+                        stored.deliver_at_ms, sub.group)
 
-    def _arm(self, n: int, receipt: str, record: Record, now: int) -> int:
+    def _arm(self, n: int, receipt: str, record: Record, now: int, real: int) -> int:
         if not record.deadline_ms:
             return 0
-        real = self.real_after(record.deadline_ms - now)
+        deadline = real + int((record.deadline_ms - now) * self.config.time_scale)
         self._timer_receipts[n] = receipt
-        self.timers.schedule(real, n)
-        return real
+        self.timers.schedule(deadline, n)
+        return deadline
 
     def _delivery(self, inf: InFlight, deadline_real: int) -> Delivery:
         stored = inf.stored
@@ -315,6 +335,9 @@ class Engine:
     async def _filter(self, sub: Subscription, got: list[StoredMessage]) -> list[StoredMessage]:
         """Drop tag-filtered messages (acked: not for this group) and, for ordered queues,
         every message whose key already has one in flight (given back at once, in order)."""
+        blocks = sub.policy.blocks_queue
+        if not blocks and matches_all(sub.spec.tag_filter):
+            return got  # no tag filter, no ordering: every message goes out
         keep: list[StoredMessage] = []
         skip: list[Lease] = []
         back: list[Release] = []
@@ -362,16 +385,20 @@ class Engine:
                 waiters.append(asyncio.ensure_future(sub.wake.wait()))
                 await wait_any(waiters)
                 continue
+            now, real = self._times()
+            live = sub.receivers()
             for stored in got:
-                consumer = sub.choose(stored.key)
+                consumer = sub.pick(live, stored.key)
                 if consumer is None:
                     await backend.release(
                         [Release(stored.lease, self.clock.now_ms(), stored.attempt, stored.retries)]
                     )
                     sub.blocked_keys.discard(stored.key)
+                    now, real = self._times()
+                    live = sub.receivers()
                     continue
                 try:
-                    delivery = self._deliver(sub, stored, consumer, None)
+                    delivery = self._deliver(sub, stored, consumer, None, now, real)
                 except GatewayError as exc:
                     log.error("delivery refused", error=exc.message, message_id=stored.message_id)
                     continue
@@ -396,8 +423,9 @@ class Engine:
             decision = decide(record, ev.Deliver(receipt), sub.policy, at)
             new = InFlight(receipt, decision.record, inf.stored, sub, consumer)
             self.inflight[receipt] = new
-            deadline = self._arm(n, receipt, decision.record, now)
-            self._emit(new, State.READY, decision)
+            real = self.clock.now_ms()
+            deadline = self._arm(n, receipt, decision.record, now, real)
+            self._emit(new, State.READY, decision, real)
             consumer.push(self._delivery(new, deadline))
 
     async def receive(
@@ -432,7 +460,8 @@ class Engine:
         while True:
             got = await self._fetch(sub, max_messages)
             if got:
-                return [self._deliver(sub, s, None, invisible_ms) for s in got]
+                now, real = self._times()
+                return [self._deliver(sub, s, None, invisible_ms, now, real) for s in got]
             left = give_up - loop.time()
             if left <= 0 or not self.accepting:
                 return []
@@ -449,12 +478,13 @@ class Engine:
         first bad item raises its error and nothing is applied."""
         batch = _Batch()
         results: list[SettleResult] = []
-        now = self.policy_now()
-        if atomic:
-            self._precheck(settlements, now)
-        for item in settlements:
+        now, real = self._times()
+        # Atomic: every item is decided before any is applied, and the first bad one raises.
+        decided = self._decide_all(settlements, now) if atomic else None
+        for i, item in enumerate(settlements):
             try:
-                results.append(self._settle_one(item, batch, now))
+                one = decided[i] if decided is not None else self._decide(item, now)
+                results.append(self._carry_out(*one, batch, now, real))
             except GatewayError as exc:
                 results.append(SettleResult(item.receipt, False, exc.code, exc.message))
         try:
@@ -466,15 +496,15 @@ class Engine:
             ]
         return results
 
-    def _precheck(self, settlements: Sequence[Settlement], now: int) -> None:
+    def _decide_all(self, settlements: Sequence[Settlement], now: int) -> list[_Decided]:
         seen: set[str] = set()
+        decided: list[_Decided] = []
         for item in settlements:
-            inf = self.inflight.get(item.receipt)
-            if inf is None or inf.held or item.receipt in seen:
+            if item.receipt in seen:
                 raise StaleReceipt(item.receipt)
             seen.add(item.receipt)
-            event, _, _ = self._event(item)
-            decide(inf.record, event, inf.sub.policy, now)
+            decided.append(self._decide(item, now))
+        return decided
 
     def _event(self, item: Settlement) -> tuple[ev.Event, int, str]:
         match item.action:
@@ -491,28 +521,48 @@ class Engine:
                 return ev.Extend(item.receipt, item.invisible_ms, receipt), n, receipt
         raise InvalidArgument("action", item.action, "ack, fail, extend or dead_letter")
 
-    def _settle_one(self, item: Settlement, batch: _Batch, now: int) -> SettleResult:
+    def _decide(self, item: Settlement, now: int) -> _Decided:
+        """What settling `item` would do; nothing changes yet."""
         inf = self.inflight.get(item.receipt)
         if inf is None or inf.held:
             raise StaleReceipt(item.receipt)
-        event, new_n, new_receipt = self._event(item)
-        decision = decide(inf.record, event, inf.sub.policy, now)
-        self._apply(inf, decision, batch, now)
+        if item.action is SettleAction.ACK:
+            event: ev.Event = ev.Ack(item.receipt)
+            new_n, new_receipt = 0, ""
+        else:
+            event, new_n, new_receipt = self._event(item)
+        return item, inf, decide(inf.record, event, inf.sub.policy, now), new_n, new_receipt
+
+    def _carry_out(
+        self,
+        item: Settlement,
+        inf: InFlight,
+        decision: Decision,
+        new_n: int,
+        new_receipt: str,
+        batch: _Batch,
+        now: int,
+        real: int,
+    ) -> SettleResult:
+        self._apply(inf, decision, batch, now, real)
         if decision.outcome is Outcome.EXTEND:
             moved = self.inflight[new_receipt]
-            deadline = self._arm(new_n, new_receipt, moved.record, now)
+            deadline = self._arm(new_n, new_receipt, moved.record, now, real)
             return SettleResult(item.receipt, True, new_receipt=new_receipt, deadline_ms=deadline)
         return SettleResult(item.receipt, True)
 
-    def _apply(self, inf: InFlight, decision: Decision, batch: _Batch, now: int) -> None:
-        """Carry out a decision: update tables now, queue back-end work in `batch`."""
+    def _apply(
+        self, inf: InFlight, decision: Decision, batch: _Batch, now: int, real: int
+    ) -> None:
+        """Carry out a decision: update tables now, queue back-end work in `batch`. `now` and
+        `real` are the batch's policy and real times."""
         before = inf.record.state
         record = decision.record
         stored = inf.stored
         sub = inf.sub
         policy = sub.policy
         outcome = decision.outcome
-        self._emit(inf, before, decision)
+        self._emit(inf, before, decision, real)
         if outcome is Outcome.EXTEND:
             self.inflight.pop(inf.receipt, None)
             moved = InFlight(record.receipt, record, stored, sub, inf.consumer)
@@ -535,9 +585,10 @@ class Engine:
         if outcome is Outcome.COMMIT or outcome is Outcome.DISCARD:
             batch.acks.append(stored.lease)
             return
+        scale = self.config.time_scale
         if outcome is Outcome.REDELIVER:
             batch.releases.append(
-                Release(stored.lease, self.real_after(decision.delay_ms), record.attempt,
+                Release(stored.lease, real + int(decision.delay_ms * scale), record.attempt,
                         record.retries)
             )
             return
@@ -551,7 +602,7 @@ class Engine:
             )
             batch.copies[decision.destination].append(
                 OutMessage(stored.body, copy, stored.key, stored.tag,
-                           self.real_after(decision.delay_ms), record.message_id,
+                           real + int(decision.delay_ms * scale), record.message_id,
                            record.attempt, record.retries)
             )
             batch.acks.append(stored.lease)
@@ -561,7 +612,7 @@ class Engine:
                 message_id=record.message_id, retries=record.retries, reason=decision.reason,
             )
             copy[DEAD_REASON] = decision.reason
-            copy[DEAD_AT] = str(self.clock.now_ms())
+            copy[DEAD_AT] = str(real)
             batch.copies[decision.destination].append(
                 OutMessage(stored.body, copy, stored.key, stored.tag, 0, record.message_id,
                            record.attempt, record.retries)
@@ -607,47 +658,49 @@ class Engine:
                 continue
             if not inf.record.deadline_ms:
                 continue
-            now = max(self.policy_now(), inf.record.deadline_ms)
+            policy_now, real = self._times()
+            now = max(policy_now, inf.record.deadline_ms)
             try:
                 decision = decide(inf.record, ev.DeadlinePassed(), inf.sub.policy, now)
             except GatewayError as exc:
                 log.warning("deadline not applied", error=exc.message)
                 continue
-            self._apply(inf, decision, batch, now)
+            self._apply(inf, decision, batch, now, real)
         try:
             await self._flush(batch)
         except GatewayError as exc:
             log.error("timeout handling failed", error=exc.message)
 
     # ------------------------------------------------------------ observers
-    def _emit(self, inf: InFlight, before: State, decision: Decision) -> None:
+    def _emit(self, inf: InFlight, before: State, decision: Decision, ts_ms: int) -> None:
+        """Tell observers (and the debug log) about a state change made at real time `ts_ms`.
+        Nothing is built when nobody listens."""
         record = decision.record
-        if before is record.state and decision.outcome is not Outcome.REDELIVER:
+        to_state = record.state
+        outcome = decision.outcome
+        if before is to_state and outcome is not Outcome.REDELIVER:
             return
-        if not self.observers.observers and not self._trace_debug:
+        observers = self.observers
+        full = observers.full or self._trace_debug
+        if not full and not observers.counters:
             return
         policy = inf.sub.policy
-        to_state = record.state
-        if decision.outcome is Outcome.REDELIVER and to_state is State.INFLIGHT:
+        if outcome is Outcome.REDELIVER and to_state is State.INFLIGHT:
             to_state = State.WAITING_RETRY
+        to_name: str = to_state._value_
+        if observers.counters:
+            observers.count(to_name, record.topic, record.group, policy.name, record.attempt)
+        if not full:
+            return
         transition = Transition(
-            ts_ms=self.clock.now_ms(),
-            dialect=policy.dialect,
-            policy=policy.name,
-            backend=self.config.backend_name,
-            topic=record.topic,
-            group=record.group,
-            message_id=record.message_id,
-            attempt=record.attempt,
-            from_state=before.value,
-            to_state=to_state.value,
-            delay_ms=decision.delay_ms,
-            reason=decision.reason,
-            destination=decision.destination or "",
+            ts_ms, policy.dialect, policy.name, self.config.backend_name, record.topic,
+            record.group, record.message_id, record.attempt, before._value_, to_name,
+            decision.delay_ms, decision.reason, decision.destination or "",
         )
-        self._trace.debug("transition", message_id=record.message_id, topic=record.topic,
-                          group=record.group, attempt=record.attempt, state=to_state.value)
-        self.observers.emit(transition)
+        if self._trace_debug:
+            self._trace.debug("transition", message_id=record.message_id, topic=record.topic,
+                              group=record.group, attempt=record.attempt, state=to_name)
+        observers.emit_full(transition)
 
 
 def _debug_enabled(logger: Any) -> bool:

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import structlog
 
 log = structlog.get_logger("gateway.engine")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Transition:
+    """One state change of one message for one group, as observers see it.
+
+    Built for every delivery and every settle while an observer listens, so the constructor fills
+    the slots directly instead of passing through the frozen `__setattr__`."""
+
     ts_ms: int
     dialect: str
     policy: str
@@ -26,27 +31,110 @@ class Transition:
     attempt: int
     from_state: str
     to_state: str
-    delay_ms: int = 0
-    reason: str = ""
-    destination: str = ""
+    delay_ms: int
+    reason: str
+    destination: str
+
+    def __init__(
+        self,
+        ts_ms: int,
+        dialect: str,
+        policy: str,
+        backend: str,
+        topic: str,
+        group: str,
+        message_id: str,
+        attempt: int,
+        from_state: str,
+        to_state: str,
+        delay_ms: int = 0,
+        reason: str = "",
+        destination: str = "",
+    ) -> None:
+        _ts_ms(self, ts_ms)
+        _dialect(self, dialect)
+        _policy(self, policy)
+        _backend(self, backend)
+        _topic(self, topic)
+        _group(self, group)
+        _message_id(self, message_id)
+        _attempt(self, attempt)
+        _from_state(self, from_state)
+        _to_state(self, to_state)
+        _delay_ms(self, delay_ms)
+        _reason(self, reason)
+        _destination(self, destination)
+
+
+_ts_ms = Transition.__dict__["ts_ms"].__set__
+_dialect = Transition.__dict__["dialect"].__set__
+_policy = Transition.__dict__["policy"].__set__
+_backend = Transition.__dict__["backend"].__set__
+_topic = Transition.__dict__["topic"].__set__
+_group = Transition.__dict__["group"].__set__
+_message_id = Transition.__dict__["message_id"].__set__
+_attempt = Transition.__dict__["attempt"].__set__
+_from_state = Transition.__dict__["from_state"].__set__
+_to_state = Transition.__dict__["to_state"].__set__
+_delay_ms = Transition.__dict__["delay_ms"].__set__
+_reason = Transition.__dict__["reason"].__set__
+_destination = Transition.__dict__["destination"].__set__
 
 
 class Observer(Protocol):
     def on_transition(self, transition: Transition) -> None: ...
 
 
+class TransitionCounter(Protocol):
+    """An observer that only counts transitions may also offer `count_transition`: the engine
+    then calls it with the few fields it needs and builds no `Transition` for it."""
+
+    def on_transition(self, transition: Transition) -> None: ...
+
+    def count_transition(
+        self, to_state: str, topic: str, group: str, policy: str, attempt: int
+    ) -> None: ...
+
+
 class Observers:
     """Fans transitions out to observers, logging (never raising) their failures."""
 
     def __init__(self, observers: Sequence[Observer] = ()) -> None:
-        self.observers = list(observers)
+        self.observers: list[Observer] = []
+        self.full: list[Observer] = []
+        """Observers that need the whole `Transition`."""
+        self.counters: list[TransitionCounter] = []
+        """Observers served by `count_transition`."""
+        for observer in observers:
+            self.add(observer)
 
     def add(self, observer: Observer) -> None:
         self.observers.append(observer)
+        if callable(getattr(observer, "count_transition", None)):
+            self.counters.append(cast(TransitionCounter, observer))
+        else:
+            self.full.append(observer)
 
     def emit(self, transition: Transition) -> None:
+        """Give `transition` to every observer."""
         for observer in self.observers:
             try:
                 observer.on_transition(transition)
             except Exception:  # observers never break message flow
                 log.exception("observer failed", observer=type(observer).__name__)
+
+    def emit_full(self, transition: Transition) -> None:
+        """Give `transition` to the observers that need it whole (see `count`)."""
+        for observer in self.full:
+            try:
+                observer.on_transition(transition)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(observer).__name__)
+
+    def count(self, to_state: str, topic: str, group: str, policy: str, attempt: int) -> None:
+        """Tell the counting observers about a transition (no `Transition` is built)."""
+        for counter in self.counters:
+            try:
+                counter.count_transition(to_state, topic, group, policy, attempt)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(counter).__name__)

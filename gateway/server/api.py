@@ -41,7 +41,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         deliveries = await self.engine.receive(
             spec, request.max_messages or 1, invisible, request.wait_ms
         )
-        return gateway_pb2.ReceiveResponse(deliveries=[convert.delivery(d) for d in deliveries])
+        response = gateway_pb2.ReceiveResponse()
+        convert.add_deliveries(response.deliveries, deliveries)
+        return response
 
     async def Settle(self, request: gateway_pb2.SettleRequest, context: Ctx) -> Any:
         if not request.settlements:
@@ -51,7 +53,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         failed = [r for r in results if not r.ok]
         if failed and failed[0].error_code == "UNAVAILABLE":
             raise Unavailable(failed[0].error)
-        return gateway_pb2.SettleResponse(results=[convert.result(r) for r in results])
+        response = gateway_pb2.SettleResponse()
+        convert.add_results(response.results, results)
+        return response
 
     async def Consume(
         self, request_iterator: AsyncIterator[gateway_pb2.ConsumeRequest], context: Ctx
@@ -125,24 +129,24 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         previous: asyncio.Future[None] | None,
     ) -> None:
         items = []
-        results = []
+        response = gateway_pb2.ConsumeResponse()
+        response.results.SetInParent()  # the answer even to an empty batch
+        results = response.results.results
         for i, s in enumerate(batch.settlements):
             try:
                 items.append(convert.settlement(s, i))
             except InvalidArgument as exc:
-                results.append(gateway_pb2.SettleResult(
-                    receipt=s.receipt, ok=False, error_code=exc.code, error=exc.message))
+                results.add(receipt=s.receipt, ok=False, error_code=exc.code, error=exc.message)
         try:
             done = await self.engine.settle(items)
         except Exception:
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise
-        results.extend(convert.result(r) for r in done)
+        convert.add_results(results, done)
         if previous is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await previous
-        outbox.put_nowait(gateway_pb2.ConsumeResponse(
-            results=gateway_pb2.SettleResults(results=results)))
+        outbox.put_nowait(response)
 
     async def _pump(
         self, consumer: Consumer, outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None]
@@ -150,9 +154,10 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         try:
             while True:
                 batch = await consumer.next_batch(256)
-                await outbox.put(gateway_pb2.ConsumeResponse(
-                    deliveries=gateway_pb2.DeliveryBatch(
-                        deliveries=[convert.delivery(d) for d in batch])))
+                response = gateway_pb2.ConsumeResponse()
+                response.deliveries.SetInParent()
+                convert.add_deliveries(response.deliveries.deliveries, batch)
+                await outbox.put(response)
         except Unavailable:
             await outbox.put(None)
 

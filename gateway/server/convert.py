@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from gateway.backend import OutMessage
 from gateway.engine.api import (
     ConsumerType,
@@ -32,23 +35,27 @@ def consumer_type(value: int) -> ConsumerType:
 
 
 def out_message(message: pb.Message, now_ms: int, index: int) -> OutMessage:
-    if message.deliver_at_ms and message.delay_ms:
-        raise InvalidArgument(f"messages[{index}].delay_ms", message.delay_ms,
+    delay = message.delay_ms
+    deliver_at = message.deliver_at_ms
+    if delay or deliver_at < 0:
+        _check_timing(delay, deliver_at, index)
+        if not deliver_at:
+            deliver_at = now_ms + delay
+    properties = message.properties
+    return OutMessage(message.body, dict(properties) if properties else {}, message.key,
+                      message.tag, deliver_at)
+
+
+def _check_timing(delay: int, deliver_at: int, index: int) -> None:
+    """The rules for a message that sets a delay or a negative delivery time."""
+    if deliver_at and delay:
+        raise InvalidArgument(f"messages[{index}].delay_ms", delay,
                               "not together with deliver_at_ms")
-    if message.delay_ms < 0 or message.delay_ms > MAX_DELAY_MS:
-        raise InvalidArgument(f"messages[{index}].delay_ms", message.delay_ms,
-                              f"0..{MAX_DELAY_MS} ms")
-    if message.deliver_at_ms < 0:
-        raise InvalidArgument(f"messages[{index}].deliver_at_ms", message.deliver_at_ms,
+    if delay < 0 or delay > MAX_DELAY_MS:
+        raise InvalidArgument(f"messages[{index}].delay_ms", delay, f"0..{MAX_DELAY_MS} ms")
+    if deliver_at < 0:
+        raise InvalidArgument(f"messages[{index}].deliver_at_ms", deliver_at,
                               "0 (now) or a wall-clock time in ms")
-    deliver_at = message.deliver_at_ms or (now_ms + message.delay_ms if message.delay_ms else 0)
-    return OutMessage(
-        body=message.body,
-        properties=dict(message.properties),
-        key=message.key,
-        tag=message.tag,
-        deliver_at_ms=deliver_at,
-    )
 
 
 def subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> SubscriptionSpec:
@@ -93,18 +100,24 @@ def settlement(msg: pb.Settlement, index: int) -> Settlement:
 
 
 def delivery(d: Delivery) -> pb.Delivery:
-    msg = pb.Delivery(
-        receipt=d.receipt,
-        message_id=d.message_id,
-        topic=d.topic,
-        original_topic=d.original_topic,
-        body=d.body,
-        attempt=d.attempt,
-        deadline_ms=d.deadline_ms,
-        publish_ms=d.publish_ms,
-        group=d.group,
-    )
-    # Fields at their proto3 default are left unset (same message, less work per delivery).
+    msg = pb.Delivery()
+    fill_delivery(msg, d)
+    return msg
+
+
+def fill_delivery(msg: pb.Delivery, d: Delivery) -> None:
+    """Set the fields of an empty `msg` from `d`. Fields at their proto3 default are left unset
+    (the same message on the wire, less work per delivery)."""
+    msg.receipt = d.receipt
+    msg.message_id = d.message_id
+    msg.topic = d.topic
+    msg.original_topic = d.original_topic
+    msg.body = d.body
+    msg.attempt = d.attempt
+    if d.deadline_ms:
+        msg.deadline_ms = d.deadline_ms
+    msg.publish_ms = d.publish_ms
+    msg.group = d.group
     if d.properties:
         msg.properties.update(d.properties)
     if d.key:
@@ -115,15 +128,39 @@ def delivery(d: Delivery) -> pb.Delivery:
         msg.retries = d.retries
     if d.deliver_at_ms:
         msg.deliver_at_ms = d.deliver_at_ms
-    return msg
+
+
+def add_deliveries(target: Any, deliveries: Iterable[Delivery]) -> None:
+    """Append `deliveries` to a repeated pb.Delivery field, each built in place (building them
+    apart and passing the list to a constructor copies every message once more)."""
+    add = target.add
+    for d in deliveries:
+        fill_delivery(add(), d)
 
 
 def result(r: SettleResult) -> pb.SettleResult:
-    return pb.SettleResult(
-        receipt=r.receipt,
-        ok=r.ok,
-        error_code=r.error_code,
-        error=r.error,
-        receipt_next=r.new_receipt,
-        deadline_ms=r.deadline_ms,
-    )
+    msg = pb.SettleResult()
+    fill_result(msg, r)
+    return msg
+
+
+def fill_result(msg: pb.SettleResult, r: SettleResult) -> None:
+    """Set the fields of an empty `msg` from `r`, leaving proto3 defaults unset."""
+    msg.receipt = r.receipt
+    if r.ok:
+        msg.ok = True
+    if r.error_code:
+        msg.error_code = r.error_code
+    if r.error:
+        msg.error = r.error
+    if r.new_receipt:
+        msg.receipt_next = r.new_receipt
+    if r.deadline_ms:
+        msg.deadline_ms = r.deadline_ms
+
+
+def add_results(target: Any, results: Iterable[SettleResult]) -> None:
+    """Append `results` to a repeated pb.SettleResult field, each built in place."""
+    add = target.add
+    for r in results:
+        fill_result(add(), r)

@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from gateway.engine.engine import Engine
 
 
+SETTLE_OUTCOMES = {"COMMITTED": "ack", "WAITING_RETRY": "retry", "DEAD_LETTERED": "dead_letter",
+                   "DISCARDED": "discard", "READY": "released"}
+"""The `outcome` label of gateway_settlements by the state a settle led to."""
+MAX_CACHED_LABEL_SETS = 10_000
+"""Bound on the cache of labelled children (topics and groups may come and go)."""
+
+
 class Metrics:
     """One registry per gateway; an engine observer plus a request-timing interceptor."""
 
@@ -41,21 +48,42 @@ class Metrics:
                                  buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                           0.25, 0.5, 1, 2.5, 5, 10, 30))
         self._server: Any = None
+        self._children: dict[tuple[str, str, str, str, int], tuple[Any, ...]] = {}
 
     def on_transition(self, t: Transition) -> None:
-        to = t.to_state
+        self.count_transition(t.to_state, t.topic, t.group, t.policy, t.attempt)
+
+    def count_transition(
+        self, to_state: str, topic: str, group: str, policy: str, attempt: int
+    ) -> None:
+        """Count one transition (the engine calls this without building a `Transition`). The
+        labelled children are looked up once per label set and kept: a Prometheus `labels()`
+        call costs more than the increment itself."""
+        key = (to_state, topic, group, policy, attempt)
+        counters = self._children.get(key)
+        if counters is None:
+            counters = self._children_for(key)
+        for counter in counters:
+            counter.inc()
+
+    def _children_for(self, key: tuple[str, str, str, str, int]) -> tuple[Any, ...]:
+        """The counter children one kind of transition increments (cached by `key`)."""
+        to, topic, group, policy, attempt = key
+        if len(self._children) >= MAX_CACHED_LABEL_SETS:
+            self._children.clear()
         if to == "INFLIGHT":
-            self.deliveries.labels(t.topic, t.group, t.policy).inc()
-            return
-        outcome = {"COMMITTED": "ack", "WAITING_RETRY": "retry", "DEAD_LETTERED": "dead_letter",
-                   "DISCARDED": "discard", "READY": "released"}.get(to, to.lower())
-        self.settlements.labels(outcome, t.policy).inc()
-        if to == "WAITING_RETRY":
-            self.retries.labels(str(t.attempt), t.policy).inc()
-        elif to == "DEAD_LETTERED":
-            self.dead_letters.labels(t.topic, t.group).inc()
-        elif to == "DISCARDED":
-            self.discards.labels(t.topic, t.group).inc()
+            counters: tuple[Any, ...] = (self.deliveries.labels(topic, group, policy),)
+        else:
+            outcome = SETTLE_OUTCOMES.get(to, to.lower())
+            counters = (self.settlements.labels(outcome, policy),)
+            if to == "WAITING_RETRY":
+                counters += (self.retries.labels(str(attempt), policy),)
+            elif to == "DEAD_LETTERED":
+                counters += (self.dead_letters.labels(topic, group),)
+            elif to == "DISCARDED":
+                counters += (self.discards.labels(topic, group),)
+        self._children[key] = counters
+        return counters
 
     def bind(self, engine: Engine, store_size: Callable[[], int]) -> None:
         self.inflight.set_function(lambda: len(engine.inflight))

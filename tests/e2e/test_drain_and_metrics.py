@@ -106,7 +106,7 @@ def total(metrics: dict[str, float], prefix: str) -> float:
 
 
 async def test_metrics_move_as_messages_retry_and_dead_letter(tmp_path: Path) -> None:
-    async with running_gateway(tmp_path / "data", time_scale=0.0005,
+    async with running_gateway(tmp_path / "data", time_scale=0.01,
                                admin_listen="127.0.0.1:0") as app:
         port = app.metrics_port
         before = scrape(port)

@@ -88,10 +88,11 @@ async def test_rocketmq_sequence_and_dead_letter_topic(client: GatewayClient) ->
     view = await client.describe(topic, group)
     assert view.dead_letters == 1 and view.dead_letter_topic == f"%DLQ%{group}"
     # The dead-letter topic is an ordinary topic: consume it.
-    async with client.consume(f"%DLQ%{group}", group, policy="rocketmq") as dlq:
-        dead = await dlq.next(5)
-        assert dead is not None and dead.body == b"poison" and dead.message_id == ids[0]
-        assert (await dead.ack()).ok
+    dead = await client.receive(
+        f"%DLQ%{group}", group, policy="rocketmq-simple", invisible_ms=43_200_000, wait_ms=5000
+    )
+    assert len(dead) == 1 and dead[0].body == b"poison" and dead[0].message_id == ids[0]
+    assert (await dead[0].ack()).ok
 
 
 async def test_max_retries_three_means_four_deliveries(client: GatewayClient) -> None:
@@ -222,32 +223,32 @@ async def test_pull_invisible_duration_and_change(tmp_path: Path) -> None:
         assert (await again[0].ack()).ok
 
 
-async def test_admin_resend_returns_dead_letters(client: GatewayClient) -> None:
+async def test_admin_resend_returns_dead_letters(calm_client: GatewayClient) -> None:
     topic, group = name("t"), name("g")
-    ids = await client.publish(topic, [b"a", b"b"])
-    got = await fail_all(client, topic, group, "rocketmq", {"max_retries": "0"}, 2)
+    ids = await calm_client.publish(topic, [b"a", b"b"])
+    got = await fail_all(calm_client, topic, group, "rocketmq", {"max_retries": "0"}, 2)
     assert len(got) == 2
-    page = await client.admin.ListDeadLetters(
+    page = await calm_client.admin.ListDeadLetters(
         admin_pb2.ListDeadLettersRequest(topic=topic, group=group, limit=1)
     )
     assert len(page.dead_letters) == 1 and page.next_page_token
     assert page.dead_letters[0].original_topic == topic
     assert "retries exhausted" in page.dead_letters[0].reason
-    rest = await client.admin.ListDeadLetters(
+    rest = await calm_client.admin.ListDeadLetters(
         admin_pb2.ListDeadLettersRequest(
             topic=topic, group=group, limit=10, page_token=page.next_page_token
         )
     )
     assert len(rest.dead_letters) == 1 and not rest.next_page_token
-    resent = await client.admin.ResendDeadLetters(
+    resent = await calm_client.admin.ResendDeadLetters(
         admin_pb2.ResendDeadLettersRequest(topic=topic, group=group, message_ids=[ids[1]])
     )
     assert resent.resent == 1
-    async with client.consume(topic, group, policy="rocketmq") as stream:
+    async with calm_client.consume(topic, group, policy="rocketmq") as stream:
         msg = await stream.next(5)
         assert msg is not None and msg.message_id == ids[1] and msg.attempt == 1
         assert (await msg.ack()).ok
-    view = await client.describe(topic, group)
+    view = await calm_client.describe(topic, group)
     assert view.dead_letters == 1
 
 

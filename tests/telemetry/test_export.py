@@ -247,7 +247,7 @@ def test_gateway_transitions_land_in_the_delta_table(spark: SparkSession, tmp_pa
             made.append(transition)
 
     async def run_gateway() -> None:
-        async with running_gateway(tmp_path / "gw", time_scale=0.0005, telemetry=True,
+        async with running_gateway(tmp_path / "gw", time_scale=0.01, telemetry=True,
                                    observers=[Recorder()]) as app, \
                 GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
             await client.publish("orders", [b"ok", b"poison"])
