@@ -163,7 +163,7 @@ async def consume_all(
 async def run_gateway(args: argparse.Namespace) -> dict[str, float]:
     with tempfile.TemporaryDirectory(dir=args.dir) as data_dir:
         serve = ["serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0",
-                 "--log-level", "warning"]
+                 "--log-level", "warning", *(["--telemetry"] if args.telemetry else [])]
         if args.switch_interval:
             # The same CLI with the interpreter's GIL switch interval changed first.
             code = (f"import sys; sys.setswitchinterval({args.switch_interval}); "
@@ -294,6 +294,8 @@ def main() -> None:
     parser.add_argument("--publishers", type=int, default=4)
     parser.add_argument("--prefetch", type=int, default=1000)
     parser.add_argument("--dir", default=None, help="where to put the store (default: tmp)")
+    parser.add_argument("--telemetry", action="store_true",
+                        help="run the gateway with its telemetry spool on")
     parser.add_argument("--settle-batch", type=int, default=0,
                         help="acks sent per settle frame (default: the client's choice)")
     parser.add_argument("--switch-interval", type=float, default=0.0,
