@@ -93,6 +93,7 @@ class GatewayApp:
         self._health_task: asyncio.Task[None] | None = None
         self.rocketmq: Any = None
         self.rocketmq_settings = rocketmq_settings
+        self.rocketmq_settings_in_use: Any = None
 
     async def start(self) -> None:
         cfg = self.config
@@ -184,15 +185,28 @@ class GatewayApp:
             return
         settings = self.rocketmq_settings
         if settings is None:
+            from adapters.rocketmq.frontend.settings import Permissions
+
             cfg = self.config
-            credentials = None
+            credentials: dict[str, str] | None = None
             if cfg.rocketmq_access_key:
                 credentials = {cfg.rocketmq_access_key: cfg.rocketmq_secret_key}
+            permissions = None
+            if self.authorizer is not None:
+                # With a tokens file, RocketMQ SDKs must sign with a principal's keys and are
+                # held to its permissions like every other listener.
+                keyed = {p.rocketmq_access_key: p for p in self.authorizer.by_digest.values()
+                         if p.rocketmq_access_key}
+                credentials = {**(credentials or {}),
+                               **{k: p.rocketmq_secret_key for k, p in keyed.items()}}
+                permissions = Permissions(self.authorizer, keyed)
             settings = FrontendSettings(
                 advertised_endpoint=cfg.rocketmq_advertised,
                 credentials=credentials,
                 fifo_groups=frozenset(cfg.rocketmq_fifo_groups),
+                permissions=permissions,
             )
+        self.rocketmq_settings_in_use = settings
         self.rocketmq = register(server, self.engine, settings)
 
     async def _set_serving(self, serving: bool) -> None:

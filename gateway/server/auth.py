@@ -9,6 +9,8 @@ Tokens live in a TOML file (mounted from a Secret in Kubernetes):
     consume = ["orders"]               # topic patterns
     groups = ["billing"]               # group patterns; consuming needs topic and group
     admin = false
+    rocketmq_access_key = "AK"         # optional: RocketMQ SDKs sign requests with these
+    rocketmq_secret_key = "SK"
 
 Permission to consume a group covers the group's retry and dead-letter destinations under any
 naming scheme. A missing or unknown token is UNAUTHENTICATED; a known principal acting outside
@@ -43,6 +45,9 @@ class Principal:
     consume: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     admin: bool = False
+    rocketmq_access_key: str = ""
+    """RocketMQ SDKs sign with an access key and secret instead of a bearer token."""
+    rocketmq_secret_key: str = ""
 
 
 
@@ -88,6 +93,8 @@ def load_principals(
             consume=_patterns(entry, "consume", name),
             groups=_patterns(entry, "groups", name),
             admin=bool(entry.get("admin", False)),
+            rocketmq_access_key=str(entry.get("rocketmq_access_key", "")),
+            rocketmq_secret_key=str(entry.get("rocketmq_secret_key", "")),
         ))
     if not out:
         raise InvalidArgument("tokens_file", str(path), "at least one [[principal]]")

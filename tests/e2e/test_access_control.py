@@ -160,3 +160,20 @@ async def test_mtls(tmp_path: Path) -> None:
             stub = gateway_pb2_grpc.GatewayStub(channel)
             assert await code_of(stub.Publish(publish("orders"), timeout=5)) == \
                 grpc.StatusCode.UNAVAILABLE
+
+
+async def test_rocketmq_listener_uses_the_principals_keys(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS + '''
+[[principal]]
+name = "rocket"
+token = "rocket-token"
+publish = ["orders"]
+rocketmq_access_key = "rocket-ak"
+rocketmq_secret_key = "rocket-sk"
+''')
+    async with running_gateway(tmp_path / "data", tokens_file=str(tokens)) as app:
+        settings = app.rocketmq_settings_in_use
+        assert settings.credentials == {"rocket-ak": "rocket-sk"}
+        assert settings.permissions is not None
+        assert settings.permissions.by_access_key["rocket-ak"].name == "rocket"

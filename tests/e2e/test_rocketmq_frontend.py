@@ -562,3 +562,29 @@ def test_a_delivery_in_flight_at_a_restart_comes_again(
     with pytest.raises(BadRequestException):
         simple.ack(first)
     simple.ack(again)
+
+
+def test_access_keys_carry_topic_and_group_permissions(
+    start: Callable[..., Gateway], clients: list[Any]
+) -> None:
+    from adapters.rocketmq.frontend.settings import Permissions
+    from adapters.rocketmq.naming import ROCKETMQ
+    from gateway.server.auth import Authorizer, Principal
+
+    billing = Principal(name="billing", token_sha256="0" * 64, publish=("orders-*",),
+                        consume=("orders-*",), groups=("billing-*",))
+    authorizer = Authorizer([billing], [ROCKETMQ])
+    gateway = start(_settings(credentials={"billing-ak": "billing-sk"},
+                              permissions=Permissions(authorizer, {"billing-ak": billing})))
+    config = _config(gateway, "billing-ak", "billing-sk")
+    allowed, other = _name("orders"), _name("payments")
+    _producer(clients, config, allowed).send(_message(allowed, b"ok"))
+    refused = _producer(clients, config, other)
+    with pytest.raises(Exception, match=r"(?i)forbidden|may not publish"):
+        refused.send(_message(other, b"no"))
+    group = _name("billing")
+    got = _receive(_simple(clients, config, group, allowed), 1)
+    assert [m.body for m in got] == [b"ok"]
+    stranger = _simple(clients, config, _name("audit"), allowed)
+    with pytest.raises(Exception, match=r"(?i)forbidden|may not consume"):
+        stranger.receive(1, 30)

@@ -16,7 +16,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from adapters.rocketmq.dialect import DEFAULT_SUSPEND_MS
 from gateway.engine.api import SettleAction, Settlement, SettleResult, SubscriptionSpec
-from gateway.errors import GatewayError, Unauthenticated
+from gateway.errors import GatewayError, PermissionDenied, Unauthenticated
 
 from . import codec, topology
 from .auth import Authenticator
@@ -68,6 +68,27 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except Unauthenticated as error:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, error.message)
         return _metadata_value(context, "x-mq-client-id")
+
+    def _principal(self, context: Any) -> Any:
+        """The principal of the call's access key, or None when permissions are off."""
+        permissions = self._settings.permissions
+        if permissions is None:
+            return None
+        access_key = self._auth.check(context.invocation_metadata() or ())
+        principal = permissions.by_access_key.get(access_key)
+        if principal is None:
+            raise PermissionDenied(f"access key {access_key!r} has no permissions")
+        return principal
+
+    def _check_publish(self, context: Any, topic: str) -> None:
+        permissions = self._settings.permissions
+        if permissions is not None:
+            permissions.checks.check_publish(self._principal(context), topic)
+
+    def _check_consume(self, context: Any, topic: str, group: str) -> None:
+        permissions = self._settings.permissions
+        if permissions is not None:
+            permissions.checks.check_consume(self._principal(context), topic, group)
 
     def _endpoints(self, requested: Any) -> Any:
         return topology.endpoints_for(self._settings.advertised_endpoint, requested)
@@ -161,6 +182,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             if not by_topic:
                 raise _Reject(Code.BAD_REQUEST, "no messages to send")
             ids: dict[int, str] = {}
+            for topic in by_topic:
+                self._check_publish(context, topic)
             for topic, items in by_topic.items():
                 published = await self._engine.publish(topic, [out for _, out in items])
                 ids.update(zip((index for index, _ in items), published, strict=True))
@@ -182,6 +205,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         kind = codec.PUSH if request.auto_renew else codec.SIMPLE
         try:
             spec = self._spec(request, kind, client_id)
+            self._check_consume(context, spec.topic, spec.group)
             if kind == codec.PUSH:
                 # Push policies have a fixed delivery timeout; the gateway renews it.
                 invisible_ms = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from adapters.rocketmq.dialect import BACKOFF_MS, DEFAULT_SUSPEND_MS, INT_MAX, SUSPEND_RANGE_MS
 
@@ -25,6 +26,20 @@ ORDERLY_UNLIMITED_ATTEMPTS = INT_MAX
 def _check(ok: bool, name: str, value: object, allowed: str) -> None:
     if not ok:
         raise InvalidArgument(name, value, allowed)
+
+
+class Checks(Protocol):
+    def check_publish(self, principal: Any, topic: str) -> None: ...
+
+    def check_consume(self, principal: Any, topic: str, group: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """Who may publish and consume: the gateway's authorizer and its principals by access key."""
+
+    checks: Checks
+    by_access_key: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +74,9 @@ class FrontendSettings:
     then in the listener): a delivery still unsettled then times out and counts as a failure."""
     renew_interval_ms: int = 1000
     """How often the renewal task looks for push deliveries close to their deadline."""
+    permissions: Permissions | None = None
+    """Per-access-key permissions (`gateway.server.auth.Authorizer` and its principals by
+    access key); None leaves every authenticated caller unrestricted."""
     receive_batch_size: int = 32
     max_body_size: int = 4 * 1024 * 1024
     deadline_margin_ms: int = 500
