@@ -32,6 +32,9 @@ log = structlog.get_logger("gateway.server")
 
 ExtraService = Callable[[grpc.aio.Server, Engine], object]
 SERVICE_NAMES = ("gateway.v1.Gateway", "gateway.v1.Admin")
+LIVENESS = "liveness"
+"""Health name that is SERVING while the process runs, whatever the back end's state: a broker
+outage must not make Kubernetes restart the sidecar (the overall status covers readiness)."""
 
 
 def make_backend(config: ServeConfig, clock: Clock) -> Backend:
@@ -154,6 +157,7 @@ class GatewayApp:
             ahost, aport = host_port("admin_listen", cfg.admin_listen)
             self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
             self.metrics_port = self.metrics.serve(ahost, aport)
+        await self._health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         await self._set_serving(self.backend.healthy())
         self._health_task = asyncio.ensure_future(self._watch_health())
         log.info("gateway started", listen=f"{host}:{bound}", backend=self.backend.name,

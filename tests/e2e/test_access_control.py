@@ -115,8 +115,10 @@ async def test_stream_subscribe_is_checked(app: GatewayApp) -> None:
 
 async def test_health_needs_no_token(app: GatewayApp) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
-        reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
-        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "liveness"):
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def test_no_auth_means_loopback_only() -> None:

@@ -55,7 +55,11 @@ def test_application_dials_the_gateway_on_localhost(target: str) -> None:
 @pytest.mark.parametrize("probe", ["startupProbe", "readinessProbe", "livenessProbe"])
 def test_probes_use_grpc_health_on_the_gateway_port(target: str, probe: str) -> None:
     spec = gateway_container(rendered(target))[probe]
-    assert spec["grpc"] == {"port": GATEWAY_PORT}, "grpc.health.v1 overall server status"
+    expected = {"port": GATEWAY_PORT}
+    if probe == "livenessProbe":
+        # The gateway's always-SERVING name: a broker outage must not restart the sidecar.
+        expected["service"] = "liveness"
+    assert spec["grpc"] == expected, "grpc.health.v1 on the gateway port"
     for other in ("httpGet", "tcpSocket", "exec"):
         assert other not in spec
 
