@@ -3,34 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from documented import DELAY_LEVELS_MS as LEVELS_MS
+from documented import HOUR, SECOND
 
 from gateway.core import Outcome, State
 from gateway.errors import InvalidArgument
-
-SECOND = 1_000
-MINUTE = 60 * SECOND
-HOUR = 60 * MINUTE
-
-LEVELS_MS = [
-    1 * SECOND,
-    5 * SECOND,
-    10 * SECOND,
-    30 * SECOND,
-    1 * MINUTE,
-    2 * MINUTE,
-    3 * MINUTE,
-    4 * MINUTE,
-    5 * MINUTE,
-    6 * MINUTE,
-    7 * MINUTE,
-    8 * MINUTE,
-    9 * MINUTE,
-    10 * MINUTE,
-    20 * MINUTE,
-    30 * MINUTE,
-    1 * HOUR,
-    2 * HOUR,
-]
 
 
 def _first_failure(d, **fail):

@@ -5,34 +5,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from documented import DELAY_LEVELS_MS as LEVELS_MS
+from documented import HOUR, MINUTE, SECOND
+from documented import ROCKETMQ_TABLE_MS as TABLE_MS
 
 from adapters.rocketmq import dialect as rocketmq
 from gateway.core import Ack, Extend, Outcome, State
 from gateway.errors import IllegalTransition, InvalidArgument, StaleReceipt
-
-SECOND = 1_000
-MINUTE = 60 * SECOND
-HOUR = 60 * MINUTE
-
-TABLE_MS = [
-    10 * SECOND,
-    30 * SECOND,
-    1 * MINUTE,
-    2 * MINUTE,
-    3 * MINUTE,
-    4 * MINUTE,
-    5 * MINUTE,
-    6 * MINUTE,
-    7 * MINUTE,
-    8 * MINUTE,
-    9 * MINUTE,
-    10 * MINUTE,
-    20 * MINUTE,
-    30 * MINUTE,
-    1 * HOUR,
-    2 * HOUR,
-]
-LEVELS_MS = [1 * SECOND, 5 * SECOND, *TABLE_MS]
 
 
 def _waits(d, **fail):
