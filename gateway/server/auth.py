@@ -32,6 +32,7 @@ import grpc
 
 from gateway.core.naming import NamingScheme
 from gateway.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from gateway.server.handlers import Behaviour, inner_behaviour, rebuild
 
 PROTECTED_PREFIX = "/gateway.v1."
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
@@ -191,9 +192,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             principal = self.authorizer.authenticate(bearer(details.invocation_metadata))
         except Unauthenticated as exc:
-            return _replace(handler, _refuse(grpc.StatusCode.UNAUTHENTICATED, exc.message))
+            return rebuild(handler, *_refuse(grpc.StatusCode.UNAUTHENTICATED, exc.message))
         check = self._check_for(method, principal)
-        return _replace(handler, _guarded(handler, check))
+        return rebuild(handler, *_guarded(handler, check))
 
     def _check_for(self, method: str, principal: Principal) -> Callable[[Any], None]:
         authz = self.authorizer
@@ -212,8 +213,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return lambda request: None
 
 
-Behaviour = Callable[[Any, Any], Any]
-
 
 def _refuse(code: grpc.StatusCode, message: str) -> tuple[Behaviour, Behaviour]:
     async def unary(request: Any, context: Any) -> Any:
@@ -229,8 +228,7 @@ def _refuse(code: grpc.StatusCode, message: str) -> tuple[Behaviour, Behaviour]:
 def _guarded(handler: grpc.RpcMethodHandler, check: Callable[[Any], None]) -> tuple[
     Behaviour, Behaviour
 ]:
-    inner = (handler.unary_unary or handler.unary_stream or handler.stream_unary
-             or handler.stream_stream)
+    inner = inner_behaviour(handler)
 
     async def denied(context: Any, exc: PermissionDenied) -> None:
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, exc.message)
@@ -269,15 +267,3 @@ async def _checked_stream(requests: Any, check: Callable[[Any], None]) -> Any:
             check(request)
             first = False
         yield request
-
-
-def _replace(handler: grpc.RpcMethodHandler, behaviours: tuple[Behaviour, Behaviour]) -> Any:
-    unary, stream = behaviours
-    ser, des = handler.response_serializer, handler.request_deserializer
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(unary, des, ser)
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(unary, des, ser)
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(stream, des, ser)
-    return grpc.stream_stream_rpc_method_handler(stream, des, ser)

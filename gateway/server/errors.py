@@ -9,6 +9,7 @@ import grpc
 import structlog
 
 from gateway.errors import GatewayError
+from gateway.server.handlers import inner_behaviour, rebuild
 
 log = structlog.get_logger("gateway.server")
 
@@ -74,28 +75,5 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return handler
         method = handler_call_details.method
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                _wrap_unary(handler.unary_unary, method),
-                handler.request_deserializer,
-                handler.response_serializer,
-            )
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                _wrap_unary(handler.stream_unary, method),
-                handler.request_deserializer,
-                handler.response_serializer,
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                _wrap_stream(handler.unary_stream, method),
-                handler.request_deserializer,
-                handler.response_serializer,
-            )
-        if handler.stream_stream:
-            return grpc.stream_stream_rpc_method_handler(
-                _wrap_stream(handler.stream_stream, method),
-                handler.request_deserializer,
-                handler.response_serializer,
-            )
-        return handler
+        inner = inner_behaviour(handler)
+        return rebuild(handler, _wrap_unary(inner, method), _wrap_stream(inner, method))
