@@ -36,7 +36,9 @@ def topic_base(topic_id: int) -> int:
 
 def connect(data_dir: pathlib.Path, *, fsync: bool) -> sqlite3.Connection:
     """Open the store database in WAL mode; `fsync` selects synchronous=FULL (else OFF)."""
-    conn = sqlite3.connect(data_dir / DB_NAME, isolation_level=None, timeout=30.0)
+    conn = sqlite3.connect(
+        data_dir / DB_NAME, isolation_level=None, timeout=30.0, cached_statements=512
+    )
     conn.execute("PRAGMA page_size=8192")  # only takes effect when the file is new
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={'FULL' if fsync else 'OFF'}")

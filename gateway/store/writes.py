@@ -1,6 +1,9 @@
 """The changes the store queues on its writer: each builds a `Write` (a function of the connection).
 
-Only the writer thread runs them, inside its batch transaction.
+Only the writer thread runs them, inside its batch transaction. Rows go in multi-row statements
+(`INSERT ... VALUES (...), (...)`): the sqlite3 module gives up and retakes the GIL around every
+statement step, so one step per chunk instead of one per row keeps the writer from queueing
+behind the event loop for the GIL hundreds of times per transaction.
 """
 
 from __future__ import annotations
@@ -15,21 +18,22 @@ UnackedRow = tuple[int, int, int, int, int]
 MessageRow = tuple[int, str, str, str, bytes, str, int, int, int, int]
 """(id, message_id, key, tag, body, props, publish_ms, deliver_at_ms, attempt, retries)."""
 
-_INSERT_UNACKED = (
-    "INSERT OR IGNORE INTO unacked(gid, pos, visible_at_ms, attempt, retries) VALUES(?, ?, ?, ?, ?)"
-)
+MAX_PARAMS = 30_000
+"""Bound parameters per statement (SQLite allows 32766)."""
+
+_INSERT_UNACKED = "INSERT OR IGNORE INTO unacked(gid, pos, visible_at_ms, attempt, retries) VALUES"
 _UPSERT_UNACKED = (
-    "INSERT INTO unacked(gid, pos, visible_at_ms, attempt, retries) VALUES(?, ?, ?, ?, ?)"
+    "INSERT INTO unacked(gid, pos, visible_at_ms, attempt, retries) VALUES",
     " ON CONFLICT(gid, pos) DO UPDATE SET visible_at_ms = excluded.visible_at_ms,"
-    " attempt = excluded.attempt, retries = excluded.retries"
+    " attempt = excluded.attempt, retries = excluded.retries",
 )
 _UPSERT_CURSOR = (
     "INSERT INTO cursors(gid, topic_id, grp, next_pos) VALUES(?, ?, ?, ?)"
     " ON CONFLICT(gid) DO UPDATE SET next_pos = excluded.next_pos"
 )
 _INSERT_TOPIC = "INSERT OR IGNORE INTO topics(id, name) VALUES(?, ?)"
-_INSERT_MESSAGE = "INSERT INTO messages VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_DELETE_UNACKED = "DELETE FROM unacked WHERE gid = ? AND pos = ?"
+_INSERT_MESSAGE = "INSERT INTO messages VALUES"
+_DELETE_UNACKED = ("DELETE FROM unacked WHERE (gid, pos) IN (VALUES", ")")
 
 
 def append(topic: tuple[int, str] | None, rows: Sequence[MessageRow]) -> Write:
@@ -38,7 +42,7 @@ def append(topic: tuple[int, str] | None, rows: Sequence[MessageRow]) -> Write:
     def write(conn: sqlite3.Connection) -> None:
         if topic is not None:
             conn.execute(_INSERT_TOPIC, topic)
-        conn.executemany(_INSERT_MESSAGE, rows)
+        insert_rows(conn, _INSERT_MESSAGE, rows=rows)
 
     return write
 
@@ -47,7 +51,7 @@ def scanned(rows: Sequence[UnackedRow], cursor: tuple[int, int, str, int]) -> Wr
     """Record positions a group has looked at, and its cursor (gid, topic id, group, next pos)."""
 
     def write(conn: sqlite3.Connection) -> None:
-        conn.executemany(_INSERT_UNACKED, rows)
+        insert_rows(conn, _INSERT_UNACKED, rows=rows)
         conn.execute(_UPSERT_CURSOR, cursor)
 
     return write
@@ -55,12 +59,12 @@ def scanned(rows: Sequence[UnackedRow], cursor: tuple[int, int, str, int]) -> Wr
 
 def released(rows: Sequence[UnackedRow]) -> Write:
     """Set visible-at time and counters of released positions."""
-    return lambda conn: _many(conn, _UPSERT_UNACKED, rows)
+    return lambda conn: insert_rows(conn, *_UPSERT_UNACKED, rows=rows)
 
 
 def settled(rows: Sequence[tuple[int, int]]) -> Write:
     """Forget (gid, pos) positions: acked or removed."""
-    return lambda conn: _many(conn, _DELETE_UNACKED, rows)
+    return lambda conn: insert_rows(conn, *_DELETE_UNACKED, rows=rows)
 
 
 def purged(topic: tuple[int, str], gid: int, group: str, next_pos: int) -> Write:
@@ -78,5 +82,29 @@ def barrier(conn: sqlite3.Connection) -> None:
     """A write that writes nothing: awaiting it waits for every write queued before it."""
 
 
-def _many(conn: sqlite3.Connection, sql: str, rows: Sequence[tuple[int, ...]]) -> None:
-    conn.executemany(sql, rows)
+def insert_rows(
+    conn: sqlite3.Connection, head: str, tail: str = "", *, rows: Sequence[tuple[object, ...]]
+) -> None:
+    """Run `head (?, ..), (?, ..) tail` over `rows` (all of one width), in as few statements
+    as the parameter limit allows."""
+    if not rows:
+        return
+    width = len(rows[0])
+    per = max(1, MAX_PARAMS // width)
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        conn.execute(_statement(head, tail, width, len(chunk)), [v for row in chunk for v in row])
+
+
+_SQL: dict[tuple[str, str, int, int], str] = {}
+
+
+def _statement(head: str, tail: str, width: int, count: int) -> str:
+    key = (head, tail, width, count)
+    sql = _SQL.get(key)
+    if sql is None:
+        one = "(" + ",".join("?" * width) + ")"
+        sql = f"{head} {','.join([one] * count)}{tail}"
+        if len(_SQL) < 4096:
+            _SQL[key] = sql
+    return sql
