@@ -29,6 +29,7 @@ from gateway.errors import InvalidArgument, Unavailable
 from gateway.store import reader as rd
 from gateway.store import schema, writes
 from gateway.store.index import GroupIndex, ReadyEntry, TopicIndex
+from gateway.store.tail import Entry, TailCache
 from gateway.store.writer import GroupCommitWriter
 from gateway.store.writes import MessageRow, UnackedRow
 from gateway.timewheel import TimerWheel
@@ -37,6 +38,8 @@ SCAN_CAP = 4096
 """Most not-yet-seen messages one fetch looks at."""
 EXAMINE_CAP = 4096
 """Most ready entries one fetch looks at (skipping excluded keys)."""
+TAIL_BYTES = 64 << 20
+"""Default memory for recently published messages (`gateway.store.tail`)."""
 
 
 def _wall_ms() -> int:
@@ -61,8 +64,10 @@ class EmbeddedStore(Backend):
         clock: Callable[[], int] | None = None,
         *,
         fsync: bool = True,
+        tail_bytes: int = TAIL_BYTES,
     ) -> None:
         self._dir = pathlib.Path(data_dir)
+        self._tail = TailCache(tail_bytes)
         self._clock = clock or _wall_ms
         self._fsync = fsync
         self._writer: GroupCommitWriter | None = None
@@ -112,7 +117,9 @@ class EmbeddedStore(Backend):
         self._groups.clear()
         by_id: dict[int, TopicIndex] = {}
         for topic_id, name, first, nxt in loaded.topics:
-            by_id[topic_id] = self._topics[name] = TopicIndex(topic_id, name, first, nxt, True)
+            by_id[topic_id] = self._topics[name] = TopicIndex(
+                topic_id, name, first, nxt, True, committed=nxt, tail_first=nxt, tail_end=nxt
+            )
         self._next_topic_id = max(by_id, default=0) + 1
         for gid, topic_id, grp, next_pos in loaded.groups:
             topic = by_id.get(topic_id)
@@ -143,6 +150,7 @@ class EmbeddedStore(Backend):
             await self._writer.stop()
         if self._reader is not None:
             await self._reader.close()
+        self._tail.clear()
         self._writer = None
         self._reader = None
 
@@ -166,7 +174,9 @@ class EmbeddedStore(Backend):
         if topic is None:
             if not name:
                 raise InvalidArgument("topic", name, "a non-empty topic name")
-            topic = TopicIndex(self._next_topic_id, name, 1, 1, False)
+            topic = TopicIndex(
+                self._next_topic_id, name, 1, 1, False, committed=1, tail_first=1, tail_end=1
+            )
             self._next_topic_id += 1
             self._topics[name] = topic
         return topic
@@ -267,30 +277,41 @@ class EmbeddedStore(Backend):
         base = schema.topic_base(index.topic_id)
         ids: list[str] = []
         rows: list[MessageRow] = []
+        entries: list[Entry] = []
+        first = index.next_pos
         for message in messages:
             pos = index.next_pos
             index.next_pos += 1
             message_id = message.message_id or self._new_id(now_ms)
             ids.append(message_id)
-            props = json.dumps(dict(message.properties)) if message.properties else "{}"
+            properties = dict(message.properties) if message.properties else {}
+            body = bytes(message.body)
+            key, tag, deliver_at = message.key, message.tag, message.deliver_at_ms
+            attempt, retries = message.attempt, message.retries
             rows.append(
                 (
                     base + pos,
                     message_id,
-                    message.key,
-                    message.tag,
-                    bytes(message.body),
-                    props,
+                    key,
+                    tag,
+                    body,
+                    json.dumps(properties) if properties else "{}",
                     now_ms,
-                    message.deliver_at_ms,
-                    message.attempt,
-                    message.retries,
+                    deliver_at,
+                    attempt,
+                    retries,
                 )
             )
+            entries.append(
+                Entry(message_id, key, tag, body, properties, now_ms, deliver_at, attempt, retries)
+            )
+        end = index.next_pos
+        self._tail.add(index, first, entries)
         topic_row = None if index.persisted else (index.topic_id, index.name)
 
         def committed() -> None:
             index.persisted = True
+            TailCache.committed(index, end)
             for group in index.groups.values():
                 group.wake()
 
@@ -326,6 +347,8 @@ class EmbeddedStore(Backend):
                     candidates.append(entry)
             # Older visible entries not looked at yet go first: scan only once the heap is empty.
             need = 0 if state.ready else max_messages - len(candidates)
+            if not candidates and TailCache.covers(index, state.cursor):
+                return self._fetch_tail(writer, state, need, now_ms, exclude_keys)
             args = (
                 index.topic_id,
                 state.gid,
@@ -365,6 +388,60 @@ class EmbeddedStore(Backend):
             if scan.more or state.ready or len(out) >= max_messages:
                 state.dirty = True
             return out
+
+    def _fetch_tail(
+        self,
+        writer: GroupCommitWriter,
+        state: GroupIndex,
+        need: int,
+        now_ms: int,
+        exclude_keys: frozenset[str],
+    ) -> list[StoredMessage]:
+        """`fetch` of not yet scanned positions, all of them in the topic's tail (no SQLite
+        read): the same choices as `reader.scan` makes over the message rows."""
+        index = state.topic
+        tail = index.tail
+        cursor = state.cursor
+        end = min(index.committed, cursor + SCAN_CAP)
+        out: list[StoredMessage] = []
+        passed: list[rd.Meta] = []
+        rows: list[UnackedRow] = []
+        gid = state.gid
+        pos = cursor
+        while pos < end and len(out) < need:
+            entry = tail[pos]
+            deliver_at = entry.deliver_at_ms
+            if deliver_at > now_ms or entry.key in exclude_keys:
+                passed.append(rd.Meta(pos, entry.key, deliver_at, entry.attempt, entry.retries))
+            else:
+                out.append(self._lease_entry(state, pos, entry))
+                rows.append((gid, pos, deliver_at, entry.attempt, entry.retries))
+            pos += 1
+        if pos > cursor:
+            rows.extend(self._absorb(state, passed, now_ms, exclude_keys))
+            state.cursor = pos
+            self._write_scanned(writer, state, rows)
+        if len(out) >= need or pos - cursor >= SCAN_CAP or state.ready:
+            state.dirty = True
+        return out
+
+    def _lease_entry(self, group: GroupIndex, pos: int, entry: Entry) -> StoredMessage:
+        self._seq += 1
+        token = f"{self._session}.{self._seq}"
+        group.leased[pos] = token
+        return StoredMessage(
+            lease=Lease(group.topic.name, group.name, pos, token),
+            message_id=entry.message_id,
+            topic=group.topic.name,
+            body=entry.body,
+            properties=entry.properties,
+            key=entry.key,
+            tag=entry.tag,
+            publish_ms=entry.publish_ms,
+            deliver_at_ms=entry.deliver_at_ms,
+            attempt=entry.attempt,
+            retries=entry.retries,
+        )
 
     async def wait(self, topic: str, group: str, timeout_s: float) -> None:
         """See `Backend.wait`; delayed positions are due by the store's clock.

@@ -17,8 +17,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gateway.timewheel import TimerWheel
+
+if TYPE_CHECKING:
+    from gateway.store.tail import Entry
 
 ReadyEntry = tuple[int, int, str | None]
 """(visible_at_ms, position, key or None when not known yet)."""
@@ -34,6 +38,12 @@ class TopicIndex:
     next_pos: int
     persisted: bool
     groups: dict[str, GroupIndex] = field(default_factory=dict)
+    committed: int = 0
+    """Positions below this are durable (set to `next_pos` on open)."""
+    tail: dict[int, Entry] = field(default_factory=dict)
+    """Recently published messages by position (`gateway.store.tail`)."""
+    tail_first: int = 0
+    tail_end: int = 0
 
 
 @dataclass(eq=False, slots=True)

@@ -1,0 +1,88 @@
+"""Recently published messages kept in memory, so fetches of fresh messages skip SQLite.
+
+A topic's tail is the run of positions `[tail_first, tail_end)` whose messages are in
+`TopicIndex.tail`. Publishes add their messages before the write commits; a position is read from
+the tail only once its commit is done (`committed` moves up in commit order, which is position
+order: one writer applies writes in submission order). The oldest batches, over all topics, leave
+the tail when it holds more than its byte budget. A fetch reads the tail only when it covers every
+committed position from the group's cursor on (`covers`); otherwise it reads the database.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gateway.store.index import TopicIndex
+
+ENTRY_OVERHEAD = 240
+"""Bytes counted per message on top of its body (objects, dict slot, strings)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One message as published (the counters it was published with)."""
+
+    message_id: str
+    key: str
+    tag: str
+    body: bytes
+    properties: Mapping[str, str]
+    publish_ms: int
+    deliver_at_ms: int
+    attempt: int
+    retries: int
+
+
+class TailCache:
+    """The byte budget shared by every topic's tail, spent oldest batch first."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self.used = 0
+        self._batches: deque[tuple[TopicIndex, int, int, int]] = deque()
+        """(topic, first position, end position, bytes) in publish order."""
+
+    def add(self, topic: TopicIndex, first: int, entries: list[Entry]) -> None:
+        """Keep `entries` as positions `first, first + 1, ...` of `topic`."""
+        if self.budget <= 0 or not entries:
+            return
+        size = ENTRY_OVERHEAD * len(entries)
+        tail = topic.tail
+        if first != topic.tail_end:
+            # Not contiguous with the tail (cannot happen while publishes allocate positions in
+            # order): start the tail over here rather than leave a hole in it.
+            tail.clear()
+            topic.tail_first = first
+        for offset, entry in enumerate(entries):
+            tail[first + offset] = entry
+            size += len(entry.body)
+        topic.tail_end = end = first + len(entries)
+        self._batches.append((topic, first, end, size))
+        self.used += size
+        while self.used > self.budget and self._batches:
+            old, lo, hi, bytes_ = self._batches.popleft()
+            self.used -= bytes_
+            for pos in range(lo, hi):
+                old.tail.pop(pos, None)
+            if old.tail_first < hi:
+                old.tail_first = hi
+
+    @staticmethod
+    def committed(topic: TopicIndex, end: int) -> None:
+        """Positions below `end` of `topic` are durable."""
+        if end > topic.committed:
+            topic.committed = end
+
+    @staticmethod
+    def covers(topic: TopicIndex, cursor: int) -> bool:
+        """Whether every committed position of `topic` from `cursor` on is in its tail."""
+        return topic.tail_first <= cursor and topic.tail_end >= topic.committed
+
+    def clear(self) -> None:
+        """Forget every tail (the store closes)."""
+        for topic, _, _, _ in self._batches:
+            topic.tail.clear()
+        self._batches.clear()
+        self.used = 0
