@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from gateway.engine.observe import Transition
 
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 SETTLE_OUTCOMES = {"COMMITTED": "ack", "WAITING_RETRY": "retry", "DEAD_LETTERED": "dead_letter",
                    "DISCARDED": "discard", "READY": "released"}
 """The `outcome` label of gateway_settlements by the state a settle led to."""
-MAX_CACHED_LABEL_SETS = 10_000
-"""Bound on the cache of labelled children (topics and groups may come and go)."""
 
 
 class Metrics:
@@ -29,16 +28,10 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.deliveries = Counter("gateway_deliveries", "Messages delivered to consumers",
-                                  ["topic", "group", "policy"], registry=r)
-        self.settlements = Counter("gateway_settlements", "Deliveries settled, by outcome",
-                                   ["outcome", "policy"], registry=r)
-        self.retries = Counter("gateway_retries", "Retries scheduled, by retry number",
-                               ["attempt", "policy"], registry=r)
-        self.dead_letters = Counter("gateway_dead_letters", "Messages dead-lettered",
-                                    ["topic", "group"], registry=r)
-        self.discards = Counter("gateway_discards", "Messages discarded", ["topic", "group"],
-                                registry=r)
+        self._counts: dict[tuple[str, str, str, str, int], int] = {}
+        """Transitions by (to state, topic, group, policy, attempt or 0): a plain dict bumped on
+        the hot path; Prometheus reads it only when scraped (`_TransitionCollector`)."""
+        r.register(_TransitionCollector(self._counts))
         self.inflight = Gauge("gateway_inflight", "Deliveries awaiting a result", registry=r)
         self.timers = Gauge("gateway_pending_timers", "Deadlines in the timer wheel", registry=r)
         self.store_bytes = Gauge("gateway_store_bytes", "Size of the embedded store on disk",
@@ -48,7 +41,6 @@ class Metrics:
                                  buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                           0.25, 0.5, 1, 2.5, 5, 10, 30))
         self._server: Any = None
-        self._children: dict[tuple[str, str, str, str, int], tuple[Any, ...]] = {}
 
     def on_transition(self, t: Transition) -> None:
         self.count_transition(t.to_state, t.topic, t.group, t.policy, t.attempt)
@@ -56,34 +48,10 @@ class Metrics:
     def count_transition(
         self, to_state: str, topic: str, group: str, policy: str, attempt: int
     ) -> None:
-        """Count one transition (the engine calls this without building a `Transition`). The
-        labelled children are looked up once per label set and kept: a Prometheus `labels()`
-        call costs more than the increment itself."""
-        key = (to_state, topic, group, policy, attempt)
-        counters = self._children.get(key)
-        if counters is None:
-            counters = self._children_for(key)
-        for counter in counters:
-            counter.inc()
-
-    def _children_for(self, key: tuple[str, str, str, str, int]) -> tuple[Any, ...]:
-        """The counter children one kind of transition increments (cached by `key`)."""
-        to, topic, group, policy, attempt = key
-        if len(self._children) >= MAX_CACHED_LABEL_SETS:
-            self._children.clear()
-        if to == "INFLIGHT":
-            counters: tuple[Any, ...] = (self.deliveries.labels(topic, group, policy),)
-        else:
-            outcome = SETTLE_OUTCOMES.get(to, to.lower())
-            counters = (self.settlements.labels(outcome, policy),)
-            if to == "WAITING_RETRY":
-                counters += (self.retries.labels(str(attempt), policy),)
-            elif to == "DEAD_LETTERED":
-                counters += (self.dead_letters.labels(topic, group),)
-            elif to == "DISCARDED":
-                counters += (self.discards.labels(topic, group),)
-        self._children[key] = counters
-        return counters
+        """Count one transition (the engine calls this without building a `Transition`)."""
+        key = (to_state, topic, group, policy, attempt if to_state == "WAITING_RETRY" else 0)
+        counts = self._counts
+        counts[key] = counts.get(key, 0) + 1
 
     def bind(self, engine: Engine, store_size: Callable[[], int]) -> None:
         self.inflight.set_function(lambda: len(engine.inflight))
@@ -140,3 +108,49 @@ def directory_size(path: str) -> int:
             with contextlib.suppress(OSError):
                 total += os.path.getsize(os.path.join(root, name))
     return total
+
+
+class _TransitionCollector:
+    """The transition counters, built from the engine's counts at scrape time."""
+
+    def __init__(self, counts: dict[tuple[str, str, str, str, int], int]) -> None:
+        self._counts = counts
+
+    def describe(self) -> list[Metric]:
+        return list(self._families({}))
+
+    def collect(self) -> Iterator[Metric]:
+        # dict(...) copies in one step under the GIL while the event loop keeps counting.
+        return iter(self._families(dict(self._counts)))
+
+    @staticmethod
+    def _families(counts: dict[tuple[str, str, str, str, int], int]) -> list[Metric]:
+        deliveries = CounterMetricFamily("gateway_deliveries", "Messages delivered to consumers",
+                                         labels=["topic", "group", "policy"])
+        settlements = CounterMetricFamily("gateway_settlements", "Deliveries settled, by outcome",
+                                          labels=["outcome", "policy"])
+        retries = CounterMetricFamily("gateway_retries", "Retries scheduled, by retry number",
+                                      labels=["attempt", "policy"])
+        dead = CounterMetricFamily("gateway_dead_letters", "Messages dead-lettered",
+                                   labels=["topic", "group"])
+        discards = CounterMetricFamily("gateway_discards", "Messages discarded",
+                                       labels=["topic", "group"])
+        sums: dict[tuple[str, tuple[str, ...]], int] = {}
+        for (to, topic, group, policy, attempt), n in counts.items():
+            if to == "INFLIGHT":
+                keys: list[tuple[str, tuple[str, ...]]] = [("deliveries", (topic, group, policy))]
+            else:
+                keys = [("settlements", (SETTLE_OUTCOMES.get(to, to.lower()), policy))]
+                if to == "WAITING_RETRY":
+                    keys.append(("retries", (str(attempt), policy)))
+                elif to == "DEAD_LETTERED":
+                    keys.append(("dead", (topic, group)))
+                elif to == "DISCARDED":
+                    keys.append(("discards", (topic, group)))
+            for key in keys:
+                sums[key] = sums.get(key, 0) + n
+        families = {"deliveries": deliveries, "settlements": settlements, "retries": retries,
+                    "dead": dead, "discards": discards}
+        for (name, labels), n in sums.items():
+            families[name].add_metric(list(labels), n)
+        return list(families.values())
