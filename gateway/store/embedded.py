@@ -46,6 +46,17 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_escape = json.encoder.encode_basestring_ascii
+
+
+def _props_json(properties: dict[str, str]) -> str:
+    """`json.dumps(properties)` for a dict of strings, without building an encoder per call."""
+    try:
+        return "{" + ", ".join([f"{_escape(k)}: {_escape(v)}" for k, v in properties.items()]) + "}"
+    except TypeError:  # not all strings: let json say what it can do
+        return json.dumps(properties)
+
+
 def _props(text: str) -> Mapping[str, str]:
     if text == "{}":
         return {}
@@ -295,7 +306,7 @@ class EmbeddedStore(Backend):
                     key,
                     tag,
                     body,
-                    json.dumps(properties) if properties else "{}",
+                    _props_json(properties) if properties else "{}",
                     now_ms,
                     deliver_at,
                     attempt,
