@@ -100,7 +100,7 @@ async def dead_letters(
             original_topic=m.properties.get(ORIGIN_TOPIC, topic),
             reason=m.properties.get(DEAD_REASON, ""),
             dead_lettered_ms=int(m.properties.get(DEAD_AT, "0") or 0),
-            properties=visible_properties(dict(m.properties)),
+            properties=dict(visible_properties(m.properties)),
         )
         for m in page
     ]
@@ -127,7 +127,7 @@ async def resend(engine: Engine, topic: str, group: str, message_ids: list[str])
     for m in chosen:
         origin = m.properties.get(ORIGIN_TOPIC, topic)
         by_topic.setdefault(origin, []).append(
-            OutMessage(m.body, visible_properties(dict(m.properties)), m.key, m.tag, 0,
+            OutMessage(m.body, dict(visible_properties(m.properties)), m.key, m.tag, 0,
                        m.message_id)
         )
     for origin, messages in by_topic.items():

@@ -51,13 +51,17 @@ DEAD_REASON = "x-gateway-dead-letter-reason"
 DEAD_AT = "x-gateway-dead-lettered-ms"
 INTERNAL_PREFIX = "x-gateway-"
 MAX_TOPIC_CHARS = 512
-RECEIPT_POOL = 64
+RECEIPT_POOL = 1024
 """Receipts' random parts drawn per call to the system's random source."""
 
 
-def visible_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    """The properties a consumer sees: the gateway's own `x-gateway-` ones left out."""
-    return {k: v for k, v in properties.items() if not k.startswith(INTERNAL_PREFIX)}
+def visible_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
+    """The properties a consumer sees: the gateway's own `x-gateway-` ones left out (the same
+    mapping when it has none of them; only copies made by the engine do)."""
+    for k in properties:
+        if k.startswith(INTERNAL_PREFIX):
+            return {k: v for k, v in properties.items() if not k.startswith(INTERNAL_PREFIX)}
+    return properties
 
 
 _Decided = tuple[Settlement, InFlight, Decision, int, str]
