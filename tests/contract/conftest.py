@@ -69,6 +69,13 @@ async def make_embedded(tmp_path: pathlib.Path) -> Backend:
     return store
 
 
+async def make_embedded_disk(tmp_path: pathlib.Path) -> Backend:
+    """The embedded store without its in-memory tail: every fetch reads SQLite."""
+    store = EmbeddedStore(tmp_path / "embedded-store", tail_bytes=0)
+    await store.open()
+    return store
+
+
 async def make_rabbitmq(tmp_path: pathlib.Path) -> Backend:
     """The RabbitMQ back end on the broker at `GATEWAY_AMQP_URL` (default: local guest)."""
     backend = RabbitMQBackend(AMQP_URL)
@@ -121,6 +128,7 @@ UPSTREAMS: dict[int, contextlib.AsyncExitStack] = {}
 
 BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "embedded": make_embedded,
+    "embedded-disk": make_embedded_disk,
     "rabbitmq": make_rabbitmq,
     "pulsar": make_pulsar,
 }
