@@ -12,9 +12,10 @@ import structlog
 
 from gateway.server.config import ServeConfig, load
 
-FLAGS = ("listen", "data_dir", "backend", "pulsar_listen", "rabbitmq_url", "pulsar_service_url",
-         "grace_s", "time_scale", "max_message_bytes", "log_level", "admin_listen", "tokens_file",
-         "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry")
+FLAGS = ("listen", "data_dir", "backend", "cache_mb", "pulsar_listen", "rabbitmq_url",
+         "pulsar_service_url", "grace_s", "time_scale", "max_message_bytes", "log_level",
+         "admin_listen", "tokens_file", "tls_cert", "tls_key", "tls_client_ca",
+         "allow_remote_unauthenticated", "telemetry")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,6 +24,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--listen", help="gRPC HOST:PORT (default 127.0.0.1:50051)")
     p.add_argument("--data-dir", dest="data_dir", help="embedded store directory (default ./data)")
     p.add_argument("--backend", help="embedded, rabbitmq or pulsar")
+    p.add_argument("--cache-mb", dest="cache_mb", type=int,
+                   help="embedded store: MiB of recently published messages kept in memory "
+                        "(default 64; 0 reads every message from disk)")
     p.add_argument("--pulsar-listen", dest="pulsar_listen",
                    help="serve Pulsar's binary protocol on HOST:PORT (e.g. 127.0.0.1:6650)")
     p.add_argument("--rabbitmq-url", dest="rabbitmq_url")

@@ -41,7 +41,8 @@ def make_backend(config: ServeConfig, clock: Clock) -> Backend:
     if config.backend == "embedded":
         from gateway.store import EmbeddedStore
 
-        return EmbeddedStore(Path(config.data_dir), clock.now_ms)
+        return EmbeddedStore(Path(config.data_dir), clock.now_ms,
+                             tail_bytes=config.cache_mb << 20)
     if config.backend == "rabbitmq":
         from adapters.amqp.backend import RabbitMQBackend
 

@@ -2,8 +2,8 @@
 
 Precedence: command-line flag, then environment variable `GATEWAY_<KEY>`, then the TOML file,
 then the default. Keys (TOML table.key -> flat key): server.listen -> listen, store.data_dir ->
-data_dir, store.backend -> backend, rabbitmq.url -> rabbitmq_url, pulsar.service_url ->
-pulsar_service_url, server.* likewise.
+data_dir, store.backend -> backend, store.cache_mb -> cache_mb, rabbitmq.url -> rabbitmq_url,
+pulsar.service_url -> pulsar_service_url, server.* likewise.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ class ServeConfig:
     listen: str = "127.0.0.1:50051"
     data_dir: str = "./data"
     backend: str = "embedded"
+    cache_mb: int = 64
+    """Embedded store: memory for recently published messages, so fresh fetches skip the disk
+    (0 turns it off)."""
     pulsar_listen: str = ""
     """Pulsar binary protocol front end address; "" leaves it off."""
     pulsar_advertised: str = ""
@@ -63,6 +66,8 @@ class ServeConfig:
             host_port("pulsar_listen", self.pulsar_listen)
         if self.backend not in BACKENDS:
             raise InvalidArgument("backend", self.backend, "one of " + ", ".join(BACKENDS))
+        if not 0 <= self.cache_mb <= 65536:
+            raise InvalidArgument("cache_mb", self.cache_mb, "0..65536 MiB")
         if not 0 <= self.grace_s <= 3600:
             raise InvalidArgument("grace_s", self.grace_s, "0..3600 s")
         if self.admin_listen:
@@ -93,7 +98,7 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry", "admin_listen"},
-    "store": {"backend", "data_dir"},
+    "store": {"backend", "data_dir", "cache_mb"},
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},
     "rocketmq": {"access_key", "secret_key", "advertised", "fifo_groups"},
