@@ -9,8 +9,10 @@ connection, so the event loop never waits on SQLite.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import json
+import logging
 import pathlib
 import sqlite3
 import time
@@ -25,7 +27,7 @@ from gateway.backend.base import (
     StoredMessage,
     TopicStats,
 )
-from gateway.errors import InvalidArgument, Unavailable
+from gateway.errors import GatewayError, InvalidArgument, Unavailable
 from gateway.store import reader as rd
 from gateway.store import schema, writes
 from gateway.store.index import GroupIndex, ReadyEntry, TopicIndex
@@ -40,6 +42,13 @@ EXAMINE_CAP = 4096
 """Most ready entries one fetch looks at (skipping excluded keys)."""
 TAIL_BYTES = 64 << 20
 """Default memory for recently published messages (`gateway.store.tail`)."""
+TRIM_INTERVAL_S = 5.0
+"""How often messages every group has acked are deleted (`EmbeddedStore.trim`)."""
+TRIM_ROWS = 50_000
+"""Most message rows one topic's trim deletes in one transaction."""
+
+
+_log = logging.getLogger(__name__)
 
 
 def _wall_ms() -> int:
@@ -76,9 +85,12 @@ class EmbeddedStore(Backend):
         *,
         fsync: bool = True,
         tail_bytes: int = TAIL_BYTES,
+        trim_interval_s: float = TRIM_INTERVAL_S,
     ) -> None:
         self._dir = pathlib.Path(data_dir)
         self._tail = TailCache(tail_bytes)
+        self._trim_interval_s = trim_interval_s
+        self._trimmer: asyncio.Task[None] | None = None
         self._clock = clock or _wall_ms
         self._fsync = fsync
         self._writer: GroupCommitWriter | None = None
@@ -122,6 +134,8 @@ class EmbeddedStore(Backend):
         )
         self._writer.start()
         self._open = True
+        if self._trim_interval_s > 0:
+            self._trimmer = asyncio.ensure_future(self._trim_loop())
 
     def _rebuild(self, loaded: rd.Loaded) -> None:
         self._topics.clear()
@@ -155,6 +169,11 @@ class EmbeddedStore(Backend):
         if not self._open:
             return
         self._open = False
+        if self._trimmer is not None:
+            self._trimmer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._trimmer
+            self._trimmer = None
         for group in self._groups.values():
             group.wake()
         if self._writer is not None:
@@ -640,6 +659,35 @@ class EmbeddedStore(Backend):
             state.cursor = until
             await writer.submit(writes.purged((topic_id, index.name), gid, state.name, until))
             return removed
+
+    async def trim(self) -> int:
+        """Delete the messages of every topic that all of its groups have acked; return how
+        many positions were deleted. Topics nobody consumes keep everything (a group created
+        later starts at the earliest message still kept)."""
+        writer, _ = self._ready()
+        deleted = 0
+        for index in list(self._topics.values()):
+            if not index.groups or not index.persisted:
+                continue
+            below = min(group.cursor for group in index.groups.values())
+            first = index.first_pos
+            if below <= first:
+                continue
+            gids = [group.gid for group in index.groups.values()]
+            out: list[int] = []
+            await writer.submit(writes.trimmed(index.topic_id, gids, first, below, TRIM_ROWS, out))
+            if out and out[0] > index.first_pos:
+                deleted += out[0] - index.first_pos
+                index.first_pos = out[0]
+        return deleted
+
+    async def _trim_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._trim_interval_s)
+            try:
+                await self.trim()
+            except GatewayError as exc:
+                _log.warning("embedded store trim failed: %s", exc.message)
 
     async def topics(self) -> list[str]:
         self._ready()

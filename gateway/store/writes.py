@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from gateway.store.schema import POS_MASK, topic_base
 from gateway.store.writer import Write
 
 UnackedRow = tuple[int, int, int, int, int]
@@ -31,6 +32,8 @@ _UPSERT_CURSOR = (
     "INSERT INTO cursors(gid, topic_id, grp, next_pos) VALUES(?, ?, ?, ?)"
     " ON CONFLICT(gid) DO UPDATE SET next_pos = excluded.next_pos"
 )
+_LOWEST_UNACKED = "SELECT min(pos) FROM unacked WHERE gid = ?"
+_DELETE_MESSAGES = "DELETE FROM messages WHERE id >= ? AND id < ?"
 _INSERT_TOPIC = "INSERT OR IGNORE INTO topics(id, name) VALUES(?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES"
 _DELETE_UNACKED = ("DELETE FROM unacked WHERE (gid, pos) IN (VALUES", ")")
@@ -74,6 +77,32 @@ def purged(topic: tuple[int, str], gid: int, group: str, next_pos: int) -> Write
         conn.execute(_INSERT_TOPIC, topic)
         conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,))
         conn.execute(_UPSERT_CURSOR, (gid, topic[0], group, next_pos))
+
+    return write
+
+
+def trimmed(
+    topic_id: int, gids: Sequence[int], first: int, below: int, max_rows: int, out: list[int]
+) -> Write:
+    """Delete the topic's messages from `first` up to the lowest position any of `gids` may
+    still need: `below` (the lowest group cursor) or a lower unacked position. At most
+    `max_rows` positions per call; the newest message always stays (on open the topic's next
+    position is read from it). Appends the new first retained position to `out`."""
+
+    def write(conn: sqlite3.Connection) -> None:
+        base = topic_base(topic_id)
+        low = below
+        for gid in gids:
+            (lowest,) = conn.execute(_LOWEST_UNACKED, (gid,)).fetchone()
+            if lowest is not None and lowest < low:
+                low = lowest
+        (last,) = conn.execute(
+            "SELECT max(id) FROM messages WHERE id > ? AND id <= ?", (base, base + POS_MASK)
+        ).fetchone()
+        stop = first if last is None else min(low, last - base, first + max_rows)
+        if stop > first:
+            conn.execute(_DELETE_MESSAGES, (base + first, base + stop))
+        out.append(stop)
 
     return write
 
