@@ -3,7 +3,8 @@
 SQLite is the durable record (messages, per-group cursors, per-group unacked rows); the
 consumption index lives in memory (`gateway.store.index`) and is rebuilt from the tables on
 open. Writes go through one group-commit writer thread; reads run on a second thread and
-connection, so the event loop never waits on SQLite.
+connection, so the event loop never waits on SQLite. Fresh messages are fetched from memory
+(`gateway.store.tail`), and messages every group has acked are deleted periodically (`trim`).
 """
 
 from __future__ import annotations

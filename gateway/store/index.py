@@ -9,7 +9,8 @@ looked at by the group yet. Each of those positions also has a row in the `unack
 one queued).
 
 A delayed position costs one wheel entry (its dict slot, the position and deadline ints and an
-8-byte bucket slot), about 100-130 bytes; message bodies and keys stay on disk.
+8-byte bucket slot), about 100-130 bytes; message bodies and keys stay on disk, apart from the
+most recently published ones, which a topic's tail (`gateway.store.tail`) keeps within a budget.
 """
 
 from __future__ import annotations
