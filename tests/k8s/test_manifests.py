@@ -22,7 +22,7 @@ from .manifests import (
 # The documented keys of gateway.toml: a misspelt key would silently be ignored or rejected.
 CONFIG_KEYS = {
     "server": {"listen", "max_message_bytes", "grace_s"},
-    "store": {"backend", "data_dir"},
+    "store": {"backend", "data_dir", "cache_mb"},
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},
     "auth": {"tokens_file", "principals"},
@@ -238,3 +238,13 @@ def test_network_policy_keeps_other_pods_off_the_gateway_port(target: str) -> No
 def test_gateway_image_is_set_by_the_images_transformer(target: str) -> None:
     image = gateway_container(rendered(target))["image"]
     assert image == "ghcr.io/example/retry-gateway:0.1.0"
+
+
+@targets
+def test_store_cache_fits_the_memory_limit(target: str) -> None:
+    """The store's in-memory tail plus the gateway's own ~90 MiB stays under the limit."""
+    resources = rendered(target)
+    config = serve_config(resources)
+    limit = gateway_container(resources)["resources"]["limits"]["memory"]
+    assert limit.endswith("Mi")
+    assert config.cache_mb + 90 < int(limit[:-2]) * 0.75
