@@ -143,9 +143,7 @@ class EmbeddedStore(Backend):
         self._groups.clear()
         by_id: dict[int, TopicIndex] = {}
         for topic_id, name, first, nxt in loaded.topics:
-            by_id[topic_id] = self._topics[name] = TopicIndex(
-                topic_id, name, first, nxt, True, committed=nxt, tail_first=nxt, tail_end=nxt
-            )
+            by_id[topic_id] = self._topics[name] = TopicIndex(topic_id, name, first, nxt, True)
         self._next_topic_id = max(by_id, default=0) + 1
         for gid, topic_id, grp, next_pos in loaded.groups:
             topic = by_id.get(topic_id)
@@ -205,9 +203,7 @@ class EmbeddedStore(Backend):
         if topic is None:
             if not name:
                 raise InvalidArgument("topic", name, "a non-empty topic name")
-            topic = TopicIndex(
-                self._next_topic_id, name, 1, 1, False, committed=1, tail_first=1, tail_end=1
-            )
+            topic = TopicIndex(self._next_topic_id, name, 1, 1, False)
             self._next_topic_id += 1
             self._topics[name] = topic
         return topic
@@ -275,11 +271,15 @@ class EmbeddedStore(Backend):
         self._id_seq += 1
         return f"{now_ms & 0xFFFFFFFFFFFF:012x}{self._id_tag}{self._id_seq & 0xFFFFFFFFFFFF:012x}"
 
-    def _lease(self, group: GroupIndex, row: rd.Row) -> StoredMessage:
+    def _lease_token(self, group: GroupIndex, pos: int) -> str:
+        """A new lease token for `pos`, recorded as the group's lease of it."""
         self._seq += 1
         token = f"{self._session}.{self._seq}"
-        group.leased[row.pos] = token
-        return self._stored(group, row, token)
+        group.leased[pos] = token
+        return token
+
+    def _lease(self, group: GroupIndex, row: rd.Row) -> StoredMessage:
+        return self._stored(group, row, self._lease_token(group, row.pos))
 
     @staticmethod
     def _stored(group: GroupIndex, row: rd.Row, token: str) -> StoredMessage:
@@ -457,9 +457,7 @@ class EmbeddedStore(Backend):
         return out
 
     def _lease_entry(self, group: GroupIndex, pos: int, entry: Entry) -> StoredMessage:
-        self._seq += 1
-        token = f"{self._session}.{self._seq}"
-        group.leased[pos] = token
+        token = self._lease_token(group, pos)
         return StoredMessage(
             lease=Lease(group.topic.name, group.name, pos, token),
             message_id=entry.message_id,

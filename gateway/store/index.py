@@ -39,12 +39,15 @@ class TopicIndex:
     next_pos: int
     persisted: bool
     groups: dict[str, GroupIndex] = field(default_factory=dict)
-    committed: int = 0
-    """Positions below this are durable (set to `next_pos` on open)."""
+    committed: int = field(init=False)
+    """Positions below this are durable (`next_pos` when the index is built)."""
     tail: dict[int, Entry] = field(default_factory=dict)
     """Recently published messages by position (`gateway.store.tail`)."""
-    tail_first: int = 0
-    tail_end: int = 0
+    tail_first: int = field(init=False)
+    tail_end: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.committed = self.tail_first = self.tail_end = self.next_pos
 
 
 @dataclass(eq=False, slots=True)

@@ -3,6 +3,7 @@ SQLite, and both give the same messages."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 
 from gateway.backend.base import OutMessage
@@ -64,8 +65,6 @@ async def test_tail_serves_only_committed_positions(tmp_path: pathlib.Path) -> N
         await store.fetch("t", "g", 1, T0)
         pending = store.publish("t", batch(0, 3))
         # Not awaited yet: positions are in the tail but not committed, so nothing is fetched.
-        import asyncio
-
         task = asyncio.ensure_future(pending)
         await asyncio.sleep(0)
         assert store._topics["t"].tail  # added before the commit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import sqlite3
 
@@ -108,8 +109,6 @@ async def test_delayed_messages_hold_the_trim_back(tmp_path: pathlib.Path) -> No
 
 
 async def test_trim_runs_by_itself(tmp_path: pathlib.Path) -> None:
-    import asyncio
-
     store = EmbeddedStore(tmp_path, lambda: T0, fsync=False, trim_interval_s=0.01)
     await store.open()
     try:
