@@ -23,8 +23,10 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gateway.values import value
 
-@dataclass(frozen=True, slots=True)
+
+@value
 class OutMessage:
     """A message to append to a topic."""
 
@@ -43,7 +45,7 @@ class OutMessage:
     """Failures already counted against the policy's max retries (carried on retry copies)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class StoredMessage:
     """A message as fetched from a topic for a group."""
 
@@ -62,7 +64,7 @@ class StoredMessage:
     """Failures counted so far (0 on the first delivery)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Lease:
     """Opaque handle of one stored message for one group; only its back end interprets it."""
 
@@ -73,7 +75,7 @@ class Lease:
     """Back-end specific extra (e.g. a RabbitMQ delivery tag with its channel generation)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Release:
     """Give a leased message back to its group: visible again at `visible_at_ms`."""
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from gateway.values import value
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Deliver:
     """Hand a visible message to a consumer. `invisible_ms` is chosen per receive where the
     policy allows it (simple consumer); otherwise the policy's delivery timeout applies."""
@@ -14,12 +14,12 @@ class Deliver:
     invisible_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Ack:
     receipt: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Fail:
     """The consumer reports failure: RECONSUME_LATER, nack, reconsumeLater, negativeAcknowledge.
 
@@ -31,13 +31,13 @@ class Fail:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DeadlinePassed:
     """The delivery's ack timeout or invisible duration ran out (or a failed invisible delivery's
     redelivery time came)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Extend:
     """Change the invisible duration: the deadline restarts from now. The delivery continues
     under `new_receipt`; the old receipt is spent."""
@@ -47,17 +47,17 @@ class Extend:
     new_receipt: str
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class ConsumerLost:
     """The consumer holding the delivery went away (disconnect, close, rebalance)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class RetryDue:
     """A waiting retry's interval has passed."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class DeadLetterNow:
     """Move the delivered message to the dead-letter destination at once."""
 

@@ -10,6 +10,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gateway.values import value
+
 
 class ConsumerType(enum.Enum):
     """Subscription types where a dialect distinguishes them (Pulsar); others use SHARED."""
@@ -48,7 +50,7 @@ class SubscriptionSpec:
     """RocketMQ-style tag expression (`*`, `a||b`); "" or `*` matches every message."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Delivery:
     receipt: str
     """New on every delivery; settles this delivery once."""
@@ -72,7 +74,7 @@ class Delivery:
     group: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Settlement:
     receipt: str
     action: SettleAction
@@ -82,7 +84,7 @@ class Settlement:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class SettleResult:
     receipt: str
     ok: bool

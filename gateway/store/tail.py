@@ -12,15 +12,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gateway.store.index import TopicIndex
+from gateway.values import value
 
 ENTRY_OVERHEAD = 240
 """Bytes counted per message on top of its body (objects, dict slot, strings)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value
 class Entry:
     """One message as published (the counters it was published with)."""
 
