@@ -7,7 +7,6 @@ message. It reads no clock and does no I/O; the engine carries decisions out.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from gateway.core.events import (
     Ack,
@@ -25,6 +24,7 @@ from gateway.core.policy import Placement, RetryMode, RetryPolicy, RetryRequest,
 from gateway.core.record import Record
 from gateway.core.states import State
 from gateway.errors import IllegalTransition, StaleReceipt
+from gateway.values import value
 
 
 class Outcome(enum.Enum):
@@ -48,41 +48,19 @@ class Outcome(enum.Enum):
     """Only the record changes."""
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@value
 class Decision:
-    """The next record and what to do with the stored message; built twice per message, so its
-    constructor fills the slots directly instead of passing through the frozen `__setattr__`."""
+    """The next record and what to do with the stored message."""
 
     record: Record
     outcome: Outcome
-    delay_ms: int
-    destination: str | None
-    reason: str
-
-    def __init__(
-        self,
-        record: Record,
-        outcome: Outcome,
-        delay_ms: int = 0,
-        destination: str | None = None,
-        reason: str = "",
-    ) -> None:
-        _set_record(self, record)
-        _set_outcome(self, outcome)
-        _set_delay_ms(self, delay_ms)
-        _set_destination(self, destination)
-        _set_reason(self, reason)
+    delay_ms: int = 0
+    destination: str | None = None
+    reason: str = ""
 
     @property
     def visible_at_ms(self) -> int:
         return self.record.visible_at_ms
-
-
-_set_record = Decision.__dict__["record"].__set__
-_set_outcome = Decision.__dict__["outcome"].__set__
-_set_delay_ms = Decision.__dict__["delay_ms"].__set__
-_set_destination = Decision.__dict__["destination"].__set__
-_set_reason = Decision.__dict__["reason"].__set__
 
 
 def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> Decision:

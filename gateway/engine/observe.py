@@ -6,20 +6,19 @@ Observers must not slow the hot path; their failures are logged, never raised.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol, cast
 
 import structlog
 
+from gateway.values import value
+
 log = structlog.get_logger("gateway.engine")
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@value
 class Transition:
-    """One state change of one message for one group, as observers see it.
-
-    Built for every delivery and every settle while an observer listens, so the constructor fills
-    the slots directly instead of passing through the frozen `__setattr__`."""
+    """One state change of one message for one group, as observers see it (built for every
+    delivery and every settle while an observer listens)."""
 
     ts_ms: int
     dialect: str
@@ -31,54 +30,9 @@ class Transition:
     attempt: int
     from_state: str
     to_state: str
-    delay_ms: int
-    reason: str
-    destination: str
-
-    def __init__(
-        self,
-        ts_ms: int,
-        dialect: str,
-        policy: str,
-        backend: str,
-        topic: str,
-        group: str,
-        message_id: str,
-        attempt: int,
-        from_state: str,
-        to_state: str,
-        delay_ms: int = 0,
-        reason: str = "",
-        destination: str = "",
-    ) -> None:
-        _ts_ms(self, ts_ms)
-        _dialect(self, dialect)
-        _policy(self, policy)
-        _backend(self, backend)
-        _topic(self, topic)
-        _group(self, group)
-        _message_id(self, message_id)
-        _attempt(self, attempt)
-        _from_state(self, from_state)
-        _to_state(self, to_state)
-        _delay_ms(self, delay_ms)
-        _reason(self, reason)
-        _destination(self, destination)
-
-
-_ts_ms = Transition.__dict__["ts_ms"].__set__
-_dialect = Transition.__dict__["dialect"].__set__
-_policy = Transition.__dict__["policy"].__set__
-_backend = Transition.__dict__["backend"].__set__
-_topic = Transition.__dict__["topic"].__set__
-_group = Transition.__dict__["group"].__set__
-_message_id = Transition.__dict__["message_id"].__set__
-_attempt = Transition.__dict__["attempt"].__set__
-_from_state = Transition.__dict__["from_state"].__set__
-_to_state = Transition.__dict__["to_state"].__set__
-_delay_ms = Transition.__dict__["delay_ms"].__set__
-_reason = Transition.__dict__["reason"].__set__
-_destination = Transition.__dict__["destination"].__set__
+    delay_ms: int = 0
+    reason: str = ""
+    destination: str = ""
 
 
 class Observer(Protocol):
