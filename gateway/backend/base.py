@@ -32,6 +32,8 @@ class OutMessage:
 
     body: bytes
     properties: Mapping[str, str] = field(default_factory=dict)
+    """A back end may keep this mapping as it is (the embedded store's tail does): the caller
+    does not change it after publishing."""
     key: str = ""
     """Message group / ordering key / routing key ("" for none)."""
     tag: str = ""

@@ -42,8 +42,9 @@ def out_message(message: pb.Message, now_ms: int, index: int) -> OutMessage:
         if not deliver_at:
             deliver_at = now_ms + delay
     properties = message.properties
-    return OutMessage(message.body, dict(properties) if properties else {}, message.key,
-                      message.tag, deliver_at)
+    # A comprehension: dict(map) goes through the map's Python-level keys view (twice the cost).
+    return OutMessage(message.body, {k: properties[k] for k in properties} if properties else {},
+                      message.key, message.tag, deliver_at)
 
 
 def _check_timing(delay: int, deliver_at: int, index: int) -> None:
@@ -119,7 +120,9 @@ def fill_delivery(msg: pb.Delivery, d: Delivery) -> None:
     msg.publish_ms = d.publish_ms
     msg.group = d.group
     if d.properties:
-        msg.properties.update(d.properties)
+        target = msg.properties  # item by item: the map's `update` is Python-level, and slower
+        for k, v in d.properties.items():
+            target[k] = v
     if d.key:
         msg.key = d.key
     if d.tag:

@@ -59,7 +59,7 @@ def _wall_ms() -> int:
 _escape = json.encoder.encode_basestring_ascii
 
 
-def _props_json(properties: dict[str, str]) -> str:
+def _props_json(properties: Mapping[str, str]) -> str:
     """`json.dumps(properties)` for a dict of strings, without building an encoder per call."""
     try:
         return "{" + ", ".join([f"{_escape(k)}: {_escape(v)}" for k, v in properties.items()]) + "}"
@@ -263,13 +263,15 @@ class EmbeddedStore(Backend):
         cursor = (group.gid, group.topic.topic_id, group.name, group.cursor)
         writer.submit_nowait(writes.scanned(rows, cursor))
 
-    def _new_id(self, now_ms: int) -> str:
-        """A new message id: 32 hex chars of publish ms, this open's random tag and a counter.
+    def _id_prefix(self, now_ms: int) -> str:
+        """The first 20 of a new message id's 32 hex chars: publish ms and this open's random
+        tag; `_new_id` adds a counter. Time-ordered within a store, unique across opens (the
+        tag) without a random draw per id."""
+        return f"{now_ms & 0xFFFFFFFFFFFF:012x}{self._id_tag}"
 
-        Time-ordered within a store, unique across opens (the tag) without a random draw per id.
-        """
+    def _new_id(self, prefix: str) -> str:
         self._id_seq += 1
-        return f"{now_ms & 0xFFFFFFFFFFFF:012x}{self._id_tag}{self._id_seq & 0xFFFFFFFFFFFF:012x}"
+        return f"{prefix}{self._id_seq & 0xFFFFFFFFFFFF:012x}"
 
     def _lease_token(self, group: GroupIndex, pos: int) -> str:
         """A new lease token for `pos`, recorded as the group's lease of it."""
@@ -310,12 +312,13 @@ class EmbeddedStore(Backend):
         rows: list[MessageRow] = []
         entries: list[Entry] = []
         first = index.next_pos
+        prefix = self._id_prefix(now_ms)
         for message in messages:
             pos = index.next_pos
             index.next_pos += 1
-            message_id = message.message_id or self._new_id(now_ms)
+            message_id = message.message_id or self._new_id(prefix)
             ids.append(message_id)
-            properties = dict(message.properties) if message.properties else {}
+            properties = message.properties
             body = bytes(message.body)
             key, tag, deliver_at = message.key, message.tag, message.deliver_at_ms
             attempt, retries = message.attempt, message.retries
