@@ -31,6 +31,8 @@ class InFlight:
     consumer: Consumer | None
     held: bool = False
     """Ordered queue: failed and waiting in the engine for its in-place retry."""
+    timer: int = 0
+    """The engine's timer key for its deadline (0: none); cancelled when it is settled."""
 
 
 class Consumer:

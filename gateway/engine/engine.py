@@ -189,7 +189,8 @@ class Engine:
         for message in messages:
             size = len(message.body)
             if message.properties:
-                size += sum(len(k) + len(v) for k, v in message.properties.items())
+                for k, v in message.properties.items():
+                    size += len(k) + len(v)
             if size > limit:
                 raise MessageTooLarge(size, limit)
         await self._check_topic(topic)
@@ -287,7 +288,7 @@ class Engine:
         n, receipt = self._new_receipt()
         decision = decide(record, ev.Deliver(receipt, invisible_ms), sub.policy, now)
         new = decision.record
-        inf = InFlight(receipt, new, stored, sub, consumer)
+        inf = InFlight(receipt, new, stored, sub, consumer, False, n)
         self.inflight[receipt] = inf
         deadline = self._arm(n, receipt, new, now, real)
         self._emit(inf, State.READY, decision, real)
@@ -425,7 +426,7 @@ class Engine:
             n, receipt = self._new_receipt()
             at = max(now, record.visible_at_ms)
             decision = decide(record, ev.Deliver(receipt), sub.policy, at)
-            new = InFlight(receipt, decision.record, inf.stored, sub, consumer)
+            new = InFlight(receipt, decision.record, inf.stored, sub, consumer, False, n)
             self.inflight[receipt] = new
             real = self.clock.now_ms()
             deadline = self._arm(n, receipt, decision.record, now, real)
@@ -551,6 +552,7 @@ class Engine:
         self._apply(inf, decision, batch, now, real)
         if decision.outcome is Outcome.EXTEND:
             moved = self.inflight[new_receipt]
+            moved.timer = new_n
             deadline = self._arm(new_n, new_receipt, moved.record, now, real)
             return SettleResult(item.receipt, True, new_receipt=new_receipt, deadline_ms=deadline)
         return SettleResult(item.receipt, True)
@@ -567,6 +569,9 @@ class Engine:
         policy = sub.policy
         outcome = decision.outcome
         self._emit(inf, before, decision, real)
+        if outcome is Outcome.NONE:
+            return
+        self._disarm(inf)
         if outcome is Outcome.EXTEND:
             self.inflight.pop(inf.receipt, None)
             moved = InFlight(record.receipt, record, stored, sub, inf.consumer)
@@ -574,8 +579,6 @@ class Engine:
             if inf.consumer is not None:
                 inf.consumer.receipts.discard(inf.receipt)
                 inf.consumer.receipts.add(record.receipt)
-            return
-        if outcome is Outcome.NONE:
             return
         self.inflight.pop(inf.receipt, None)
         if inf.consumer is not None:
@@ -623,10 +626,18 @@ class Engine:
             )
             batch.acks.append(stored.lease)
 
+    def _disarm(self, inf: InFlight) -> None:
+        """Cancel the deadline of a delivery that is settled (or moves on under a new receipt),
+        so settled deliveries do not keep timer entries until their deadlines."""
+        n = inf.timer
+        if n:
+            self.timers.cancel(n)
+            self._timer_receipts.pop(n, None)
+
     def _hold(self, inf: InFlight, decision: Decision) -> None:
         """Ordered queue: keep the failed message (and its key blocked) until its retry is due."""
         n, receipt = self._new_receipt()
-        held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, held=True)
+        held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, True, n)
         self.inflight[receipt] = held
         self._timer_receipts[n] = receipt
         self.timers.schedule(self.real_after(decision.delay_ms), n)

@@ -323,3 +323,36 @@ async def test_tag_filter(calm_client: GatewayClient) -> None:
         assert msg is not None and msg.body == b"b"
         assert (await msg.ack()).ok
         assert await stream.next(0.3) is None
+
+
+async def test_settled_deliveries_leave_no_timers(tmp_path: Path) -> None:
+    """Acked and extended deliveries cancel their deadlines at once: a busy gateway does not
+    hold a timer per settled delivery until its ack timeout."""
+    async with (
+        running_gateway(tmp_path / "real-time") as app,
+        GatewayClient(f"127.0.0.1:{app.grpc_port}") as client,
+    ):
+        await _settle_and_count_timers(app, client)
+
+
+async def _settle_and_count_timers(app: GatewayApp, client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
+    await client.publish(topic, [b"m%d" % i for i in range(40)])
+    async with client.consume(topic, group, policy="rabbitmq", prefetch=40) as stream:
+        for _ in range(40):
+            msg = await stream.next(10.0)
+            assert msg is not None
+            assert (await msg.ack()).ok
+    pulled = await client.receive(topic + "-pull", group, policy="rocketmq-simple",
+                                  invisible_ms=60_000, wait_ms=0)
+    assert pulled == []
+    await client.publish(topic + "-pull", [b"p"])
+    (one,) = await client.receive(topic + "-pull", group, policy="rocketmq-simple",
+                                  invisible_ms=60_000, wait_ms=2000)
+    assert len(app.engine.timers) == 1
+    changed = await one.extend(120_000)
+    assert changed.ok and len(app.engine.timers) == 1
+    settled = await client.stub.Settle(gateway_pb2.SettleRequest(settlements=[
+        gateway_pb2.Settlement(receipt=changed.receipt_next, ack=gateway_pb2.Ack())]))
+    assert settled.results[0].ok
+    assert len(app.engine.timers) == 0
