@@ -37,10 +37,11 @@ _DRAINS: set[asyncio.Task[None]] = set()
 
 @dataclass
 class ProcStats:
-    """CPU seconds (user + system) and peak resident memory of one process."""
+    """CPU seconds (user + system, and system alone) and peak resident memory of one process."""
 
     cpu_s: float
     hwm_kib: int
+    sys_s: float = 0.0
 
 
 def proc_stats(pid: int) -> ProcStats:
@@ -52,7 +53,7 @@ def proc_stats(pid: int) -> ProcStats:
     for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             hwm = int(line.split()[1])
-    return ProcStats(cpu, hwm)
+    return ProcStats(cpu, hwm, int(fields[12]) / CLOCK_TICKS)
 
 
 async def start_process(args: list[str]) -> tuple[asyncio.subprocess.Process, str]:
@@ -98,7 +99,8 @@ async def start_profiler(out: str, pid: int) -> asyncio.subprocess.Process | Non
         return None
     spy = await asyncio.create_subprocess_exec(
         "py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", out,
-        "--rate", "200", "--nonblocking", *(["--idle"] if os.environ.get("SPY_IDLE") else []),
+        "--rate", "200", *(["--native"] if os.environ.get("SPY_NATIVE") else ["--nonblocking"]),
+        *(["--idle"] if os.environ.get("SPY_IDLE") else []),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )
     await asyncio.sleep(1.0)
@@ -208,6 +210,7 @@ async def run_gateway(args: argparse.Namespace) -> dict[str, float]:
         "p50": percentile(latencies, 0.50),
         "p99": percentile(latencies, 0.99),
         "cpu": after.cpu_s - before.cpu_s,
+        "sys": after.sys_s - before.sys_s,
         "hwm": after.hwm_kib / 1024,
         "client_cpu": own_after.cpu_s - own_before.cpu_s,
     }
@@ -278,7 +281,7 @@ async def run(args: argparse.Namespace) -> None:
           f"{gw['publish_rate']:,.0f} msgs/s)")
     print(f"  latency        p50 {gw['p50']:.1f} ms  p99 {gw['p99']:.1f} ms")
     print(f"  gateway CPU    {gw['cpu']:.2f} s  ({gw['cpu'] / gw['elapsed'] * 100:.0f}% of one "
-          f"core; {gw['cpu'] * 1e6 / args.messages:.0f} us/msg)")
+          f"core; {gw['cpu'] * 1e6 / args.messages:.0f} us/msg; system {gw['sys']:.2f} s)")
     print(f"  client CPU     {gw['client_cpu']:.2f} s (this process: publishers and consumer)")
     print(f"  gateway RSS    peak {gw['hwm']:.0f} MiB (VmHWM)")
     print(f"peer: plain gRPC echo stream, 100 msgs/frame: {peer['rate']:,.0f} msgs/s "
@@ -301,7 +304,8 @@ def main() -> None:
     parser.add_argument("--switch-interval", type=float, default=0.0,
                         help="run the gateway with this sys.setswitchinterval (seconds)")
     parser.add_argument("--profile", default="",
-                        help="write py-spy collapsed stacks of the gateway to this file")
+                        help="write py-spy raw stacks of the gateway to this file (SPY_NATIVE=1: "
+                             "with C frames; SPY_IDLE=1: idle threads too)")
     parser.add_argument("--echo-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
