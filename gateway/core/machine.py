@@ -22,7 +22,14 @@ from gateway.core.events import (
 )
 from gateway.core.policy import Placement, RetryMode, RetryPolicy, RetryRequest, check_range
 from gateway.core.record import Record
-from gateway.core.states import State
+from gateway.core.states import (
+    COMMITTED,
+    DEAD_LETTERED,
+    DISCARDED,
+    INFLIGHT,
+    READY,
+    WAITING_RETRY,
+)
 from gateway.errors import IllegalTransition, StaleReceipt
 from gateway.values import value
 
@@ -48,6 +55,17 @@ class Outcome(enum.Enum):
     """Only the record changes."""
 
 
+# Members as module constants (see `gateway.core.states`).
+DELIVER = Outcome.DELIVER
+COMMIT = Outcome.COMMIT
+RETRY = Outcome.RETRY
+REDELIVER = Outcome.REDELIVER
+EXTEND = Outcome.EXTEND
+DEAD_LETTER = Outcome.DEAD_LETTER
+DISCARD = Outcome.DISCARD
+NO_CHANGE = Outcome.NONE
+
+
 @value
 class Decision:
     """The next record and what to do with the stored message."""
@@ -66,7 +84,7 @@ class Decision:
 def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> Decision:
     """Apply `event` to `record` under `policy` at `now_ms`."""
     state = record.state
-    if state is State.COMMITTED or state is State.DEAD_LETTERED or state is State.DISCARDED:
+    if state is COMMITTED or state is DEAD_LETTERED or state is DISCARDED:
         if isinstance(event, Ack | Fail | Extend | DeadLetterNow):
             raise StaleReceipt(event.receipt, "already settled")
         raise IllegalTransition(record.state.value, event_name(event), "the message is settled")
@@ -75,7 +93,7 @@ def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> De
             return _deliver(record, event, policy, now_ms)
         case Ack():
             _live(record, event.receipt, event)
-            return Decision(record.evolve(state=State.COMMITTED, receipt=""), Outcome.COMMIT)
+            return Decision(record.evolve(state=COMMITTED, receipt=""), COMMIT)
         case Fail():
             _live(record, event.receipt, event)
             request = RetryRequest(event.delay_ms, event.delay_level)
@@ -87,9 +105,9 @@ def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> De
         case ConsumerLost():
             return _lost(record, event, policy, now_ms)
         case RetryDue():
-            if record.state is not State.WAITING_RETRY or now_ms < record.visible_at_ms:
+            if record.state is not WAITING_RETRY or now_ms < record.visible_at_ms:
                 raise IllegalTransition(record.state.value, "RetryDue", "no retry is due")
-            return Decision(record.evolve(state=State.READY), Outcome.NONE)
+            return Decision(record.evolve(state=READY), NO_CHANGE)
         case DeadLetterNow():
             _live(record, event.receipt, event)
             return _exhaust(record, policy, event.reason or "dead-lettered on request")
@@ -98,12 +116,12 @@ def decide(record: Record, event: Event, policy: RetryPolicy, now_ms: int) -> De
 
 def _live(record: Record, receipt: str, event: Event) -> None:
     """A settle must carry the receipt of the delivery in flight; any other is stale."""
-    if record.state is not State.INFLIGHT or not receipt or receipt != record.receipt:
+    if record.state is not INFLIGHT or not receipt or receipt != record.receipt:
         raise StaleReceipt(receipt)
 
 
 def _deliver(record: Record, event: Deliver, policy: RetryPolicy, now_ms: int) -> Decision:
-    visible = record.state is State.READY or record.state is State.WAITING_RETRY
+    visible = record.state is READY or record.state is WAITING_RETRY
     if not visible or now_ms < record.visible_at_ms:
         raise IllegalTransition(record.state.value, "Deliver", "the message is not visible")
     if event.invisible_ms is not None:
@@ -115,13 +133,13 @@ def _deliver(record: Record, event: Deliver, policy: RetryPolicy, now_ms: int) -
         timeout = policy.delivery_timeout_ms
     deadline = now_ms + timeout if timeout is not None else 0
     new = record.evolve(
-        state=State.INFLIGHT,
+        state=INFLIGHT,
         attempt=record.attempt + 1,
         deadline_ms=deadline,
         delivered_at_ms=now_ms,
         receipt=event.receipt,
     )
-    return Decision(new, Outcome.DELIVER)
+    return Decision(new, DELIVER)
 
 
 def _fixed_timeout(policy: RetryPolicy, value: int) -> Exception:
@@ -141,8 +159,8 @@ def _failure(
 ) -> Decision:
     """A counted failure of the delivery in flight (consumer failure or timeout)."""
     if not policy.retries_enabled:
-        gone = record.evolve(state=State.DISCARDED, receipt="")
-        return Decision(gone, Outcome.DISCARD, reason=f"{reason}; broadcast: dropped, no retry")
+        gone = record.evolve(state=DISCARDED, receipt="")
+        return Decision(gone, DISCARD, reason=f"{reason}; broadcast: dropped, no retry")
     retries = record.retries + 1 if policy.counts_failures else record.retries
     if policy.exhausted_after(retries):
         # Validate the request even when exhausted: bad input never passes silently.
@@ -152,48 +170,48 @@ def _failure(
     if policy.mode is RetryMode.INVISIBLE:
         # Stays invisible, receipt spent, until the redelivery time (no WAITING_RETRY).
         new = record.evolve(retries=retries, deadline_ms=now_ms + delay, receipt="")
-        return Decision(new, Outcome.REDELIVER, delay, reason=reason)
+        return Decision(new, REDELIVER, delay, reason=reason)
     new = record.evolve(
-        state=State.WAITING_RETRY,
+        state=WAITING_RETRY,
         retries=retries,
         visible_at_ms=now_ms + delay,
         deadline_ms=0,
         receipt="",
     )
     if policy.placement is Placement.COPY:
-        return Decision(new, Outcome.RETRY, delay, policy.retry_destination(record), reason)
-    return Decision(new, Outcome.REDELIVER, delay, reason=reason)
+        return Decision(new, RETRY, delay, policy.retry_destination(record), reason)
+    return Decision(new, REDELIVER, delay, reason=reason)
 
 
 def _exhaust(record: Record, policy: RetryPolicy, reason: str) -> Decision:
     if policy.dead_letter:
-        new = record.evolve(state=State.DEAD_LETTERED, receipt="", deadline_ms=0)
-        return Decision(new, Outcome.DEAD_LETTER, 0, policy.dead_letter_destination(record), reason)
-    new = record.evolve(state=State.DISCARDED, receipt="", deadline_ms=0)
-    return Decision(new, Outcome.DISCARD, reason=f"{reason}; no dead-letter destination")
+        new = record.evolve(state=DEAD_LETTERED, receipt="", deadline_ms=0)
+        return Decision(new, DEAD_LETTER, 0, policy.dead_letter_destination(record), reason)
+    new = record.evolve(state=DISCARDED, receipt="", deadline_ms=0)
+    return Decision(new, DISCARD, reason=f"{reason}; no dead-letter destination")
 
 
 def _deadline(record: Record, event: DeadlinePassed, policy: RetryPolicy, now_ms: int) -> Decision:
-    if record.state is not State.INFLIGHT or record.deadline_ms == 0 or now_ms < record.deadline_ms:
+    if record.state is not INFLIGHT or record.deadline_ms == 0 or now_ms < record.deadline_ms:
         raise IllegalTransition(record.state.value, "DeadlinePassed", "no deadline has passed")
     if not record.receipt:
         # A failed invisible delivery: its redelivery time has come.
-        return Decision(_ready(record, now_ms), Outcome.NONE)
+        return Decision(_ready(record, now_ms), NO_CHANGE)
     if policy.mode is RetryMode.INVISIBLE:
         # Timeout of a simple-style delivery: retry interval 0, counted as a failure.
         if not policy.retries_enabled:
-            gone = record.evolve(state=State.DISCARDED, receipt="")
-            return Decision(gone, Outcome.DISCARD, reason="timeout; broadcast: dropped")
+            gone = record.evolve(state=DISCARDED, receipt="")
+            return Decision(gone, DISCARD, reason="timeout; broadcast: dropped")
         retries = record.retries + 1 if policy.counts_failures else record.retries
         if policy.exhausted_after(retries):
             return _exhaust(record.evolve(retries=retries), policy, "timeout; retries exhausted")
-        return Decision(_ready(record.evolve(retries=retries), now_ms), Outcome.REDELIVER, 0,
+        return Decision(_ready(record.evolve(retries=retries), now_ms), REDELIVER, 0,
                         reason="timeout")
     return _failure(record, policy, now_ms, RetryRequest(), "timeout")
 
 
 def _ready(record: Record, now_ms: int) -> Record:
-    return record.evolve(state=State.READY, visible_at_ms=now_ms, deadline_ms=0, receipt="")
+    return record.evolve(state=READY, visible_at_ms=now_ms, deadline_ms=0, receipt="")
 
 
 def _extend(record: Record, event: Extend, policy: RetryPolicy, now_ms: int) -> Decision:
@@ -207,14 +225,14 @@ def _extend(record: Record, event: Extend, policy: RetryPolicy, now_ms: int) -> 
     if not event.new_receipt:
         raise StaleReceipt(event.new_receipt, "empty")
     new = record.evolve(deadline_ms=now_ms + event.invisible_ms, receipt=event.new_receipt)
-    return Decision(new, Outcome.EXTEND)
+    return Decision(new, EXTEND)
 
 
 def _lost(record: Record, event: ConsumerLost, policy: RetryPolicy, now_ms: int) -> Decision:
-    if record.state is not State.INFLIGHT:
+    if record.state is not INFLIGHT:
         raise IllegalTransition(record.state.value, "ConsumerLost", "the message is not in flight")
     if not record.receipt:
-        return Decision(record, Outcome.NONE)
+        return Decision(record, NO_CHANGE)
     retries = record.retries
     if policy.lost_counts_as_failure and policy.counts_failures:
         # Counted (Pulsar redelivery count) but READY again at once, without the retry wait.
@@ -222,4 +240,4 @@ def _lost(record: Record, event: ConsumerLost, policy: RetryPolicy, now_ms: int)
         if policy.exhausted_after(retries):
             return _exhaust(record.evolve(retries=retries), policy, "consumer lost; exhausted")
     new = _ready(record.evolve(retries=retries), now_ms)
-    return Decision(new, Outcome.REDELIVER, 0, reason="consumer lost")
+    return Decision(new, REDELIVER, 0, reason="consumer lost")

@@ -22,3 +22,14 @@ class State(enum.Enum):
     @property
     def terminal(self) -> bool:
         return self in (State.COMMITTED, State.DEAD_LETTERED, State.DISCARDED)
+
+
+# The members as module constants for the per-message paths: Python 3.11's `EnumType` has a
+# `__getattr__`, which sends every `State.X` lookup through a slow attribute hook (about 60 ns,
+# against 6 ns for a global).
+READY = State.READY
+INFLIGHT = State.INFLIGHT
+WAITING_RETRY = State.WAITING_RETRY
+COMMITTED = State.COMMITTED
+DEAD_LETTERED = State.DEAD_LETTERED
+DISCARDED = State.DISCARDED

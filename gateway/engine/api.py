@@ -32,6 +32,10 @@ class SettleAction(enum.Enum):
     """Move to the dead-letter destination now (RocketMQ FIFO forward, Pulsar client DLQ)."""
 
 
+ACK = SettleAction.ACK
+"""`SettleAction.ACK` as a module constant for the per-message paths (see `gateway.core.states`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SubscriptionSpec:
     topic: str

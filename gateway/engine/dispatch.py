@@ -19,6 +19,9 @@ from gateway.errors import Unavailable
 if TYPE_CHECKING:
     from gateway.engine.engine import Engine
 
+KEY_SHARED = ConsumerType.KEY_SHARED
+"""A module constant for `pick`, once per message (see `gateway.core.states`)."""
+
 
 @dataclass(eq=False, slots=True)
 class InFlight:
@@ -125,7 +128,7 @@ class Subscription:
         """`choose` among `live` (this subscription's `receivers()`, taken once per batch)."""
         if not live:
             return None
-        if self.policy.blocks_queue or self.spec.consumer_type is ConsumerType.KEY_SHARED:
+        if self.policy.blocks_queue or self.spec.consumer_type is KEY_SHARED:
             return live[zlib.crc32(key.encode()) % len(live)]
         if len(live) == 1:
             only = live[0]

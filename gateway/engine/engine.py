@@ -18,12 +18,23 @@ import structlog
 
 from gateway.backend import Backend, Lease, OutMessage, Release, StoredMessage
 from gateway.core import events as ev
-from gateway.core.machine import Decision, Outcome, decide
+from gateway.core.machine import (
+    COMMIT,
+    DEAD_LETTER,
+    DISCARD,
+    EXTEND,
+    NO_CHANGE,
+    REDELIVER,
+    RETRY,
+    Decision,
+    decide,
+)
 from gateway.core.policy import RetryPolicy
 from gateway.core.record import Record
 from gateway.core.registry import Registry
-from gateway.core.states import State
+from gateway.core.states import INFLIGHT, READY, WAITING_RETRY, State
 from gateway.engine.api import (
+    ACK,
     Delivery,
     SettleAction,
     Settlement,
@@ -284,14 +295,14 @@ class Engine:
     ) -> Delivery:
         """Lease `stored` to a delivery; `now` and `real` are the batch's policy and real times."""
         record = Record(stored.message_id, stored.properties.get(ORIGIN_TOPIC, stored.topic),
-                        sub.group, State.READY, stored.attempt, stored.retries, now)
+                        sub.group, READY, stored.attempt, stored.retries, now)
         n, receipt = self._new_receipt()
         decision = decide(record, ev.Deliver(receipt, invisible_ms), sub.policy, now)
         new = decision.record
         inf = InFlight(receipt, new, stored, sub, consumer, False, n)
         self.inflight[receipt] = inf
         deadline = self._arm(n, receipt, new, now, real)
-        self._emit(inf, State.READY, decision, real)
+        self._emit(inf, READY, decision, real)
         return Delivery(receipt, stored.message_id, stored.topic, new.topic, stored.body,
                         visible_properties(stored.properties), stored.key, stored.tag,
                         new.attempt, new.retries, deadline, stored.publish_ms,
@@ -420,7 +431,7 @@ class Engine:
             self.inflight.pop(inf.receipt, None)
             now = self.policy_now()
             record = inf.record
-            if record.state is State.WAITING_RETRY:
+            if record.state is WAITING_RETRY:
                 record = decide(record, ev.RetryDue(), sub.policy, max(now, record.visible_at_ms)
                                 ).record
             n, receipt = self._new_receipt()
@@ -430,7 +441,7 @@ class Engine:
             self.inflight[receipt] = new
             real = self.clock.now_ms()
             deadline = self._arm(n, receipt, decision.record, now, real)
-            self._emit(new, State.READY, decision, real)
+            self._emit(new, READY, decision, real)
             consumer.push(self._delivery(new, deadline))
 
     async def receive(
@@ -531,7 +542,7 @@ class Engine:
         inf = self.inflight.get(item.receipt)
         if inf is None or inf.held:
             raise StaleReceipt(item.receipt)
-        if item.action is SettleAction.ACK:
+        if item.action is ACK:
             event: ev.Event = ev.Ack(item.receipt)
             new_n, new_receipt = 0, ""
         else:
@@ -550,7 +561,7 @@ class Engine:
         real: int,
     ) -> SettleResult:
         self._apply(inf, decision, batch, now, real)
-        if decision.outcome is Outcome.EXTEND:
+        if decision.outcome is EXTEND:
             moved = self.inflight[new_receipt]
             moved.timer = new_n
             deadline = self._arm(new_n, new_receipt, moved.record, now, real)
@@ -569,10 +580,10 @@ class Engine:
         policy = sub.policy
         outcome = decision.outcome
         self._emit(inf, before, decision, real)
-        if outcome is Outcome.NONE:
+        if outcome is NO_CHANGE:
             return
         self._disarm(inf)
-        if outcome is Outcome.EXTEND:
+        if outcome is EXTEND:
             self.inflight.pop(inf.receipt, None)
             moved = InFlight(record.receipt, record, stored, sub, inf.consumer)
             self.inflight[record.receipt] = moved
@@ -583,17 +594,17 @@ class Engine:
         self.inflight.pop(inf.receipt, None)
         if inf.consumer is not None:
             inf.consumer.receipts.discard(inf.receipt)
-        if outcome is Outcome.REDELIVER and policy.blocks_queue and inf.consumer is not None:
+        if outcome is REDELIVER and policy.blocks_queue and inf.consumer is not None:
             self._hold(inf, decision)
             return
         if policy.blocks_queue:
             sub.blocked_keys.discard(stored.key)
             sub.wake.set()
-        if outcome is Outcome.COMMIT or outcome is Outcome.DISCARD:
+        if outcome is COMMIT or outcome is DISCARD:
             batch.acks.append(stored.lease)
             return
         scale = self.config.time_scale
-        if outcome is Outcome.REDELIVER:
+        if outcome is REDELIVER:
             batch.releases.append(
                 Release(stored.lease, real + int(decision.delay_ms * scale), record.attempt,
                         record.retries)
@@ -602,7 +613,7 @@ class Engine:
         dialect = self.registry.dialect(policy.dialect)
         props = dict(stored.properties)
         props.setdefault(ORIGIN_TOPIC, record.topic)
-        if outcome is Outcome.RETRY and decision.destination:
+        if outcome is RETRY and decision.destination:
             copy = dialect.retry_properties(
                 props, topic=record.topic, retry_topic=decision.destination,
                 message_id=record.message_id, retries=record.retries,
@@ -613,7 +624,7 @@ class Engine:
                            record.attempt, record.retries)
             )
             batch.acks.append(stored.lease)
-        elif outcome is Outcome.DEAD_LETTER and decision.destination:
+        elif outcome is DEAD_LETTER and decision.destination:
             copy = dialect.dead_letter_properties(
                 props, topic=record.topic, dead_letter_topic=decision.destination,
                 message_id=record.message_id, retries=record.retries, reason=decision.reason,
@@ -693,15 +704,15 @@ class Engine:
         record = decision.record
         to_state = record.state
         outcome = decision.outcome
-        if before is to_state and outcome is not Outcome.REDELIVER:
+        if before is to_state and outcome is not REDELIVER:
             return
         observers = self.observers
         full = observers.full or self._trace_debug
         if not full and not observers.counters:
             return
         policy = inf.sub.policy
-        if outcome is Outcome.REDELIVER and to_state is State.INFLIGHT:
-            to_state = State.WAITING_RETRY
+        if outcome is REDELIVER and to_state is INFLIGHT:
+            to_state = WAITING_RETRY
         to_name: str = to_state._value_
         if observers.counters:
             observers.count(to_name, record.topic, record.group, policy.name, record.attempt)

@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway.backend import OutMessage
 from gateway.engine.api import (
+    ACK,
     ConsumerType,
     Delivery,
     SettleAction,
@@ -81,7 +82,7 @@ def settlement(msg: pb.Settlement, index: int) -> Settlement:
         raise InvalidArgument(f"settlements[{index}].receipt", "", "the receipt of a delivery")
     kind = msg.WhichOneof("action")
     if kind == "ack":
-        return Settlement(msg.receipt, SettleAction.ACK)
+        return Settlement(msg.receipt, ACK)
     if kind == "fail":
         fail = msg.fail
         return Settlement(
