@@ -222,10 +222,9 @@ class ConsumeStream:
             return
         batch, self._pending = self._pending, []
         self._requests.put_nowait(
-            gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(settlements=batch))
-        )
-        self._requests.put_nowait(
-            gateway_pb2.ConsumeRequest(credit=gateway_pb2.Credit(messages=len(batch)))
+            gateway_pb2.ConsumeRequest(
+                settle=gateway_pb2.SettleBatch(settlements=batch, credit=len(batch))
+            )
         )
 
 

@@ -113,10 +113,12 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 if kind == "credit":
                     consumer.add_credit(req.credit.messages)
                 elif kind == "settle":
-                    previous = asyncio.ensure_future(
-                        self._settle_batch(req.settle, outbox, previous))
+                    settle = req.settle
+                    previous = asyncio.ensure_future(self._settle_batch(settle, outbox, previous))
                     self._settling.add(previous)
                     previous.add_done_callback(self._settling.discard)
+                    if settle.credit:
+                        consumer.add_credit(settle.credit)
             if previous is not None:
                 await asyncio.shield(previous)
         finally:

@@ -87,10 +87,12 @@ class Subscribe(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., policy: _Optional[str] = ..., policy_options: _Optional[_Mapping[str, str]] = ..., consumer_type: _Optional[_Union[ConsumerType, str]] = ..., broadcast: _Optional[bool] = ..., naming: _Optional[str] = ..., prefetch: _Optional[int] = ..., consumer_id: _Optional[str] = ..., tag_filter: _Optional[str] = ...) -> None: ...
 
 class SettleBatch(_message.Message):
-    __slots__ = ("settlements",)
+    __slots__ = ("settlements", "credit")
     SETTLEMENTS_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
     settlements: _containers.RepeatedCompositeFieldContainer[Settlement]
-    def __init__(self, settlements: _Optional[_Iterable[_Union[Settlement, _Mapping]]] = ...) -> None: ...
+    credit: int
+    def __init__(self, settlements: _Optional[_Iterable[_Union[Settlement, _Mapping]]] = ..., credit: _Optional[int] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("messages",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 import uuid
@@ -356,3 +357,36 @@ async def _settle_and_count_timers(app: GatewayApp, client: GatewayClient) -> No
         gateway_pb2.Settlement(receipt=changed.receipt_next, ack=gateway_pb2.Ack())]))
     assert settled.results[0].ok
     assert len(app.engine.timers) == 0
+
+
+async def test_credit_sent_with_a_settle_batch(calm_client: GatewayClient) -> None:
+    """`SettleBatch.credit` grants credit in the same frame as the settlements."""
+    topic, group = name("t"), name("g")
+    await calm_client.publish(topic, [b"a", b"b", b"c"])
+    call = calm_client.stub.Consume()
+    await call.write(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+        topic=topic, group=group, policy="rocketmq", prefetch=1)))
+    assert (await call.read()).WhichOneof("kind") == "subscribed"
+    first = await call.read()
+    assert [d.body for d in first.deliveries.deliveries] == [b"a"]
+    receipt = first.deliveries.deliveries[0].receipt
+    await call.write(gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(
+        settlements=[gateway_pb2.Settlement(receipt=receipt, ack=gateway_pb2.Ack())], credit=2)))
+    bodies: list[bytes] = []
+    acked = False
+
+    async def read_all() -> None:
+        nonlocal acked
+        while len(bodies) < 2 or not acked:
+            response = await call.read()
+            if response.WhichOneof("kind") == "results":
+                assert [r.ok for r in response.results.results] == [True]
+                acked = True
+            else:
+                bodies.extend(d.body for d in response.deliveries.deliveries)
+
+    try:
+        await asyncio.wait_for(read_all(), 10)
+    finally:
+        call.cancel()
+    assert bodies == [b"b", b"c"]
