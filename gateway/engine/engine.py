@@ -299,7 +299,7 @@ class Engine:
         n, receipt = self._new_receipt()
         decision = decide(record, ev.Deliver(receipt, invisible_ms), sub.policy, now)
         new = decision.record
-        inf = InFlight(receipt, new, stored, sub, consumer, False, n)
+        inf = InFlight(receipt, new, stored, sub, consumer, timer=n)
         self.inflight[receipt] = inf
         deadline = self._arm(n, receipt, new, now, real)
         self._emit(inf, READY, decision, real)
@@ -437,7 +437,7 @@ class Engine:
             n, receipt = self._new_receipt()
             at = max(now, record.visible_at_ms)
             decision = decide(record, ev.Deliver(receipt), sub.policy, at)
-            new = InFlight(receipt, decision.record, inf.stored, sub, consumer, False, n)
+            new = InFlight(receipt, decision.record, inf.stored, sub, consumer, timer=n)
             self.inflight[receipt] = new
             real = self.clock.now_ms()
             deadline = self._arm(n, receipt, decision.record, now, real)
@@ -648,7 +648,8 @@ class Engine:
     def _hold(self, inf: InFlight, decision: Decision) -> None:
         """Ordered queue: keep the failed message (and its key blocked) until its retry is due."""
         n, receipt = self._new_receipt()
-        held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, True, n)
+        held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer,
+                        held=True, timer=n)
         self.inflight[receipt] = held
         self._timer_receipts[n] = receipt
         self.timers.schedule(self.real_after(decision.delay_ms), n)
