@@ -427,6 +427,20 @@ class PulsarBackend(Backend):
                 await asyncio.to_thread(sub.consumer.seek, pulsar.MessageId.latest)
         return len(helds)
 
+    async def drop_group(self, topic: str, group: str) -> bool:
+        """Unsubscribe: the broker deletes the subscription and stops keeping its backlog."""
+        sub = self._subs.pop((topic, group), None)
+        if sub is None or sub.consumer is None:
+            return False
+        sub.buffer.clear()
+        sub.leased.clear()
+        sub.arrived.set()
+        try:
+            await asyncio.to_thread(sub.consumer.unsubscribe)
+        except pulsar.PulsarException as exc:
+            raise Unavailable(f"cannot unsubscribe {group!r} from {topic!r}: {exc}") from exc
+        return True
+
     async def topics(self) -> list[str]:
         """Topics this back end published to or subscribed to since it opened."""
         return sorted(self._topics)

@@ -181,3 +181,10 @@ class Backend(abc.ABC):
     async def topics(self) -> list[str]:
         """Names of the topics the back end knows (may be empty where it cannot list)."""
         return []
+
+    async def drop_group(self, topic: str, group: str) -> bool:
+        """Forget `group` on `topic`: its position and its unacked messages, so the topic's
+        messages are no longer kept for it. True if there was something to forget. Leases of
+        the group are void afterwards; a later fetch under the same name starts a new group.
+        Back ends that keep nothing per group have nothing to do."""
+        return False

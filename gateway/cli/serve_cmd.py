@@ -16,7 +16,7 @@ from gateway.server.config import ServeConfig, load
 FLAGS = ("listen", "data_dir", "backend", "cache_mb", "pulsar_listen", "rabbitmq_url",
          "pulsar_service_url", "grace_s", "time_scale", "max_message_bytes", "log_level",
          "admin_listen", "tokens_file", "tls_cert", "tls_key", "tls_client_ca",
-         "allow_remote_unauthenticated", "telemetry")
+         "allow_remote_unauthenticated", "telemetry", "broadcast_idle_s")
 GC_THRESHOLDS = (50_000, 20, 100)
 """The cyclic collector's thresholds while serving. Python's default (700, 10, 10) runs a young
 collection every 700 container allocations, and a gateway allocates several per message: in
@@ -39,6 +39,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--rabbitmq-url", dest="rabbitmq_url")
     p.add_argument("--pulsar-service-url", dest="pulsar_service_url")
     p.add_argument("--grace-s", dest="grace_s", type=float, help="drain period on SIGTERM")
+    p.add_argument("--broadcast-idle-s", dest="broadcast_idle_s", type=float,
+                   help="keep a broadcast consumer's own group this long after it leaves, so "
+                        "the same consumer id resumes (default 3600; 0 drops it at once)")
     p.add_argument("--time-scale", dest="time_scale", type=float,
                    help="multiply every policy wait (tests and demos; default 1)")
     p.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)

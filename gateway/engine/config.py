@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from gateway.errors import InvalidArgument
 
+MAX_BROADCAST_IDLE_MS = 30 * 86_400_000
+"""Thirty days."""
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -20,6 +23,10 @@ class EngineConfig:
     topics: tuple[str, ...] = ()
     gateway_id: str = "gateway"
     backend_name: str = "embedded"
+    broadcast_idle_ms: int = 3_600_000
+    """How long a broadcast consumer's own group (`group#consumer`) outlives the consumer, so
+    the same consumer id resumes where it stopped; then the group is dropped and holds no
+    messages back. A consumer that gave no id cannot come back: its group goes at once."""
 
     def __post_init__(self) -> None:
         if not 1024 <= self.max_message_bytes <= 1024 * 1024 * 1024:
@@ -28,3 +35,6 @@ class EngineConfig:
             raise InvalidArgument("time_scale", self.time_scale, "greater than 0, at most 1")
         if not 1 <= self.dispatch_batch <= 10_000:
             raise InvalidArgument("dispatch_batch", self.dispatch_batch, "1..10000")
+        if not 0 <= self.broadcast_idle_ms <= MAX_BROADCAST_IDLE_MS:
+            raise InvalidArgument("broadcast_idle_ms", self.broadcast_idle_ms,
+                                  f"0..{MAX_BROADCAST_IDLE_MS} ms")

@@ -98,6 +98,12 @@ class Subscription:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     closed: bool = False
+    own_group: bool = False
+    """A broadcast consumer's own group (`group#consumer`), dropped after it is left alone."""
+    anonymous: bool = False
+    """The consumer gave no id (the gateway made one up): nobody can resume its group."""
+    expiry_key: int = 0
+    """The timer key of the group's pending drop, 0 when none is pending."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
 
     @property

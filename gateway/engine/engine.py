@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import secrets
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -62,6 +62,8 @@ DEAD_REASON = "x-gateway-dead-letter-reason"
 DEAD_AT = "x-gateway-dead-lettered-ms"
 INTERNAL_PREFIX = "x-gateway-"
 MAX_TOPIC_CHARS = 512
+GROUP_KEYS = 1 << 61
+"""Timer keys from here up drop idle broadcast groups; the ones below are delivery numbers."""
 RECEIPT_POOL = 1024
 """Receipts' random parts drawn per call to the system's random source."""
 
@@ -108,6 +110,9 @@ class Engine:
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
         self.inflight: dict[str, InFlight] = {}
         self._timer_receipts: dict[int, str] = {}
+        self._expiring: dict[int, Subscription] = {}
+        """Broadcast consumers' own groups waiting to be dropped, by timer key."""
+        self._expiry_keys = itertools.count(GROUP_KEYS)
         self._counter = itertools.count(1)
         self._random: list[str] = []
         self._epoch = secrets.token_hex(4)
@@ -210,19 +215,28 @@ class Engine:
         return ids
 
     # ---------------------------------------------------------- subscribing
-    def _subscription(self, spec: SubscriptionSpec, policy: RetryPolicy) -> Subscription:
+    def _subscription(
+        self, spec: SubscriptionSpec, policy: RetryPolicy, anonymous: bool
+    ) -> Subscription:
         group = spec.group
-        if policy.retries_enabled is False and spec.consumer_id:
+        own = policy.retries_enabled is False and bool(spec.consumer_id)
+        if own:
             group = f"{spec.group}#{spec.consumer_id}"
         key = (spec.topic, group)
         sub = self.subscriptions.get(key)
         if sub is None:
-            sub = Subscription(spec=spec, policy=policy, group=group)
+            sub = Subscription(spec=spec, policy=policy, group=group, own_group=own,
+                               anonymous=anonymous)
             self.subscriptions[key] = sub
         else:
             # The last consumer to subscribe sets the group's policy (document 000).
             sub.spec = spec
             sub.policy = policy
+        if sub.expiry_key:
+            # The broadcast consumer came back before its group was dropped.
+            self.timers.cancel(sub.expiry_key)
+            self._expiring.pop(sub.expiry_key, None)
+            sub.expiry_key = 0
         return sub
 
     async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> Consumer:
@@ -235,9 +249,10 @@ class Engine:
         if credit < 0:
             raise InvalidArgument("prefetch", credit, "0 or more")
         consumer_id = spec.consumer_id or secrets.token_hex(8)
-        if policy.retries_enabled is False and not spec.consumer_id:
+        anonymous = policy.retries_enabled is False and not spec.consumer_id
+        if anonymous:
             spec = replace(spec, consumer_id=consumer_id)
-        sub = self._subscription(spec, policy)
+        sub = self._subscription(spec, policy, anonymous)
         consumer = Consumer(sub, consumer_id, credit)
         consumer.on_close = self._consumer_closed
         sub.consumers.append(consumer)
@@ -274,6 +289,40 @@ class Engine:
         if not sub.consumers and sub.task is not None:
             sub.task.cancel()
             sub.task = None
+        if not sub.consumers and sub.own_group:
+            if sub.anonymous or self.config.broadcast_idle_ms == 0:
+                await self._drop_group(sub)
+            else:
+                self._drop_later(sub)
+
+    def _drop_later(self, sub: Subscription) -> None:
+        """(Re)schedule the drop of a broadcast consumer's own group after the idle period."""
+        if not sub.expiry_key:
+            sub.expiry_key = next(self._expiry_keys)
+            self._expiring[sub.expiry_key] = sub
+        self.timers.schedule(self.clock.now_ms() + self.config.broadcast_idle_ms, sub.expiry_key)
+
+    async def _drop_group(self, sub: Subscription) -> None:
+        """Forget a broadcast consumer's own group, here and in the back end, unless a consumer
+        joined it meanwhile."""
+        key = (sub.topic, sub.group)
+        if sub.consumers or self.subscriptions.get(key) is not sub:
+            return
+        del self.subscriptions[key]
+        try:
+            await self.backend.drop_group(sub.topic, sub.group)
+        except GatewayError as exc:
+            log.warning("broadcast group not dropped", topic=sub.topic, group=sub.group,
+                        error=exc.message)
+            return
+        log.info("broadcast group dropped", topic=sub.topic, group=sub.group)
+
+    async def _drop_idle(self, keys: list[int]) -> None:
+        for key in keys:
+            sub = self._expiring.pop(key, None)
+            if sub is not None and sub.expiry_key == key:
+                sub.expiry_key = 0
+                await self._drop_group(sub)
 
     # ------------------------------------------------------------- delivery
     def _new_receipt(self) -> tuple[int, str]:
@@ -470,7 +519,9 @@ class Engine:
             decide(Record("check", spec.topic, spec.group), ev.Deliver("check", invisible_ms),
                    policy, self.policy_now())
         await self._check_topic(spec.topic)
-        sub = self._subscription(spec, policy)
+        sub = self._subscription(spec, policy, anonymous=False)
+        if sub.own_group and not sub.consumers:
+            self._drop_later(sub)  # a pull consumer's own group lasts while it keeps receiving
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ms / 1000
         while True:
@@ -668,7 +719,16 @@ class Engine:
 
     # --------------------------------------------------------------- timers
     def _on_due(self, keys: list[int]) -> None:
-        task = asyncio.ensure_future(self._expire(keys))
+        if self._expiring:
+            groups = [k for k in keys if k >= GROUP_KEYS]
+            keys = [k for k in keys if k < GROUP_KEYS]
+            self._spawn(self._drop_idle(groups))
+            if not keys:
+                return
+        self._spawn(self._expire(keys))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

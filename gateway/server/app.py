@@ -77,6 +77,7 @@ class GatewayApp:
             auto_create=config.auto_create,
             gateway_id=config.gateway_id,
             backend_name=self.backend.name,
+            broadcast_idle_ms=round(config.broadcast_idle_s * 1000),
         )
         from gateway.server.metrics import Metrics
 

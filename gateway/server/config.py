@@ -36,6 +36,8 @@ class ServeConfig:
     pulsar_token: str = ""
     max_message_bytes: int = 4 * 1024 * 1024
     grace_s: float = 10.0
+    broadcast_idle_s: float = 3600.0
+    """How long a broadcast consumer's own group outlives it (0..2592000 s; see EngineConfig)."""
     time_scale: float = 1.0
     auto_create: bool = True
     log_level: str = "info"
@@ -70,6 +72,8 @@ class ServeConfig:
             raise InvalidArgument("cache_mb", self.cache_mb, "0..65536 MiB")
         if not 0 <= self.grace_s <= 3600:
             raise InvalidArgument("grace_s", self.grace_s, "0..3600 s")
+        if not 0 <= self.broadcast_idle_s <= 2_592_000:
+            raise InvalidArgument("broadcast_idle_s", self.broadcast_idle_s, "0..2592000 s")
         if self.admin_listen:
             host_port("admin_listen", self.admin_listen)
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -97,7 +101,8 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
-               "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry", "admin_listen"},
+               "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry", "admin_listen",
+               "broadcast_idle_s"},
     "store": {"backend", "data_dir", "cache_mb"},
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},

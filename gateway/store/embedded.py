@@ -662,6 +662,23 @@ class EmbeddedStore(Backend):
             await writer.submit(writes.purged((topic_id, index.name), gid, state.name, until))
             return removed
 
+    async def drop_group(self, topic: str, group: str) -> bool:
+        writer, _ = self._ready()
+        state = self._known_group(topic, group)
+        if state is None:
+            return False
+        async with state.lock:
+            index = state.topic
+            if index.groups.get(group) is not state:
+                return False
+            del index.groups[group]
+            self._groups.pop(state.gid, None)
+            state.leased.clear()
+            state.releasing.clear()
+            state.wake()
+            await writer.submit(writes.dropped(state.gid))
+        return True
+
     async def trim(self) -> int:
         """Delete the messages of every topic that all of its groups have acked; return how
         many positions were deleted. Topics nobody consumes keep everything (a group created

@@ -81,6 +81,16 @@ def purged(topic: tuple[int, str], gid: int, group: str, next_pos: int) -> Write
     return write
 
 
+def dropped(gid: int) -> Write:
+    """Forget a group: its cursor and every position it has scanned."""
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,))
+        conn.execute("DELETE FROM cursors WHERE gid = ?", (gid,))
+
+    return write
+
+
 def trimmed(
     topic_id: int, gids: Sequence[int], first: int, below: int, max_rows: int, out: list[int]
 ) -> Write:

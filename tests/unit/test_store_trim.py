@@ -123,3 +123,36 @@ async def test_trim_runs_by_itself(tmp_path: pathlib.Path) -> None:
         assert rows(tmp_path) == 1
     finally:
         await store.close()
+
+
+async def test_a_dropped_group_holds_nothing_back(tmp_path: pathlib.Path) -> None:
+    store = await open_store(tmp_path)
+    await store.fetch("t", "a", 1, T0)
+    await store.fetch("t", "gone", 1, T0)
+    await store.publish("t", messages(0, 6))
+    got_a = await store.fetch("t", "a", 10, T0)
+    await store.ack([m.lease for m in got_a])
+    leased = await store.fetch("t", "gone", 2, T0)  # scanned and leased, never acked
+    assert await store.trim() == 0
+    assert await store.drop_group("t", "gone") is True
+    assert await store.drop_group("t", "gone") is False
+    assert await store.drop_group("t", "never") is False
+    await store.ack([m.lease for m in leased])  # leases of a dropped group are void: no error
+    assert await store.trim() == 5
+    assert rows(tmp_path) == 1
+    await store.close()
+    conn = sqlite3.connect(tmp_path / DB_NAME)
+    try:
+        assert [g for (g,) in conn.execute("SELECT grp FROM cursors")] == ["a"]
+        assert conn.execute("SELECT count(*) FROM unacked").fetchone()[0] == 0
+    finally:
+        conn.close()
+    # Gone for good: after reopen a group of that name is new and starts at the first kept
+    # message, and it holds nothing back that "a" has acked.
+    store = await open_store(tmp_path)
+    try:
+        again = await store.fetch("t", "gone", 10, T0)
+        assert [m.body for m in again] == [b"m5"]
+        assert await store.fetch("t", "a", 10, T0) == []
+    finally:
+        await store.close()
