@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -42,6 +43,20 @@ class ProcStats:
     cpu_s: float
     hwm_kib: int
     sys_s: float = 0.0
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name (threads of one name summed) from /proc/<pid>/task."""
+    out: dict[str, float] = {}
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return out
 
 
 def proc_stats(pid: int) -> ProcStats:
@@ -162,7 +177,7 @@ async def consume_all(
             raise RuntimeError(f"{failed} acks failed")
 
 
-async def run_gateway(args: argparse.Namespace) -> dict[str, float]:
+async def run_gateway(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=args.dir) as data_dir:
         serve = ["serve", "--data-dir", data_dir, "--listen", "127.0.0.1:0",
                  "--log-level", "warning", *(["--telemetry"] if args.telemetry else [])]
@@ -186,6 +201,7 @@ async def run_gateway(args: argparse.Namespace) -> dict[str, float]:
                     await first.ack()
                 spy = await start_profiler(args.profile, proc.pid)
                 before = proc_stats(proc.pid)
+                threads_before = thread_cpu(proc.pid)
                 own_before = proc_stats(os.getpid())
                 latencies: list[float] = []
                 subscribed = asyncio.Event()
@@ -198,6 +214,7 @@ async def run_gateway(args: argparse.Namespace) -> dict[str, float]:
                 await consumer
                 elapsed = time.perf_counter() - started
                 after = proc_stats(proc.pid)
+                threads = thread_cpu(proc.pid)
                 own_after = proc_stats(os.getpid())
                 await stop_profiler(spy)
         finally:
@@ -213,6 +230,7 @@ async def run_gateway(args: argparse.Namespace) -> dict[str, float]:
         "sys": after.sys_s - before.sys_s,
         "hwm": after.hwm_kib / 1024,
         "client_cpu": own_after.cpu_s - own_before.cpu_s,
+        "threads": {name: cpu - threads_before.get(name, 0.0) for name, cpu in threads.items()},
     }
 
 
@@ -282,6 +300,9 @@ async def run(args: argparse.Namespace) -> None:
     print(f"  latency        p50 {gw['p50']:.1f} ms  p99 {gw['p99']:.1f} ms")
     print(f"  gateway CPU    {gw['cpu']:.2f} s  ({gw['cpu'] / gw['elapsed'] * 100:.0f}% of one "
           f"core; {gw['cpu'] * 1e6 / args.messages:.0f} us/msg; system {gw['sys']:.2f} s)")
+    busy = sorted(gw["threads"].items(), key=lambda item: -item[1])
+    print("  by thread      " + ", ".join(f"{name} {cpu:.2f} s ({cpu / gw['elapsed'] * 100:.0f}%)"
+                                          for name, cpu in busy if cpu >= 0.01))
     print(f"  client CPU     {gw['client_cpu']:.2f} s (this process: publishers and consumer)")
     print(f"  gateway RSS    peak {gw['hwm']:.0f} MiB (VmHWM)")
     print(f"peer: plain gRPC echo stream, 100 msgs/frame: {peer['rate']:,.0f} msgs/s "
