@@ -714,6 +714,14 @@ class RabbitMQBackend(Backend):
                 removed += await admin.purge_queue(connection, name)
         return removed
 
+    async def drop_group(self, topic: str, group: str) -> bool:
+        """Forget the group's name; the topic's queue keeps nothing per group."""
+        state = self._topics.get(topic)
+        if state is None or group not in state.groups:
+            return False
+        state.groups.discard(group)
+        return True
+
     async def topics(self) -> list[str]:
         """Topic queues this back end declared or consumed since it opened."""
         return sorted(self._declared)

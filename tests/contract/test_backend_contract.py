@@ -295,3 +295,18 @@ async def test_topics_lists_published_topics(backend: Backend) -> None:
     await backend.publish(topic, [msg("a")])
     assert topic in await backend.topics()
     assert backend.healthy()
+
+
+async def test_drop_group_forgets_only_that_group(backend: Backend) -> None:
+    topic, group = names()
+    other = group + "-other"
+    await backend.publish(topic, [msg("a"), msg("b")])
+    (leased,) = await fetch_until(backend, topic, group, 1)
+    got = await fetch_until(backend, topic, other, 2)
+    await backend.ack([m.lease for m in got])
+    assert await backend.drop_group(topic, group) is True
+    assert await backend.drop_group(topic, group) is False
+    assert await backend.drop_group(topic, group + "-never") is False
+    await backend.ack([leased.lease])  # a lease of a dropped group is void, not an error
+    await backend.publish(topic, [msg("c")])
+    assert bodies(await fetch_until(backend, topic, other, 1)) == [b"c"]
