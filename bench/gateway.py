@@ -5,8 +5,8 @@ messages of `--size` bytes in batches of `--batch` from `--publishers` concurren
 while one push consumer (policy rocketmq) consumes and acks them. Each message carries its
 publish-call start time in a property, so the consumer measures end-to-end latency.
 
-Prints msgs/s end to end, p50/p99 latency, the gateway process's CPU seconds (in all and per
-thread) and peak RSS, and the same payloads through a peer: a trivial gRPC echo server (its own
+Prints msgs/s end to end, p50/p99 latency, the gateway's CPU seconds (in all, per thread and
+for its store writer process) and peak RSS (with the writer's), and the same payloads through a peer: a trivial gRPC echo server (its own
 process) streamed with 100 messages per frame, with the ratio gateway / peer. `--phases`
 publishes everything first and then consumes the backlog, to show each side alone.
 """
@@ -46,9 +46,21 @@ class ProcStats:
     sys_s: float = 0.0
 
 
+def children(pid: int) -> list[int]:
+    """The direct child processes of `pid` (the gateway's store writer)."""
+    found: list[int] = []
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return found
+
+
 def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of the main thread and per name of the others (summed) from /proc/<pid>/task.
-    Python does not name its threads for the OS: the store writer counts under "python"."""
+    """CPU seconds of the main thread, per name of the others (summed), and of each child
+    process ("writer process") from /proc. Python does not name its threads for the OS: the
+    store's reader thread counts under "python"."""
     out: dict[str, float] = {}
     for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
         try:
@@ -58,19 +70,36 @@ def thread_cpu(pid: int) -> dict[str, float]:
         name = "main" if task.name == str(pid) else stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    for child in children(pid):
+        out["writer process"] = out.get("writer process", 0.0) + _one(child).cpu_s
     return out
 
 
-def proc_stats(pid: int) -> ProcStats:
-    """Read /proc/<pid>/stat (utime, stime) and /proc/<pid>/status (VmHWM)."""
-    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+def _one(pid: int) -> ProcStats:
+    """Read /proc/<pid>/stat (utime, stime) and /proc/<pid>/status (VmHWM) of one process."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ProcStats(0.0, 0)
     fields = stat[stat.rindex(")") + 2:].split()
     cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     hwm = 0
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in status.splitlines():
         if line.startswith("VmHWM:"):
             hwm = int(line.split()[1])
     return ProcStats(cpu, hwm, int(fields[12]) / CLOCK_TICKS)
+
+
+def proc_stats(pid: int) -> ProcStats:
+    """CPU and peak RSS of `pid` and its child processes together (the gateway and its store
+    writer)."""
+    total = _one(pid)
+    for child in children(pid):
+        one = _one(child)
+        total = ProcStats(total.cpu_s + one.cpu_s, total.hwm_kib + one.hwm_kib,
+                          total.sys_s + one.sys_s)
+    return total
 
 
 async def start_process(args: list[str]) -> tuple[asyncio.subprocess.Process, str]:
@@ -205,7 +234,7 @@ async def run_gateway(args: argparse.Namespace) -> dict[str, Any]:
                 spy = await start_profiler(args.profile, proc.pid)
                 before = proc_stats(proc.pid)
                 threads_before = thread_cpu(proc.pid)
-                own_before = proc_stats(os.getpid())
+                own_before = _one(os.getpid())
                 latencies: list[float] = []
                 subscribed = asyncio.Event()
                 started = time.perf_counter()
@@ -227,7 +256,7 @@ async def run_gateway(args: argparse.Namespace) -> dict[str, Any]:
                 elapsed = time.perf_counter() - started
                 after = proc_stats(proc.pid)
                 threads = thread_cpu(proc.pid)
-                own_after = proc_stats(os.getpid())
+                own_after = _one(os.getpid())
                 await stop_profiler(spy)
         finally:
             await stop_process(proc)
@@ -324,7 +353,7 @@ async def run(args: argparse.Namespace) -> None:
     print("  by thread      " + ", ".join(f"{name} {cpu:.2f} s ({cpu / gw['elapsed'] * 100:.0f}%)"
                                           for name, cpu in busy if cpu >= 0.01))
     print(f"  client CPU     {gw['client_cpu']:.2f} s (this process: publishers and consumer)")
-    print(f"  gateway RSS    peak {gw['hwm']:.0f} MiB (VmHWM)")
+    print(f"  gateway RSS    peak {gw['hwm']:.0f} MiB (VmHWM, with its writer process)")
     print(f"peer: plain gRPC echo stream, 100 msgs/frame: {peer['rate']:,.0f} msgs/s "
           f"(server CPU {peer['cpu']:.2f} s)")
     print(f"ratio gateway/peer: {gw['rate'] / peer['rate']:.3f}")

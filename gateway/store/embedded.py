@@ -122,18 +122,27 @@ class EmbeddedStore(Backend):
     async def open(self) -> None:
         if self._open:
             return
-        await asyncio.to_thread(schema.create, self._dir, fsync=self._fsync)
-        self._reader = rd.Reader(self._dir)
-        loaded = await self._reader.run(rd.load)
+        # The writer first: it takes the directory's lock (so an earlier writer has ended)
+        # and creates the tables; only then is the index loaded.
+        self._failure = None
+        writer = GroupCommitWriter(
+            self._dir, asyncio.get_running_loop(), fsync=self._fsync, on_failure=self._failed
+        )
+        await writer.start()
+        try:
+            self._reader = rd.Reader(self._dir)
+            loaded = await self._reader.run(rd.load)
+        except BaseException:
+            await writer.stop()
+            if self._reader is not None:
+                await self._reader.close()
+                self._reader = None
+            raise
+        self._writer = writer
         self._rebuild(loaded)
         self._session = uuid.uuid4().hex[:12]
         self._id_tag = uuid.uuid4().hex[:8]
         self._id_seq = 0
-        self._failure = None
-        self._writer = GroupCommitWriter(
-            self._dir, asyncio.get_running_loop(), fsync=self._fsync, on_failure=self._failed
-        )
-        self._writer.start()
         self._open = True
         if self._trim_interval_s > 0:
             self._trimmer = asyncio.ensure_future(self._trim_loop())
@@ -586,7 +595,7 @@ class EmbeddedStore(Backend):
         index = self._topic(topic)
         state = self._group(index, group)
         async with state.lock:
-            await writer.submit(writes.barrier)
+            await writer.submit(writes.BARRIER)
             start = max(state.cursor, after_position + 1)
             until, topic_id, gid = index.next_pos, index.topic_id, state.gid
 
@@ -646,7 +655,7 @@ class EmbeddedStore(Backend):
         state = self._group(index, group)
         async with state.lock:
             until, cursor, topic_id = index.next_pos, state.cursor, index.topic_id
-            await writer.submit(writes.barrier)
+            await writer.submit(writes.BARRIER)
             gid = state.gid
 
             def count(conn: sqlite3.Connection) -> int:
@@ -693,11 +702,12 @@ class EmbeddedStore(Backend):
             if below <= first:
                 continue
             gids = [group.gid for group in index.groups.values()]
-            out: list[int] = []
-            await writer.submit(writes.trimmed(index.topic_id, gids, first, below, TRIM_ROWS, out))
-            if out and out[0] > index.first_pos:
-                deleted += out[0] - index.first_pos
-                index.first_pos = out[0]
+            stop = await writer.submit(
+                writes.trimmed(index.topic_id, gids, first, below, TRIM_ROWS)
+            )
+            if isinstance(stop, int) and stop > index.first_pos:
+                deleted += stop - index.first_pos
+                index.first_pos = stop
         return deleted
 
     async def _trim_loop(self) -> None:
@@ -713,10 +723,10 @@ class EmbeddedStore(Backend):
         return sorted(name for name, index in self._topics.items() if index.persisted)
 
 
-async def _committed(future: asyncio.Future[None], then: Callable[[], None]) -> None:
+async def _committed(future: asyncio.Future[object], then: Callable[[], None]) -> None:
     """Await a write; run `then` once it committed, even if the caller is cancelled meanwhile."""
 
-    def done(finished: asyncio.Future[None]) -> None:
+    def done(finished: asyncio.Future[object]) -> None:
         if not finished.cancelled() and finished.exception() is None:
             then()
 

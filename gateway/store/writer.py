@@ -1,39 +1,48 @@
-"""Group commit: one thread writes every queued change, one transaction per batch.
+"""Group commit in a process of its own: the store's one writer.
 
-Callers submit a write (a function of the connection) and may await its future; the future
-completes only after the COMMIT of the transaction that holds the write. Writes are applied in
-submission order. While one transaction commits (and fsyncs), new writes queue up and go into
-the next transaction together, so many concurrent callers share one fsync.
+Callers submit a write (`gateway.store.writes.Write`) and may await its future; the future
+completes, with the write's result, only after the COMMIT of the transaction that holds it.
+Writes are applied in submission order. The writes submitted in one turn of the event loop go
+to the writer process as one frame; while it commits (and fsyncs), new frames queue up and go
+into the next transaction together, so many concurrent callers share one fsync.
+
+The writer runs SQLite in its own process (`gateway.store.writer_proc`) so that its work never
+waits for, or holds, the gateway's interpreter lock: in a thread, each of its statements gave
+up the lock and then queued behind the event loop to take it back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import os
 import pathlib
-import queue
-import sqlite3
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+import socket
+import subprocess
+import sys
 
 from gateway.errors import Unavailable
-from gateway.store.schema import connect
+from gateway.store.pipe import FrameBuffer, frame
+from gateway.store.writes import Write
 
 log = logging.getLogger(__name__)
 
-Write = Callable[[sqlite3.Connection], None]
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 60.0
+LOCK_WAIT_S = 10.0
+"""How long a new writer waits for an earlier one (of a gateway just killed) to end."""
+SOCKET_BUFFER_BYTES = 4 << 20
+_PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
-@dataclass(slots=True)
-class _Job:
-    write: Write
-    future: asyncio.Future[None] | None
+class WriterFailed(Exception):
+    """The writer process failed a transaction or ended without being asked to."""
 
 
 class GroupCommitWriter:
-    """The single writer thread of a store, with counters of what it committed."""
+    """The store's writer process and the futures of the writes it has not committed yet."""
 
     def __init__(
         self,
@@ -41,101 +50,179 @@ class GroupCommitWriter:
         loop: asyncio.AbstractEventLoop,
         *,
         fsync: bool,
-        on_failure: Callable[[BaseException], None],
-        max_batch: int = 4096,
+        on_failure: collections.abc.Callable[[BaseException], None],
+        lock_wait_s: float = LOCK_WAIT_S,
     ) -> None:
         self._data_dir = data_dir
         self._loop = loop
         self._fsync = fsync
         self._on_failure = on_failure
-        self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
+        self._lock_wait_s = lock_wait_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._started: asyncio.Future[None] = loop.create_future()
+        self._ended: asyncio.Future[None] = loop.create_future()
+        self._out: list[Write] = []
+        self._flush_due = False
+        self._next = 0
+        """Number of the next write submitted (the writer counts the same way)."""
+        self._waiting: collections.deque[tuple[int, asyncio.Future[object]]] = (
+            collections.deque()
+        )
         self._failed: BaseException | None = None
+        self._stopping = False
         self.transactions = 0
-        """Transactions committed (or attempted) so far."""
+        """Transactions committed so far."""
         self.writes = 0
-        """Writes applied so far; writes / transactions is the mean batch size."""
+        """Writes committed so far; writes / transactions is the mean batch size."""
 
-    def start(self) -> None:
-        """Start the writer thread."""
-        self._thread.start()
+    @property
+    def pid(self) -> int | None:
+        """The writer process's id, once started."""
+        return None if self._proc is None else self._proc.pid
 
-    def submit(self, write: Write) -> asyncio.Future[None]:
-        """Queue `write`; the returned future is done after its transaction commits."""
-        future = self._loop.create_future()
-        self._put(_Job(write, future))
+    async def start(self) -> None:
+        """Start the writer process and wait until it has opened the store."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        for sock in (mine, theirs):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p
+        )
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway.store.writer_proc", str(self._data_dir),
+                 "1" if self._fsync else "0", str(theirs.fileno()), str(self._lock_wait_s)],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
+            )
+        finally:
+            theirs.close()
+        mine.setblocking(False)
+        transport, _ = await self._loop.connect_accepted_socket(lambda: _Link(self), mine)
+        self._transport = transport
+        try:
+            await asyncio.wait_for(asyncio.shield(self._started), START_TIMEOUT_S)
+        except (TimeoutError, WriterFailed) as exc:
+            await self._kill()
+            raise Unavailable(f"embedded store did not open: {exc}") from None
+
+    def submit(self, write: Write) -> asyncio.Future[object]:
+        """Queue `write`; the returned future is done, with the write's result, after its
+        transaction commits."""
+        future: asyncio.Future[object] = self._loop.create_future()
+        self._queue(write)
+        self._waiting.append((self._next - 1, future))
         return future
 
     def submit_nowait(self, write: Write) -> None:
         """Queue `write` without waiting for it (later writes still commit after it)."""
-        self._put(_Job(write, None))
+        self._queue(write)
 
-    def _put(self, job: _Job) -> None:
+    def _queue(self, write: Write) -> None:
         if self._failed is not None:
             raise Unavailable(f"embedded store write failed earlier: {self._failed}")
-        self._queue.put(job)
+        if self._transport is None or self._stopping:
+            raise Unavailable("embedded store writer is not running")
+        self._out.append(write)
+        self._next += 1
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send the writes queued in this turn of the loop as one frame."""
+        self._flush_due = False
+        if not self._out or self._transport is None or self._transport.is_closing():
+            return
+        batch, self._out = self._out, []
+        self._transport.write(frame(batch))
 
     async def stop(self) -> None:
-        """Write everything queued, then end the thread."""
-        self._queue.put(None)
-        await asyncio.to_thread(self._thread.join)
-
-    def _run(self) -> None:
-        conn = connect(self._data_dir, fsync=self._fsync)
+        """Commit everything queued, then end the writer process."""
+        if self._transport is None:
+            return
+        self._flush()
+        self._stopping = True
+        if not self._transport.is_closing():
+            self._transport.write_eof()
         try:
-            stopping = False
-            while not stopping:
-                first = self._queue.get()
-                if first is None:
-                    break
-                batch = [first]
-                while len(batch) < self._max_batch:
-                    try:
-                        job = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if job is None:
-                        stopping = True
-                        break
-                    batch.append(job)
-                self._commit(conn, batch)
-        finally:
-            conn.close()
+            await asyncio.wait_for(asyncio.shield(self._ended), STOP_TIMEOUT_S)
+        except TimeoutError:
+            log.error("embedded store writer did not stop within %.0f s", STOP_TIMEOUT_S)
+        await self._kill()
 
-    def _commit(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
-        error: BaseException | None = None
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for job in batch:
-                job.write(conn)
-            conn.execute("COMMIT")
-        except BaseException as exc:  # any failure fails the whole batch and the store
-            error = exc
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-        self.transactions += 1
-        self.writes += len(batch)
-        futures = [job.future for job in batch if job.future is not None]
-        if error is not None:
-            self._failed = error
-            log.error("embedded store commit failed: %r", error)
-        # a closed loop raises RuntimeError: nobody is waiting any more
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(_settle, futures, error, self._on_failure)
+    async def _kill(self) -> None:
+        """End the process if it still runs, and reap it."""
+        if self._transport is not None:
+            self._transport.abort()
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(proc.wait), 5.0)
+            except TimeoutError:
+                proc.kill()
+                await asyncio.to_thread(proc.wait)
 
-
-def _settle(
-    futures: list[asyncio.Future[None]],
-    error: BaseException | None,
-    on_failure: Callable[[BaseException], None],
-) -> None:
-    if error is not None:
-        on_failure(error)
-    for future in futures:
-        if future.done():
-            continue
-        if error is None:
-            future.set_result(None)
+    # ------------------------------------------------------------- the writer's answers
+    def _answer(self, message: tuple[object, ...]) -> None:
+        kind = message[0]
+        if kind == "ok":
+            upto, results, transactions = message[1], message[2], message[3]
+            assert isinstance(upto, int) and isinstance(results, list)
+            assert isinstance(transactions, int)
+            self.writes, self.transactions = upto, transactions
+            values = dict(results) if results else {}
+            waiting = self._waiting
+            while waiting and waiting[0][0] < upto:
+                number, future = waiting.popleft()
+                if not future.done():
+                    future.set_result(values.get(number))
+        elif kind == "ready":
+            if not self._started.done():
+                self._started.set_result(None)
+        elif not self._started.done():
+            self._started.set_exception(WriterFailed(str(message[1])))
         else:
-            future.set_exception(Unavailable(f"embedded store commit failed: {error}"))
+            self._fail(WriterFailed(f"embedded store commit failed: {message[1]}"))
+
+    def _lost(self) -> None:
+        if not self._ended.done():
+            self._ended.set_result(None)
+        if not self._started.done():
+            self._started.set_exception(WriterFailed("the writer process ended at start"))
+        elif self._waiting or not self._stopping:
+            self._fail(WriterFailed("the embedded store's writer process ended"))
+
+    def _fail(self, error: BaseException) -> None:
+        first = self._failed is None
+        if first:
+            self._failed = error
+            log.error("%s", error)
+        waiting, self._waiting = self._waiting, collections.deque()
+        for _, future in waiting:
+            if not future.done():
+                future.set_exception(Unavailable(str(error)))
+        if first:
+            self._on_failure(error)
+
+
+class _Link(asyncio.Protocol):
+    """The gateway's end of the socket pair: whole answer frames to the writer object."""
+
+    def __init__(self, writer: GroupCommitWriter) -> None:
+        self._writer = writer
+        self._buffer = FrameBuffer()
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer.feed(data)
+        for message in self._buffer.frames():
+            assert isinstance(message, tuple)
+            self._writer._answer(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._writer._lost()

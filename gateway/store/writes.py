@@ -1,19 +1,21 @@
-"""The changes the store queues on its writer: each builds a `Write` (a function of the connection).
+"""The changes the store queues on its writer, as data: `(operation, arguments)`.
 
-Only the writer thread runs them, inside its batch transaction. Rows go in multi-row statements
-(`INSERT ... VALUES (...), (...)`): the sqlite3 module gives up and retakes the GIL around every
-statement step, so one step per chunk instead of one per row keeps the writer from queueing
-behind the event loop for the GIL hundreds of times per transaction.
+The writer process (`gateway.store.writer_proc`) runs them with `apply`, in order, inside its
+batch transaction; being plain data, they cross the process boundary as one pickle per batch.
+Rows go in multi-row statements (`INSERT ... VALUES (...), (...)`), one statement step per
+chunk instead of one per row.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from gateway.store.schema import POS_MASK, topic_base
-from gateway.store.writer import Write
 
+Write = tuple[str, tuple[Any, ...]]
+"""An operation's name in `OPERATIONS` and its arguments (picklable)."""
 UnackedRow = tuple[int, int, int, int, int]
 """(gid, pos, visible_at_ms, attempt, retries)."""
 MessageRow = tuple[int, str, str, str, bytes, str, int, int, int, int]
@@ -39,86 +41,135 @@ _INSERT_MESSAGE = "INSERT INTO messages VALUES"
 _DELETE_UNACKED = ("DELETE FROM unacked WHERE (gid, pos) IN (VALUES", ")")
 
 
+# ------------------------------------------------------------------- the writes, as data
 def append(topic: tuple[int, str] | None, rows: Sequence[MessageRow]) -> Write:
     """Append message rows (and record the topic first when it is new)."""
-
-    def write(conn: sqlite3.Connection) -> None:
-        if topic is not None:
-            conn.execute(_INSERT_TOPIC, topic)
-        insert_rows(conn, _INSERT_MESSAGE, rows=rows)
-
-    return write
+    return ("append", (topic, rows))
 
 
 def scanned(rows: Sequence[UnackedRow], cursor: tuple[int, int, str, int]) -> Write:
     """Record positions a group has looked at, and its cursor (gid, topic id, group, next pos)."""
-
-    def write(conn: sqlite3.Connection) -> None:
-        insert_rows(conn, _INSERT_UNACKED, rows=rows)
-        conn.execute(_UPSERT_CURSOR, cursor)
-
-    return write
+    return ("scanned", (rows, cursor))
 
 
 def released(rows: Sequence[UnackedRow]) -> Write:
     """Set visible-at time and counters of released positions."""
-    return lambda conn: insert_rows(conn, *_UPSERT_UNACKED, rows=rows)
+    return ("released", (rows,))
 
 
 def settled(rows: Sequence[tuple[int, int]]) -> Write:
     """Forget (gid, pos) positions: acked or removed."""
-    return lambda conn: insert_rows(conn, *_DELETE_UNACKED, rows=rows)
+    return ("settled", (rows,))
 
 
 def purged(topic: tuple[int, str], gid: int, group: str, next_pos: int) -> Write:
     """Forget every scanned position of a group and move its cursor past the topic's end."""
-
-    def write(conn: sqlite3.Connection) -> None:
-        conn.execute(_INSERT_TOPIC, topic)
-        conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,))
-        conn.execute(_UPSERT_CURSOR, (gid, topic[0], group, next_pos))
-
-    return write
+    return ("purged", (topic, gid, group, next_pos))
 
 
 def dropped(gid: int) -> Write:
     """Forget a group: its cursor and every position it has scanned."""
-
-    def write(conn: sqlite3.Connection) -> None:
-        conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,))
-        conn.execute("DELETE FROM cursors WHERE gid = ?", (gid,))
-
-    return write
+    return ("dropped", (gid,))
 
 
-def trimmed(
-    topic_id: int, gids: Sequence[int], first: int, below: int, max_rows: int, out: list[int]
-) -> Write:
+def trimmed(topic_id: int, gids: Sequence[int], first: int, below: int, max_rows: int) -> Write:
     """Delete the topic's messages from `first` up to the lowest position any of `gids` may
     still need: `below` (the lowest group cursor) or a lower unacked position. At most
     `max_rows` positions per call; the newest message always stays (on open the topic's next
-    position is read from it). Appends the new first retained position to `out`."""
-
-    def write(conn: sqlite3.Connection) -> None:
-        base = topic_base(topic_id)
-        low = below
-        for gid in gids:
-            (lowest,) = conn.execute(_LOWEST_UNACKED, (gid,)).fetchone()
-            if lowest is not None and lowest < low:
-                low = lowest
-        (last,) = conn.execute(
-            "SELECT max(id) FROM messages WHERE id > ? AND id <= ?", (base, base + POS_MASK)
-        ).fetchone()
-        stop = first if last is None else min(low, last - base, first + max_rows)
-        if stop > first:
-            conn.execute(_DELETE_MESSAGES, (base + first, base + stop))
-        out.append(stop)
-
-    return write
+    position is read from it). Its result is the new first retained position."""
+    return ("trimmed", (topic_id, gids, first, below, max_rows))
 
 
-def barrier(conn: sqlite3.Connection) -> None:
-    """A write that writes nothing: awaiting it waits for every write queued before it."""
+def statement(sql: str, params: Sequence[object] = ()) -> Write:
+    """One SQL statement with its parameters."""
+    return ("statement", (sql, params))
+
+
+BARRIER: Write = ("barrier", ())
+"""A write that writes nothing: awaiting it waits for every write queued before it."""
+
+
+# ------------------------------------------------------------------- applying them
+def apply(conn: sqlite3.Connection, write: Write) -> object:
+    """Run one write on the writer's connection; return its result (None for most)."""
+    operation, args = write
+    return OPERATIONS[operation](conn, *args)
+
+
+def _append(
+    conn: sqlite3.Connection, topic: tuple[int, str] | None, rows: Sequence[MessageRow]
+) -> None:
+    if topic is not None:
+        conn.execute(_INSERT_TOPIC, topic)
+    insert_rows(conn, _INSERT_MESSAGE, rows=rows)
+
+
+def _scanned(
+    conn: sqlite3.Connection, rows: Sequence[UnackedRow], cursor: tuple[int, int, str, int]
+) -> None:
+    insert_rows(conn, _INSERT_UNACKED, rows=rows)
+    conn.execute(_UPSERT_CURSOR, cursor)
+
+
+def _released(conn: sqlite3.Connection, rows: Sequence[UnackedRow]) -> None:
+    insert_rows(conn, *_UPSERT_UNACKED, rows=rows)
+
+
+def _settled(conn: sqlite3.Connection, rows: Sequence[tuple[int, int]]) -> None:
+    insert_rows(conn, *_DELETE_UNACKED, rows=rows)
+
+
+def _purged(
+    conn: sqlite3.Connection, topic: tuple[int, str], gid: int, group: str, next_pos: int
+) -> None:
+    conn.execute(_INSERT_TOPIC, topic)
+    conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,))
+    conn.execute(_UPSERT_CURSOR, (gid, topic[0], group, next_pos))
+
+
+def _dropped(conn: sqlite3.Connection, gid: int) -> None:
+    conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,))
+    conn.execute("DELETE FROM cursors WHERE gid = ?", (gid,))
+
+
+def _trimmed(
+    conn: sqlite3.Connection, topic_id: int, gids: Sequence[int], first: int, below: int,
+    max_rows: int,
+) -> int:
+    base = topic_base(topic_id)
+    low = below
+    for gid in gids:
+        (lowest,) = conn.execute(_LOWEST_UNACKED, (gid,)).fetchone()
+        if lowest is not None and lowest < low:
+            low = lowest
+    (last,) = conn.execute(
+        "SELECT max(id) FROM messages WHERE id > ? AND id <= ?", (base, base + POS_MASK)
+    ).fetchone()
+    stop: int = first if last is None else min(low, last - base, first + max_rows)
+    if stop > first:
+        conn.execute(_DELETE_MESSAGES, (base + first, base + stop))
+    return stop
+
+
+def _statement(conn: sqlite3.Connection, sql: str, params: Sequence[object]) -> None:
+    conn.execute(sql, params)
+
+
+def _barrier(conn: sqlite3.Connection) -> None:
+    pass
+
+
+OPERATIONS: dict[str, Callable[..., object]] = {
+    "append": _append,
+    "scanned": _scanned,
+    "released": _released,
+    "settled": _settled,
+    "purged": _purged,
+    "dropped": _dropped,
+    "trimmed": _trimmed,
+    "statement": _statement,
+    "barrier": _barrier,
+}
 
 
 def insert_rows(
@@ -132,13 +183,13 @@ def insert_rows(
     per = max(1, MAX_PARAMS // width)
     for start in range(0, len(rows), per):
         chunk = rows[start : start + per]
-        conn.execute(_statement(head, tail, width, len(chunk)), [v for row in chunk for v in row])
+        conn.execute(_sql(head, tail, width, len(chunk)), [v for row in chunk for v in row])
 
 
 _SQL: dict[tuple[str, str, int, int], str] = {}
 
 
-def _statement(head: str, tail: str, width: int, count: int) -> str:
+def _sql(head: str, tail: str, width: int, count: int) -> str:
     key = (head, tail, width, count)
     sql = _SQL.get(key)
     if sql is None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pathlib
-import sqlite3
 
 import pytest
 
 from gateway.backend.base import OutMessage
 from gateway.errors import Unavailable
-from gateway.store import EmbeddedStore
+from gateway.store import EmbeddedStore, writes
 
 
 async def test_failed_commit_makes_store_unavailable(tmp_path: pathlib.Path) -> None:
@@ -20,12 +19,8 @@ async def test_failed_commit_makes_store_unavailable(tmp_path: pathlib.Path) -> 
         await store.publish("t", [OutMessage(body=b"kept")])
         writer = store._writer
         assert writer is not None
-
-        def broken(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO no_such_table VALUES (1)")
-
         with pytest.raises(Unavailable):
-            await writer.submit(broken)
+            await writer.submit(writes.statement("INSERT INTO no_such_table VALUES (1)"))
         assert not store.healthy()
         with pytest.raises(Unavailable):
             await store.publish("t", [OutMessage(body=b"refused")])

@@ -1,0 +1,138 @@
+"""The embedded store's writer process: group commit outside the gateway's interpreter.
+
+`gateway.store.writer.GroupCommitWriter` starts it as
+`python -m gateway.store.writer_proc DATA_DIR FSYNC FD LOCK_WAIT_S`, FD being its end of a socket
+pair.
+It first takes the data directory's writer lock, so that it starts only once an earlier
+writer (of a gateway that was just killed) has committed and ended, and creates the tables.
+It reads frames (`gateway.store.pipe`) that each hold a list of writes
+(`gateway.store.writes.Write`), applies every frame that has arrived in one transaction,
+commits (with fsync when FSYNC is 1), then answers
+`("ok", writes applied so far, [(write number, result), ...], transactions so far)`.
+
+A failed transaction is rolled back and answered `("error", text)`, and the process ends: the
+store takes no more writes. At end of input (the store closed, or the gateway died) it commits
+the whole frames it has read and ends. It ignores SIGINT and SIGTERM: the gateway decides when
+it stops, and a terminal's Ctrl-C reaches the gateway, which then closes the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import pathlib
+import signal
+import socket
+import sqlite3
+import sys
+import time
+from typing import TextIO, cast
+
+from gateway.store import schema
+from gateway.store.pipe import FrameBuffer, frame
+from gateway.store.writes import Write, apply
+
+LOCK_NAME = "writer.lock"
+MAX_TX_BYTES = 32 << 20
+"""Bytes of queued frames taken into one transaction at most (more wait for the next)."""
+RECV_BYTES = 1 << 20
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    data_dir, fsync, fd = pathlib.Path(args[0]), args[1] == "1", int(args[2])
+    lock_wait_s = float(args[3])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = _lock(data_dir / LOCK_NAME, lock_wait_s)
+        if lock is None:
+            _send(sock, ("error", f"the data directory {data_dir} is in use by another gateway"))
+            return 1
+        schema.create(data_dir, fsync=fsync)
+        conn = schema.connect(data_dir, fsync=fsync)
+    except Exception as exc:
+        _send(sock, ("error", f"cannot open the store: {exc!r}"))
+        return 1
+    _send(sock, ("ready",))
+    buffer = FrameBuffer()
+    applied = transactions = 0
+    ended = False
+    try:
+        while not ended:
+            batches, ended = _receive(sock, buffer)
+            if not batches:
+                continue
+            results: list[tuple[int, object]] = []
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                for batch in batches:
+                    for write in batch:
+                        result = apply(conn, write)
+                        if result is not None:
+                            results.append((applied, result))
+                        applied += 1
+                conn.execute("COMMIT")
+            except Exception as exc:  # any failure fails the whole batch and the store
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                _send(sock, ("error", repr(exc)))
+                return 1
+            transactions += 1
+            _send(sock, ("ok", applied, results, transactions))
+    finally:
+        conn.close()
+        lock.close()
+    return 0
+
+
+def _lock(path: pathlib.Path, wait_s: float) -> TextIO | None:
+    """Hold the data directory's writer lock (one writer per store, and a new one only after
+    the last one has committed its final transaction); None if it stays taken."""
+    handle = path.open("a")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                handle.close()
+                return None
+            time.sleep(0.02)
+
+
+def _receive(sock: socket.socket, buffer: FrameBuffer) -> tuple[list[list[Write]], bool]:
+    """Wait for at least one whole frame (or end of input), then take whatever else has
+    arrived, up to MAX_TX_BYTES. Returns the frames and whether input has ended; a partial
+    frame at the end is dropped (nothing in it was acknowledged)."""
+    batches = cast(list[list[Write]], buffer.frames())
+    while not batches:
+        data = sock.recv(RECV_BYTES)
+        if not data:
+            return [], True
+        buffer.feed(data)
+        batches = cast(list[list[Write]], buffer.frames())
+    ended = False
+    while buffer.pending() < MAX_TX_BYTES:
+        try:
+            data = sock.recv(RECV_BYTES, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            break
+        if not data:
+            ended = True
+            break
+        buffer.feed(data)
+    batches += cast(list[list[Write]], buffer.frames())
+    return batches, ended
+
+
+def _send(sock: socket.socket, message: tuple[object, ...]) -> None:
+    with contextlib.suppress(OSError):  # the gateway is gone: input ends next
+        sock.sendall(frame(message))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
