@@ -16,6 +16,7 @@ Other languages generate stubs from `protos/gateway/v1/`.
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -60,17 +61,19 @@ class Message:
         return dict(self.delivery.properties)
 
     async def ack(self) -> gateway_pb2.SettleResult:
-        return await self._settle(gateway_pb2.Settlement(ack=gateway_pb2.Ack()))
+        """Ack and wait for the result. On a stream the ack goes in the next batch's compact
+        `acks`; a successful result then does not echo the receipt."""
+        return await self.ack_later()
 
     def ack_later(self) -> asyncio.Future[gateway_pb2.SettleResult]:
-        """Ack without waiting: the settlement joins the next batch; await the future (or not)
-        for its result."""
+        """Ack without waiting: the ack joins the next batch; await the future (or not) for
+        its result (on a stream, a successful one does not echo the receipt)."""
         if self.settled:
             raise SettledTwice(self.delivery.receipt)
         self.settled = True
-        settlement = gateway_pb2.Settlement(receipt=self.delivery.receipt, ack=gateway_pb2.Ack())
         if self._stream is not None:
-            return self._stream.settle_nowait(settlement)
+            return self._stream.ack_nowait(self.delivery.receipt)
+        settlement = gateway_pb2.Settlement(receipt=self.delivery.receipt, ack=gateway_pb2.Ack())
         return asyncio.ensure_future(self._send(settlement))
 
     async def fail(
@@ -129,6 +132,10 @@ class ConsumeStream:
         self._requests: asyncio.Queue[gateway_pb2.ConsumeRequest | None] = asyncio.Queue()
         self._pending: list[gateway_pb2.Settlement] = []
         self._waiters: dict[str, asyncio.Future[gateway_pb2.SettleResult]] = {}
+        self._acks: list[str] = []
+        self._ack_futures: list[asyncio.Future[gateway_pb2.SettleResult]] = []
+        self._sent: collections.deque[_Sent] = collections.deque()
+        """What each batch sent and not yet answered holds: answers come in the same order."""
         self._deliveries: asyncio.Queue[gateway_pb2.Delivery | None] = asyncio.Queue()
         self._call: Any = None
         self._reader: asyncio.Task[None] | None = None
@@ -171,10 +178,7 @@ class ConsumeStream:
                     for d in response.deliveries.deliveries:
                         put(d)
                 elif kind == "results":
-                    for r in response.results.results:
-                        waiter = self._waiters.pop(r.receipt, None)
-                        if waiter is not None and not waiter.done():
-                            waiter.set_result(r)
+                    self._answered(response.results)
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         finally:
@@ -205,27 +209,75 @@ class ConsumeStream:
         self, settlement: gateway_pb2.Settlement
     ) -> asyncio.Future[gateway_pb2.SettleResult]:
         """Queue a settlement for the next batch; the future resolves with its result."""
-        future: asyncio.Future[gateway_pb2.SettleResult] = (
-            asyncio.get_running_loop().create_future()
-        )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[gateway_pb2.SettleResult] = loop.create_future()
         self._waiters[settlement.receipt] = future
         self._pending.append(settlement)
-        if len(self._pending) >= self.settle_batch:
-            self._flush()
-        elif self._flusher is None:
-            self._flusher = asyncio.get_running_loop().call_later(0.002, self._flush)
+        self._queued(loop)
         return future
 
+    def ack_nowait(self, receipt: str) -> asyncio.Future[gateway_pb2.SettleResult]:
+        """Queue an ack for the next batch's compact `acks`; the future resolves with its
+        result (a successful one does not echo the receipt)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[gateway_pb2.SettleResult] = loop.create_future()
+        self._acks.append(receipt)
+        self._ack_futures.append(future)
+        self._queued(loop)
+        return future
+
+    def _queued(self, loop: asyncio.AbstractEventLoop) -> None:
+        if len(self._pending) + len(self._acks) >= self.settle_batch:
+            self._flush()
+        elif self._flusher is None:
+            self._flusher = loop.call_later(0.002, self._flush)
+
     def _flush(self) -> None:
-        self._flusher = None
-        if not self._pending:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        if not self._pending and not self._acks:
             return
         batch, self._pending = self._pending, []
+        acks, self._acks = self._acks, []
+        futures, self._ack_futures = self._ack_futures, []
+        self._sent.append(_Sent(len(batch), acks, futures))
         self._requests.put_nowait(
             gateway_pb2.ConsumeRequest(
-                settle=gateway_pb2.SettleBatch(settlements=batch, credit=len(batch))
+                settle=gateway_pb2.SettleBatch(settlements=batch, acks=acks,
+                                               credit=len(batch) + len(acks))
             )
         )
+
+    def _answered(self, answer: gateway_pb2.SettleResults) -> None:
+        """Resolve the futures of the oldest batch not yet answered."""
+        sent = self._sent.popleft() if self._sent else _Sent(len(answer.results), [], [])
+        results = answer.results
+        for r in results[:sent.explicit]:
+            waiter = self._waiters.pop(r.receipt, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(r)
+        if not sent.ack_futures:
+            return
+        failed = {r.receipt: r for r in results[sent.explicit:]}
+        ok = gateway_pb2.SettleResult(ok=True)
+        if failed:
+            for receipt, future in zip(sent.acks, sent.ack_futures, strict=True):
+                if not future.done():
+                    future.set_result(failed.get(receipt, ok))
+        else:
+            for future in sent.ack_futures:
+                if not future.done():
+                    future.set_result(ok)
+
+
+@dataclass(slots=True)
+class _Sent:
+    """A settle batch on its way: its explicit settlements' count, and its compact acks."""
+
+    explicit: int
+    acks: list[str]
+    ack_futures: list[asyncio.Future[gateway_pb2.SettleResult]]
 
 
 class GatewayClient:

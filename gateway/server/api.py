@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 from gateway.engine import admin
+from gateway.engine.api import ACK, Settlement
 from gateway.engine.dispatch import Consumer
 from gateway.engine.engine import Engine
 from gateway.errors import InvalidArgument, Unavailable
@@ -132,19 +133,28 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
     ) -> None:
         items = []
         response = gateway_pb2.ConsumeResponse()
-        response.results.SetInParent()  # the answer even to an empty batch
-        results = response.results.results
+        answer = response.results
+        answer.SetInParent()  # the answer even to an empty batch
+        results = answer.results
         for i, s in enumerate(batch.settlements):
             try:
                 items.append(convert.settlement(s, i))
             except InvalidArgument as exc:
                 results.add(receipt=s.receipt, ok=False, error_code=exc.code, error=exc.message)
+        explicit = len(items)
+        receipts = batch.acks
+        if receipts:
+            items += [Settlement(r, ACK) for r in receipts if r]
         try:
             done = await self.engine.settle(items)
         except Exception:
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise
-        convert.add_results(results, done)
+        convert.add_results(results, done[:explicit] if receipts else done)
+        if receipts:
+            failed = convert.failed_acks(receipts, done[explicit:])
+            answer.acked = len(receipts) - len(failed)
+            convert.add_results(results, failed)
         if previous is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await previous

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gateway.backend import OutMessage
@@ -99,6 +99,22 @@ def settlement(msg: pb.Settlement, index: int) -> Settlement:
         return Settlement(msg.receipt, SettleAction.DEAD_LETTER, reason=msg.dead_letter.reason)
     raise InvalidArgument(f"settlements[{index}].action", None,
                           "one of ack, fail, change_invisible, dead_letter")
+
+
+def failed_acks(receipts: Sequence[str], done: Sequence[SettleResult]) -> list[SettleResult]:
+    """The failures among `SettleBatch.acks`, in their order: `done` holds the engine's results
+    for the non-empty receipts; an empty receipt is refused here."""
+    failed: list[SettleResult] = []
+    results = iter(done)
+    for i, receipt in enumerate(receipts):
+        if not receipt:
+            error = InvalidArgument(f"acks[{i}]", "", "the receipt of a delivery")
+            failed.append(SettleResult("", False, error.code, error.message))
+            continue
+        result = next(results)
+        if not result.ok:
+            failed.append(result)
+    return failed
 
 
 def delivery(d: Delivery) -> pb.Delivery:

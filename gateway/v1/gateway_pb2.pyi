@@ -87,12 +87,14 @@ class Subscribe(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., policy: _Optional[str] = ..., policy_options: _Optional[_Mapping[str, str]] = ..., consumer_type: _Optional[_Union[ConsumerType, str]] = ..., broadcast: _Optional[bool] = ..., naming: _Optional[str] = ..., prefetch: _Optional[int] = ..., consumer_id: _Optional[str] = ..., tag_filter: _Optional[str] = ...) -> None: ...
 
 class SettleBatch(_message.Message):
-    __slots__ = ("settlements", "credit")
+    __slots__ = ("settlements", "credit", "acks")
     SETTLEMENTS_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
     settlements: _containers.RepeatedCompositeFieldContainer[Settlement]
     credit: int
-    def __init__(self, settlements: _Optional[_Iterable[_Union[Settlement, _Mapping]]] = ..., credit: _Optional[int] = ...) -> None: ...
+    acks: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, settlements: _Optional[_Iterable[_Union[Settlement, _Mapping]]] = ..., credit: _Optional[int] = ..., acks: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("messages",)
@@ -133,10 +135,12 @@ class DeliveryBatch(_message.Message):
     def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
 
 class SettleResults(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "acked")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SettleResult]
-    def __init__(self, results: _Optional[_Iterable[_Union[SettleResult, _Mapping]]] = ...) -> None: ...
+    acked: int
+    def __init__(self, results: _Optional[_Iterable[_Union[SettleResult, _Mapping]]] = ..., acked: _Optional[int] = ...) -> None: ...
 
 class ConsumeResponse(_message.Message):
     __slots__ = ("subscribed", "deliveries", "results")

@@ -390,3 +390,61 @@ async def test_credit_sent_with_a_settle_batch(calm_client: GatewayClient) -> No
     finally:
         call.cancel()
     assert bodies == [b"b", b"c"]
+
+
+async def test_compact_acks_count_successes_and_list_failures(
+    calm_client: GatewayClient,
+) -> None:
+    """`SettleBatch.acks` acks by receipt after the batch's settlements; the answer counts the
+    applied ones in `acked` and lists each failure, in order, after the settlements' results."""
+    topic, group = name("t"), name("g")
+    await calm_client.publish(topic, [b"a", b"b", b"c"])
+    call = calm_client.stub.Consume()
+    await call.write(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+        topic=topic, group=group, policy="rocketmq", prefetch=3)))
+    try:
+        assert (await call.read()).WhichOneof("kind") == "subscribed"
+        receipts: dict[bytes, str] = {}
+        while len(receipts) < 3:
+            response = await asyncio.wait_for(call.read(), 10)
+            receipts.update((d.body, d.receipt) for d in response.deliveries.deliveries)
+        a, b, c = receipts[b"a"], receipts[b"b"], receipts[b"c"]
+        dead_c = gateway_pb2.Settlement(receipt=c, dead_letter=gateway_pb2.DeadLetter(reason="x"))
+        await call.write(gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(
+            settlements=[dead_c], acks=[a, "no-such-receipt", "", b, a, c])))
+        response = await asyncio.wait_for(call.read(), 10)
+        while response.WhichOneof("kind") != "results":
+            response = await asyncio.wait_for(call.read(), 10)
+        answer = response.results
+        assert answer.acked == 2
+        assert [(r.receipt, r.ok, r.error_code) for r in answer.results] == [
+            (c, True, ""),
+            ("no-such-receipt", False, "FAILED_PRECONDITION"),
+            ("", False, "INVALID_ARGUMENT"),
+            (a, False, "FAILED_PRECONDITION"),
+            (c, False, "FAILED_PRECONDITION"),
+        ]
+        assert "acks[2]" in answer.results[2].error
+    finally:
+        call.cancel()
+    view = await calm_client.describe(topic, group)
+    assert (view.inflight, view.ready, view.dead_letters) == (0, 0, 1)
+
+
+async def test_client_acks_go_compact_and_resolve(calm_client: GatewayClient) -> None:
+    """The client's acks on a stream travel as `acks`: each future resolves ok, a settle
+    after them still gets its own result, and nothing is delivered again."""
+    topic, group = name("t"), name("g")
+    await calm_client.publish(topic, [b"m%d" % i for i in range(30)])
+    async with calm_client.consume(topic, group, policy="rocketmq", prefetch=30) as stream:
+        got = [await stream.next(10.0) for _ in range(30)]
+        assert all(m is not None for m in got)
+        futures = [m.ack_later() for m in got[:29] if m is not None]
+        last = got[29]
+        assert last is not None
+        dead = await last.dead_letter("bad")
+        results = await asyncio.wait_for(asyncio.gather(*futures), 10)
+        assert all(r.ok for r in results) and dead.ok and dead.receipt == last.delivery.receipt
+        assert await stream.next(0.5) is None
+    view = await calm_client.describe(topic, group)
+    assert (view.inflight, view.ready, view.dead_letters) == (0, 0, 1)
