@@ -195,7 +195,7 @@ class GroupCommitWriter:
             self._ended.set_result(None)
         if not self._started.done():
             self._started.set_exception(WriterFailed("the writer process ended at start"))
-        elif self._waiting or not self._stopping:
+        elif self._started.exception() is None and (self._waiting or not self._stopping):
             self._fail(WriterFailed("the embedded store's writer process ended"))
 
     def _fail(self, error: BaseException) -> None:
