@@ -6,9 +6,10 @@ while one push consumer (policy rocketmq) consumes and acks them. Each message c
 publish-call start time in a property, so the consumer measures end-to-end latency.
 
 Prints msgs/s end to end, p50/p99 latency, the gateway's CPU seconds (in all, per thread and
-for its store writer process) and peak RSS (with the writer's), and the same payloads through a peer: a trivial gRPC echo server (its own
-process) streamed with 100 messages per frame, with the ratio gateway / peer. `--phases`
-publishes everything first and then consumes the backlog, to show each side alone.
+for its store writer process) and peak RSS (with the writer's), and the same payloads through a
+peer: a trivial gRPC echo server (its own process) streamed with 100 messages per frame, with the
+ratio gateway / peer. `--phases` publishes everything first and then consumes the backlog, to
+show each side alone.
 """
 
 from __future__ import annotations
