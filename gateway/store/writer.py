@@ -138,7 +138,8 @@ class GroupCommitWriter:
         if not self._out or self._transport is None or self._transport.is_closing():
             return
         batch, self._out = self._out, []
-        self._transport.write(frame(batch))
+        awaited = bool(self._waiting) and self._waiting[-1][0] >= self._next - len(batch)
+        self._transport.write(frame((awaited, batch)))
 
     async def stop(self) -> None:
         """Commit everything queued, then end the writer process."""

@@ -2,13 +2,14 @@
 
 `gateway.store.writer.GroupCommitWriter` starts it as
 `python -m gateway.store.writer_proc DATA_DIR FSYNC FD LOCK_WAIT_S`, FD being its end of a socket
-pair.
-It first takes the data directory's writer lock, so that it starts only once an earlier
+pair. It first takes the data directory's writer lock, so that it starts only once an earlier
 writer (of a gateway that was just killed) has committed and ended, and creates the tables.
-It reads frames (`gateway.store.pipe`) that each hold a list of writes
-(`gateway.store.writes.Write`), applies every frame that has arrived in one transaction,
-commits (with fsync when FSYNC is 1), then answers
-`("ok", writes applied so far, [(write number, result), ...], transactions so far)`.
+
+It reads frames (`gateway.store.pipe`) that each hold whether anybody awaits one of its writes
+and a list of writes (`gateway.store.writes.Write`). It applies every frame that has arrived in
+one transaction, commits (with fsync when FSYNC is 1), then answers
+`("ok", writes applied so far, [(write number, result), ...], transactions so far)`. Frames
+nobody awaits wait up to DEFER_S for one that somebody does, so they pay no fsync of their own.
 
 A failed transaction is rolled back and answered `("error", text)`, and the process ends: the
 store takes no more writes. At end of input (the store closed, or the gateway died) it commits
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import pathlib
+import select
 import signal
 import socket
 import sqlite3
@@ -33,6 +35,10 @@ from gateway.store.pipe import FrameBuffer, frame
 from gateway.store.writes import Write, apply
 
 LOCK_NAME = "writer.lock"
+Frame = tuple[bool, list[Write]]
+"""Whether somebody awaits a write of the frame, and its writes."""
+DEFER_S = 0.02
+"""How long writes nobody awaits may wait for awaited ones to share their transaction."""
 MAX_TX_BYTES = 32 << 20
 """Bytes of queued frames taken into one transaction at most (more wait for the next)."""
 RECV_BYTES = 1 << 20
@@ -65,10 +71,15 @@ def main(argv: list[str] | None = None) -> int:
             batches, ended = _receive(sock, buffer)
             if not batches:
                 continue
+            if not ended and not any(awaited for awaited, _ in batches):
+                # Nobody waits for these writes (positions a group has looked at): let them
+                # ride with the next awaited ones rather than pay an fsync of their own.
+                more, ended = _receive(sock, buffer, DEFER_S)
+                batches += more
             results: list[tuple[int, object]] = []
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                for batch in batches:
+                for _, batch in batches:
                     for write in batch:
                         result = apply(conn, write)
                         if result is not None:
@@ -104,17 +115,27 @@ def _lock(path: pathlib.Path, wait_s: float) -> TextIO | None:
             time.sleep(0.02)
 
 
-def _receive(sock: socket.socket, buffer: FrameBuffer) -> tuple[list[list[Write]], bool]:
+def _receive(
+    sock: socket.socket, buffer: FrameBuffer, awaited_within_s: float | None = None
+) -> tuple[list[Frame], bool]:
     """Wait for at least one whole frame (or end of input), then take whatever else has
-    arrived, up to MAX_TX_BYTES. Returns the frames and whether input has ended; a partial
-    frame at the end is dropped (nothing in it was acknowledged)."""
-    batches = cast(list[list[Write]], buffer.frames())
-    while not batches:
+    arrived, up to MAX_TX_BYTES. With `awaited_within_s`, keep taking frames until one that
+    somebody awaits arrives or that time has passed. Returns the frames and whether input has
+    ended; a partial frame at the end is dropped (nothing in it was acknowledged)."""
+    batches = cast(list[Frame], buffer.frames())
+    deadline = None if awaited_within_s is None else time.monotonic() + awaited_within_s
+    while not batches or (
+        deadline is not None and not any(awaited for awaited, _ in batches)
+    ):
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([sock], [], [], left)[0]:
+                return batches, False
         data = sock.recv(RECV_BYTES)
         if not data:
-            return [], True
+            return batches, True
         buffer.feed(data)
-        batches = cast(list[list[Write]], buffer.frames())
+        batches += cast(list[Frame], buffer.frames())
     ended = False
     while buffer.pending() < MAX_TX_BYTES:
         try:
@@ -125,7 +146,7 @@ def _receive(sock: socket.socket, buffer: FrameBuffer) -> tuple[list[list[Write]
             ended = True
             break
         buffer.feed(data)
-    batches += cast(list[list[Write]], buffer.frames())
+    batches += cast(list[Frame], buffer.frames())
     return batches, ended
 
 

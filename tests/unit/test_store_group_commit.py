@@ -40,3 +40,22 @@ async def test_sequential_publishes_commit_one_by_one(tmp_path: pathlib.Path) ->
         assert store.transactions - before == 5
     finally:
         await store.close()
+
+
+async def test_writes_nobody_awaits_ride_with_the_next_awaited_one(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Fetches record what they looked at without waiting; those writes join the next awaited
+    write's transaction instead of paying a commit each."""
+    store = EmbeddedStore(tmp_path)
+    await store.open()
+    try:
+        await store.publish("t", [OutMessage(body=str(i).encode()) for i in range(5)])
+        before = store.transactions
+        for _ in range(5):
+            assert len(await store.fetch("t", "g", 1, 2**62)) == 1
+            await asyncio.sleep(0.001)  # each fetch's write goes out on its own
+        await store.publish("t", [OutMessage(body=b"awaited")])
+        assert store.transactions - before <= 2
+    finally:
+        await store.close()
