@@ -1,4 +1,4 @@
-"""Framing between the store and its writer process: a 4-byte little-endian length, then a
+"""Framing between the store and its writer process: an 8-byte little-endian length, then a
 pickle. Both ends are this package's own code over a private socket pair."""
 
 from __future__ import annotations
@@ -6,15 +6,12 @@ from __future__ import annotations
 import pickle
 import struct
 
-HEADER = struct.Struct("<I")
-MAX_FRAME = (1 << 32) - 1
+HEADER = struct.Struct("<Q")
 
 
 def frame(obj: object) -> bytes:
     """One frame holding `obj`."""
     payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    if len(payload) > MAX_FRAME:
-        raise ValueError(f"frame of {len(payload)} bytes is over {MAX_FRAME}")
     return HEADER.pack(len(payload)) + payload
 
 

@@ -139,7 +139,11 @@ class GroupCommitWriter:
             return
         batch, self._out = self._out, []
         awaited = bool(self._waiting) and self._waiting[-1][0] >= self._next - len(batch)
-        self._transport.write(frame((awaited, batch)))
+        try:
+            self._transport.write(frame((awaited, batch)))
+        except Exception as exc:  # nothing may wait forever for writes that never left
+            self._fail(WriterFailed(f"embedded store writes could not be sent: {exc!r}"))
+            self._transport.abort()
 
     async def stop(self) -> None:
         """Commit everything queued, then end the writer process."""

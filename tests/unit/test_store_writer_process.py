@@ -17,7 +17,7 @@ import pytest
 
 from gateway.backend.base import OutMessage
 from gateway.errors import Unavailable
-from gateway.store import EmbeddedStore
+from gateway.store import EmbeddedStore, writes
 from gateway.store.writer import GroupCommitWriter
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -156,3 +156,18 @@ async def test_the_writer_ends_when_its_gateway_is_killed(tmp_path: pathlib.Path
         assert set(acked) <= {m.message_id for m in got}
     finally:
         await store.close()
+
+
+async def test_a_write_that_cannot_be_sent_fails_instead_of_hanging(
+    tmp_path: pathlib.Path,
+) -> None:
+    store = EmbeddedStore(tmp_path)
+    await store.open()
+    try:
+        assert store._writer is not None
+        unsendable = writes.statement("SELECT ?", (lambda: 1,))
+        with pytest.raises(Unavailable, match="could not be sent"):
+            await asyncio.wait_for(store._writer.submit(unsendable), 10)
+        assert not store.healthy()
+    finally:
+        await asyncio.wait_for(store.close(), 30)
