@@ -94,7 +94,7 @@ class GroupCommitWriter:
         )
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway.store.writer_proc", str(self._data_dir),
+                [sys.executable, "-m", "gateway.store.writer_proc", str(self._data_dir.absolute()),
                  "1" if self._fsync else "0", str(theirs.fileno()), str(self._lock_wait_s)],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
             )
