@@ -26,6 +26,9 @@ import grpc
 
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
+CLOSE_WAIT_S = 5.0
+"""How long leaving a consume stream waits for the answers to settlements already given."""
+
 
 class SettledTwice(RuntimeError):
     """A delivery was settled a second time from this client."""
@@ -136,6 +139,7 @@ class ConsumeStream:
         self._ack_futures: list[asyncio.Future[gateway_pb2.SettleResult]] = []
         self._sent: collections.deque[_Sent] = collections.deque()
         """What each batch sent and not yet answered holds: answers come in the same order."""
+        self._closed = False
         self._deliveries: asyncio.Queue[gateway_pb2.Delivery | None] = asyncio.Queue()
         self._call: Any = None
         self._reader: asyncio.Task[None] | None = None
@@ -153,6 +157,15 @@ class ConsumeStream:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """Send the settlements still queued and wait (up to CLOSE_WAIT_S) for their answers,
+        then end the stream."""
+        if not self._closed:
+            self._flush()
+            unanswered = [f for f in self._waiters.values() if not f.done()]
+            for sent in self._sent:
+                unanswered += [f for f in sent.ack_futures if not f.done()]
+            if unanswered:
+                await asyncio.wait(unanswered, timeout=CLOSE_WAIT_S)
         await self._requests.put(None)
         if self._reader is not None:
             self._reader.cancel()
@@ -182,7 +195,24 @@ class ConsumeStream:
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
         finally:
+            self._ended()
             await self._deliveries.put(None)
+
+    def _ended(self) -> None:
+        """The stream is over: every settlement still unanswered (or not yet sent) gets an
+        UNAVAILABLE result, and later ones get it at once."""
+        self._closed = True
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+        futures = list(self._waiters.values()) + self._ack_futures
+        for sent in self._sent:
+            futures += sent.ack_futures
+        self._waiters, self._ack_futures, self._sent = {}, [], collections.deque()
+        self._pending, self._acks = [], []
+        for future in futures:
+            if not future.done():
+                future.set_result(_unanswered())
 
     def __aiter__(self) -> ConsumeStream:
         return self
@@ -211,6 +241,9 @@ class ConsumeStream:
         """Queue a settlement for the next batch; the future resolves with its result."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[gateway_pb2.SettleResult] = loop.create_future()
+        if self._closed:
+            future.set_result(_unanswered(settlement.receipt))
+            return future
         self._waiters[settlement.receipt] = future
         self._pending.append(settlement)
         self._queued(loop)
@@ -221,6 +254,9 @@ class ConsumeStream:
         result (a successful one does not echo the receipt)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[gateway_pb2.SettleResult] = loop.create_future()
+        if self._closed:
+            future.set_result(_unanswered(receipt))
+            return future
         self._acks.append(receipt)
         self._ack_futures.append(future)
         self._queued(loop)
@@ -269,6 +305,13 @@ class ConsumeStream:
             for future in sent.ack_futures:
                 if not future.done():
                     future.set_result(ok)
+
+
+def _unanswered(receipt: str = "") -> gateway_pb2.SettleResult:
+    return gateway_pb2.SettleResult(
+        receipt=receipt, ok=False, error_code="UNAVAILABLE",
+        error="the consume stream ended before the gateway answered this settlement",
+    )
 
 
 @dataclass(slots=True)

@@ -448,3 +448,43 @@ async def test_client_acks_go_compact_and_resolve(calm_client: GatewayClient) ->
         assert await stream.next(0.5) is None
     view = await calm_client.describe(topic, group)
     assert (view.inflight, view.ready, view.dead_letters) == (0, 0, 1)
+
+
+async def test_leaving_a_stream_sends_the_acks_already_given(tmp_path: Path) -> None:
+    """Acks given just before leaving the `consume` block still reach the gateway: nothing is
+    delivered again to the next consumer of the group."""
+    async with (
+        running_gateway(tmp_path / "d", time_scale=0.01) as running,
+        GatewayClient(f"127.0.0.1:{running.grpc_port}") as client,
+    ):
+        topic, group = name("t"), name("g")
+        await client.publish(topic, [b"m%d" % i for i in range(10)])
+        async with client.consume(topic, group, policy="rocketmq", prefetch=10) as stream:
+            for _ in range(10):
+                msg = await stream.next(10.0)
+                assert msg is not None
+                msg.ack_later()  # not awaited: leaving the block sends and answers them
+        async with client.consume(topic, group, policy="rocketmq", prefetch=10) as again:
+            assert await again.next(1.0) is None
+        view = await client.describe(topic, group)
+        assert (view.inflight, view.ready, view.waiting_retry) == (0, 0, 0)
+
+
+async def test_settling_after_the_stream_ended_answers_unavailable(tmp_path: Path) -> None:
+    """A settlement the gateway can no longer answer resolves as UNAVAILABLE instead of
+    waiting forever, whether it was queued before the stream ended or given after."""
+    async with running_gateway(tmp_path / "d", time_scale=0.01, grace_s=0.2) as running:
+        client = GatewayClient(f"127.0.0.1:{running.grpc_port}")
+        topic, group = name("t"), name("g")
+        await client.publish(topic, [b"a", b"b"])
+        stream = await client.consume(topic, group, policy="rocketmq", prefetch=2).__aenter__()
+        first, second = await stream.next(10.0), await stream.next(10.0)
+        assert first is not None and second is not None
+    try:
+        late = await asyncio.wait_for(first.ack(), 10)
+        assert (late.ok, late.error_code) == (False, "UNAVAILABLE")
+        later = await asyncio.wait_for(second.dead_letter("x"), 10)
+        assert (later.ok, later.error_code) == (False, "UNAVAILABLE")
+    finally:
+        await stream.__aexit__(None, None, None)
+        await client.close()
