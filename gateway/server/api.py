@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 from gateway.engine import admin
-from gateway.engine.api import ACK, Settlement
+from gateway.engine.api import ACK, Settlement, SettleResult
 from gateway.engine.dispatch import Consumer
 from gateway.engine.engine import Engine
 from gateway.errors import InvalidArgument, Unavailable
@@ -132,6 +132,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         previous: asyncio.Future[None] | None,
     ) -> None:
         items = []
+        refused: dict[int, SettleResult] = {}
         response = gateway_pb2.ConsumeResponse()
         answer = response.results
         answer.SetInParent()  # the answer even to an empty batch
@@ -140,7 +141,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             try:
                 items.append(convert.settlement(s, i))
             except InvalidArgument as exc:
-                results.add(receipt=s.receipt, ok=False, error_code=exc.code, error=exc.message)
+                refused[i] = SettleResult(s.receipt, False, exc.code, exc.message)
         explicit = len(items)
         receipts = batch.acks
         if receipts:
@@ -150,7 +151,10 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         except Exception:
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise
-        convert.add_results(results, done[:explicit] if receipts else done)
+        answered = done[:explicit] if receipts else done
+        if refused:
+            answered = convert.in_order(len(batch.settlements), refused, answered)
+        convert.add_results(results, answered)
         if receipts:
             failed = convert.failed_acks(receipts, done[explicit:])
             answer.acked = len(receipts) - len(failed)

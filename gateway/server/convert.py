@@ -101,6 +101,15 @@ def settlement(msg: pb.Settlement, index: int) -> Settlement:
                           "one of ack, fail, change_invisible, dead_letter")
 
 
+def in_order(
+    count: int, refused: dict[int, SettleResult], done: Sequence[SettleResult]
+) -> list[SettleResult]:
+    """The results of a batch of `count` settlements in its order: `refused` by position, and
+    `done` (the engine's results for the others, in order) in the remaining places."""
+    rest = iter(done)
+    return [refused[i] if i in refused else next(rest) for i in range(count)]
+
+
 def failed_acks(receipts: Sequence[str], done: Sequence[SettleResult]) -> list[SettleResult]:
     """The failures among `SettleBatch.acks`, in their order: `done` holds the engine's results
     for the non-empty receipts; an empty receipt is refused here."""

@@ -488,3 +488,32 @@ async def test_settling_after_the_stream_ended_answers_unavailable(tmp_path: Pat
     finally:
         await stream.__aexit__(None, None, None)
         await client.close()
+
+
+async def test_results_follow_the_order_of_the_settle_batch(calm_client: GatewayClient) -> None:
+    """A settlement refused as malformed takes its own place among the batch's results."""
+    topic, group = name("t"), name("g")
+    await calm_client.publish(topic, [b"a", b"b"])
+    call = calm_client.stub.Consume()
+    await call.write(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+        topic=topic, group=group, policy="rocketmq", prefetch=2)))
+    try:
+        assert (await call.read()).WhichOneof("kind") == "subscribed"
+        receipts: list[str] = []
+        while len(receipts) < 2:
+            response = await asyncio.wait_for(call.read(), 10)
+            receipts += [d.receipt for d in response.deliveries.deliveries]
+        first, second = receipts
+        await call.write(gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(settlements=[
+            gateway_pb2.Settlement(receipt=first, ack=gateway_pb2.Ack()),
+            gateway_pb2.Settlement(receipt=second),  # no action: refused
+            gateway_pb2.Settlement(receipt=second, ack=gateway_pb2.Ack()),
+        ])))
+        response = await asyncio.wait_for(call.read(), 10)
+        while response.WhichOneof("kind") != "results":
+            response = await asyncio.wait_for(call.read(), 10)
+        assert [(r.receipt, r.ok, r.error_code) for r in response.results.results] == [
+            (first, True, ""), (second, False, "INVALID_ARGUMENT"), (second, True, ""),
+        ]
+    finally:
+        call.cancel()
