@@ -161,9 +161,7 @@ class ConsumeStream:
         then end the stream."""
         if not self._closed:
             self._flush()
-            unanswered = [f for f in self._waiters.values() if not f.done()]
-            for sent in self._sent:
-                unanswered += [f for f in sent.ack_futures if not f.done()]
+            unanswered = [f for f in self._outstanding() if not f.done()]
             if unanswered:
                 await asyncio.wait(unanswered, timeout=CLOSE_WAIT_S)
         await self._requests.put(None)
@@ -205,14 +203,19 @@ class ConsumeStream:
         if self._flusher is not None:
             self._flusher.cancel()
             self._flusher = None
-        futures = list(self._waiters.values()) + self._ack_futures
-        for sent in self._sent:
-            futures += sent.ack_futures
+        futures = self._outstanding() + self._ack_futures
         self._waiters, self._ack_futures, self._sent = {}, [], collections.deque()
         self._pending, self._acks = [], []
         for future in futures:
             if not future.done():
                 future.set_result(_unanswered())
+
+    def _outstanding(self) -> list[asyncio.Future[gateway_pb2.SettleResult]]:
+        """The futures of every settlement sent (or queued explicitly) and not yet answered."""
+        futures = list(self._waiters.values())
+        for sent in self._sent:
+            futures += sent.ack_futures
+        return futures
 
     def __aiter__(self) -> ConsumeStream:
         return self
@@ -297,14 +300,9 @@ class ConsumeStream:
             return
         failed = {r.receipt: r for r in results[sent.explicit:]}
         ok = gateway_pb2.SettleResult(ok=True)
-        if failed:
-            for receipt, future in zip(sent.acks, sent.ack_futures, strict=True):
-                if not future.done():
-                    future.set_result(failed.get(receipt, ok))
-        else:
-            for future in sent.ack_futures:
-                if not future.done():
-                    future.set_result(ok)
+        for receipt, future in zip(sent.acks, sent.ack_futures, strict=True):
+            if not future.done():
+                future.set_result(failed.get(receipt, ok) if failed else ok)
 
 
 def _unanswered(receipt: str = "") -> gateway_pb2.SettleResult:

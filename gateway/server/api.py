@@ -151,7 +151,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         except Exception:
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise
-        answered = done[:explicit] if receipts else done
+        answered = done[:explicit]
         if refused:
             answered = convert.in_order(len(batch.settlements), refused, answered)
         convert.add_results(results, answered)

@@ -22,6 +22,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 
 from gateway.errors import Unavailable
 from gateway.store.pipe import FrameBuffer, frame
@@ -50,7 +51,7 @@ class GroupCommitWriter:
         loop: asyncio.AbstractEventLoop,
         *,
         fsync: bool,
-        on_failure: collections.abc.Callable[[BaseException], None],
+        on_failure: Callable[[BaseException], None],
         lock_wait_s: float = LOCK_WAIT_S,
     ) -> None:
         self._data_dir = data_dir

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -392,30 +393,44 @@ async def test_credit_sent_with_a_settle_batch(calm_client: GatewayClient) -> No
     assert bodies == [b"b", b"c"]
 
 
+async def raw_consumer(
+    client: GatewayClient, topic: str, group: str, bodies: list[bytes]
+) -> tuple[Any, dict[bytes, str]]:
+    """Publish `bodies`, subscribe a bare Consume stream to them (policy rocketmq) and read
+    until each is delivered; return the stream and the receipts by body."""
+    await client.publish(topic, bodies)
+    call = client.stub.Consume()
+    await call.write(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+        topic=topic, group=group, policy="rocketmq", prefetch=len(bodies))))
+    assert (await call.read()).WhichOneof("kind") == "subscribed"
+    receipts: dict[bytes, str] = {}
+    while len(receipts) < len(bodies):
+        response = await asyncio.wait_for(call.read(), 10)
+        receipts.update((d.body, d.receipt) for d in response.deliveries.deliveries)
+    return call, receipts
+
+
+async def settle_on(call: Any, batch: gateway_pb2.SettleBatch) -> gateway_pb2.SettleResults:
+    """Send one settle batch on a bare stream and return its answer."""
+    await call.write(gateway_pb2.ConsumeRequest(settle=batch))
+    response = await asyncio.wait_for(call.read(), 10)
+    while response.WhichOneof("kind") != "results":
+        response = await asyncio.wait_for(call.read(), 10)
+    return response.results
+
+
 async def test_compact_acks_count_successes_and_list_failures(
     calm_client: GatewayClient,
 ) -> None:
     """`SettleBatch.acks` acks by receipt after the batch's settlements; the answer counts the
     applied ones in `acked` and lists each failure, in order, after the settlements' results."""
     topic, group = name("t"), name("g")
-    await calm_client.publish(topic, [b"a", b"b", b"c"])
-    call = calm_client.stub.Consume()
-    await call.write(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
-        topic=topic, group=group, policy="rocketmq", prefetch=3)))
+    call, receipts = await raw_consumer(calm_client, topic, group, [b"a", b"b", b"c"])
     try:
-        assert (await call.read()).WhichOneof("kind") == "subscribed"
-        receipts: dict[bytes, str] = {}
-        while len(receipts) < 3:
-            response = await asyncio.wait_for(call.read(), 10)
-            receipts.update((d.body, d.receipt) for d in response.deliveries.deliveries)
         a, b, c = receipts[b"a"], receipts[b"b"], receipts[b"c"]
         dead_c = gateway_pb2.Settlement(receipt=c, dead_letter=gateway_pb2.DeadLetter(reason="x"))
-        await call.write(gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(
-            settlements=[dead_c], acks=[a, "no-such-receipt", "", b, a, c])))
-        response = await asyncio.wait_for(call.read(), 10)
-        while response.WhichOneof("kind") != "results":
-            response = await asyncio.wait_for(call.read(), 10)
-        answer = response.results
+        answer = await settle_on(call, gateway_pb2.SettleBatch(
+            settlements=[dead_c], acks=[a, "no-such-receipt", "", b, a, c]))
         assert answer.acked == 2
         assert [(r.receipt, r.ok, r.error_code) for r in answer.results] == [
             (c, True, ""),
@@ -493,26 +508,15 @@ async def test_settling_after_the_stream_ended_answers_unavailable(tmp_path: Pat
 async def test_results_follow_the_order_of_the_settle_batch(calm_client: GatewayClient) -> None:
     """A settlement refused as malformed takes its own place among the batch's results."""
     topic, group = name("t"), name("g")
-    await calm_client.publish(topic, [b"a", b"b"])
-    call = calm_client.stub.Consume()
-    await call.write(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
-        topic=topic, group=group, policy="rocketmq", prefetch=2)))
+    call, receipts = await raw_consumer(calm_client, topic, group, [b"a", b"b"])
     try:
-        assert (await call.read()).WhichOneof("kind") == "subscribed"
-        receipts: list[str] = []
-        while len(receipts) < 2:
-            response = await asyncio.wait_for(call.read(), 10)
-            receipts += [d.receipt for d in response.deliveries.deliveries]
-        first, second = receipts
-        await call.write(gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(settlements=[
+        first, second = receipts[b"a"], receipts[b"b"]
+        answer = await settle_on(call, gateway_pb2.SettleBatch(settlements=[
             gateway_pb2.Settlement(receipt=first, ack=gateway_pb2.Ack()),
             gateway_pb2.Settlement(receipt=second),  # no action: refused
             gateway_pb2.Settlement(receipt=second, ack=gateway_pb2.Ack()),
-        ])))
-        response = await asyncio.wait_for(call.read(), 10)
-        while response.WhichOneof("kind") != "results":
-            response = await asyncio.wait_for(call.read(), 10)
-        assert [(r.receipt, r.ok, r.error_code) for r in response.results.results] == [
+        ]))
+        assert [(r.receipt, r.ok, r.error_code) for r in answer.results] == [
             (first, True, ""), (second, False, "INVALID_ARGUMENT"), (second, True, ""),
         ]
     finally:
