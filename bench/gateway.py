@@ -178,10 +178,7 @@ async def publish_all(client: GatewayClient, topic: str, args: argparse.Namespac
     async def publisher() -> None:
         while sizes:
             count = sizes.pop()
-            sent = str(time.time_ns())
-            messages = [gateway_pb2.Message(body=body, properties={SENT: sent})
-                        for _ in range(count)]
-            await client.publish(topic, messages)
+            await client.publish(topic, [body] * count, properties={SENT: str(time.time_ns())})
 
     await asyncio.gather(*(publisher() for _ in range(args.publishers)))
 
@@ -195,19 +192,17 @@ async def consume_all(
         if args.settle_batch:
             stream.settle_batch = args.settle_batch
         subscribed.set()
-        pending: list[asyncio.Future[gateway_pb2.SettleResult]] = []
         got = 0
         async for msg in stream:
             now = time.time_ns()
             latencies.append((now - int(msg.delivery.properties.get(SENT) or now)) / 1e6)
-            pending.append(msg.ack_later())
+            msg.ack_quietly()
             got += 1
             if got >= args.messages:
                 break
-        results = await asyncio.wait_for(asyncio.gather(*pending), 120)
-        failed = sum(1 for r in results if not r.ok)
-        if failed:
-            raise RuntimeError(f"{failed} acks failed")
+        await asyncio.wait_for(stream.drain(), 120)
+        if stream.failures:
+            raise RuntimeError(f"{len(stream.failures)} acks failed: {stream.failures[0]}")
 
 
 async def run_gateway(args: argparse.Namespace) -> dict[str, Any]:

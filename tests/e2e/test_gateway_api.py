@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from gateway.client import GatewayClient, Message
+from gateway.client import GatewayClient, Message, SettledTwice
 from gateway.server.app import GatewayApp, running_gateway
 from gateway.v1 import admin_pb2, gateway_pb2
 
@@ -521,3 +521,58 @@ async def test_results_follow_the_order_of_the_settle_batch(calm_client: Gateway
         ]
     finally:
         call.cancel()
+
+
+async def test_quiet_acks_settle_and_report_only_failures(calm_client: GatewayClient) -> None:
+    """`ack_quietly` acks without a future per message: `drain` waits for the answers, and
+    only a failed ack shows up, in `failures`, with its receipt and code."""
+    topic, group = name("t"), name("g")
+    await calm_client.publish(topic, [b"m%d" % i for i in range(40)])
+    async with calm_client.consume(topic, group, policy="rocketmq", prefetch=40) as stream:
+        for _ in range(40):
+            msg = await stream.next(10.0)
+            assert msg is not None
+            msg.ack_quietly()
+            with pytest.raises(SettledTwice):
+                msg.ack_quietly()
+        stream.ack_quietly("not-a-receipt")
+        await asyncio.wait_for(stream.drain(), 10)
+        assert [(f.receipt, f.ok, f.error_code) for f in stream.failures] == [
+            ("not-a-receipt", False, "FAILED_PRECONDITION")]
+        assert await stream.next(0.5) is None
+    view = await calm_client.describe(topic, group)
+    assert (view.inflight, view.ready, view.waiting_retry) == (0, 0, 0)
+
+
+async def test_quiet_acks_after_the_stream_ended_are_failures(tmp_path: Path) -> None:
+    """A quiet ack the gateway never answered, or given after the stream ended, is reported
+    UNAVAILABLE in `failures`; `drain` does not wait for it."""
+    async with running_gateway(tmp_path / "d", time_scale=0.01, grace_s=0.2) as running:
+        client = GatewayClient(f"127.0.0.1:{running.grpc_port}")
+        topic, group = name("t"), name("g")
+        await client.publish(topic, [b"a", b"b"])
+        stream = await client.consume(topic, group, policy="rocketmq", prefetch=2).__aenter__()
+        first, second = await stream.next(10.0), await stream.next(10.0)
+        assert first is not None and second is not None
+    try:
+        first.ack_quietly()
+        await asyncio.wait_for(stream.drain(), 10)
+        second.ack_quietly()
+        assert [(f.receipt, f.error_code) for f in stream.failures] == [
+            (first.delivery.receipt, "UNAVAILABLE"), (second.delivery.receipt, "UNAVAILABLE")]
+    finally:
+        await stream.__aexit__(None, None, None)
+        await client.close()
+
+
+async def test_next_after_a_timeout_still_gets_later_deliveries(
+    calm_client: GatewayClient,
+) -> None:
+    """A `next` that timed out leaves the stream usable: what arrives later is delivered."""
+    topic, group = name("t"), name("g")
+    async with calm_client.consume(topic, group, policy="rocketmq", prefetch=4) as stream:
+        assert await stream.next(0.2) is None
+        await calm_client.publish(topic, [b"late"])
+        msg = await stream.next(10.0)
+        assert msg is not None and msg.body == b"late"
+        await msg.ack()
