@@ -51,7 +51,7 @@ from gateway.engine.dispatch import (
     matches_tag,
     wait_any,
 )
-from gateway.engine.observe import Observer, Observers, Transition
+from gateway.engine.observe import Observer, Observers, Tally, Transition
 from gateway.engine.timers import TimerService
 from gateway.errors import GatewayError, InvalidArgument, MessageTooLarge, NotFound, StaleReceipt
 
@@ -121,6 +121,9 @@ class Engine:
         self.accepting = True
         self._tasks: set[asyncio.Task[None]] = set()
         self._known_topics: set[str] = set(self.config.topics)
+        self._tally: Tally | None = None
+        """While a batch is carried out: its transition counts, given to the counting observers
+        once at its end (see `_counted`)."""
         self._trace: Any = log.bind()
         """The logger bound once (not per transition), for the per-transition debug line."""
         self._trace_debug = _debug_enabled(self._trace)
@@ -452,22 +455,26 @@ class Engine:
                 continue
             now, real = self._times()
             live = sub.receivers()
-            for stored in got:
-                consumer = sub.pick(live, stored.key)
-                if consumer is None:
-                    await backend.release(
-                        [Release(stored.lease, self.clock.now_ms(), stored.attempt, stored.retries)]
-                    )
-                    sub.blocked_keys.discard(stored.key)
-                    now, real = self._times()
-                    live = sub.receivers()
-                    continue
-                try:
-                    delivery = self._deliver(sub, stored, consumer, None, now, real)
-                except GatewayError as exc:
-                    log.error("delivery refused", error=exc.message, message_id=stored.message_id)
-                    continue
-                consumer.push(delivery)
+            tally = self._start_tally()
+            try:
+                for stored in got:
+                    consumer = sub.pick(live, stored.key)
+                    if consumer is None:
+                        await backend.release([Release(stored.lease, self.clock.now_ms(),
+                                                       stored.attempt, stored.retries)])
+                        sub.blocked_keys.discard(stored.key)
+                        now, real = self._times()
+                        live = sub.receivers()
+                        continue
+                    try:
+                        delivery = self._deliver(sub, stored, consumer, None, now, real)
+                    except GatewayError as exc:
+                        log.error("delivery refused", error=exc.message,
+                                  message_id=stored.message_id)
+                        continue
+                    consumer.push(delivery)
+            finally:
+                self._end_tally(tally)
 
     def _deliver_held(self, sub: Subscription) -> None:
         """Ordered retries whose interval passed go out first, to the key's consumer."""
@@ -548,12 +555,16 @@ class Engine:
         now, real = self._times()
         # Atomic: every item is decided before any is applied, and the first bad one raises.
         decided = self._decide_all(settlements, now) if atomic else None
-        for i, item in enumerate(settlements):
-            try:
-                one = decided[i] if decided is not None else self._decide(item, now)
-                results.append(self._carry_out(*one, batch, now, real))
-            except GatewayError as exc:
-                results.append(SettleResult(item.receipt, False, exc.code, exc.message))
+        tally = self._start_tally()
+        try:
+            for i, item in enumerate(settlements):
+                try:
+                    one = decided[i] if decided is not None else self._decide(item, now)
+                    results.append(self._carry_out(*one, batch, now, real))
+                except GatewayError as exc:
+                    results.append(SettleResult(item.receipt, False, exc.code, exc.message))
+        finally:
+            self._end_tally(tally)
         try:
             await self._flush(batch)
         except GatewayError as exc:
@@ -562,6 +573,33 @@ class Engine:
                 for r in results
             ]
         return results
+
+    async def ack(self, receipts: Sequence[str]) -> dict[int, SettleResult]:
+        """Ack deliveries by receipt: what `settle` does with ACK settlements, without building
+        a settlement or a result for each. Returns the failures by position in `receipts`."""
+        batch = _Batch()
+        failed: dict[int, SettleResult] = {}
+        now, real = self._times()
+        inflight = self.inflight
+        tally = self._start_tally()
+        try:
+            for i, receipt in enumerate(receipts):
+                inf = inflight.get(receipt)
+                try:
+                    if inf is None or inf.held:
+                        raise StaleReceipt(receipt)
+                    decision = decide(inf.record, ev.Ack(receipt), inf.sub.policy, now)
+                    self._apply(inf, decision, batch, now, real)
+                except GatewayError as exc:
+                    failed[i] = SettleResult(receipt, False, exc.code, exc.message)
+        finally:
+            self._end_tally(tally)
+        try:
+            await self._flush(batch)
+        except GatewayError as exc:
+            return {i: failed.get(i) or SettleResult(r, False, exc.code, exc.message)
+                    for i, r in enumerate(receipts)}
+        return failed
 
     def _decide_all(self, settlements: Sequence[Settlement], now: int) -> list[_Decided]:
         seen: set[str] = set()
@@ -759,6 +797,18 @@ class Engine:
             log.error("timeout handling failed", error=exc.message)
 
     # ------------------------------------------------------------ observers
+    def _start_tally(self) -> Tally:
+        """Count the transitions of a batch in one dict; `_end_tally` hands them over."""
+        tally: Tally = {}
+        self._tally = tally
+        return tally
+
+    def _end_tally(self, tally: Tally) -> None:
+        if self._tally is tally:
+            self._tally = None
+        if tally:
+            self.observers.count_all(tally)
+
     def _emit(self, inf: InFlight, before: State, decision: Decision, ts_ms: int) -> None:
         """Tell observers (and the debug log) about a state change made at real time `ts_ms`.
         Nothing is built when nobody listens."""
@@ -776,7 +826,12 @@ class Engine:
             to_state = WAITING_RETRY
         to_name: str = to_state._value_
         if observers.counters:
-            observers.count(to_name, record.topic, record.group, policy.name, record.attempt)
+            tally = self._tally
+            if tally is None:
+                observers.count(to_name, record.topic, record.group, policy.name, record.attempt)
+            else:
+                key = (to_name, record.topic, record.group, policy.name, record.attempt)
+                tally[key] = tally.get(key, 0) + 1
         if not full:
             return
         transition = Transition(

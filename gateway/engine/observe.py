@@ -35,6 +35,10 @@ class Transition:
     destination: str = ""
 
 
+Tally = dict[tuple[str, str, str, str, int], int]
+"""Transition counts by (to state, topic, group, policy, attempt)."""
+
+
 class Observer(Protocol):
     def on_transition(self, transition: Transition) -> None: ...
 
@@ -46,7 +50,7 @@ class TransitionCounter(Protocol):
     def on_transition(self, transition: Transition) -> None: ...
 
     def count_transition(
-        self, to_state: str, topic: str, group: str, policy: str, attempt: int
+        self, to_state: str, topic: str, group: str, policy: str, attempt: int, n: int = 1
     ) -> None: ...
 
 
@@ -90,5 +94,14 @@ class Observers:
         for counter in self.counters:
             try:
                 counter.count_transition(to_state, topic, group, policy, attempt)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(counter).__name__)
+
+    def count_all(self, tally: Tally) -> None:
+        """Tell the counting observers about a batch's transitions, `n` at a time."""
+        for counter in self.counters:
+            try:
+                for (to_state, topic, group, policy, attempt), n in tally.items():
+                    counter.count_transition(to_state, topic, group, policy, attempt, n)
             except Exception:  # observers never break message flow
                 log.exception("observer failed", observer=type(counter).__name__)

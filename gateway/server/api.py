@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 from gateway.engine import admin
-from gateway.engine.api import ACK, Settlement, SettleResult
+from gateway.engine.api import SettleResult
 from gateway.engine.dispatch import Consumer
 from gateway.engine.engine import Engine
 from gateway.errors import InvalidArgument, Unavailable
@@ -142,23 +142,28 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 items.append(convert.settlement(s, i))
             except InvalidArgument as exc:
                 refused[i] = SettleResult(s.receipt, False, exc.code, exc.message)
-        explicit = len(items)
-        receipts = batch.acks
-        if receipts:
-            items += [Settlement(r, ACK) for r in receipts if r]
+        receipts = list(batch.acks)
+        engine = self.engine
         try:
-            done = await self.engine.settle(items)
+            # Explicit settlements are carried out before the compact acks; when the batch has
+            # both, their store writes share a commit.
+            if items and receipts:
+                done, acks_failed = await asyncio.gather(engine.settle(items),
+                                                         engine.ack(receipts))
+            elif items:
+                done, acks_failed = await engine.settle(items), {}
+            else:
+                done, acks_failed = [], await engine.ack(receipts) if receipts else {}
         except Exception:
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise
-        answered = done[:explicit]
+        answered = done
         if refused:
             answered = convert.in_order(len(batch.settlements), refused, answered)
         convert.add_results(results, answered)
         if receipts:
-            failed = convert.failed_acks(receipts, done[explicit:])
-            answer.acked = len(receipts) - len(failed)
-            convert.add_results(results, failed)
+            answer.acked = len(receipts) - len(acks_failed)
+            convert.add_results(results, convert.failed_acks(receipts, acks_failed))
         if previous is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await previous

@@ -110,20 +110,17 @@ def in_order(
     return [refused[i] if i in refused else next(rest) for i in range(count)]
 
 
-def failed_acks(receipts: Sequence[str], done: Sequence[SettleResult]) -> list[SettleResult]:
-    """The failures among `SettleBatch.acks`, in their order: `done` holds the engine's results
-    for the non-empty receipts; an empty receipt is refused here."""
-    failed: list[SettleResult] = []
-    results = iter(done)
-    for i, receipt in enumerate(receipts):
-        if not receipt:
+def failed_acks(receipts: Sequence[str], failed: dict[int, SettleResult]) -> list[SettleResult]:
+    """The failures among `SettleBatch.acks` in their order, from the engine's failures by
+    position; an empty receipt is refused as INVALID_ARGUMENT."""
+    out: list[SettleResult] = []
+    for i in sorted(failed):
+        if receipts[i]:
+            out.append(failed[i])
+        else:
             error = InvalidArgument(f"acks[{i}]", "", "the receipt of a delivery")
-            failed.append(SettleResult("", False, error.code, error.message))
-            continue
-        result = next(results)
-        if not result.ok:
-            failed.append(result)
-    return failed
+            out.append(SettleResult("", False, error.code, error.message))
+    return out
 
 
 def delivery(d: Delivery) -> pb.Delivery:

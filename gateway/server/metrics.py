@@ -46,12 +46,12 @@ class Metrics:
         self.count_transition(t.to_state, t.topic, t.group, t.policy, t.attempt)
 
     def count_transition(
-        self, to_state: str, topic: str, group: str, policy: str, attempt: int
+        self, to_state: str, topic: str, group: str, policy: str, attempt: int, n: int = 1
     ) -> None:
-        """Count one transition (the engine calls this without building a `Transition`)."""
+        """Count `n` transitions (the engine calls this without building a `Transition`)."""
         key = (to_state, topic, group, policy, attempt if to_state == "WAITING_RETRY" else 0)
         counts = self._counts
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + n
 
     def bind(self, engine: Engine, store_size: Callable[[], int]) -> None:
         self.inflight.set_function(lambda: len(engine.inflight))

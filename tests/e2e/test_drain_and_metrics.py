@@ -128,3 +128,21 @@ async def test_metrics_move_as_messages_retry_and_dead_letter(tmp_path: Path) ->
         assert total(after, "gateway_request_seconds_count") >= 1
         assert after["gateway_inflight"] == 0
         assert after["gateway_store_bytes"] > 0
+
+
+async def test_metrics_count_every_delivery_and_ack_of_a_batch(tmp_path: Path) -> None:
+    """Deliveries and compact acks are counted per batch: every message still counts once."""
+    async with running_gateway(tmp_path / "data", time_scale=0.01,
+                               admin_listen="127.0.0.1:0") as app:
+        async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
+            await client.publish("b", [b"m%d" % i for i in range(50)])
+            async with client.consume("b", "g", policy="rocketmq", prefetch=50) as stream:
+                for _ in range(50):
+                    msg = await stream.next(5)
+                    assert msg is not None
+                    msg.ack_quietly()
+                await stream.drain()
+                assert stream.failures == []
+        after = scrape(app.metrics_port)
+        assert total(after, 'gateway_deliveries_total{group="g"') == 50
+        assert total(after, 'gateway_settlements_total{outcome="ack"') == 50
