@@ -62,10 +62,14 @@ class Consumer:
             await self.ready.wait()
 
     def add_credit(self, n: int) -> None:
+        """More credit; the dispatcher is woken only if this consumer had none: with credit
+        left, the dispatcher is either busy or waiting for messages, not for credit."""
         if n <= 0 or self.closed:
             return
-        self.credit += n
-        self.sub.wake.set()
+        had = self.credit
+        self.credit = had + n
+        if had <= 0:
+            self.sub.wake.set()
 
     def push(self, delivery: Delivery) -> None:
         self.outbox.append(delivery)
