@@ -264,6 +264,9 @@ class ConsumeStream:
 
     async def __anext__(self) -> Message:
         deliveries = self._deliveries
+        if not deliveries and (self._acks or self._pending):
+            # Everything received is handled: its settlements go now, as one batch.
+            self._flush()
         while not deliveries:
             arrived = self._arrived
             if arrived is None or arrived.done():  # done: cancelled by a `next` that timed out
