@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
@@ -13,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from gateway.client import GatewayClient, Message, SettledTwice
+from gateway.client import ConsumeStream, GatewayClient, Message, SettledTwice
 from gateway.server.app import GatewayApp, running_gateway
 from gateway.v1 import admin_pb2, gateway_pb2
 
@@ -485,9 +486,11 @@ async def test_leaving_a_stream_sends_the_acks_already_given(tmp_path: Path) -> 
         assert (view.inflight, view.ready, view.waiting_retry) == (0, 0, 0)
 
 
-async def test_settling_after_the_stream_ended_answers_unavailable(tmp_path: Path) -> None:
-    """A settlement the gateway can no longer answer resolves as UNAVAILABLE instead of
-    waiting forever, whether it was queued before the stream ended or given after."""
+@contextlib.asynccontextmanager
+async def stream_outliving_its_gateway(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[ConsumeStream, Message, Message]]:
+    """A consume stream, and two of its deliveries unsettled, whose gateway has since shut down."""
     async with running_gateway(tmp_path / "d", time_scale=0.01, grace_s=0.2) as running:
         client = GatewayClient(f"127.0.0.1:{running.grpc_port}")
         topic, group = name("t"), name("g")
@@ -496,13 +499,20 @@ async def test_settling_after_the_stream_ended_answers_unavailable(tmp_path: Pat
         first, second = await stream.next(10.0), await stream.next(10.0)
         assert first is not None and second is not None
     try:
+        yield stream, first, second
+    finally:
+        await stream.__aexit__(None, None, None)
+        await client.close()
+
+
+async def test_settling_after_the_stream_ended_answers_unavailable(tmp_path: Path) -> None:
+    """A settlement the gateway can no longer answer resolves as UNAVAILABLE instead of
+    waiting forever, whether it was queued before the stream ended or given after."""
+    async with stream_outliving_its_gateway(tmp_path) as (_, first, second):
         late = await asyncio.wait_for(first.ack(), 10)
         assert (late.ok, late.error_code) == (False, "UNAVAILABLE")
         later = await asyncio.wait_for(second.dead_letter("x"), 10)
         assert (later.ok, later.error_code) == (False, "UNAVAILABLE")
-    finally:
-        await stream.__aexit__(None, None, None)
-        await client.close()
 
 
 async def test_results_follow_the_order_of_the_settle_batch(calm_client: GatewayClient) -> None:
@@ -547,22 +557,12 @@ async def test_quiet_acks_settle_and_report_only_failures(calm_client: GatewayCl
 async def test_quiet_acks_after_the_stream_ended_are_failures(tmp_path: Path) -> None:
     """A quiet ack the gateway never answered, or given after the stream ended, is reported
     UNAVAILABLE in `failures`; `drain` does not wait for it."""
-    async with running_gateway(tmp_path / "d", time_scale=0.01, grace_s=0.2) as running:
-        client = GatewayClient(f"127.0.0.1:{running.grpc_port}")
-        topic, group = name("t"), name("g")
-        await client.publish(topic, [b"a", b"b"])
-        stream = await client.consume(topic, group, policy="rocketmq", prefetch=2).__aenter__()
-        first, second = await stream.next(10.0), await stream.next(10.0)
-        assert first is not None and second is not None
-    try:
+    async with stream_outliving_its_gateway(tmp_path) as (stream, first, second):
         first.ack_quietly()
         await asyncio.wait_for(stream.drain(), 10)
         second.ack_quietly()
         assert [(f.receipt, f.error_code) for f in stream.failures] == [
             (first.delivery.receipt, "UNAVAILABLE"), (second.delivery.receipt, "UNAVAILABLE")]
-    finally:
-        await stream.__aexit__(None, None, None)
-        await client.close()
 
 
 async def test_next_after_a_timeout_still_gets_later_deliveries(
