@@ -72,9 +72,7 @@ class Message:
     def ack_later(self) -> asyncio.Future[gateway_pb2.SettleResult]:
         """Ack without waiting: the ack joins the next batch; await the future (or not) for
         its result (on a stream, a successful one does not echo the receipt)."""
-        if self.settled:
-            raise SettledTwice(self.delivery.receipt)
-        self.settled = True
+        self._claim()
         if self._stream is not None:
             return self._stream.ack_nowait(self.delivery.receipt)
         settlement = gateway_pb2.Settlement(receipt=self.delivery.receipt, ack=gateway_pb2.Ack())
@@ -86,9 +84,7 @@ class Message:
         answers). The cheapest way to ack at a high rate."""
         if self._stream is None:
             raise TypeError("ack_quietly needs a consume stream; use ack() after receive()")
-        if self.settled:
-            raise SettledTwice(self.delivery.receipt)
-        self.settled = True
+        self._claim()
         self._stream.ack_quietly(self.delivery.receipt)
 
     async def fail(
@@ -118,10 +114,14 @@ class Message:
         return result
 
     async def _settle(self, settlement: gateway_pb2.Settlement) -> gateway_pb2.SettleResult:
+        self._claim()
+        return await self._send(settlement)
+
+    def _claim(self) -> None:
+        """Mark the delivery settled; a second settlement raises `SettledTwice`."""
         if self.settled:
             raise SettledTwice(self.delivery.receipt)
         self.settled = True
-        return await self._send(settlement)
 
     async def _send(self, settlement: gateway_pb2.Settlement) -> gateway_pb2.SettleResult:
         settlement.receipt = self.delivery.receipt
@@ -152,8 +152,6 @@ class ConsumeStream:
         self._acks: list[str] = []
         self._ack_futures: list[asyncio.Future[gateway_pb2.SettleResult] | None] = []
         """One per queued ack, in order: its future, or None for a quiet ack."""
-        self._awaited = 0
-        """How many of the queued acks have a future."""
         self._sent: collections.deque[_Sent] = collections.deque()
         """What each batch sent and not yet answered holds: answers come in the same order."""
         self._all_answered: asyncio.Future[None] | None = None
@@ -240,7 +238,7 @@ class ConsumeStream:
         unsent = _Sent(0, self._acks, self._ack_futures)
         waiters, sent = self._waiters, [*self._sent, unsent]
         self._waiters, self._ack_futures, self._sent = {}, [], collections.deque()
-        self._pending, self._acks, self._awaited = [], [], 0
+        self._pending, self._acks = [], []
         for waiter in waiters.values():
             if not waiter.done():
                 waiter.set_result(_unanswered())
@@ -307,25 +305,30 @@ class ConsumeStream:
     def ack_nowait(self, receipt: str) -> asyncio.Future[gateway_pb2.SettleResult]:
         """Queue an ack for the next batch's compact `acks`; the future resolves with its
         result (a successful one does not echo the receipt)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[gateway_pb2.SettleResult] = loop.create_future()
-        if self._closed:
-            future.set_result(_unanswered(receipt))
-            return future
-        self._acks.append(receipt)
-        self._ack_futures.append(future)
-        self._awaited += 1
-        self._queued(loop)
+        future: asyncio.Future[gateway_pb2.SettleResult] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._queue_ack(receipt, future)
         return future
 
     def ack_quietly(self, receipt: str) -> None:
         """Queue an ack for the next batch's compact `acks` with no future: a failed result is
         appended to `failures`."""
+        self._queue_ack(receipt, None)
+
+    def _queue_ack(
+        self, receipt: str, future: asyncio.Future[gateway_pb2.SettleResult] | None
+    ) -> None:
+        """Queue an ack with its future (None: quiet); once the stream has ended it fails at
+        once, UNAVAILABLE."""
         if self._closed:
-            self.failures.append(_unanswered(receipt))
+            if future is None:
+                self.failures.append(_unanswered(receipt))
+            else:
+                future.set_result(_unanswered(receipt))
             return
         self._acks.append(receipt)
-        self._ack_futures.append(None)
+        self._ack_futures.append(future)
         self._queued(asyncio.get_running_loop())
 
     def _queued(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -343,8 +346,7 @@ class ConsumeStream:
         batch, self._pending = self._pending, []
         acks, self._acks = self._acks, []
         futures, self._ack_futures = self._ack_futures, []
-        awaited, self._awaited = self._awaited, 0
-        self._sent.append(_Sent(len(batch), acks, futures, awaited))
+        self._sent.append(_Sent(len(batch), acks, futures))
         self._requests.put_nowait(
             gateway_pb2.ConsumeRequest(
                 settle=gateway_pb2.SettleBatch(settlements=batch, acks=acks,
@@ -370,7 +372,7 @@ class ConsumeStream:
                         self.failures.append(bad)
                 elif not future.done():
                     future.set_result(ok if bad is None else bad)
-        elif sent.awaited:
+        else:
             for future in sent.ack_futures:
                 if future is not None and not future.done():
                     future.set_result(ok)
@@ -386,13 +388,12 @@ def _unanswered(receipt: str = "") -> gateway_pb2.SettleResult:
 
 @dataclass(slots=True)
 class _Sent:
-    """A settle batch on its way: its explicit settlements' count, its compact acks with their
-    futures (None for a quiet ack), and how many of those are futures."""
+    """A settle batch on its way: its explicit settlements' count, and its compact acks with
+    their futures (None for a quiet ack)."""
 
     explicit: int
     acks: list[str]
     ack_futures: list[asyncio.Future[gateway_pb2.SettleResult] | None]
-    awaited: int = 0
 
 
 class GatewayClient:

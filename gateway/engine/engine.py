@@ -7,10 +7,11 @@ carrying-out of decisions (ack, retry copies, in-place redelivery, dead letters)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import secrets
 from collections import defaultdict
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -455,8 +456,7 @@ class Engine:
                 continue
             now, real = self._times()
             live = sub.receivers()
-            tally = self._start_tally()
-            try:
+            with self._counted():
                 for stored in got:
                     consumer = sub.pick(live, stored.key)
                     if consumer is None:
@@ -473,8 +473,6 @@ class Engine:
                                   message_id=stored.message_id)
                         continue
                     consumer.push(delivery)
-            finally:
-                self._end_tally(tally)
 
     def _deliver_held(self, sub: Subscription) -> None:
         """Ordered retries whose interval passed go out first, to the key's consumer."""
@@ -555,16 +553,13 @@ class Engine:
         now, real = self._times()
         # Atomic: every item is decided before any is applied, and the first bad one raises.
         decided = self._decide_all(settlements, now) if atomic else None
-        tally = self._start_tally()
-        try:
+        with self._counted():
             for i, item in enumerate(settlements):
                 try:
                     one = decided[i] if decided is not None else self._decide(item, now)
                     results.append(self._carry_out(*one, batch, now, real))
                 except GatewayError as exc:
                     results.append(SettleResult(item.receipt, False, exc.code, exc.message))
-        finally:
-            self._end_tally(tally)
         try:
             await self._flush(batch)
         except GatewayError as exc:
@@ -581,8 +576,7 @@ class Engine:
         failed: dict[int, SettleResult] = {}
         now, real = self._times()
         inflight = self.inflight
-        tally = self._start_tally()
-        try:
+        with self._counted():
             for i, receipt in enumerate(receipts):
                 inf = inflight.get(receipt)
                 try:
@@ -592,8 +586,6 @@ class Engine:
                     self._apply(inf, decision, batch, now, real)
                 except GatewayError as exc:
                     failed[i] = SettleResult(receipt, False, exc.code, exc.message)
-        finally:
-            self._end_tally(tally)
         try:
             await self._flush(batch)
         except GatewayError as exc:
@@ -797,17 +789,21 @@ class Engine:
             log.error("timeout handling failed", error=exc.message)
 
     # ------------------------------------------------------------ observers
-    def _start_tally(self) -> Tally:
-        """Count the transitions of a batch in one dict; `_end_tally` hands them over."""
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        """Within the block, transitions are counted in one dict, handed to the counting
+        observers at its end. A batch that starts while this one awaits takes the dict's place;
+        this one's later transitions then go into that batch's dict, or are counted one by one
+        once it has ended: each is counted once."""
         tally: Tally = {}
         self._tally = tally
-        return tally
-
-    def _end_tally(self, tally: Tally) -> None:
-        if self._tally is tally:
-            self._tally = None
-        if tally:
-            self.observers.count_all(tally)
+        try:
+            yield
+        finally:
+            if self._tally is tally:
+                self._tally = None
+            if tally:
+                self.observers.count_all(tally)
 
     def _emit(self, inf: InFlight, before: State, decision: Decision, ts_ms: int) -> None:
         """Tell observers (and the debug log) about a state change made at real time `ts_ms`.
