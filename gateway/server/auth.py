@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import tomllib
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -35,16 +36,25 @@ import grpc
 
 from gateway.core.destinations import MAX_NAME_CHARS, Destinations
 from gateway.core.naming import NamingScheme
+from gateway.engine.api import SettleGuard
 from gateway.errors import GatewayError, InvalidArgument, PermissionDenied, Unauthenticated
 from gateway.server.errors import status_of
 from gateway.server.handlers import Behaviour, inner_behaviour, rebuild
 
 PROTECTED_PREFIX = "/gateway.v1."
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+SETTLING_METHODS = frozenset({"/gateway.v1.Gateway/Settle", "/gateway.v1.Gateway/Consume"})
 ECHO_CHARS = 200
 """Names echoed in errors are cut to this many characters."""
 MAX_DEPTH = 3
 """How deep destinations of destinations are followed (`orders-g-RETRY-g-DLQ`)."""
+_SETTLE_GUARD: ContextVar[SettleGuard | None] = ContextVar("settle_guard", default=None)
+
+
+def current_settle_guard() -> SettleGuard | None:
+    """The settle check of the gRPC call being served (None when auth is off): the gateway.v1
+    handlers pass it to the engine with every settlement."""
+    return _SETTLE_GUARD.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +128,6 @@ def _match(patterns: Iterable[str], value: str) -> bool:
 def _short(name: str) -> str:
     """A name as echoed in an error: cut to ECHO_CHARS."""
     return repr(name if len(name) <= ECHO_CHARS else name[:ECHO_CHARS] + "...")
-
-
-SettleGuard = Callable[[str, str], None]
-"""Raises PermissionDenied unless the caller may settle deliveries of (topic, group)."""
 
 
 class Authorizer:
@@ -273,7 +279,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         except Unauthenticated as exc:
             return rebuild(handler, *_refuse(grpc.StatusCode.UNAUTHENTICATED, exc.message))
         check = self._check_for(method, principal)
-        return rebuild(handler, *_guarded(handler, check))
+        guard = self.authorizer.settle_guard(principal) if method in SETTLING_METHODS else None
+        return rebuild(handler, *_guarded(handler, check, guard))
 
     def _check_for(self, method: str, principal: Principal) -> Callable[[Any], None]:
         authz = self.authorizer
@@ -304,15 +311,18 @@ def _refuse(code: grpc.StatusCode, message: str) -> tuple[Behaviour, Behaviour]:
     return unary, stream
 
 
-def _guarded(handler: grpc.RpcMethodHandler, check: Callable[[Any], None]) -> tuple[
-    Behaviour, Behaviour
-]:
+def _guarded(
+    handler: grpc.RpcMethodHandler, check: Callable[[Any], None], guard: SettleGuard | None
+) -> tuple[Behaviour, Behaviour]:
+    """The handler with its permission check first and the call's settle guard in context
+    (tasks the handler starts inherit it)."""
     inner = inner_behaviour(handler)
 
     async def denied(context: Any, exc: GatewayError) -> None:
         await context.abort(status_of(exc), exc.message)
 
     async def unary(request: Any, context: Any) -> Any:
+        _SETTLE_GUARD.set(guard)
         if handler.stream_unary:
             request = _checked_stream(request, check)
         else:
@@ -323,6 +333,7 @@ def _guarded(handler: grpc.RpcMethodHandler, check: Callable[[Any], None]) -> tu
         return await inner(request, context)
 
     async def stream(request: Any, context: Any) -> Any:
+        _SETTLE_GUARD.set(guard)
         if handler.stream_stream:
             request = _checked_stream(request, check)
         else:

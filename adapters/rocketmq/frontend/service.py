@@ -15,7 +15,13 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from adapters.rocketmq.dialect import DEFAULT_SUSPEND_MS
-from gateway.engine.api import SettleAction, Settlement, SettleResult, SubscriptionSpec
+from gateway.engine.api import (
+    SettleAction,
+    SettleGuard,
+    Settlement,
+    SettleResult,
+    SubscriptionSpec,
+)
 from gateway.errors import GatewayError, PermissionDenied, Unauthenticated
 
 from . import codec, topology
@@ -89,6 +95,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         permissions = self._settings.permissions
         if permissions is not None:
             permissions.checks.check_consume(self._principal(context), topic, group)
+
+    def _settle_guard(self, context: Any) -> SettleGuard | None:
+        """The caller's check for settling a delivery (None when permissions are off)."""
+        permissions = self._settings.permissions
+        if permissions is None:
+            return None
+        try:
+            return permissions.checks.settle_guard(self._principal(context))
+        except PermissionDenied as error:
+            denied = error
+
+        def refuse(topic: str, group: str) -> None:
+            raise denied
+
+        return refuse
 
     def _endpoints(self, requested: Any) -> Any:
         return topology.endpoints_for(self._settings.advertised_endpoint, requested)
@@ -244,6 +265,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         results = await self._renewer.settle(
             [e.receipt_handle for e in request.entries],
             lambda _, receipt: Settlement(receipt, SettleAction.ACK),
+            self._settle_guard(context),
         )
         response = service_pb2.AckMessageResponse()
         statuses = []
@@ -266,7 +288,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 return Settlement(receipt, SettleAction.FAIL, reason="push listener failed")
             return Settlement(receipt, SettleAction.EXTEND, invisible_ms=invisible_ms)
 
-        (result,) = await self._renewer.settle([request.receipt_handle], make)
+        (result,) = await self._renewer.settle([request.receipt_handle], make,
+                                               self._settle_guard(context))
         handle = request.receipt_handle
         if result.ok and result.new_receipt:
             handle = codec.wrap_receipt(codec.SIMPLE, result.new_receipt)
@@ -283,6 +306,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         (result,) = await self._renewer.settle(
             [request.receipt_handle],
             lambda _, receipt: Settlement(receipt, SettleAction.DEAD_LETTER, reason=reason),
+            self._settle_guard(context),
         )
         return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=_result_status(result))
 
