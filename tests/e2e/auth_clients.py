@@ -33,9 +33,11 @@ def bearer(token: str | None) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")] if token else []
 
 
-def signed(access_key: str | None, secret: str) -> list[tuple[str, str]]:
+def signed(
+    access_key: str | None, secret: str, client_id: str = ""
+) -> list[tuple[str, str]]:
     """RocketMQ SDK metadata: MQv2-HMAC-SHA1 over x-mq-date-time (None: no credentials)."""
-    meta = [("x-mq-client-id", f"matrix-{access_key}")]
+    meta = [("x-mq-client-id", client_id or f"matrix-{access_key}")]
     if access_key is None:
         return meta
     now = time.strftime(DATE_FORMAT, time.gmtime())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from auth_clients import bearer, consume_requests, rmq_receive_handles, signed
+from auth_clients import bearer, consume_requests, rmq_receive, rmq_receive_handles, signed
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gateway.server.app import GatewayApp, running_gateway
@@ -137,3 +137,31 @@ async def test_rocketmq_settles_are_checked(app: GatewayApp) -> None:
 
         reply = await rmq.AckMessage(acked, metadata=signed("payroll-ak", "payroll-sk"))
         assert reply.status.code == Code.OK
+
+
+async def test_another_principal_cannot_end_a_clients_renewals(app: GatewayApp) -> None:
+    """NotifyClientTermination names a client id; one principal naming another's client id must
+    not stop the renewal of that client's push deliveries (they would time out and retry)."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        gw = gateway_pb2_grpc.GatewayStub(channel)
+        rmq = service_pb2_grpc.MessagingServiceStub(channel)
+        await gw.Publish(gateway_pb2.PublishRequest(
+            topic="payroll", messages=[gateway_pb2.Message(body=b"salary")]), metadata=PAYROLL)
+        payroll = signed("payroll-ak", "payroll-sk", client_id="payroll-host@1")
+        push = rmq_receive("payroll", "payroll")
+        push.auto_renew = True
+        push.ClearField("invisible_duration")
+        handles = [r.message.system_properties.receipt_handle
+                   async for r in rmq.ReceiveMessage(push, metadata=payroll)
+                   if r.WhichOneof("content") == "message"]
+        (handle,) = handles
+        table = app.rocketmq._renewer._table
+        receipt = handle.partition(".")[2]
+        assert receipt in table
+        intruder = signed("billing-ak", "billing-sk", client_id="payroll-host@1")
+        await rmq.NotifyClientTermination(service_pb2.NotifyClientTerminationRequest(),
+                                          metadata=intruder)
+        assert receipt in table
+        await rmq.NotifyClientTermination(service_pb2.NotifyClientTerminationRequest(),
+                                          metadata=payroll)
+        assert receipt not in table

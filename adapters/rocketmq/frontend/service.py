@@ -111,6 +111,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
         return refuse
 
+    def _renewal_owner(self, context: Any, client_id: str) -> str:
+        """Whose push deliveries these are: the client id under the caller's access key, so
+        that one principal's NotifyClientTermination cannot end another's renewals."""
+        if not self._auth.enabled:
+            return client_id
+        return f"{self._auth.check(context.invocation_metadata() or ())}/{client_id}"
+
     def _endpoints(self, requested: Any) -> Any:
         return topology.endpoints_for(self._settings.advertised_endpoint, requested)
 
@@ -174,7 +181,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         client_id = await self._authenticate(context)
         if client_id:
-            self._renewer.forget_client(client_id)
+            self._renewer.forget_client(self._renewal_owner(context, client_id))
         return service_pb2.NotifyClientTerminationResponse(status=codec.status())
 
     async def Telemetry(
@@ -248,8 +255,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             )
             return
         if kind == codec.PUSH:
+            owner = self._renewal_owner(context, client_id)
             for delivery in deliveries:
-                self._renewer.track(delivery.receipt, client_id, delivery.deadline_ms, shown_ms)
+                self._renewer.track(delivery.receipt, owner, delivery.deadline_ms, shown_ms)
         now_ms = self._engine.now_ms()
         yield service_pb2.ReceiveMessageResponse(status=codec.status())
         stamp = service_pb2.ReceiveMessageResponse()
