@@ -291,11 +291,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if method.endswith("/Receive"):
             return lambda request: authz.check_consume(principal, request.topic, request.group)
         if method.endswith("/Consume"):
-            def first(request: Any) -> None:
-                if request.WhichOneof("kind") == "subscribe":
+            def subscribe(request: Any) -> None:
+                if request.HasField("subscribe"):
                     sub = request.subscribe
                     authz.check_consume(principal, sub.topic, sub.group)
-            return first
+            return subscribe
         return lambda request: None
 
 
@@ -351,9 +351,7 @@ def _guarded(
 
 
 async def _checked_stream(requests: Any, check: Callable[[Any], None]) -> Any:
-    first = True
+    """Every request of the stream is checked (a later subscribe frame as much as the first)."""
     async for request in requests:
-        if first:
-            check(request)
-            first = False
+        check(request)
         yield request
