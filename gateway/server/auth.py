@@ -188,22 +188,20 @@ class Authorizer:
         group that remembers its answers (one per caller, e.g. per stream)."""
         if principal is None:
             return None
-        answers: dict[tuple[str, str], PermissionDenied | None] = {}
+        allowed: set[tuple[str, str]] = set()
+        refused: dict[tuple[str, str], str] = {}
 
         def guard(topic: str, group: str) -> None:
             key = (topic, group)
-            if key not in answers:
-                try:
-                    self.check_consume(principal, topic, group)
-                    answers[key] = None
-                except PermissionDenied as exc:
-                    answers[key] = PermissionDenied(
-                        f"{principal.name} may not settle deliveries of {_short(topic)} to "
-                        f"group {_short(group)}: {exc.message}"
-                    )
-            denied = answers[key]
-            if denied is not None:
-                raise denied
+            if key in allowed:
+                return
+            if key not in refused:
+                if self._may_consume(principal, topic, group, 0):
+                    allowed.add(key)
+                    return
+                refused[key] = (f"{principal.name} may not settle deliveries of {_short(topic)} "
+                                f"to group {_short(group)}: it may not consume them")
+            raise PermissionDenied(refused[key])
 
         return guard
 
