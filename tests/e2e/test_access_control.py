@@ -222,3 +222,16 @@ rocketmq_secret_key = "rocket-sk"
         assert settings.credentials == {"rocket-ak": "rocket-sk"}
         assert settings.permissions is not None
         assert settings.permissions.by_access_key["rocket-ak"].name == "rocket"
+
+
+async def test_overlong_names_are_refused_briefly_under_auth(app: GatewayApp) -> None:
+    """The permission check runs first; a 100 KiB name gets a short INVALID_ARGUMENT."""
+    gw, _, channel = stubs(app.grpc_port, None)
+    async with channel:
+        billing = meta("billing-secret")
+        for call in (gw.Publish(publish("orders" * 20_000), metadata=billing),
+                     gw.Receive(receive("%DLQ%" + "b" * 100_000, "billing"), metadata=billing)):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert len(err.value.details() or "") < 500
