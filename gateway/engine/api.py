@@ -7,7 +7,7 @@ the state machine directly.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.values import value
@@ -98,3 +98,8 @@ class SettleResult:
     new_receipt: str = ""
     """For EXTEND: the receipt that settles the delivery from now on (the same one here)."""
     deadline_ms: int = 0
+
+
+SettleGuard = Callable[[str, str], None]
+"""A caller's access check for settling: given a delivery's subscribed topic and group, raises
+`PermissionDenied` unless the caller may settle it (`gateway.server.auth.Authorizer`)."""

@@ -38,6 +38,7 @@ from gateway.engine.api import (
     ACK,
     Delivery,
     SettleAction,
+    SettleGuard,
     Settlement,
     SettleResult,
     SubscriptionSpec,
@@ -544,19 +545,21 @@ class Engine:
 
     # ------------------------------------------------------------- settling
     async def settle(
-        self, settlements: Sequence[Settlement], *, atomic: bool = False
+        self, settlements: Sequence[Settlement], *, atomic: bool = False,
+        guard: SettleGuard | None = None,
     ) -> list[SettleResult]:
         """Settle deliveries. Each result says what went wrong for its item; with `atomic` the
-        first bad item raises its error and nothing is applied."""
+        first bad item raises its error and nothing is applied. `guard` (the caller's access
+        check, None when auth is off) is asked about each delivery's topic and group first."""
         batch = _Batch()
         results: list[SettleResult] = []
         now, real = self._times()
         # Atomic: every item is decided before any is applied, and the first bad one raises.
-        decided = self._decide_all(settlements, now) if atomic else None
+        decided = self._decide_all(settlements, now, guard) if atomic else None
         with self._counted():
             for i, item in enumerate(settlements):
                 try:
-                    one = decided[i] if decided is not None else self._decide(item, now)
+                    one = decided[i] if decided is not None else self._decide(item, now, guard)
                     results.append(self._carry_out(*one, batch, now, real))
                 except GatewayError as exc:
                     results.append(SettleResult(item.receipt, False, exc.code, exc.message))
@@ -569,7 +572,9 @@ class Engine:
             ]
         return results
 
-    async def ack(self, receipts: Sequence[str]) -> dict[int, SettleResult]:
+    async def ack(
+        self, receipts: Sequence[str], *, guard: SettleGuard | None = None
+    ) -> dict[int, SettleResult]:
         """Ack deliveries by receipt: what `settle` does with ACK settlements, without building
         a settlement or a result for each. Returns the failures by position in `receipts`."""
         batch = _Batch()
@@ -582,6 +587,8 @@ class Engine:
                 try:
                     if inf is None or inf.held:
                         raise StaleReceipt(receipt)
+                    if guard is not None:
+                        guard(inf.sub.spec.topic, inf.sub.spec.group)
                     decision = decide(inf.record, ev.Ack(receipt), inf.sub.policy, now)
                     self._apply(inf, decision, batch, now, real)
                 except GatewayError as exc:
@@ -593,14 +600,16 @@ class Engine:
                     for i, r in enumerate(receipts)}
         return failed
 
-    def _decide_all(self, settlements: Sequence[Settlement], now: int) -> list[_Decided]:
+    def _decide_all(
+        self, settlements: Sequence[Settlement], now: int, guard: SettleGuard | None
+    ) -> list[_Decided]:
         seen: set[str] = set()
         decided: list[_Decided] = []
         for item in settlements:
             if item.receipt in seen:
                 raise StaleReceipt(item.receipt)
             seen.add(item.receipt)
-            decided.append(self._decide(item, now))
+            decided.append(self._decide(item, now, guard))
         return decided
 
     def _event(self, item: Settlement) -> tuple[ev.Event, int, str]:
@@ -618,11 +627,13 @@ class Engine:
                 return ev.Extend(item.receipt, item.invisible_ms, receipt), n, receipt
         raise InvalidArgument("action", item.action, "ack, fail, extend or dead_letter")
 
-    def _decide(self, item: Settlement, now: int) -> _Decided:
+    def _decide(self, item: Settlement, now: int, guard: SettleGuard | None) -> _Decided:
         """What settling `item` would do; nothing changes yet."""
         inf = self.inflight.get(item.receipt)
         if inf is None or inf.held:
             raise StaleReceipt(item.receipt)
+        if guard is not None:
+            guard(inf.sub.spec.topic, inf.sub.spec.group)
         if item.action is ACK:
             event: ev.Event = ev.Ack(item.receipt)
             new_n, new_receipt = 0, ""

@@ -13,6 +13,7 @@ from gateway.engine.dispatch import Consumer
 from gateway.engine.engine import Engine
 from gateway.errors import InvalidArgument, Unavailable
 from gateway.server import convert
+from gateway.server.auth import current_settle_guard
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
@@ -50,7 +51,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         if not request.settlements:
             raise InvalidArgument("settlements", 0, "at least one settlement")
         items = [convert.settlement(s, i) for i, s in enumerate(request.settlements)]
-        results = await self.engine.settle(items, atomic=True)
+        results = await self.engine.settle(items, atomic=True, guard=current_settle_guard())
         failed = [r for r in results if not r.ok]
         if failed and failed[0].error_code == "UNAVAILABLE":
             raise Unavailable(failed[0].error)
@@ -144,16 +145,17 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 refused[i] = SettleResult(s.receipt, False, exc.code, exc.message)
         receipts = list(batch.acks)
         engine = self.engine
+        guard = current_settle_guard()
         try:
             # Explicit settlements are carried out before the compact acks; when the batch has
             # both, their store writes share a commit.
             if items and receipts:
-                done, acks_failed = await asyncio.gather(engine.settle(items),
-                                                         engine.ack(receipts))
+                done, acks_failed = await asyncio.gather(engine.settle(items, guard=guard),
+                                                         engine.ack(receipts, guard=guard))
             elif items:
-                done, acks_failed = await engine.settle(items), {}
+                done, acks_failed = await engine.settle(items, guard=guard), {}
             else:
-                done, acks_failed = [], await engine.ack(receipts) if receipts else {}
+                done, acks_failed = [], await engine.ack(receipts, guard=guard) if receipts else {}
         except Exception:
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise

@@ -23,7 +23,7 @@ from gateway.engine.engine import Engine
 from gateway.engine.observe import Observer
 from gateway.server.api import AdminService, GatewayService
 from gateway.server.auth import AuthInterceptor, Authorizer, load_principals
-from gateway.server.config import ServeConfig, host_port
+from gateway.server.config import ServeConfig, check_listener
 from gateway.server.errors import ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
@@ -134,7 +134,7 @@ class GatewayApp:
             reflection.SERVICE_NAME,
         )
         reflection.enable_server_reflection(names, server)
-        host, port = host_port("listen", cfg.listen)
+        host, port = check_listener("listen", cfg.listen, cfg)
         if cfg.tls_cert:
             bound = server.add_secure_port(f"{host}:{port}", self._tls())
         else:
@@ -149,14 +149,14 @@ class GatewayApp:
         if cfg.pulsar_listen:
             from adapters.pulsar.frontend.server import PulsarFrontEnd
 
-            phost, pport = host_port("pulsar_listen", cfg.pulsar_listen)
+            phost, pport = check_listener("pulsar_listen", cfg.pulsar_listen, cfg)
             self.pulsar = PulsarFrontEnd(self.engine, phost, pport,
                                          advertised_url=cfg.pulsar_advertised or None,
                                          max_message_size=cfg.max_message_bytes,
                                          authorizer=self.authorizer)
             await self.pulsar.start()
         if cfg.admin_listen:
-            ahost, aport = host_port("admin_listen", cfg.admin_listen)
+            ahost, aport = check_listener("admin_listen", cfg.admin_listen, cfg)
             self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
             self.metrics_port = self.metrics.serve(ahost, aport)
         await self._health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)

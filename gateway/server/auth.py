@@ -12,9 +12,12 @@ Tokens live in a TOML file (mounted from a Secret in Kubernetes):
     rocketmq_access_key = "AK"         # optional: RocketMQ SDKs sign requests with these
     rocketmq_secret_key = "SK"
 
-Permission to consume a group covers the group's retry and dead-letter destinations under any
-naming scheme. A missing or unknown token is UNAUTHENTICATED; a known principal acting outside
-its permissions is PERMISSION_DENIED, with the same message whether the topic exists or not.
+Retry and dead-letter destinations are reserved names (see `Authorizer`): permission to consume
+a topic with a group covers that topic and group's destinations under every naming scheme, and
+nothing else reaches them but patterns that name them (`%DLQ%*`) and, for publishing, admin.
+Settling a delivery needs permission to consume its topic with its group. A missing or unknown
+token is UNAUTHENTICATED; a known principal acting outside its permissions is PERMISSION_DENIED,
+with the same message whether the topic exists or not.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import hashlib
 import hmac
 import tomllib
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -30,12 +34,27 @@ from typing import Any
 
 import grpc
 
+from gateway.core.destinations import MAX_NAME_CHARS, Destinations
 from gateway.core.naming import NamingScheme
-from gateway.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from gateway.engine.api import SettleGuard
+from gateway.errors import GatewayError, InvalidArgument, PermissionDenied, Unauthenticated
+from gateway.server.errors import status_of
 from gateway.server.handlers import Behaviour, inner_behaviour, rebuild
 
 PROTECTED_PREFIX = "/gateway.v1."
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+SETTLING_METHODS = frozenset({"/gateway.v1.Gateway/Settle", "/gateway.v1.Gateway/Consume"})
+ECHO_CHARS = 200
+"""Names echoed in errors are cut to this many characters."""
+MAX_DEPTH = 3
+"""How deep destinations of destinations are followed (`orders-g-RETRY-g-DLQ`)."""
+_SETTLE_GUARD: ContextVar[SettleGuard | None] = ContextVar("settle_guard", default=None)
+
+
+def current_settle_guard() -> SettleGuard | None:
+    """The settle check of the gRPC call being served (None when auth is off): the gateway.v1
+    handlers pass it to the engine with every settlement."""
+    return _SETTLE_GUARD.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +125,26 @@ def _match(patterns: Iterable[str], value: str) -> bool:
     return any(fnmatchcase(value, p) for p in patterns)
 
 
+def _short(name: str) -> str:
+    """A name as echoed in an error: cut to ECHO_CHARS."""
+    return repr(name if len(name) <= ECHO_CHARS else name[:ECHO_CHARS] + "...")
+
+
 class Authorizer:
-    """Decides who may do what; `None` principals mean authentication is off."""
+    """Decides who may do what; `None` principals mean authentication is off.
+
+    Retry and dead-letter destinations (names some naming scheme gives a topic and group) are
+    reserved: a principal may consume or publish to one when it may consume one of the
+    destination's owners (topic and group; where the name carries no topic, any topic with that
+    group; where it carries no group, the topic with the group it subscribes with), or when one
+    of its own patterns is itself a reserved name (`%DLQ%*`, `*.dlq`). Admins may publish to
+    any. Plain patterns (`*`, `orders*`) never reach reserved names.
+    """
 
     def __init__(self, principals: Iterable[Principal], schemes: Iterable[NamingScheme]) -> None:
         self.by_digest = {p.token_sha256: p for p in principals}
-        self.schemes = tuple(schemes)
+        self.destinations = Destinations(schemes)
+        self._explicit: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
 
     def authenticate(self, token: str | None) -> Principal:
         if not token:
@@ -125,18 +158,24 @@ class Authorizer:
     def check_publish(self, principal: Principal | None, topic: str) -> None:
         if principal is None:
             return
-        if not _match(principal.publish, topic):
-            raise PermissionDenied(f"{principal.name} may not publish to {topic!r}")
+        _check_length("topic", topic)
+        if not self.destinations.reserved(topic):
+            if _match(principal.publish, topic):
+                return
+        elif (principal.admin or _match(self._explicit_of(principal, "publish"), topic)
+              or self._may_consume(principal, topic, None, 0)):
+            return
+        raise PermissionDenied(f"{principal.name} may not publish to {_short(topic)}")
 
     def check_consume(self, principal: Principal | None, topic: str, group: str) -> None:
         if principal is None:
             return
-        denied = PermissionDenied(f"{principal.name} may not consume {topic!r} as group {group!r}")
-        if not _match(principal.groups, group):
-            raise denied
-        if _match(principal.consume, topic) or self._group_destination(topic, group):
-            return
-        raise denied
+        _check_length("topic", topic)
+        _check_length("group", group)
+        if not self._may_consume(principal, topic, group, 0):
+            raise PermissionDenied(
+                f"{principal.name} may not consume {_short(topic)} as group {_short(group)}"
+            )
 
     def check_admin(self, principal: Principal | None) -> None:
         if principal is None:
@@ -144,23 +183,67 @@ class Authorizer:
         if not principal.admin:
             raise PermissionDenied(f"{principal.name} may not use admin verbs")
 
-    def _group_destination(self, topic: str, group: str) -> bool:
-        """True when `topic` is one of `group`'s own retry or dead-letter destinations."""
-        for scheme in self.schemes:
-            for template in (scheme.retry_template, scheme.dead_letter_template):
-                if "{topic}" in template:
-                    prefix, _, suffix = template.partition("{topic}")
-                    prefix_g = prefix.format(group=group, ns="")
-                    suffix_g = suffix.format(group=group, ns="")
-                    if topic.startswith(prefix_g) and topic.endswith(suffix_g) and len(
-                        topic
-                    ) > len(prefix_g) + len(suffix_g):
-                        return True
-                else:
-                    name = template.format(group=group, ns="")
-                    if topic == name or topic.endswith("/" + name):
-                        return True
+    def settle_guard(self, principal: Principal | None) -> SettleGuard | None:
+        """What settling needs: None when auth is off, else a check of the delivery's topic and
+        group that remembers its answers (one per caller, e.g. per stream)."""
+        if principal is None:
+            return None
+        allowed: set[tuple[str, str]] = set()
+        refused: dict[tuple[str, str], str] = {}
+
+        def guard(topic: str, group: str) -> None:
+            key = (topic, group)
+            if key in allowed:
+                return
+            if key not in refused:
+                if self._may_consume(principal, topic, group, 0):
+                    allowed.add(key)
+                    return
+                refused[key] = (f"{principal.name} may not settle deliveries of {_short(topic)} "
+                                f"to group {_short(group)}: it may not consume them")
+            raise PermissionDenied(refused[key])
+
+        return guard
+
+    def _may_consume(self, principal: Principal, topic: str, group: str | None,
+                     depth: int) -> bool:
+        """May `principal` consume `topic` with `group` (None: with some group of its own)?"""
+        if not (_match(principal.groups, group) if group is not None else principal.groups):
+            return False
+        owners = self.destinations.owners(topic)
+        if not owners:
+            return _match(principal.consume, topic)
+        if _match(self._explicit_of(principal, "consume"), topic):
+            return True
+        if depth >= MAX_DEPTH:
+            return False
+        for owner_topic, owner_group in owners:
+            as_group = owner_group if owner_group is not None else group
+            if owner_topic is None:
+                # `%DLQ%{group}`: the group's destination for every topic it consumes.
+                if principal.consume and (
+                    as_group is None or _match(principal.groups, as_group)
+                ):
+                    return True
+            elif self._may_consume(principal, owner_topic, as_group, depth + 1):
+                return True
         return False
+
+    def _explicit_of(self, principal: Principal, kind: str) -> tuple[str, ...]:
+        """The principal's patterns that are themselves reserved names (`%DLQ%*`)."""
+        patterns: tuple[str, ...] = getattr(principal, kind)
+        key = (kind, patterns)
+        found = self._explicit.get(key)
+        if found is None:
+            found = tuple(p for p in patterns if self.destinations.reserved(p))
+            self._explicit[key] = found
+        return found
+
+
+def _check_length(field: str, name: str) -> None:
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidArgument(field, name[:ECHO_CHARS] + "...",
+                              f"at most {MAX_NAME_CHARS} characters (got {len(name)})")
 
 
 def bearer(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
@@ -194,7 +277,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         except Unauthenticated as exc:
             return rebuild(handler, *_refuse(grpc.StatusCode.UNAUTHENTICATED, exc.message))
         check = self._check_for(method, principal)
-        return rebuild(handler, *_guarded(handler, check))
+        guard = self.authorizer.settle_guard(principal) if method in SETTLING_METHODS else None
+        return rebuild(handler, *_guarded(handler, check, guard))
 
     def _check_for(self, method: str, principal: Principal) -> Callable[[Any], None]:
         authz = self.authorizer
@@ -205,11 +289,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if method.endswith("/Receive"):
             return lambda request: authz.check_consume(principal, request.topic, request.group)
         if method.endswith("/Consume"):
-            def first(request: Any) -> None:
-                if request.WhichOneof("kind") == "subscribe":
+            def subscribe(request: Any) -> None:
+                if request.HasField("subscribe"):
                     sub = request.subscribe
                     authz.check_consume(principal, sub.topic, sub.group)
-            return first
+            return subscribe
         return lambda request: None
 
 
@@ -225,31 +309,35 @@ def _refuse(code: grpc.StatusCode, message: str) -> tuple[Behaviour, Behaviour]:
     return unary, stream
 
 
-def _guarded(handler: grpc.RpcMethodHandler, check: Callable[[Any], None]) -> tuple[
-    Behaviour, Behaviour
-]:
+def _guarded(
+    handler: grpc.RpcMethodHandler, check: Callable[[Any], None], guard: SettleGuard | None
+) -> tuple[Behaviour, Behaviour]:
+    """The handler with its permission check first and the call's settle guard in context
+    (tasks the handler starts inherit it)."""
     inner = inner_behaviour(handler)
 
-    async def denied(context: Any, exc: PermissionDenied) -> None:
-        await context.abort(grpc.StatusCode.PERMISSION_DENIED, exc.message)
+    async def denied(context: Any, exc: GatewayError) -> None:
+        await context.abort(status_of(exc), exc.message)
 
     async def unary(request: Any, context: Any) -> Any:
+        _SETTLE_GUARD.set(guard)
         if handler.stream_unary:
             request = _checked_stream(request, check)
         else:
             try:
                 check(request)
-            except PermissionDenied as exc:
+            except GatewayError as exc:
                 await denied(context, exc)
         return await inner(request, context)
 
     async def stream(request: Any, context: Any) -> Any:
+        _SETTLE_GUARD.set(guard)
         if handler.stream_stream:
             request = _checked_stream(request, check)
         else:
             try:
                 check(request)
-            except PermissionDenied as exc:
+            except GatewayError as exc:
                 await denied(context, exc)
         try:
             async for item in inner(request, context):
@@ -261,9 +349,7 @@ def _guarded(handler: grpc.RpcMethodHandler, check: Callable[[Any], None]) -> tu
 
 
 async def _checked_stream(requests: Any, check: Callable[[Any], None]) -> Any:
-    first = True
+    """Every request of the stream is checked (a later subscribe frame as much as the first)."""
     async for request in requests:
-        if first:
-            check(request)
-            first = False
+        check(request)
         yield request

@@ -8,6 +8,7 @@ pulsar.service_url -> pulsar_service_url, server.* likewise.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -63,9 +64,10 @@ class ServeConfig:
     """Without auth the gateway listens on loopback only unless this is set."""
 
     def __post_init__(self) -> None:
-        host_port("listen", self.listen)
-        if self.pulsar_listen:
-            host_port("pulsar_listen", self.pulsar_listen)
+        for name in LISTENERS:
+            address = getattr(self, name)
+            if address or name == "listen":
+                check_listener(name, address, self)
         if self.backend not in BACKENDS:
             raise InvalidArgument("backend", self.backend, "one of " + ", ".join(BACKENDS))
         if not 0 <= self.cache_mb <= 65536:
@@ -74,22 +76,38 @@ class ServeConfig:
             raise InvalidArgument("grace_s", self.grace_s, "0..3600 s")
         if not 0 <= self.broadcast_idle_s <= 2_592_000:
             raise InvalidArgument("broadcast_idle_s", self.broadcast_idle_s, "0..2592000 s")
-        if self.admin_listen:
-            host_port("admin_listen", self.admin_listen)
         if bool(self.tls_cert) != bool(self.tls_key):
             raise InvalidArgument("tls_key", self.tls_key, "tls_cert and tls_key together")
         if self.tls_client_ca and not self.tls_cert:
             raise InvalidArgument("tls_client_ca", self.tls_client_ca, "only with tls_cert")
-        if not self.tokens_file and not self.allow_remote_unauthenticated:
-            host, _ = host_port("listen", self.listen)
-            if host not in ("127.0.0.1", "localhost", "::1"):
-                raise InvalidArgument(
-                    "listen", self.listen,
-                    "a loopback address while no tokens_file is configured "
-                    "(set allow_remote_unauthenticated to listen elsewhere without auth)",
-                )
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise InvalidArgument("log_level", self.log_level, "debug, info, warning, error")
+
+
+LISTENERS = ("listen", "pulsar_listen", "admin_listen")
+"""Every address the gateway listens on (RocketMQ SDKs share the gRPC `listen` port)."""
+
+
+def check_listener(field: str, address: str, config: ServeConfig) -> tuple[str, int]:
+    """(host, port) of a listener; without a tokens file it must be a loopback address unless
+    `allow_remote_unauthenticated` is set. The one rule for every listener."""
+    host, port = host_port(field, address)
+    if not config.tokens_file and not config.allow_remote_unauthenticated and not _loopback(host):
+        raise InvalidArgument(
+            field, address,
+            "a loopback address (127.0.0.0/8, ::1, localhost) while no tokens_file is "
+            "configured (set allow_remote_unauthenticated to listen elsewhere without auth)",
+        )
+    return host, port
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def host_port(field: str, value: str) -> tuple[str, int]:

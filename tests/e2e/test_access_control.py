@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.errors import InvalidArgument
 from gateway.server.app import GatewayApp, running_gateway
-from gateway.server.config import ServeConfig
+from gateway.server.config import ServeConfig, load
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
 TOKENS = """
@@ -128,6 +130,47 @@ def test_no_auth_means_loopback_only() -> None:
     assert ServeConfig(listen="0.0.0.0:50051", allow_remote_unauthenticated=True)
 
 
+LISTENERS = ("listen", "pulsar_listen", "admin_listen")
+
+
+@pytest.mark.parametrize("field", LISTENERS)
+@pytest.mark.parametrize("address", ["0.0.0.0:7000", "[::]:7000", "10.1.2.3:7000",
+                                     "example.com:7000"])
+def test_every_listener_is_loopback_only_without_auth(field: str, address: str) -> None:
+    """Issue 16, defect 8: --pulsar-listen and --admin-listen bound every interface."""
+    with pytest.raises(InvalidArgument) as err:
+        load(env={}, flags={field: address})
+    assert err.value.field == field
+    assert "loopback" in err.value.message
+    assert load(env={}, flags={field: address, "allow_remote_unauthenticated": True})
+    assert load(env={}, flags={field: address, "tokens_file": "/tokens.toml"})
+
+
+@pytest.mark.parametrize("field", LISTENERS)
+@pytest.mark.parametrize("address", ["127.0.0.1:7000", "127.0.0.2:0", "localhost:7000",
+                                     "[::1]:7000"])
+def test_loopback_listeners_need_no_auth(field: str, address: str) -> None:
+    assert getattr(load(env={}, flags={field: address}), field) == address
+
+
+@pytest.mark.parametrize("flag", ["--pulsar-listen", "--admin-listen"])
+def test_the_cli_refuses_a_remote_listener_without_auth(tmp_path: Path, flag: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "serve", "--listen", "127.0.0.1:0",
+             "--data-dir", str(tmp_path / "data"), flag, "0.0.0.0:0"],
+            capture_output=True, text=True, timeout=30, env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"gateway serve {flag} 0.0.0.0:0 started without auth")
+    assert done.returncode == 2
+    assert flag[2:].replace("-", "_") in done.stderr
+    assert "loopback" in done.stderr
+
+
 def make_ca(tmp: Path) -> dict[str, Path]:
     """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate."""
     def run(*args: str) -> None:
@@ -179,3 +222,16 @@ rocketmq_secret_key = "rocket-sk"
         assert settings.credentials == {"rocket-ak": "rocket-sk"}
         assert settings.permissions is not None
         assert settings.permissions.by_access_key["rocket-ak"].name == "rocket"
+
+
+async def test_overlong_names_are_refused_briefly_under_auth(app: GatewayApp) -> None:
+    """The permission check runs first; a 100 KiB name gets a short INVALID_ARGUMENT."""
+    gw, _, channel = stubs(app.grpc_port, None)
+    async with channel:
+        billing = meta("billing-secret")
+        for call in (gw.Publish(publish("orders" * 20_000), metadata=billing),
+                     gw.Receive(receive("%DLQ%" + "b" * 100_000, "billing"), metadata=billing)):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert len(err.value.details() or "") < 500

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from gateway.backend.base import OutMessage
 from gateway.core.policy import RetryPolicy
-from gateway.engine.api import Delivery, Settlement, SettleResult, SubscriptionSpec
+from gateway.engine.api import Delivery, SettleGuard, Settlement, SettleResult, SubscriptionSpec
 
 
 class EnginePort(Protocol):
@@ -27,4 +27,6 @@ class EnginePort(Protocol):
         wait_ms: int,
     ) -> list[Delivery]: ...
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[SettleResult]: ...
+    async def settle(
+        self, settlements: Sequence[Settlement], *, guard: SettleGuard | None = None
+    ) -> list[SettleResult]: ...

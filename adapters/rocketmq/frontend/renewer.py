@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from gateway.engine.api import SettleAction, Settlement, SettleResult
-from gateway.errors import GatewayError
+from gateway.engine.api import SettleAction, SettleGuard, Settlement, SettleResult
+from gateway.errors import GatewayError, PermissionDenied
 
 from . import codec
 from .engine_port import EnginePort
@@ -46,23 +46,34 @@ class Renewer:
         self._table.discard_client(client_id)
 
     async def settle(
-        self, handles: Sequence[str], make: Callable[[str, str], Settlement]
+        self,
+        handles: Sequence[str],
+        make: Callable[[str, str], Settlement],
+        guard: SettleGuard | None = None,
     ) -> list[SettleResult]:
-        """Settle by client handles; `make(kind, engine_receipt)` builds each settlement."""
+        """Settle by client handles; `make(kind, engine_receipt)` builds each settlement.
+        `guard` is the caller's access check; a refused push delivery is still renewed."""
         async with self._lock:
             settlements = []
+            pushed = []
             for handle in handles:
                 kind, receipt = codec.unwrap_receipt(handle)
                 if kind == codec.PUSH:
-                    receipt = self._table.pop(receipt)
+                    pushed.append(receipt)
+                    receipt = self._table.current(receipt)
                 settlements.append(make(kind, receipt))
             try:
-                return await self._engine.settle(settlements)
+                results = await self._engine.settle(settlements, guard=guard)
             except GatewayError as error:
-                return [
+                results = [
                     SettleResult(s.receipt, False, error_code=error.code, error=error.message)
                     for s in settlements
                 ]
+            refused = {r.receipt for r in results if r.error_code == PermissionDenied.code}
+            for handle in pushed:
+                if self._table.current(handle) not in refused:
+                    self._table.forget(handle)
+            return results
 
     async def _run(self) -> None:
         """Runs while push deliveries are unsettled; ends when there is nothing to renew."""

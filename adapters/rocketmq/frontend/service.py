@@ -15,7 +15,13 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from adapters.rocketmq.dialect import DEFAULT_SUSPEND_MS
-from gateway.engine.api import SettleAction, Settlement, SettleResult, SubscriptionSpec
+from gateway.engine.api import (
+    SettleAction,
+    SettleGuard,
+    Settlement,
+    SettleResult,
+    SubscriptionSpec,
+)
 from gateway.errors import GatewayError, PermissionDenied, Unauthenticated
 
 from . import codec, topology
@@ -90,6 +96,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if permissions is not None:
             permissions.checks.check_consume(self._principal(context), topic, group)
 
+    def _settle_guard(self, context: Any) -> SettleGuard | None:
+        """The caller's check for settling a delivery (None when permissions are off)."""
+        permissions = self._settings.permissions
+        if permissions is None:
+            return None
+        try:
+            return permissions.checks.settle_guard(self._principal(context))
+        except PermissionDenied as error:
+            denied = error
+
+        def refuse(topic: str, group: str) -> None:
+            raise denied
+
+        return refuse
+
+    def _renewal_owner(self, context: Any, client_id: str) -> str:
+        """Whose push deliveries these are: the client id under the caller's access key, so
+        that one principal's NotifyClientTermination cannot end another's renewals."""
+        if not self._auth.enabled:
+            return client_id
+        return f"{self._auth.check(context.invocation_metadata() or ())}/{client_id}"
+
     def _endpoints(self, requested: Any) -> Any:
         return topology.endpoints_for(self._settings.advertised_endpoint, requested)
 
@@ -153,7 +181,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         client_id = await self._authenticate(context)
         if client_id:
-            self._renewer.forget_client(client_id)
+            self._renewer.forget_client(self._renewal_owner(context, client_id))
         return service_pb2.NotifyClientTerminationResponse(status=codec.status())
 
     async def Telemetry(
@@ -227,8 +255,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             )
             return
         if kind == codec.PUSH:
+            owner = self._renewal_owner(context, client_id)
             for delivery in deliveries:
-                self._renewer.track(delivery.receipt, client_id, delivery.deadline_ms, shown_ms)
+                self._renewer.track(delivery.receipt, owner, delivery.deadline_ms, shown_ms)
         now_ms = self._engine.now_ms()
         yield service_pb2.ReceiveMessageResponse(status=codec.status())
         stamp = service_pb2.ReceiveMessageResponse()
@@ -244,6 +273,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         results = await self._renewer.settle(
             [e.receipt_handle for e in request.entries],
             lambda _, receipt: Settlement(receipt, SettleAction.ACK),
+            self._settle_guard(context),
         )
         response = service_pb2.AckMessageResponse()
         statuses = []
@@ -266,7 +296,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 return Settlement(receipt, SettleAction.FAIL, reason="push listener failed")
             return Settlement(receipt, SettleAction.EXTEND, invisible_ms=invisible_ms)
 
-        (result,) = await self._renewer.settle([request.receipt_handle], make)
+        (result,) = await self._renewer.settle([request.receipt_handle], make,
+                                               self._settle_guard(context))
         handle = request.receipt_handle
         if result.ok and result.new_receipt:
             handle = codec.wrap_receipt(codec.SIMPLE, result.new_receipt)
@@ -283,6 +314,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         (result,) = await self._renewer.settle(
             [request.receipt_handle],
             lambda _, receipt: Settlement(receipt, SettleAction.DEAD_LETTER, reason=reason),
+            self._settle_guard(context),
         )
         return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=_result_status(result))
 

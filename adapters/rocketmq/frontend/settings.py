@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adapters.rocketmq.dialect import BACKOFF_MS, DEFAULT_SUSPEND_MS, INT_MAX, SUSPEND_RANGE_MS
+from gateway.engine.api import SettleGuard
 
 __all__ = [
     "DEFAULT_SUSPEND_MS",
@@ -32,6 +33,8 @@ class Checks(Protocol):
     def check_publish(self, principal: Any, topic: str) -> None: ...
 
     def check_consume(self, principal: Any, topic: str, group: str) -> None: ...
+
+    def settle_guard(self, principal: Any) -> SettleGuard | None: ...
 
 
 @dataclass(frozen=True, slots=True)
