@@ -166,6 +166,15 @@ def test_push_settings_carry_the_dialect_table_and_metrics() -> None:
     assert reply.metric.on and reply.metric.endpoints == endpoints
 
 
+def test_a_clients_own_backoff_steps_are_replaced_not_extended() -> None:
+    client = _client(CT.PUSH_CONSUMER)
+    client.backoff_policy.customized_backoff.next.add(seconds=999)
+    client.backoff_policy.customized_backoff.next.add(seconds=998)
+    reply = topology.settings_reply(client, FrontendSettings(), definition_pb2.Endpoints())
+    policy = CustomizedBackoffRetryPolicy(reply.backoff_policy, 0)
+    assert policy.durations == [ms // 1000 for ms in BACKOFF_MS]
+
+
 def test_fifo_group_gets_orderly_settings() -> None:
     settings = FrontendSettings(fifo_groups=frozenset({"fg"}), orderly_max_delivery_attempts=4)
     reply = topology.settings_reply(
