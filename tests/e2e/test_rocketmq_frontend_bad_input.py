@@ -341,3 +341,25 @@ def test_telemetry_refuses_bad_settings_and_garbage_after_good_commands(
     with pytest.raises(grpc.RpcError) as caught:
         list(raw(iter([good.SerializeToString(), b"\xff\xff"]), timeout=5))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_huge_unknown_access_key_is_refused_with_a_short_message(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    signed = Gateway(tmp_path_factory.mktemp("rocketmq-signed"),
+                     _settings(credentials={"app": "s3cret"}))
+    try:
+        header = f"MQv2-HMAC-SHA1 Credential={'k' * 8000}, SignedHeaders=x-mq-date-time, " \
+                 "Signature=00"
+        request = service_pb2.QueryRouteRequest()
+        request.topic.name = "t"
+        with grpc.insecure_channel(signed.endpoint) as opened:
+            stub = service_pb2_grpc.MessagingServiceStub(opened)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.QueryRoute(request, metadata=[("authorization", header)], timeout=5)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, caught.value
+        details = caught.value.details() or ""
+        assert "unknown access key" in details
+        assert len(details) < 1100, len(details)
+    finally:
+        signed.stop()

@@ -63,11 +63,16 @@ def rocketmq_code(gateway_code: str) -> int:
     return _GATEWAY_CODES.get(gateway_code, Code.INTERNAL_ERROR)
 
 
+def cut(message: str) -> str:
+    """An error message no longer than `STATUS_MAX_CHARS` (and a marker where it was cut)."""
+    if len(message) > STATUS_MAX_CHARS:
+        return message[:STATUS_MAX_CHARS] + "... (cut)"
+    return message
+
+
 def status(code: int = Code.OK, message: str = "OK") -> Any:
     """A `Status` message; every response needs one. Long messages are cut."""
-    if len(message) > STATUS_MAX_CHARS:
-        message = message[:STATUS_MAX_CHARS] + "... (cut)"
-    return definition_pb2.Status(code=code, message=message)
+    return definition_pb2.Status(code=code, message=cut(message))
 
 
 def error_status(error: GatewayError) -> Any:

@@ -70,7 +70,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         try:
             self._auth.check(context.invocation_metadata() or ())
         except Unauthenticated as error:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, error.message)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, codec.cut(error.message))
         return _metadata_value(context, "x-mq-client-id")
 
     async def _admit(self, request: Any, context: Any) -> str:
