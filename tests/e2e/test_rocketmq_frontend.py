@@ -485,12 +485,16 @@ def test_bad_requests_get_clear_statuses(start: Callable[..., Gateway]) -> None:
         reply = stub.SendMessage(send, timeout=5)
         assert reply.status.code == code.UNSUPPORTED
 
+        # The SDKs name the group and topic of every settlement; the gateway requires them.
         ack = service_pb2.AckMessageRequest()
+        ack.group.name, ack.topic.name = "g", message.topic.name
         ack.entries.add(message_id="M1", receipt_handle="s.no-such-receipt")
         reply = stub.AckMessage(ack, timeout=5)
         assert reply.status.code == code.INVALID_RECEIPT_HANDLE
 
         change = service_pb2.ChangeInvisibleDurationRequest(receipt_handle="s.no-such-receipt")
+        change.group.CopyFrom(ack.group)
+        change.topic.CopyFrom(ack.topic)
         change.invisible_duration.seconds = 30
         reply = stub.ChangeInvisibleDuration(change, timeout=5)
         assert reply.status.code == code.INVALID_RECEIPT_HANDLE

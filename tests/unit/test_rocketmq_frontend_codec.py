@@ -14,7 +14,7 @@ from adapters.rocketmq.frontend import codec, topology
 from adapters.rocketmq.frontend.renewal import RenewalTable
 from adapters.rocketmq.frontend.settings import FrontendSettings
 from gateway.engine.api import Delivery
-from gateway.errors import InvalidArgument, Unimplemented
+from gateway.errors import InvalidArgument
 
 MT = definition_pb2.MessageType
 CT = definition_pb2.ClientType
@@ -69,26 +69,21 @@ def test_out_message_maps_group_tag_keys_delivery_time() -> None:
     assert codec.out_message(delayed, 100).deliver_at_ms == 1_800_000_000_000
 
 
-@pytest.mark.parametrize(
-    ("message_type", "body", "error", "field"),
-    [
-        (MT.FIFO, b"x", InvalidArgument, "message_group"),
-        (MT.DELAY, b"x", InvalidArgument, "delivery_timestamp"),
-        (MT.NORMAL, b"", InvalidArgument, "body"),
-        (MT.NORMAL, b"x" * 101, InvalidArgument, "body"),
-    ],
-)
-def test_out_message_rejects_bad_input(
-    message_type: int, body: bytes, error: type[Exception], field: str
-) -> None:
-    with pytest.raises(error) as caught:
-        codec.out_message(_proto(message_type, body), 100)
-    assert getattr(caught.value, "field", None) == field
+@pytest.mark.parametrize("seconds", [1_700_000_000, 0, -(2**62)])
+def test_a_delivery_time_in_the_past_means_at_once(seconds: int) -> None:
+    delayed = _proto(MT.DELAY)
+    delayed.system_properties.delivery_timestamp.seconds = seconds
+    assert codec.out_message(delayed, 1_700_000_000_000).deliver_at_ms == 0
 
 
-def test_transactional_messages_are_unimplemented() -> None:
-    with pytest.raises(Unimplemented, match="TRANSACTION messages are not supported"):
-        codec.out_message(_proto(MT.TRANSACTION), 100)
+def test_echoed_values_and_status_messages_are_cut_short() -> None:
+    assert codec.shorten("abc") == "abc"
+    cut = codec.shorten("x" * 100_000)
+    assert isinstance(cut, str) and len(cut) < 300 and "100000 characters" in cut
+    assert "1000 bytes" in str(codec.shorten(b"y" * 1000))
+    assert codec.shorten(2**62) == 2**62
+    long = codec.status(definition_pb2.Code.BAD_REQUEST, "z" * 10_000)
+    assert len(long.message) <= codec.STATUS_MAX_CHARS + 20
 
 
 def test_sdk_message_reads_back_through_the_sdk() -> None:
@@ -169,6 +164,15 @@ def test_push_settings_carry_the_dialect_table_and_metrics() -> None:
     assert not reply.subscription.fifo
     assert reply.subscription.long_polling_timeout.seconds == 20
     assert reply.metric.on and reply.metric.endpoints == endpoints
+
+
+def test_a_clients_own_backoff_steps_are_replaced_not_extended() -> None:
+    client = _client(CT.PUSH_CONSUMER)
+    client.backoff_policy.customized_backoff.next.add(seconds=999)
+    client.backoff_policy.customized_backoff.next.add(seconds=998)
+    reply = topology.settings_reply(client, FrontendSettings(), definition_pb2.Endpoints())
+    policy = CustomizedBackoffRetryPolicy(reply.backoff_policy, 0)
+    assert policy.durations == [ms // 1000 for ms in BACKOFF_MS]
 
 
 def test_fifo_group_gets_orderly_settings() -> None:

@@ -7,8 +7,8 @@ for the SDK's OTLP metric exports) to the gateway's grpc.aio server.
 from __future__ import annotations
 
 import grpc
-from rocketmq.grpc_protocol import service_pb2_grpc
 
+from .edge import generic_handler
 from .engine_port import EnginePort
 from .otlp import metrics_sink
 from .service import MessagingService
@@ -22,6 +22,5 @@ def register(
 ) -> MessagingService:
     """Serve the RocketMQ protocol on `server` (before it starts); returns the servicer."""
     service = MessagingService(engine, settings)
-    service_pb2_grpc.add_MessagingServiceServicer_to_server(service, server)
-    server.add_generic_rpc_handlers((metrics_sink(),))
+    server.add_generic_rpc_handlers((generic_handler(service), metrics_sink()))
     return service

@@ -10,7 +10,7 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from gateway.backend.base import OutMessage
 from gateway.engine.api import Delivery
-from gateway.errors import GatewayError, InvalidArgument, Unimplemented
+from gateway.errors import GatewayError, InvalidArgument
 
 Code = definition_pb2.Code
 MessageType = definition_pb2.MessageType
@@ -36,17 +36,48 @@ _GATEWAY_CODES: Mapping[str, int] = {
 }
 
 
+ECHO_MAX_CHARS = 200
+"""Longest piece of a client's value repeated in an error message."""
+STATUS_MAX_CHARS = 1024
+"""Longest status message sent back (a safety net behind `shorten`)."""
+
+
+def shorten(value: object) -> object:
+    """`value` for an error message: strings and bytes longer than `ECHO_MAX_CHARS` are cut."""
+    if isinstance(value, str | bytes) and len(value) > ECHO_MAX_CHARS:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:ECHO_MAX_CHARS]!r}... ({len(value)} {unit} in all)"
+    return value
+
+
+class Rejected(InvalidArgument):
+    """A request value out of its range, refused with the RocketMQ status code that names it."""
+
+    def __init__(self, status_code: int, field: str, value: object, allowed: str) -> None:
+        super().__init__(field, shorten(value), allowed)
+        self.status_code = status_code
+
+
 def rocketmq_code(gateway_code: str) -> int:
     """RocketMQ status code for a `gateway.errors` code name."""
     return _GATEWAY_CODES.get(gateway_code, Code.INTERNAL_ERROR)
 
 
+def cut(message: str) -> str:
+    """An error message no longer than `STATUS_MAX_CHARS` (and a marker where it was cut)."""
+    if len(message) > STATUS_MAX_CHARS:
+        return message[:STATUS_MAX_CHARS] + "... (cut)"
+    return message
+
+
 def status(code: int = Code.OK, message: str = "OK") -> Any:
-    """A `Status` message; every response needs one."""
-    return definition_pb2.Status(code=code, message=message)
+    """A `Status` message; every response needs one. Long messages are cut."""
+    return definition_pb2.Status(code=code, message=cut(message))
 
 
 def error_status(error: GatewayError) -> Any:
+    if isinstance(error, Rejected):
+        return status(error.status_code, error.message)
     return status(rocketmq_code(error.code), error.message)
 
 
@@ -78,34 +109,23 @@ def set_to_ms(stamp: Any, ms: int) -> None:
     stamp.nanos = (ms % 1000) * 1_000_000
 
 
-def out_message(message: Any, max_body_size: int) -> OutMessage:
-    """Engine message for one SDK message; raises `InvalidArgument` / `Unimplemented`."""
+def out_message(message: Any, now_ms: int) -> OutMessage:
+    """Engine message for one SDK message that `validation` accepted.
+
+    A delivery time at or before `now_ms` means at once."""
     props = message.system_properties
-    body = bytes(message.body)
-    if not body:
-        raise InvalidArgument("body", "", "a non-empty message body")
-    if len(body) > max_body_size:
-        raise InvalidArgument("body", f"<{len(body)} bytes>", f"at most {max_body_size} bytes")
-    message_type = props.message_type
-    if message_type in (MessageType.TRANSACTION, MessageType.LITE):
-        raise Unimplemented(
-            f"{MessageType.Name(message_type)} messages are not supported by the gateway"
-        )
-    group = props.message_group if props.HasField("message_group") else ""
-    if message_type == MessageType.FIFO and not group:
-        raise InvalidArgument("message_group", "", "a message group for FIFO messages")
     deliver_at_ms = 0
     if props.HasField("delivery_timestamp"):
         deliver_at_ms = to_ms(props.delivery_timestamp)
-    if message_type == MessageType.DELAY and not deliver_at_ms:
-        raise InvalidArgument("delivery_timestamp", 0, "a delivery time for DELAY messages")
+        if deliver_at_ms <= now_ms:
+            deliver_at_ms = 0
     properties = dict(message.user_properties)
     if props.keys:
         properties[KEYS_PROPERTY] = " ".join(props.keys)
     return OutMessage(
-        body=body,
+        body=bytes(message.body),
         properties=properties,
-        key=group,
+        key=props.message_group if props.HasField("message_group") else "",
         tag=props.tag if props.HasField("tag") else "",
         deliver_at_ms=deliver_at_ms,
         message_id=props.message_id,

@@ -8,10 +8,14 @@ from typing import Protocol
 from gateway.backend.base import OutMessage
 from gateway.core.policy import RetryPolicy
 from gateway.engine.api import Delivery, SettleGuard, Settlement, SettleResult, SubscriptionSpec
+from gateway.engine.config import EngineConfig
 
 
 class EnginePort(Protocol):
-    """Publish, pull-style receive, settle, policy lookup; `now_ms` is the engine's clock."""
+    """Publish, pull-style receive, settle, policy lookup; `now_ms` is the engine's clock;
+    `config.max_message_bytes` is the largest message the gateway takes."""
+
+    config: EngineConfig
 
     def now_ms(self) -> int: ...
 

@@ -1,8 +1,9 @@
 """`apache.rocketmq.v2.MessagingService` served on the gateway's engine.
 
-Thin by design: authenticate, decode, call the engine, encode. Errors become in-band RocketMQ
-statuses (what the SDK reads); only authentication failures and unsupported RPCs end the call
-with a gRPC status.
+Thin by design: authenticate, check (`validation`, one place for every request value), decode,
+call the engine, encode. Errors become in-band RocketMQ statuses (what the SDK reads; `edge`
+turns a `GatewayError` a method raises into one); only authentication failures, undecodable
+requests and unsupported RPCs end the call with a gRPC status.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .auth import Authenticator
 from .engine_port import EnginePort
 from .renewer import Renewer
 from .settings import ORDERLY_UNLIMITED_ATTEMPTS, FrontendSettings
+from .validation import Limits, RequestChecks
 
 Code = definition_pb2.Code
 
@@ -64,6 +66,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             settings.push_consume_timeout_ms,
             settings.renew_interval_ms,
         )
+        limits = Limits(settings.max_body_size, engine.config.max_message_bytes)
+        self._checks = RequestChecks(limits, engine.now_ms)
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -72,8 +76,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         try:
             self._auth.check(context.invocation_metadata() or ())
         except Unauthenticated as error:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, error.message)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, codec.cut(error.message))
         return _metadata_value(context, "x-mq-client-id")
+
+    async def _admit(self, request: Any, context: Any) -> str:
+        """Authenticate the call, then check every value of its request (raises `Rejected`)."""
+        client_id = await self._authenticate(context)
+        self._checks.check(request)
+        return client_id
 
     def _principal(self, context: Any) -> Any:
         """The principal of the call's access key, or None when permissions are off."""
@@ -124,8 +134,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     def _spec(self, request: Any, kind: str, client_id: str) -> SubscriptionSpec:
         group = request.group.name
         expression = request.filter_expression
-        if expression.type == definition_pb2.FilterType.SQL:
-            raise _Reject(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported")
         settings = self._settings
         options: dict[str, str] = {}
         if kind == codec.PUSH and group in settings.fifo_groups:
@@ -160,26 +168,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     # --- routes, heartbeats, settings ----------------------------------------------------
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:
-        await self._authenticate(context)
-        if not request.topic.name:
-            return service_pb2.QueryRouteResponse(
-                status=codec.status(Code.ILLEGAL_TOPIC, "topic name is required")
-            )
+        await self._admit(request, context)
         queue = topology.message_queue(request.topic, self._endpoints(request.endpoints))
         return service_pb2.QueryRouteResponse(status=codec.status(), message_queues=[queue])
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        await self._authenticate(context)
+        await self._admit(request, context)
         queue = topology.message_queue(request.topic, self._endpoints(request.endpoints))
         assignment = definition_pb2.Assignment(message_queue=queue)
         return service_pb2.QueryAssignmentResponse(status=codec.status(), assignments=[assignment])
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:
-        await self._authenticate(context)
+        await self._admit(request, context)
         return service_pb2.HeartbeatResponse(status=codec.status())
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
-        client_id = await self._authenticate(context)
+        client_id = await self._admit(request, context)
         if client_id:
             self._renewer.forget_client(self._renewal_owner(context, client_id))
         return service_pb2.NotifyClientTerminationResponse(status=codec.status())
@@ -189,6 +193,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     ) -> AsyncIterator[Any]:
         await self._authenticate(context)
         async for command in request_iterator:
+            self._checks.check(command)
             if not command.HasField("settings"):
                 continue
             client = command.settings
@@ -200,23 +205,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     # --- publishing ----------------------------------------------------------------------
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
-        await self._authenticate(context)
         response = service_pb2.SendMessageResponse()
         try:
+            await self._admit(request, context)
+            now_ms = self._engine.now_ms()
             by_topic: dict[str, list[tuple[int, Any]]] = {}
             for index, message in enumerate(request.messages):
-                out = codec.out_message(message, self._settings.max_body_size)
+                out = codec.out_message(message, now_ms)
                 by_topic.setdefault(message.topic.name, []).append((index, out))
-            if not by_topic:
-                raise _Reject(Code.BAD_REQUEST, "no messages to send")
             ids: dict[int, str] = {}
             for topic in by_topic:
                 self._check_publish(context, topic)
             for topic, items in by_topic.items():
                 published = await self._engine.publish(topic, [out for _, out in items])
                 ids.update(zip((index for index, _ in items), published, strict=True))
-        except (GatewayError, _Reject) as error:
-            failed = _status_of(error)
+        except GatewayError as error:
+            failed = codec.error_status(error)
             response.status.CopyFrom(failed)
             for message in request.messages:
                 response.entries.add(status=failed, message_id=message.system_properties.message_id)
@@ -229,25 +233,23 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     # --- consuming -----------------------------------------------------------------------
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        client_id = await self._authenticate(context)
         kind = codec.PUSH if request.auto_renew else codec.SIMPLE
         try:
+            client_id = await self._admit(request, context)
             spec = self._spec(request, kind, client_id)
             self._check_consume(context, spec.topic, spec.group)
             if kind == codec.PUSH:
                 # Push policies have a fixed delivery timeout; the gateway renews it.
                 invisible_ms = None
                 shown_ms = self._engine.policy_for(spec).delivery_timeout_ms or 0
-            elif request.HasField("invisible_duration"):
-                invisible_ms = shown_ms = codec.to_ms(request.invisible_duration)
             else:
-                raise _Reject(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
-            batch = request.batch_size if request.batch_size > 0 else 1
+                invisible_ms = shown_ms = codec.to_ms(request.invisible_duration)
+            batch = request.batch_size or 1
             deliveries = await self._engine.receive(
                 spec, batch, invisible_ms, self._wait_ms(request, context)
             )
-        except (GatewayError, _Reject) as error:
-            yield service_pb2.ReceiveMessageResponse(status=_status_of(error))
+        except GatewayError as error:
+            yield service_pb2.ReceiveMessageResponse(status=codec.error_status(error))
             return
         if not deliveries:
             yield service_pb2.ReceiveMessageResponse(
@@ -269,7 +271,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             yield service_pb2.ReceiveMessageResponse(message=message)
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
-        await self._authenticate(context)
+        await self._admit(request, context)
         results = await self._renewer.settle(
             [e.receipt_handle for e in request.entries],
             lambda _, receipt: Settlement(receipt, SettleAction.ACK),
@@ -287,7 +289,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         return response
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        await self._authenticate(context)
+        await self._admit(request, context)
         invisible_ms = codec.to_ms(request.invisible_duration)
 
         def make(kind: str, receipt: str) -> Settlement:
@@ -306,7 +308,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         )
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        await self._authenticate(context)
+        await self._admit(request, context)
         reason = (
             f"forwarded by the client after delivery {request.delivery_attempt} "
             f"of {request.max_delivery_attempts}"
@@ -352,21 +354,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     async def SyncLiteSubscription(self, request: Any, context: Any) -> Any:
         await self._unsupported(context, "SyncLiteSubscription (lite topics)")
-
-
-class _Reject(Exception):
-    """A request refused with a specific RocketMQ status code."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def _status_of(error: GatewayError | _Reject) -> Any:
-    if isinstance(error, _Reject):
-        return codec.status(error.code, error.message)
-    return codec.error_status(error)
 
 
 def _result_status(result: SettleResult) -> Any:

@@ -12,6 +12,7 @@ from gateway.engine.api import SettleGuard
 __all__ = [
     "DEFAULT_SUSPEND_MS",
     "ORDERLY_UNLIMITED_ATTEMPTS",
+    "RECEIVE_BATCH_MAX",
     "ROCKETMQ_BACKOFF_S",
     "FrontendSettings",
 ]
@@ -22,6 +23,8 @@ ROCKETMQ_BACKOFF_S: tuple[int, ...] = tuple(ms // 1000 for ms in BACKOFF_MS)
 
 ORDERLY_UNLIMITED_ATTEMPTS = INT_MAX
 """Ordered consumption retries without limit by default (Integer.MAX_VALUE)."""
+RECEIVE_BATCH_MAX = 1024
+"""Most messages one ReceiveMessage returns (and the largest `receive_batch_size`)."""
 
 
 def _check(ok: bool, name: str, value: object, allowed: str) -> None:
@@ -154,10 +157,10 @@ class FrontendSettings:
             "10 ms .. push_invisible_ms",
         )
         _check(
-            1 <= self.receive_batch_size <= 1024,
+            1 <= self.receive_batch_size <= RECEIVE_BATCH_MAX,
             "receive_batch_size",
             self.receive_batch_size,
-            "1..1024",
+            f"1..{RECEIVE_BATCH_MAX}",
         )
         _check(self.max_body_size >= 1, "max_body_size", self.max_body_size, ">= 1")
         _check(

@@ -61,6 +61,7 @@ def settings_reply(client: Any, settings: FrontendSettings, endpoints: Any) -> A
     """The Settings answer to a client's Settings command (publishing or subscription side)."""
     reply = definition_pb2.Settings()
     reply.CopyFrom(client)
+    reply.ClearField("backoff_policy")  # the gateway's policy, not appended to the client's
     ctype = definition_pb2.ClientType
     if client.client_type == ctype.PRODUCER:
         reply.publishing.max_body_size = settings.max_body_size

@@ -1,0 +1,122 @@
+"""The MessagingService's gRPC method handlers: decoding and refusals at the edge.
+
+Built from the service descriptor instead of the generated `add_..._to_server`, so that
+
+- bytes that do not decode as the method's request type end the call with INVALID_ARGUMENT
+  and a short message (the stock deserializer raises, which gRPC reports as UNKNOWN, or as
+  INTERNAL on the Telemetry stream);
+- a `GatewayError` a servicer method raises (a value `validation` refused, a permission
+  denied) becomes the RocketMQ status of an in-band response, which is what the SDKs read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from rocketmq.grpc_protocol import service_pb2
+
+from gateway.errors import GatewayError
+
+from . import codec
+
+SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+REASON_MAX_CHARS = 120
+
+
+class Undecodable:
+    """Stands for a request message whose bytes did not decode."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def decoder(request_type: Any) -> Callable[[bytes], Any]:
+    """Deserializer that returns `Undecodable` instead of raising."""
+    name = request_type.DESCRIPTOR.full_name
+
+    def decode(data: bytes) -> Any:
+        try:
+            return request_type.FromString(data)
+        except Exception as error:  # every parse failure (wire format, UTF-8, depth) is the same
+            reason = str(error).replace(f"Error parsing message with type '{name}': ", "")
+            return Undecodable(
+                f"the request is not a valid {name} ({reason[:REASON_MAX_CHARS]}): "
+                f"{len(data)} bytes that do not decode"
+            )
+
+    return decode
+
+
+async def _refuse_undecodable(request: Any, context: Any) -> None:
+    if isinstance(request, Undecodable):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+
+
+def _unary_unary(behaviour: Any, response_type: Any) -> Any:
+    async def handle(request: Any, context: Any) -> Any:
+        await _refuse_undecodable(request, context)
+        try:
+            return await behaviour(request, context)
+        except GatewayError as error:
+            return response_type(status=codec.error_status(error))
+
+    return handle
+
+
+def _unary_stream(behaviour: Any, response_type: Any) -> Any:
+    async def handle(request: Any, context: Any) -> AsyncIterator[Any]:
+        await _refuse_undecodable(request, context)
+        try:
+            async for response in behaviour(request, context):
+                yield response
+        except GatewayError as error:
+            yield response_type(status=codec.error_status(error))
+
+    return handle
+
+
+def _stream_stream(behaviour: Any, response_type: Any) -> Any:
+    async def handle(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        async def decoded() -> AsyncIterator[Any]:
+            async for request in requests:
+                await _refuse_undecodable(request, context)
+                yield request
+
+        try:
+            async for response in behaviour(decoded(), context):
+                yield response
+        except GatewayError as error:
+            yield response_type(status=codec.error_status(error))
+
+    return handle
+
+
+def generic_handler(servicer: Any) -> grpc.GenericRpcHandler:
+    """Every MessagingService method of `servicer`, wrapped as described above."""
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in SERVICE.methods:
+        request_type = message_factory.GetMessageClass(method.input_type)
+        response_type = message_factory.GetMessageClass(method.output_type)
+        behaviour = getattr(servicer, method.name)
+        decode = decoder(request_type)
+        encode = response_type.SerializeToString
+        if method.client_streaming and method.server_streaming:
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                _stream_stream(behaviour, response_type), decode, encode
+            )
+        elif method.server_streaming:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _unary_stream(behaviour, response_type), decode, encode
+            )
+        elif not method.client_streaming:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _unary_unary(behaviour, response_type), decode, encode
+            )
+        else:  # pragma: no cover - the protocol has no client-streaming-only method
+            raise TypeError(f"{method.full_name}: client streaming is not served")
+    return grpc.method_handlers_generic_handler(SERVICE.full_name, handlers)
