@@ -30,7 +30,9 @@ CELL_TIMEOUT_S = 10.0
 Cmd = pb.BaseCommand
 Code = definition_pb2.Code
 REFUSED_GRPC = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
-REFUSED_RMQ = frozenset({Code.UNAUTHORIZED, Code.FORBIDDEN})
+REFUSED_RMQ = frozenset({Code.UNAUTHORIZED, Code.FORBIDDEN, Code.ILLEGAL_TOPIC,
+                         Code.ILLEGAL_CONSUMER_GROUP})
+"""Refusals; an illegal name is refused before any permission check."""
 REFUSED_PULSAR = frozenset({pb.AuthenticationError, pb.AuthorizationError})
 
 
@@ -250,11 +252,16 @@ class Matrix:
         if method == "AckMessage":
             request: Any = service_pb2.AckMessageRequest()
             request.entries.add(message_id="M", receipt_handle=handle)
+            request.topic.name, request.group.name = row.topic, row.group
         elif method == "ChangeInvisibleDuration":
-            request = service_pb2.ChangeInvisibleDurationRequest(receipt_handle=handle)
+            request = service_pb2.ChangeInvisibleDurationRequest(receipt_handle=handle,
+                                                                 message_id="M")
             request.invisible_duration.seconds = 30
+            request.topic.name, request.group.name = row.topic, row.group
         else:
-            request = service_pb2.ForwardMessageToDeadLetterQueueRequest(receipt_handle=handle)
+            request = service_pb2.ForwardMessageToDeadLetterQueueRequest(receipt_handle=handle,
+                                                                         message_id="M")
+            request.topic.name, request.group.name = row.topic, row.group
         outcome = await self._rmq_unary(method, request, caller)
         return await self.settled(receipt, outcome == DENIED)
 

@@ -14,7 +14,9 @@ denied, and every principal a row names is allowed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -162,7 +164,15 @@ async def test_rocketmq(matrix: Matrix) -> None:
             + consume_rows("rocketmq", "ReceiveMessage")
             + settle_rows("rocketmq", ["AckMessage", "ChangeInvisibleDuration",
                                        "ForwardMessageToDeadLetterQueue"]))
+    # Names RocketMQ cannot hold (`orders.dlq`) are refused by the RocketMQ edge before any
+    # permission check (ILLEGAL_TOPIC): nobody reaches them over RocketMQ.
+    rows = [r if rocketmq_name(r.topic or "t") and rocketmq_name(r.group or "g")
+            else replace(r, who=frozenset()) for r in rows]
     check(*await matrix.run(rows), at_least=400)
+
+
+def rocketmq_name(name: str) -> bool:
+    return re.fullmatch(r"[%|a-zA-Z0-9_-]+", name) is not None
 
 
 async def test_pulsar(matrix: Matrix) -> None:

@@ -122,16 +122,20 @@ async def test_rocketmq_settles_are_checked(app: GatewayApp) -> None:
 
         acked = service_pb2.AckMessageRequest()
         acked.entries.add(message_id="M", receipt_handle=handle)
+        acked.topic.name, acked.group.name = "payroll", "payroll"
         reply = await rmq.AckMessage(acked, metadata=billing)
         assert reply.status.code == Code.FORBIDDEN
         assert reply.entries[0].status.code == Code.FORBIDDEN
 
-        change = service_pb2.ChangeInvisibleDurationRequest(receipt_handle=handle)
+        change = service_pb2.ChangeInvisibleDurationRequest(receipt_handle=handle, message_id="M")
+        change.topic.name, change.group.name = "payroll", "payroll"
         change.invisible_duration.seconds = 30
         reply = await rmq.ChangeInvisibleDuration(change, metadata=billing)
         assert reply.status.code == Code.FORBIDDEN
 
-        forward = service_pb2.ForwardMessageToDeadLetterQueueRequest(receipt_handle=handle)
+        forward = service_pb2.ForwardMessageToDeadLetterQueueRequest(receipt_handle=handle,
+                                                                     message_id="M")
+        forward.topic.name, forward.group.name = "payroll", "payroll"
         reply = await rmq.ForwardMessageToDeadLetterQueue(forward, metadata=billing)
         assert reply.status.code == Code.FORBIDDEN
 
