@@ -37,8 +37,11 @@ MAX_RECEIPT_BYTES = 1024
 MAX_PAGE = 1000
 """Largest page of dead letters."""
 DEFAULT_PAGE = 100
-INT64_MAX = (1 << 63) - 1
-_TOKEN = re.compile(r"[0-9]{1,19}")
+MAX_POSITION = (1 << 53) - 1
+"""Largest position a page token may name: beyond any position a back end hands out (the
+embedded store's are below 2**40), and far enough below 2**63 that a store's arithmetic on it
+(its topic's base plus the position) stays an int64."""
+_TOKEN = re.compile(r"[0-9]{1,16}")
 
 
 def _optional_name(field: str, value: str) -> None:
@@ -178,7 +181,7 @@ def list_dead_letters(request: admin.ListDeadLettersRequest) -> tuple[int, int]:
 def page_token(token: str) -> int:
     if not token:
         return -1
-    if _TOKEN.fullmatch(token) is None or int(token) > INT64_MAX:
+    if _TOKEN.fullmatch(token) is None or int(token) > MAX_POSITION:
         raise InvalidArgument("page_token", token, "\"\" or the next_page_token of a page")
     return int(token)
 

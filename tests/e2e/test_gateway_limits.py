@@ -165,10 +165,19 @@ async def test_garbage_after_subscribe(client: GatewayClient, garbage: bytes) ->
     assert code == INVALID and "request" in details, (code, details)
 
 
-@pytest.mark.parametrize("token", ["99999999999999999999999", "-5", "abc", " 1", "1_0", "٣"])
+@pytest.mark.parametrize("token", ["99999999999999999999999", "9223372036854775807",
+                                   "9007199254740992", "-5", "abc",
+                                   " 1", "1_0", "\u0663"])
 async def test_page_tokens_are_checked(client: GatewayClient, token: str) -> None:
     request = admin_pb2.ListDeadLettersRequest(topic="t", group="g", page_token=token)
     await expect(INVALID, client.admin.ListDeadLetters(request), "page_token")
+
+
+async def test_the_largest_page_token_is_an_empty_page(client: GatewayClient) -> None:
+    request = admin_pb2.ListDeadLettersRequest(topic="t", group="g",
+                                               page_token=str(2**53 - 1))
+    page = await client.admin.ListDeadLetters(request)
+    assert list(page.dead_letters) == [] and page.next_page_token == ""
 
 
 # ----------------------------------------------------------- defect 10: echoed values, names
