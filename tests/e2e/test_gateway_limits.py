@@ -319,3 +319,34 @@ async def test_admin_values_checked_at_the_edge(client: GatewayClient) -> None:
         topic="t", group="g", message_ids=["x" * 300])), "message_ids")
     await expect(INVALID, client.admin.Purge(admin_pb2.PurgeRequest(topic="t", group="")),
                  "group")
+
+
+async def test_credit_is_capped(client: GatewayClient) -> None:
+    full = gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+        topic=topic(), group="g", policy="rocketmq", prefetch=100_000)).SerializeToString()
+    more = gateway_pb2.ConsumeRequest(credit=gateway_pb2.Credit(messages=1)).SerializeToString()
+    code, details, _ = await stream_status(consume([full, more], client))
+    assert code == INVALID and "credit" in details and "100000" in details, (code, details)
+    over = gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+        topic=topic(), group="g", policy="rocketmq", prefetch=100_001)).SerializeToString()
+    code, details, _ = await stream_status(consume([over], client))
+    assert code == INVALID and "prefetch" in details, (code, details)
+
+
+async def test_settle_batch_is_capped(client: GatewayClient) -> None:
+    batch = gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(
+        acks=["r"] * 10_001)).SerializeToString()
+    code, details, _ = await stream_status(consume([subscribe_frame(topic()), batch], client))
+    assert code == INVALID and "10000" in details, (code, details)
+
+
+async def test_a_bad_settlement_in_a_stream_fails_only_its_result(client: GatewayClient) -> None:
+    batch = gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(settlements=[
+        gateway_pb2.Settlement(receipt="r", fail=gateway_pb2.Fail(delay_ms=-1)),
+        gateway_pb2.Settlement(receipt="r2", ack=gateway_pb2.Ack())])).SerializeToString()
+    frames = [subscribe_frame(topic()), batch]
+    call = consume(frames, client)
+    answers = [gateway_pb2.ConsumeResponse.FromString(raw)
+               async for raw in call]  # type: ignore[attr-defined]
+    results = next(a for a in answers if a.WhichOneof("kind") == "results").results.results
+    assert [r.error_code for r in results] == ["INVALID_ARGUMENT", "FAILED_PRECONDITION"]
