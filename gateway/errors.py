@@ -6,6 +6,30 @@ Every layer raises these; the server maps them to gRPC status codes in one place
 
 from __future__ import annotations
 
+ECHO_CHARS = 200
+"""Longest echo of a caller's value in an error message; longer ones are cut (with their
+length), so an error stays far below a client's metadata limit whatever the input."""
+MESSAGE_CHARS = 1024
+"""Longest error message, whatever it holds."""
+
+
+def shorten(value: object, limit: int = ECHO_CHARS) -> str:
+    """`repr(value)`, cut to about `limit` characters; a cut one says how long the value was."""
+    length = ""
+    if isinstance(value, str | bytes) and len(value) > limit:
+        length = f" ({len(value)} {'bytes' if isinstance(value, bytes) else 'characters'})"
+        value = value[:limit]
+    text = repr(value)
+    if len(text) > limit:
+        text = text[:limit]
+        length = length or " (cut)"
+    return f"{text}...{length}" if length else text
+
+
+def cut(text: str, limit: int = ECHO_CHARS) -> str:
+    """`text` itself, cut to `limit` characters."""
+    return text if len(text) <= limit else f"{text[:limit]}..."
+
 
 class GatewayError(Exception):
     """Base of every error the gateway raises on purpose."""
@@ -13,6 +37,7 @@ class GatewayError(Exception):
     code = "INTERNAL"
 
     def __init__(self, message: str) -> None:
+        message = cut(message, MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
 
@@ -23,7 +48,8 @@ class InvalidArgument(GatewayError):
     code = "INVALID_ARGUMENT"
 
     def __init__(self, field: str, value: object, allowed: str) -> None:
-        super().__init__(f"{field}={value!r} is not allowed: {allowed}")
+        super().__init__(f"{cut(field)}={shorten(value)} is not allowed: "
+                         f"{cut(allowed, 4 * ECHO_CHARS)}")
         self.field = field
         self.value = value
         self.allowed = allowed
@@ -47,8 +73,14 @@ class StaleReceipt(GatewayError):
     code = "FAILED_PRECONDITION"
 
     def __init__(self, receipt: str, why: str = "unknown, expired or already settled") -> None:
-        super().__init__(f"receipt handle {receipt!r} is {why}")
+        super().__init__(f"receipt handle {shorten(receipt)} is {why}")
         self.receipt = receipt
+
+
+class FailedPrecondition(GatewayError):
+    """The request is well formed but not allowed in the current state (of a stream, say)."""
+
+    code = "FAILED_PRECONDITION"
 
 
 class NotFound(GatewayError):

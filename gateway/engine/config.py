@@ -13,7 +13,8 @@ MAX_BROADCAST_IDLE_MS = 30 * 86_400_000
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     max_message_bytes: int = 4 * 1024 * 1024
-    """Largest accepted body plus properties, in bytes."""
+    """Largest accepted message: body, key, tag and property keys and values, in bytes (see
+    `gateway.limits.message_size`)."""
     time_scale: float = 1.0
     """Multiplies every wait the policies produce (retry intervals, timeouts). 1.0 in production;
     tests and demos shorten real time with e.g. 0.001 while the policies keep their numbers."""

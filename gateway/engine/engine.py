@@ -55,7 +55,8 @@ from gateway.engine.dispatch import (
 )
 from gateway.engine.observe import Observer, Observers, Tally, Transition
 from gateway.engine.timers import TimerService
-from gateway.errors import GatewayError, InvalidArgument, MessageTooLarge, NotFound, StaleReceipt
+from gateway.errors import GatewayError, InvalidArgument, NotFound, StaleReceipt
+from gateway.limits import MAX_RECEIVE, MAX_WAIT_MS, check_batch, check_message, check_name
 
 log = structlog.get_logger("gateway.engine")
 
@@ -63,9 +64,11 @@ ORIGIN_TOPIC = "x-gateway-origin-topic"
 DEAD_REASON = "x-gateway-dead-letter-reason"
 DEAD_AT = "x-gateway-dead-lettered-ms"
 INTERNAL_PREFIX = "x-gateway-"
-MAX_TOPIC_CHARS = 512
 GROUP_KEYS = 1 << 61
 """Timer keys from here up drop idle broadcast groups; the ones below are delivery numbers."""
+DEFAULT_INVISIBLE_MS = 30_000
+"""A receive that chooses no invisible duration under a policy where each receive chooses one
+(rocketmq-simple) gets this one, within the policy's range."""
 RECEIPT_POOL = 1024
 """Receipts' random parts drawn per call to the system's random source."""
 
@@ -185,8 +188,8 @@ class Engine:
 
     # ----------------------------------------------------------- validation
     def policy_for(self, spec: SubscriptionSpec) -> RetryPolicy:
-        _check_name("topic", spec.topic)
-        _check_name("group", spec.group)
+        check_name("topic", spec.topic)
+        check_name("group", spec.group)
         options = dict(spec.options)
         if "subscription_type" not in options and spec.policy.startswith("pulsar"):
             options["subscription_type"] = spec.consumer_type.value
@@ -203,17 +206,14 @@ class Engine:
 
     # -------------------------------------------------------------- publish
     async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
-        _check_name("topic", topic)
-        if not messages:
-            raise InvalidArgument("messages", 0, "at least one message")
+        """Append `messages` to `topic`, durably. Every front end comes through here, so the
+        checks that do not depend on the protocol are made here (`gateway.limits`)."""
+        check_name("topic", topic)
+        check_batch("messages", len(messages))
         limit = self.config.max_message_bytes
-        for message in messages:
-            size = len(message.body)
-            if message.properties:
-                for k, v in message.properties.items():
-                    size += len(k) + len(v)
-            if size > limit:
-                raise MessageTooLarge(size, limit)
+        now = self.clock.now_ms()
+        for i, message in enumerate(messages):
+            check_message(message, i, now, limit)
         await self._check_topic(topic)
         ids = await self.backend.publish(topic, messages)
         self._known_topics.add(topic)
@@ -511,15 +511,14 @@ class Engine:
 
         if not self.accepting:
             raise Unavailable("the gateway is shutting down")
-        if not 1 <= max_messages <= 10_000:
-            raise InvalidArgument("max_messages", max_messages, "1..10000")
-        if not 0 <= wait_ms <= 60_000:
-            raise InvalidArgument("wait_ms", wait_ms, "0..60000 ms")
+        if not 1 <= max_messages <= MAX_RECEIVE:
+            raise InvalidArgument("max_messages", max_messages, f"1..{MAX_RECEIVE}")
+        if not 0 <= wait_ms <= MAX_WAIT_MS:
+            raise InvalidArgument("wait_ms", wait_ms, f"0..{MAX_WAIT_MS} ms")
         policy = self.policy_for(spec)
         if policy.invisible_range_ms is not None and invisible_ms is None:
             low, high = policy.invisible_range_ms
-            allowed = f"required by {policy.name}: {low}..{high} ms"
-            raise InvalidArgument("invisible_ms", None, allowed)
+            invisible_ms = min(max(DEFAULT_INVISIBLE_MS, low), high)
         if invisible_ms is not None:
             # Validate before anything is leased.
             decide(Record("check", spec.topic, spec.group), ev.Deliver("check", invisible_ms),
@@ -862,9 +861,3 @@ def _debug_enabled(logger: Any) -> bool:
     except Exception:  # an unexpected logger: keep logging
         return True
 
-
-def _check_name(field: str, value: str) -> None:
-    if not value or not value.strip():
-        raise InvalidArgument(field, value, "a non-empty name")
-    if len(value) > MAX_TOPIC_CHARS or any(ord(c) < 32 for c in value):
-        raise InvalidArgument(field, value, f"at most {MAX_TOPIC_CHARS} printable characters")

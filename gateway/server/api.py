@@ -11,14 +11,16 @@ from gateway.engine import admin
 from gateway.engine.api import SettleResult
 from gateway.engine.dispatch import Consumer
 from gateway.engine.engine import Engine
-from gateway.errors import InvalidArgument, Unavailable
-from gateway.server import convert
+from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
+from gateway.limits import MAX_CREDIT
+from gateway.server import convert, validate
 from gateway.server.auth import current_settle_guard
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
-MAX_PREFETCH = 100_000
-MAX_BATCH = 10_000
+Outbox: TypeAlias = asyncio.Queue[gateway_pb2.ConsumeResponse | Exception | None]
+"""What a Consume stream sends, in order: a response, an error that ends the stream with its
+status, or None that ends it."""
 
 
 class GatewayService(gateway_pb2_grpc.GatewayServicer):
@@ -28,29 +30,25 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         """Settle batches under way (kept referenced until done)."""
 
     async def Publish(self, request: gateway_pb2.PublishRequest, context: Ctx) -> Any:
-        if not request.messages:
-            raise InvalidArgument("messages", 0, "at least one message")
-        if len(request.messages) > MAX_BATCH:
-            raise InvalidArgument("messages", len(request.messages), f"1..{MAX_BATCH} per batch")
         now = self.engine.now_ms()
-        messages = [convert.out_message(m, now, i) for i, m in enumerate(request.messages)]
+        validate.publish(request, now)
+        messages = [convert.out_message(m, now) for m in request.messages]
         ids = await self.engine.publish(request.topic, messages)
         return gateway_pb2.PublishResponse(message_ids=ids)
 
     async def Receive(self, request: gateway_pb2.ReceiveRequest, context: Ctx) -> Any:
+        validate.receive(request)
         spec = convert.subscription(request)
         invisible = request.invisible_ms if request.invisible_ms else None
-        deliveries = await self.engine.receive(
-            spec, request.max_messages or 1, invisible, request.wait_ms
-        )
+        deliveries = await self.engine.receive(spec, request.max_messages, invisible,
+                                               request.wait_ms)
         response = gateway_pb2.ReceiveResponse()
         convert.add_deliveries(response.deliveries, deliveries)
         return response
 
     async def Settle(self, request: gateway_pb2.SettleRequest, context: Ctx) -> Any:
-        if not request.settlements:
-            raise InvalidArgument("settlements", 0, "at least one settlement")
-        items = [convert.settlement(s, i) for i, s in enumerate(request.settlements)]
+        validate.settle(request)
+        items = [convert.settlement(s) for s in request.settlements]
         results = await self.engine.settle(items, atomic=True, guard=current_settle_guard())
         failed = [r for r in results if not r.ok]
         if failed and failed[0].error_code == "UNAVAILABLE":
@@ -66,12 +64,11 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         if first is None or first.WhichOneof("kind") != "subscribe":
             raise InvalidArgument("subscribe", None, "the first message of the stream")
         sub = first.subscribe
-        if sub.prefetch > MAX_PREFETCH:
-            raise InvalidArgument("prefetch", sub.prefetch, f"0..{MAX_PREFETCH}")
+        validate.subscribe(sub)
         spec = convert.subscription(sub)
         consumer = await self.engine.open_consumer(spec, sub.prefetch)
         policy = consumer.sub.policy
-        outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None] = asyncio.Queue()
+        outbox: Outbox = asyncio.Queue()
         await outbox.put(
             gateway_pb2.ConsumeResponse(
                 subscribed=gateway_pb2.Subscribed(
@@ -92,6 +89,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 item = await outbox.get()
                 if item is None:
                     break
+                if isinstance(item, Exception):
+                    raise item
                 yield item
         finally:
             reader.cancel()
@@ -102,34 +101,46 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         self,
         requests: AsyncIterator[gateway_pb2.ConsumeRequest],
         consumer: Consumer,
-        outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None],
+        outbox: Outbox,
     ) -> None:
         """Apply credit at once; settle batches run concurrently (so the store commits many in
         one transaction) while their answers go out in the order the batches came in.
 
-        A settle batch already read is carried out even if the stream ends meanwhile."""
+        A settle batch already read is carried out even if the stream ends meanwhile. A bad
+        frame (a second subscribe, zero credit, too many settlements) ends the stream with its
+        error, as does a frame that does not decode (`DecodeGuard` aborts the call)."""
         previous: asyncio.Future[None] | None = None
+        ending: Exception | None = None
         try:
             async for req in requests:
                 kind = req.WhichOneof("kind")
                 if kind == "credit":
-                    consumer.add_credit(req.credit.messages)
+                    validate.credit(req.credit)
+                    _add_credit(consumer, req.credit.messages, "credit.messages")
                 elif kind == "settle":
                     settle = req.settle
+                    validate.settle_batch(settle)
                     previous = asyncio.ensure_future(self._settle_batch(settle, outbox, previous))
                     self._settling.add(previous)
                     previous.add_done_callback(self._settling.discard)
                     if settle.credit:
-                        consumer.add_credit(settle.credit)
+                        _add_credit(consumer, settle.credit, "settle.credit")
+                elif kind == "subscribe":
+                    raise FailedPrecondition("subscribe: the stream has subscribed already; "
+                                             "open another stream for another subscription")
+                else:
+                    raise InvalidArgument("kind", None, "one of subscribe, settle, credit")
             if previous is not None:
                 await asyncio.shield(previous)
+        except Exception as exc:  # ends the stream with this error's status
+            ending = exc
         finally:
-            await outbox.put(None)
+            await outbox.put(ending)
 
     async def _settle_batch(
         self,
         batch: gateway_pb2.SettleBatch,
-        outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None],
+        outbox: Outbox,
         previous: asyncio.Future[None] | None,
     ) -> None:
         items = []
@@ -140,7 +151,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         results = answer.results
         for i, s in enumerate(batch.settlements):
             try:
-                items.append(convert.settlement(s, i))
+                validate.settlement(s, i)
+                items.append(convert.settlement(s))
             except InvalidArgument as exc:
                 refused[i] = SettleResult(s.receipt, False, exc.code, exc.message)
         receipts = list(batch.acks)
@@ -171,9 +183,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 await previous
         outbox.put_nowait(response)
 
-    async def _pump(
-        self, consumer: Consumer, outbox: asyncio.Queue[gateway_pb2.ConsumeResponse | None]
-    ) -> None:
+    async def _pump(self, consumer: Consumer, outbox: Outbox) -> None:
         try:
             while True:
                 batch = await consumer.next_batch(256)
@@ -190,6 +200,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.engine = engine
 
     async def DescribeGroup(self, request: admin_pb2.DescribeGroupRequest, context: Ctx) -> Any:
+        validate.group(request)
         view = await admin.describe(self.engine, request.topic, request.group)
         return admin_pb2.DescribeGroupResponse(
             ready=view.ready,
@@ -206,16 +217,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListDeadLetters(
         self, request: admin_pb2.ListDeadLettersRequest, context: Ctx
     ) -> Any:
-        after = -1
-        if request.page_token:
-            try:
-                after = int(request.page_token)
-            except ValueError:
-                raise InvalidArgument("page_token", request.page_token,
-                                      "a token from a previous page") from None
-        views, next_after = await admin.dead_letters(
-            self.engine, request.topic, request.group, request.limit or 100, after
-        )
+        limit, after = validate.list_dead_letters(request)
+        views, next_after = await admin.dead_letters(self.engine, request.topic, request.group,
+                                                     limit, after)
         return admin_pb2.ListDeadLettersResponse(
             dead_letters=[
                 admin_pb2.DeadLetterMessage(
@@ -238,14 +242,24 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ResendDeadLetters(
         self, request: admin_pb2.ResendDeadLettersRequest, context: Ctx
     ) -> Any:
+        validate.resend(request)
         count = await admin.resend(self.engine, request.topic, request.group,
                                    list(request.message_ids))
         return admin_pb2.ResendDeadLettersResponse(resent=count)
 
     async def Purge(self, request: admin_pb2.PurgeRequest, context: Ctx) -> Any:
+        validate.group(request)
         return admin_pb2.PurgeResponse(
             purged=await admin.purge(self.engine, request.topic, request.group)
         )
 
     async def ListTopics(self, request: admin_pb2.ListTopicsRequest, context: Ctx) -> Any:
         return admin_pb2.ListTopicsResponse(topics=sorted(await self.engine.backend.topics()))
+
+
+def _add_credit(consumer: Consumer, n: int, field: str) -> None:
+    """Credit on top of the unused credit, which stays at most MAX_CREDIT."""
+    if consumer.credit + n > MAX_CREDIT:
+        raise InvalidArgument(field, n, f"at most {MAX_CREDIT} unused credit in all "
+                                        f"({max(consumer.credit, 0)} unused now)")
+    consumer.add_credit(n)

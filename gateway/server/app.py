@@ -24,7 +24,7 @@ from gateway.engine.observe import Observer
 from gateway.server.api import AdminService, GatewayService
 from gateway.server.auth import AuthInterceptor, Authorizer, load_principals
 from gateway.server.config import ServeConfig, check_listener
-from gateway.server.errors import ErrorInterceptor
+from gateway.server.errors import DecodeGuard, ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
@@ -104,7 +104,8 @@ class GatewayApp:
         cfg = self.config
         await self.engine.start()
         limit = cfg.max_message_bytes + 64 * 1024
-        interceptors: list[Any] = [TimingInterceptor(self.metrics)]
+        # DecodeGuard first: every other interceptor sees decoded requests.
+        interceptors: list[Any] = [DecodeGuard(), TimingInterceptor(self.metrics)]
         self.authorizer: Authorizer | None = None
         if cfg.tokens_file:
             principals = load_principals(cfg.tokens_file, [dict(p) for p in cfg.principals])

@@ -24,45 +24,25 @@ CONSUMER_TYPES: dict[int, ConsumerType] = {
     pb.CONSUMER_TYPE_EXCLUSIVE: ConsumerType.EXCLUSIVE,
     pb.CONSUMER_TYPE_FAILOVER: ConsumerType.FAILOVER,
 }
-MAX_DELAY_MS = 400 * 24 * 3_600_000
 
 
 def consumer_type(value: int) -> ConsumerType:
-    try:
-        return CONSUMER_TYPES[value]
-    except KeyError:
-        allowed = "SHARED, KEY_SHARED, EXCLUSIVE, FAILOVER"
-        raise InvalidArgument("consumer_type", value, allowed) from None
+    """The engine's type for a checked `ConsumerType` value (see `validate`)."""
+    return CONSUMER_TYPES[value]
 
 
-def out_message(message: pb.Message, now_ms: int, index: int) -> OutMessage:
+def out_message(message: pb.Message, now_ms: int) -> OutMessage:
+    """A checked message (see `validate.publish`) for the engine: a delay becomes a time."""
     delay = message.delay_ms
-    deliver_at = message.deliver_at_ms
-    if delay or deliver_at < 0:
-        _check_timing(delay, deliver_at, index)
-        if not deliver_at:
-            deliver_at = now_ms + delay
+    deliver_at = now_ms + delay if delay else message.deliver_at_ms
     properties = message.properties
     # A comprehension: dict(map) goes through the map's Python-level keys view (twice the cost).
     return OutMessage(message.body, {k: properties[k] for k in properties} if properties else {},
                       message.key, message.tag, deliver_at)
 
 
-def _check_timing(delay: int, deliver_at: int, index: int) -> None:
-    """The rules for a message that sets a delay or a negative delivery time."""
-    if deliver_at and delay:
-        raise InvalidArgument(f"messages[{index}].delay_ms", delay,
-                              "not together with deliver_at_ms")
-    if delay < 0 or delay > MAX_DELAY_MS:
-        raise InvalidArgument(f"messages[{index}].delay_ms", delay, f"0..{MAX_DELAY_MS} ms")
-    if deliver_at < 0:
-        raise InvalidArgument(f"messages[{index}].deliver_at_ms", deliver_at,
-                              "0 (now) or a wall-clock time in ms")
-
-
 def subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> SubscriptionSpec:
-    if not msg.policy:
-        raise InvalidArgument("policy", "", "a policy name such as rocketmq, rabbitmq, pulsar")
+    """The engine's spec for a checked subscription (see `validate`)."""
     broadcast = bool(getattr(msg, "broadcast", False))
     return SubscriptionSpec(
         topic=msg.topic,
@@ -77,9 +57,8 @@ def subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> SubscriptionSpec:
     )
 
 
-def settlement(msg: pb.Settlement, index: int) -> Settlement:
-    if not msg.receipt:
-        raise InvalidArgument(f"settlements[{index}].receipt", "", "the receipt of a delivery")
+def settlement(msg: pb.Settlement) -> Settlement:
+    """The engine's settlement for a checked one (see `validate.settlement`)."""
     kind = msg.WhichOneof("action")
     if kind == "ack":
         return Settlement(msg.receipt, ACK)
@@ -95,10 +74,7 @@ def settlement(msg: pb.Settlement, index: int) -> Settlement:
     if kind == "change_invisible":
         return Settlement(msg.receipt, SettleAction.EXTEND,
                           invisible_ms=msg.change_invisible.invisible_ms)
-    if kind == "dead_letter":
-        return Settlement(msg.receipt, SettleAction.DEAD_LETTER, reason=msg.dead_letter.reason)
-    raise InvalidArgument(f"settlements[{index}].action", None,
-                          "one of ack, fail, change_invisible, dead_letter")
+    return Settlement(msg.receipt, SettleAction.DEAD_LETTER, reason=msg.dead_letter.reason)
 
 
 def in_order(

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
 import structlog
 
-from gateway.errors import GatewayError
-from gateway.server.handlers import inner_behaviour, rebuild
+from gateway.errors import GatewayError, cut
+from gateway.server.handlers import decoded, inner_behaviour, rebuild
 
 log = structlog.get_logger("gateway.server")
+
+GUARDED = ("/gateway.v1.",)
+"""Method-name prefixes whose requests `DecodeGuard` decodes by default: every method of every
+gateway.v1 service (Gateway, Admin)."""
 
 CODES: dict[str, grpc.StatusCode] = {
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
@@ -77,3 +81,37 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method = handler_call_details.method
         inner = inner_behaviour(handler)
         return rebuild(handler, _wrap_unary(inner, method), _wrap_stream(inner, method))
+
+
+async def refuse_undecodable(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> None:
+    """The status of a request whose bytes are not a valid message: INVALID_ARGUMENT."""
+    reason = cut(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 120)
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                        f"request: not a valid protobuf message of the method's type ({reason})")
+
+
+class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Decodes the requests of the methods under `prefixes` itself, so bytes that are not a
+    valid request (garbage, truncated, invalid UTF-8 in a string) end the call with
+    INVALID_ARGUMENT instead of grpc's UNKNOWN (unary) or an exception inside the servicer
+    (streams). A Consume stream's bad frame after the subscribe ends the stream the same way.
+
+    Must be the first interceptor of the server, so that every other one sees decoded
+    requests. Another front end on the same server opts in with its prefix (e.g.
+    `DecodeGuard(("/gateway.v1.", "/apache.rocketmq.v2."))`), or wraps its own handlers with
+    `gateway.server.handlers.decoded(handler, refuse)` for another status."""
+
+    def __init__(self, prefixes: Iterable[str] = GUARDED) -> None:
+        self.prefixes = tuple(prefixes)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if (handler is None or handler.request_deserializer is None
+                or not handler_call_details.method.startswith(self.prefixes)):
+            return handler
+        guarded: grpc.RpcMethodHandler = decoded(handler, refuse_undecodable)
+        return guarded

@@ -6,7 +6,7 @@ grpc's four handler kinds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -21,9 +21,13 @@ def inner_behaviour(handler: grpc.RpcMethodHandler) -> Behaviour:
     return behaviour
 
 
-def rebuild(handler: grpc.RpcMethodHandler, unary: Behaviour, stream: Behaviour) -> Any:
-    """A handler of the same kind running `unary` (single response) or `stream` (responses)."""
-    des, ser = handler.request_deserializer, handler.response_serializer
+def rebuild(
+    handler: grpc.RpcMethodHandler, unary: Behaviour, stream: Behaviour, *, raw: bool = False
+) -> Any:
+    """A handler of the same kind running `unary` (single response) or `stream` (responses);
+    with `raw`, they get the request bytes undecoded."""
+    des = None if raw else handler.request_deserializer
+    ser = handler.response_serializer
     if handler.unary_unary:
         return grpc.unary_unary_rpc_method_handler(unary, des, ser)
     if handler.stream_unary:
@@ -31,3 +35,42 @@ def rebuild(handler: grpc.RpcMethodHandler, unary: Behaviour, stream: Behaviour)
     if handler.unary_stream:
         return grpc.unary_stream_rpc_method_handler(stream, des, ser)
     return grpc.stream_stream_rpc_method_handler(stream, des, ser)
+
+
+Refuse = Callable[[Any, Exception], Awaitable[None]]
+"""Ends a call whose request did not decode, given its context and the decoder's error: it
+aborts the call (`await context.abort(...)`), so it never returns."""
+
+
+def decoded(handler: grpc.RpcMethodHandler, refuse: Refuse) -> Any:
+    """A handler of the same kind that takes the raw request bytes and decodes them itself with
+    the handler's deserializer, ending the call with `refuse` when they do not decode (grpc
+    would answer UNKNOWN for a unary request, and raise into the servicer for a stream).
+
+    It must be built outside every other wrapper that reads requests (the first interceptor),
+    so they all see decoded ones."""
+    decode = handler.request_deserializer
+    inner = inner_behaviour(handler)
+    streamed = bool(handler.stream_unary or handler.stream_stream)
+
+    async def one(raw: bytes, context: Any) -> Any:
+        try:
+            return decode(raw)
+        except Exception as exc:  # whatever the decoder raises: the bytes are not a request
+            await refuse(context, exc)
+            raise
+
+    async def each(raw: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+        async for frame in raw:
+            yield await one(frame, context)
+
+    async def unary(raw: Any, context: Any) -> Any:
+        request = each(raw, context) if streamed else await one(raw, context)
+        return await inner(request, context)
+
+    async def stream(raw: Any, context: Any) -> AsyncIterator[Any]:
+        request = each(raw, context) if streamed else await one(raw, context)
+        async for item in inner(request, context):
+            yield item
+
+    return rebuild(handler, unary, stream, raw=True)

@@ -62,9 +62,9 @@ class GatewayServicer:
     """
 
     def Publish(self, request, context):
-        """Appends a batch of messages to one topic. Returns only once every message of the batch is
-        durable (it survives a crash of the gateway); on error none of the ids is returned and the
-        client should retry the whole batch.
+        """Appends a batch of 1..10000 messages to one topic. Returns only once every message of the
+        batch is durable (it survives a crash of the gateway); on error none of the ids is returned
+        and the client should retry the whole batch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -75,6 +75,10 @@ class GatewayServicer:
         `subscribe`; the gateway answers with `subscribed` and then sends deliveries while the
         consumer has credit. Settlements travel on the same stream and are answered with `results`.
         When the stream ends, deliveries not yet settled are given back under the policy's rules.
+        A bad frame ends the stream with an error status: a second `subscribe`
+        FAILED_PRECONDITION; `Credit` of 0, credit beyond the limit, a SettleBatch of more than
+        10000 settlements and acks, a frame with no kind, or bytes that are not a ConsumeRequest
+        INVALID_ARGUMENT. A bad settlement inside a SettleBatch only fails its own result.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -89,8 +93,12 @@ class GatewayServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Settle(self, request, context):
-        """Settles deliveries obtained from `Receive` or `Consume`. Never fails as a whole for a bad
-        receipt: each result says whether its settlement was applied.
+        """Settles deliveries obtained from `Receive` or `Consume`. All or nothing: when any
+        settlement is invalid (INVALID_ARGUMENT), or its receipt is unknown, expired, already
+        settled or repeated in the request (FAILED_PRECONDITION), the call fails with that error and
+        none is applied; a back end that cannot take it fails the call with UNAVAILABLE. On success
+        every result is ok. (A SettleBatch on a Consume stream is answered settlement by settlement
+        instead.)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -19,8 +19,7 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from adapters.rocketmq.dialect import INVISIBLE_RANGE_MS
 from gateway.errors import Unimplemented
-from gateway.server.api import MAX_BATCH
-from gateway.server.convert import MAX_DELAY_MS
+from gateway.limits import MAX_BATCH, MAX_DELAY_MS
 
 from . import codec
 from .codec import Rejected

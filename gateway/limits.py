@@ -1,0 +1,113 @@
+"""The limits every front end shares (gateway.v1 gRPC, RocketMQ, Pulsar), in one place.
+
+Each front end checks its own protocol's values at its edge; the numbers and the checks that
+are the same whatever the protocol live here, so the front ends cannot drift apart. The engine's
+`publish` applies `check_message` to every message, whichever front end it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gateway.backend import OutMessage
+from gateway.errors import InvalidArgument, MessageTooLarge
+
+DAY_MS = 86_400_000
+MAX_DELAY_MS = 400 * DAY_MS
+"""Longest delay of a message: a relative delay, or an absolute delivery time at most this far
+after now (a time in the past means now). 400 days."""
+MAX_BATCH = 10_000
+"""Most messages in one publish (and settlements in one settle), on every front end."""
+MAX_NAME_BYTES = 255
+"""Longest topic, group, consumer, policy or naming-scheme name, in bytes of UTF-8: what an
+AMQP queue name (RabbitMQ) and a RocketMQ group can hold."""
+MAX_PROPERTIES = 1024
+"""Most properties on one message."""
+MAX_TEXT_BYTES = 1024
+"""Longest free text that is kept or matched (a failure reason, a tag filter, an option value),
+in bytes of UTF-8."""
+MAX_OPTIONS = 32
+"""Most policy options in one subscription."""
+MAX_WAIT_MS = 60_000
+"""Longest long-polling wait of one receive."""
+MAX_RECEIVE = 10_000
+"""Most deliveries one receive returns."""
+MAX_CREDIT = 100_000
+"""Most unused credit (prefetch included) a push consumer may hold."""
+
+
+def utf8_len(text: str) -> int:
+    """The length of `text` in bytes of UTF-8 (without encoding ASCII text)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_name(field: str, value: str) -> None:
+    """A topic, group or other name: non-empty, printable, at most MAX_NAME_BYTES."""
+    if not value or not value.strip():
+        raise InvalidArgument(field, value, "a non-empty name")
+    if too_long(value, MAX_NAME_BYTES) or not value.isprintable():
+        raise InvalidArgument(field, value, f"at most {MAX_NAME_BYTES} bytes (UTF-8) of "
+                                            "printable characters")
+
+
+def too_long(text: str, limit: int) -> bool:
+    """Whether `text` has more than `limit` bytes of UTF-8 (a huge one is not encoded)."""
+    return len(text) > limit or utf8_len(text) > limit
+
+
+def check_text(field: str, value: str, limit: int = MAX_TEXT_BYTES) -> None:
+    if too_long(value, limit):
+        raise InvalidArgument(field, value, f"at most {limit} bytes (UTF-8)")
+
+
+def properties_size(properties: Mapping[str, str]) -> int:
+    size = 0
+    for k, v in properties.items():
+        size += utf8_len(k) + utf8_len(v)
+    return size
+
+
+def message_size(message: OutMessage) -> int:
+    """What a message counts against the maximum message size: body, key, tag and every
+    property key and value, strings in bytes of UTF-8."""
+    size = len(message.body)
+    if message.key:
+        size += utf8_len(message.key)
+    if message.tag:
+        size += utf8_len(message.tag)
+    if message.properties:
+        size += properties_size(message.properties)
+    return size
+
+
+def check_deliver_at(field: str, deliver_at_ms: int, now_ms: int) -> None:
+    """An absolute delivery time: 0 (now), a time in the past (now), or at most MAX_DELAY_MS
+    after now."""
+    if deliver_at_ms < 0 or deliver_at_ms > now_ms + MAX_DELAY_MS:
+        raise InvalidArgument(field, deliver_at_ms, f"0..{now_ms + MAX_DELAY_MS} (wall-clock ms, "
+                                                    "at most 400 days from now)")
+
+
+def check_properties(field: str, properties: Mapping[str, str]) -> None:
+    """At most MAX_PROPERTIES, keys non-empty (their size counts in `message_size`)."""
+    if len(properties) > MAX_PROPERTIES:
+        raise InvalidArgument(field, f"{len(properties)} entries",
+                              f"at most {MAX_PROPERTIES} properties")
+    if "" in properties:
+        raise InvalidArgument(field, "", "non-empty keys")
+
+
+def check_message(message: OutMessage, index: int, now_ms: int, max_bytes: int) -> None:
+    """Everything about one message to publish that does not depend on the protocol."""
+    if message.properties:
+        check_properties(f"messages[{index}].properties", message.properties)
+    if message.deliver_at_ms:
+        check_deliver_at(f"messages[{index}].deliver_at_ms", message.deliver_at_ms, now_ms)
+    size = message_size(message)
+    if size > max_bytes:
+        raise MessageTooLarge(size, max_bytes)
+
+
+def check_batch(field: str, count: int) -> None:
+    if not 1 <= count <= MAX_BATCH:
+        raise InvalidArgument(field, count, f"1..{MAX_BATCH} per batch")

@@ -1,0 +1,198 @@
+"""Every value of every gateway.v1 request, range-checked in one place before the engine sees it.
+
+The servicers (`gateway.server.api`) call one function per request (or stream frame) first;
+a bad value raises `InvalidArgument` naming the field and the allowed range. Policies check
+their own narrower ranges afterwards (e.g. rocketmq-simple's invisible duration), before
+anything changes. Requests that do not even decode are refused earlier, by
+`gateway.server.errors.DecodeGuard`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from gateway.errors import InvalidArgument
+from gateway.limits import (
+    MAX_BATCH,
+    MAX_CREDIT,
+    MAX_DELAY_MS,
+    MAX_NAME_BYTES,
+    MAX_OPTIONS,
+    MAX_RECEIVE,
+    MAX_WAIT_MS,
+    check_batch,
+    check_deliver_at,
+    check_name,
+    check_properties,
+    check_text,
+    too_long,
+)
+from gateway.server.convert import CONSUMER_TYPES
+from gateway.v1 import admin_pb2 as admin
+from gateway.v1 import gateway_pb2 as pb
+
+MAX_RECEIPT_BYTES = 1024
+"""Longest receipt a settlement may carry (the gateway's own are far shorter)."""
+MAX_PAGE = 1000
+"""Largest page of dead letters."""
+DEFAULT_PAGE = 100
+MAX_POSITION = (1 << 53) - 1
+"""Largest position a page token may name: beyond any position a back end hands out (the
+embedded store's are below 2**40), and far enough below 2**63 that a store's arithmetic on it
+(its topic's base plus the position) stays an int64."""
+_TOKEN = re.compile(r"[0-9]{1,16}")
+
+
+def _optional_name(field: str, value: str) -> None:
+    if value:
+        check_name(field, value)
+
+
+def _range(field: str, value: int, low: int, high: int, unit: str = "") -> None:
+    if not low <= value <= high:
+        raise InvalidArgument(field, value, f"{low}..{high}{' ' + unit if unit else ''}")
+
+
+def _options(field: str, options: Mapping[str, str]) -> None:
+    if len(options) > MAX_OPTIONS:
+        raise InvalidArgument(field, f"{len(options)} entries", f"at most {MAX_OPTIONS} options")
+    for key in options:
+        check_name(f"{field} key", key)
+        check_text(f"{field}[{key!r}]", options[key])
+
+
+def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
+    check_name("topic", msg.topic)
+    check_name("group", msg.group)
+    if not msg.policy:
+        raise InvalidArgument("policy", "", "a policy name such as rocketmq, rabbitmq, pulsar")
+    check_name("policy", msg.policy)
+    _options("policy_options", msg.policy_options)
+    if msg.consumer_type not in CONSUMER_TYPES:
+        raise InvalidArgument("consumer_type", msg.consumer_type,
+                              "SHARED, KEY_SHARED, EXCLUSIVE, FAILOVER")
+    _optional_name("naming", msg.naming)
+    check_text("tag_filter", msg.tag_filter)
+
+
+# ------------------------------------------------------------------------------ Gateway
+
+
+def publish(request: pb.PublishRequest, now_ms: int) -> None:
+    check_name("topic", request.topic)
+    check_batch("messages", len(request.messages))
+    for i, message in enumerate(request.messages):
+        _message(message, i, now_ms)
+
+
+def _message(message: pb.Message, index: int, now_ms: int) -> None:
+    """What can be told from the message alone; its size is the engine's (it knows the limit,
+    and counts it the same for every front end)."""
+    if message.properties:
+        check_properties(f"messages[{index}].properties", message.properties)
+    delay, deliver_at = message.delay_ms, message.deliver_at_ms
+    if delay and deliver_at:
+        raise InvalidArgument(f"messages[{index}].delay_ms", delay,
+                              "not together with deliver_at_ms")
+    if delay:
+        _range(f"messages[{index}].delay_ms", delay, 0, MAX_DELAY_MS, "ms (400 days)")
+    elif deliver_at:
+        check_deliver_at(f"messages[{index}].deliver_at_ms", deliver_at, now_ms)
+
+
+def receive(request: pb.ReceiveRequest) -> None:
+    _subscription(request)
+    _range("max_messages", request.max_messages, 1, MAX_RECEIVE)
+    _range("invisible_ms", request.invisible_ms, 0, MAX_DELAY_MS, "ms (0: the policy's default)")
+    _range("wait_ms", request.wait_ms, 0, MAX_WAIT_MS, "ms")
+
+
+def subscribe(sub: pb.Subscribe) -> None:
+    _subscription(sub)
+    _range("prefetch", sub.prefetch, 0, MAX_CREDIT)
+    _optional_name("consumer_id", sub.consumer_id)
+
+
+def settle(request: pb.SettleRequest) -> None:
+    """All or nothing: the first bad settlement fails the request."""
+    check_batch("settlements", len(request.settlements))
+    for i, s in enumerate(request.settlements):
+        settlement(s, i)
+
+
+def settle_batch(batch: pb.SettleBatch) -> None:
+    """The batch as a whole (its settlements are checked one by one, see `settlement`)."""
+    count = len(batch.settlements) + len(batch.acks)
+    if count > MAX_BATCH:
+        raise InvalidArgument("settle", count, f"at most {MAX_BATCH} settlements and acks")
+    _range("settle.credit", batch.credit, 0, MAX_CREDIT)
+
+
+def credit(msg: pb.Credit) -> None:
+    _range("credit.messages", msg.messages, 1, MAX_CREDIT)
+
+
+def settlement(msg: pb.Settlement, index: int) -> None:
+    field = f"settlements[{index}]"
+    receipt(f"{field}.receipt", msg.receipt)
+    kind = msg.WhichOneof("action")
+    if kind == "fail":
+        fail = msg.fail
+        if fail.HasField("delay_ms"):
+            _range(f"{field}.fail.delay_ms", fail.delay_ms, 0, MAX_DELAY_MS, "ms")
+        if fail.HasField("delay_level") and fail.delay_level < 1:
+            raise InvalidArgument(f"{field}.fail.delay_level", fail.delay_level,
+                                  "1 or more (the policy's delay table sets the highest)")
+        check_text(f"{field}.fail.reason", fail.reason)
+    elif kind == "change_invisible":
+        _range(f"{field}.change_invisible.invisible_ms", msg.change_invisible.invisible_ms, 1,
+               MAX_DELAY_MS, "ms")
+    elif kind == "dead_letter":
+        check_text(f"{field}.dead_letter.reason", msg.dead_letter.reason)
+    elif kind != "ack":
+        raise InvalidArgument(f"{field}.action", None,
+                              "one of ack, fail, change_invisible, dead_letter")
+
+
+def receipt(field: str, value: str) -> None:
+    if not value:
+        raise InvalidArgument(field, "", "the receipt of a delivery")
+    if too_long(value, MAX_RECEIPT_BYTES):
+        raise InvalidArgument(field, value, f"a receipt of at most {MAX_RECEIPT_BYTES} bytes")
+
+
+# -------------------------------------------------------------------------------- Admin
+
+
+def group(request: admin.DescribeGroupRequest | admin.PurgeRequest) -> None:
+    check_name("topic", request.topic)
+    check_name("group", request.group)
+
+
+def list_dead_letters(request: admin.ListDeadLettersRequest) -> tuple[int, int]:
+    """The page size and the position to continue after (-1: from the start)."""
+    check_name("topic", request.topic)
+    check_name("group", request.group)
+    _range("limit", request.limit, 0, MAX_PAGE, f"(0: {DEFAULT_PAGE})")
+    return request.limit or DEFAULT_PAGE, page_token(request.page_token)
+
+
+def page_token(token: str) -> int:
+    if not token:
+        return -1
+    if _TOKEN.fullmatch(token) is None or int(token) > MAX_POSITION:
+        raise InvalidArgument("page_token", token, "\"\" or the next_page_token of a page")
+    return int(token)
+
+
+def resend(request: admin.ResendDeadLettersRequest) -> None:
+    check_name("topic", request.topic)
+    check_name("group", request.group)
+    ids = request.message_ids
+    if len(ids) > MAX_BATCH:
+        raise InvalidArgument("message_ids", f"{len(ids)} ids", f"at most {MAX_BATCH}")
+    for i, message_id in enumerate(ids):
+        if not message_id or too_long(message_id, MAX_NAME_BYTES):
+            raise InvalidArgument(f"message_ids[{i}]", message_id,
+                                  f"a message id of 1..{MAX_NAME_BYTES} bytes")
