@@ -17,8 +17,7 @@ from google.protobuf import message_factory
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from test_rocketmq_frontend import Gateway, _settings
 
-from gateway.server.api import MAX_BATCH
-from gateway.server.convert import MAX_DELAY_MS
+from gateway.limits import MAX_BATCH, MAX_DELAY_MS
 
 pytestmark = pytest.mark.slow
 

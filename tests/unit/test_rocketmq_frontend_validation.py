@@ -11,8 +11,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 from adapters.rocketmq.frontend import validation
 from adapters.rocketmq.frontend.codec import Rejected
 from gateway.errors import InvalidArgument, Unimplemented
-from gateway.server.api import MAX_BATCH
-from gateway.server.convert import MAX_DELAY_MS
+from gateway.limits import MAX_BATCH, MAX_DELAY_MS
 
 Code = definition_pb2.Code
 MT = definition_pb2.MessageType

@@ -36,25 +36,16 @@ _GATEWAY_CODES: Mapping[str, int] = {
 }
 
 
-ECHO_MAX_CHARS = 200
-"""Longest piece of a client's value repeated in an error message."""
 STATUS_MAX_CHARS = 1024
-"""Longest status message sent back (a safety net behind `shorten`)."""
+"""Longest status message sent back (values in errors are cut by `gateway.errors`)."""
 
-
-def shorten(value: object) -> object:
-    """`value` for an error message: strings and bytes longer than `ECHO_MAX_CHARS` are cut."""
-    if isinstance(value, str | bytes) and len(value) > ECHO_MAX_CHARS:
-        unit = "characters" if isinstance(value, str) else "bytes"
-        return f"{value[:ECHO_MAX_CHARS]!r}... ({len(value)} {unit} in all)"
-    return value
 
 
 class Rejected(InvalidArgument):
     """A request value out of its range, refused with the RocketMQ status code that names it."""
 
     def __init__(self, status_code: int, field: str, value: object, allowed: str) -> None:
-        super().__init__(field, shorten(value), allowed)
+        super().__init__(field, value, allowed)
         self.status_code = status_code
 
 
