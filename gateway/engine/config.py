@@ -19,6 +19,9 @@ class EngineConfig:
     """Multiplies every wait the policies produce (retry intervals, timeouts). 1.0 in production;
     tests and demos shorten real time with e.g. 0.001 while the policies keep their numbers."""
     dispatch_batch: int = 256
+    max_unacked: int = 50_000
+    """Most deliveries one push consumer holds unsettled (Pulsar's `maxUnackedMessagesPerConsumer`
+    default); credit beyond it waits until the consumer settles."""
     auto_create: bool = True
     """Create topics and groups on first use; when False only `topics` and existing ones work."""
     topics: tuple[str, ...] = ()
@@ -36,6 +39,8 @@ class EngineConfig:
             raise InvalidArgument("time_scale", self.time_scale, "greater than 0, at most 1")
         if not 1 <= self.dispatch_batch <= 10_000:
             raise InvalidArgument("dispatch_batch", self.dispatch_batch, "1..10000")
+        if not 1 <= self.max_unacked <= 1_000_000:
+            raise InvalidArgument("max_unacked", self.max_unacked, "1..1000000")
         if not 0 <= self.broadcast_idle_ms <= MAX_BROADCAST_IDLE_MS:
             raise InvalidArgument("broadcast_idle_ms", self.broadcast_idle_ms,
                                   f"0..{MAX_BROADCAST_IDLE_MS} ms")

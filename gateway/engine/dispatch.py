@@ -41,10 +41,15 @@ class InFlight:
 class Consumer:
     """A push consumer: deliveries wait in its outbox until `next_batch` takes them."""
 
-    def __init__(self, sub: Subscription, consumer_id: str, credit: int) -> None:
+    def __init__(
+        self, sub: Subscription, consumer_id: str, credit: int, max_unacked: int = 50_000
+    ) -> None:
         self.sub = sub
         self.id = consumer_id
         self.credit = credit
+        self.max_unacked = max_unacked
+        """Most deliveries this consumer may hold unsettled; more credit waits until it settles
+        (bounds the memory a consumer that never settles can hold in the gateway)."""
         self.outbox: deque[Delivery] = deque()
         self.ready = asyncio.Event()
         self.closed = False
@@ -69,6 +74,17 @@ class Consumer:
         had = self.credit
         self.credit = had + n
         if had <= 0:
+            self.sub.wake.set()
+
+    def room(self) -> int:
+        """Deliveries this consumer may take now: its credit, within `max_unacked`."""
+        return min(self.credit, self.max_unacked - len(self.receipts))
+
+    def settled(self, receipt: str) -> None:
+        """A delivery of this consumer's is settled; wakes the dispatcher if that gave room."""
+        receipts = self.receipts
+        receipts.discard(receipt)
+        if len(receipts) == self.max_unacked - 1 and self.credit > 0:
             self.sub.wake.set()
 
     def push(self, delivery: Delivery) -> None:
@@ -122,7 +138,7 @@ class Subscription:
 
     def credit(self) -> int:
         active = self.receivers()
-        return sum(max(0, c.credit) for c in active)
+        return sum(max(0, c.room()) for c in active)
 
     def receivers(self) -> list[Consumer]:
         live = [c for c in self.consumers if not c.closed]
@@ -142,11 +158,11 @@ class Subscription:
             return live[zlib.crc32(key.encode()) % len(live)]
         if len(live) == 1:
             only = live[0]
-            if only.credit <= 0:
+            if only.room() <= 0:
                 return None
             next(self._rr)
             return only
-        with_credit = [c for c in live if c.credit > 0]
+        with_credit = [c for c in live if c.room() > 0]
         if not with_credit:
             return None
         return with_credit[next(self._rr) % len(with_credit)]

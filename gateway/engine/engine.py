@@ -258,7 +258,7 @@ class Engine:
         if anonymous:
             spec = replace(spec, consumer_id=consumer_id)
         sub = self._subscription(spec, policy, anonymous)
-        consumer = Consumer(sub, consumer_id, credit)
+        consumer = Consumer(sub, consumer_id, credit, self.config.max_unacked)
         consumer.on_close = self._consumer_closed
         sub.consumers.append(consumer)
         if sub.task is None or sub.task.done():
@@ -684,7 +684,7 @@ class Engine:
             return
         self.inflight.pop(inf.receipt, None)
         if inf.consumer is not None:
-            inf.consumer.receipts.discard(inf.receipt)
+            inf.consumer.settled(inf.receipt)
         if outcome is REDELIVER and policy.blocks_queue and inf.consumer is not None:
             self._hold(inf, decision)
             return

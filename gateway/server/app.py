@@ -78,6 +78,7 @@ class GatewayApp:
             gateway_id=config.gateway_id,
             backend_name=self.backend.name,
             broadcast_idle_ms=round(config.broadcast_idle_s * 1000),
+            max_unacked=config.max_unacked,
         )
         from gateway.server.metrics import Metrics
 

@@ -36,6 +36,8 @@ class ServeConfig:
     pulsar_service_url: str = ""
     pulsar_token: str = ""
     max_message_bytes: int = 4 * 1024 * 1024
+    max_unacked: int = 50_000
+    """Most deliveries one push consumer holds unsettled (1..1000000; see EngineConfig)."""
     grace_s: float = 10.0
     broadcast_idle_s: float = 3600.0
     """How long a broadcast consumer's own group outlives it (0..2592000 s; see EngineConfig)."""
@@ -120,7 +122,7 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry", "admin_listen",
-               "broadcast_idle_s"},
+               "broadcast_idle_s", "max_unacked"},
     "store": {"backend", "data_dir", "cache_mb"},
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},
