@@ -16,7 +16,7 @@ from gateway.server.config import ServeConfig, load
 FLAGS = ("listen", "data_dir", "backend", "cache_mb", "pulsar_listen", "rabbitmq_url",
          "pulsar_service_url", "grace_s", "time_scale", "max_message_bytes", "log_level",
          "admin_listen", "tokens_file", "tls_cert", "tls_key", "tls_client_ca",
-         "allow_remote_unauthenticated", "telemetry", "broadcast_idle_s", "max_unacked")
+         "allow_remote_unauthenticated", "telemetry", "broadcast_idle_s", "max_unacked", "max_rpcs")
 GC_THRESHOLDS = (50_000, 20, 100)
 """The cyclic collector's thresholds while serving. Python's default (700, 10, 10) runs a young
 collection every 700 container allocations, and a gateway allocates several per message: in
@@ -47,6 +47,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
     p.add_argument("--max-unacked", dest="max_unacked", type=int,
                    help="most deliveries one consumer holds unsettled (default 50000)")
+    p.add_argument("--max-rpcs", dest="max_rpcs", type=int,
+                   help="calls and open streams served at once (default 10000)")
     p.add_argument("--log-level", dest="log_level")
     p.add_argument("--admin-listen", dest="admin_listen",
                    help="Prometheus metrics on HOST:PORT (/metrics)")

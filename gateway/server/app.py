@@ -53,6 +53,12 @@ def make_backend(config: ServeConfig, clock: Clock) -> Backend:
     return backend
 
 
+STREAMS_PER_CONNECTION = 1000
+"""Concurrent calls one HTTP/2 connection may carry (more wait for the client's next stream)."""
+HANDSHAKE_TIMEOUT_MS = 10_000
+"""A connection that has not finished its TLS / HTTP/2 handshake by then is closed."""
+
+
 class GatewayApp:
     def __init__(
         self,
@@ -115,10 +121,13 @@ class GatewayApp:
         interceptors.append(ErrorInterceptor())
         server = grpc.aio.server(
             interceptors=interceptors,
+            maximum_concurrent_rpcs=cfg.max_rpcs,
             options=[
                 ("grpc.max_receive_message_length", max(limit, 64 * 1024 * 1024)),
                 ("grpc.max_send_message_length", max(limit, 64 * 1024 * 1024)),
                 ("grpc.so_reuseport", 0),
+                ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION),
+                ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
             ],
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayService(self.engine), server)

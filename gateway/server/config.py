@@ -38,6 +38,9 @@ class ServeConfig:
     max_message_bytes: int = 4 * 1024 * 1024
     max_unacked: int = 50_000
     """Most deliveries one push consumer holds unsettled (1..1000000; see EngineConfig)."""
+    max_rpcs: int = 10_000
+    """Calls (open streams included) the gRPC listener serves at once; more get
+    RESOURCE_EXHAUSTED (1..1000000)."""
     grace_s: float = 10.0
     broadcast_idle_s: float = 3600.0
     """How long a broadcast consumer's own group outlives it (0..2592000 s; see EngineConfig)."""
@@ -66,6 +69,8 @@ class ServeConfig:
     """Without auth the gateway listens on loopback only unless this is set."""
 
     def __post_init__(self) -> None:
+        if not 1 <= self.max_rpcs <= 1_000_000:
+            raise InvalidArgument("max_rpcs", self.max_rpcs, "1..1000000")
         for name in LISTENERS:
             address = getattr(self, name)
             if address or name == "listen":
@@ -122,7 +127,7 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry", "admin_listen",
-               "broadcast_idle_s", "max_unacked"},
+               "broadcast_idle_s", "max_unacked", "max_rpcs"},
     "store": {"backend", "data_dir", "cache_mb"},
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},
