@@ -1,4 +1,5 @@
-"""`gateway serve`: run the gateway until SIGTERM or SIGINT, then drain."""
+"""`gateway serve`: run the gateway until SIGTERM or SIGINT, then drain; or until its back end
+cannot recover, then exit with EXIT_BACKEND_LOST so that a supervisor restarts it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ FLAGS = ("listen", "data_dir", "backend", "cache_mb", "pulsar_listen", "rabbitmq
          "pulsar_service_url", "grace_s", "time_scale", "max_message_bytes", "log_level",
          "admin_listen", "tokens_file", "tls_cert", "tls_key", "tls_client_ca",
          "allow_remote_unauthenticated", "telemetry", "broadcast_idle_s")
+EXIT_BACKEND_LOST = 75
+"""Exit status when the back end cannot recover within the process (EX_TEMPFAIL: try again)."""
 GC_THRESHOLDS = (50_000, 20, 100)
 """The cyclic collector's thresholds while serving. Python's default (700, 10, 10) runs a young
 collection every 700 container allocations, and a gateway allocates several per message: in
@@ -78,7 +81,9 @@ def configure_logging(level: str) -> None:
     )
 
 
-async def serve(config: ServeConfig) -> None:
+async def serve(config: ServeConfig) -> int:
+    """Serve until SIGTERM or SIGINT (exit status 0) or until the back end cannot recover
+    (EXIT_BACKEND_LOST: a supervisor restarts the gateway)."""
     from gateway.server.app import GatewayApp
 
     stop = asyncio.Event()
@@ -90,8 +95,17 @@ async def serve(config: ServeConfig) -> None:
     tune_gc()
     print(f"gateway listening on {config.listen.rsplit(':', 1)[0]}:{app.grpc_port}",
           file=sys.stderr, flush=True)
-    await stop.wait()
-    await app.stop()
+    ends = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(app.lost.wait())]
+    await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+    for end in ends:
+        end.cancel()
+    if not app.lost.is_set():
+        await app.stop()
+        return 0
+    print(f"gateway: exiting with status {EXIT_BACKEND_LOST}: {app.backend.fatal()}",
+          file=sys.stderr, flush=True)
+    await app.stop(grace_s=0.0)  # nothing can be settled: no drain
+    return EXIT_BACKEND_LOST
 
 
 def tune_gc() -> None:
@@ -105,5 +119,4 @@ def run(args: argparse.Namespace) -> int:
     flags = {name: getattr(args, name) for name in FLAGS}
     config = load(args.config, flags=flags)
     configure_logging(config.log_level)
-    asyncio.run(serve(config))
-    return 0
+    return asyncio.run(serve(config))
