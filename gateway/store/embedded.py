@@ -465,10 +465,12 @@ class EmbeddedStore(Backend):
             message_id = given_id or self._new_id(prefix)
             ids.append(message_id)
             properties = message.properties
-            body = bytes(message.body)
+            body = message.body
+            if type(body) is not bytes:
+                body = bytes(body)
             if properties:
                 props = _props_json(properties)
-                size += len(props) + PROPERTY_OVERHEAD * len(properties)
+                size += len(props) + PROPERTY_OVERHEAD * (len(properties) + 1)
             else:
                 props = "{}"
             size += len(body) + len(key) + len(tag)
@@ -477,7 +479,7 @@ class EmbeddedStore(Backend):
             )
             rowid += 1
             entries.append(
-                Entry(message_id, key, tag, body, properties, now_ms, deliver_at, attempt, retries)
+                (message_id, key, tag, body, properties, now_ms, deliver_at, attempt, retries)
             )
         index.next_pos = end = first + len(rows)
         self._tail.add(index, first, entries, size)
@@ -590,12 +592,12 @@ class EmbeddedStore(Backend):
         pos = cursor
         while pos < end and len(out) < need:
             entry = tail[pos]
-            deliver_at = entry.deliver_at_ms
-            if deliver_at > now_ms or entry.key in exclude_keys:
-                passed.append(rd.Meta(pos, entry.key, deliver_at, entry.attempt, entry.retries))
+            _, key, _, _, _, _, deliver_at, attempt, retries = entry
+            if deliver_at > now_ms or key in exclude_keys:
+                passed.append(rd.Meta(pos, key, deliver_at, attempt, retries))
             else:
                 out.append(self._lease_entry(state, pos, entry))
-                rows.append((gid, pos, deliver_at, entry.attempt, entry.retries))
+                rows.append((gid, pos, deliver_at, attempt, retries))
             pos += 1
         if pos > cursor:
             rows.extend(self._absorb(state, passed, now_ms, exclude_keys))
@@ -607,18 +609,19 @@ class EmbeddedStore(Backend):
 
     def _lease_entry(self, group: GroupIndex, pos: int, entry: Entry) -> StoredMessage:
         token = self._lease_token(group, pos)
+        message_id, key, tag, body, properties, publish_ms, deliver_at, attempt, retries = entry
         return StoredMessage(
             lease=Lease(group.topic.name, group.name, pos, token),
-            message_id=entry.message_id,
+            message_id=message_id,
             topic=group.topic.name,
-            body=entry.body,
-            properties=entry.properties,
-            key=entry.key,
-            tag=entry.tag,
-            publish_ms=entry.publish_ms,
-            deliver_at_ms=entry.deliver_at_ms,
-            attempt=entry.attempt,
-            retries=entry.retries,
+            body=body,
+            properties=properties,
+            key=key,
+            tag=tag,
+            publish_ms=publish_ms,
+            deliver_at_ms=deliver_at,
+            attempt=attempt,
+            retries=retries,
         )
 
     async def wait(self, topic: str, group: str, timeout_s: float) -> None:

@@ -109,7 +109,7 @@ async def test_the_tail_counts_key_tag_and_properties_against_its_budget(
         for _ in range(30):  # 30 such messages: far over the budget if only bodies counted
             await store.publish("t", [one])
             assert store._tail.used <= budget
-        held = sum(len(e.key) + len(e.tag) for e in store._topics["t"].tail.values())
+        held = sum(len(e[1]) + len(e[2]) for e in store._topics["t"].tail.values())
         assert held <= budget
         tiny = OutMessage(body=b"", properties={str(i): "" for i in range(10_000)})
         await store.publish("t", [tiny])  # many small properties cost memory too
