@@ -450,15 +450,16 @@ class EmbeddedStore(Backend):
         rowid = base + first
         size = 0  # what the tail counts: bodies, keys, tags and properties
         prefix = self._id_prefix(now_ms)
+        ascii_text = str.isascii  # TypeError for anything but a str
         for message in messages:
             key, tag, deliver_at = message.key, message.tag, message.deliver_at_ms
             attempt, retries, given_id = message.attempt, message.retries, message.message_id
             try:
                 # All three in 0..2**63-1 (SQLite's INTEGER); key, tag, id UTF-8 (`guard`).
-                fine = not (deliver_at | attempt | retries) >> 63 and key.isascii() and (
-                    tag.isascii() and (not given_id or given_id.isascii())
+                fine = not (deliver_at | attempt | retries) >> 63 and ascii_text(key) and (
+                    ascii_text(tag) and (not given_id or ascii_text(given_id))
                 )
-            except (TypeError, AttributeError):
+            except TypeError:
                 fine = False
             if not fine:
                 guard.check_message(message)
@@ -467,7 +468,7 @@ class EmbeddedStore(Backend):
             properties = message.properties
             body = message.body
             if type(body) is not bytes:
-                body = bytes(body)
+                body = guard.body(body)
             if properties:
                 props = _props_json(properties)
                 size += len(props) + PROPERTY_OVERHEAD * (len(properties) + 1)

@@ -32,6 +32,11 @@ BAD_MESSAGES: list[tuple[str, dict[str, Any], str]] = [
     ("surrogate tag", {"tag": "\udcff"}, "tag"),
     ("surrogate key", {"key": "a\ud800"}, "key"),
     ("int message id", {"message_id": 5}, "message_id"),
+    # upb gives bytes for a proto2 string that is not UTF-8 (the Pulsar wire is proto2).
+    ("bytes key", {"key": b"k"}, "key"),
+    ("bytes message id", {"message_id": b"\xff"}, "message_id"),
+    ("str body", {"body": "text"}, "body"),
+    ("int body", {"body": 2**40}, "body"),
 ]
 
 
@@ -47,7 +52,9 @@ async def test_a_bad_value_fails_only_its_own_publish(
         assert writer is not None
         # In one turn of the loop: without the store's own check both would share a commit.
         good = asyncio.ensure_future(store.publish("t", [OutMessage(body=b"good")]))
-        bad = asyncio.ensure_future(store.publish("t", [OutMessage(body=b"bad", **fields)]))
+        bad = asyncio.ensure_future(
+            store.publish("t", [OutMessage(**{"body": b"bad", **fields})])
+        )
         other = asyncio.ensure_future(store.publish("u", [OutMessage(body=b"other")]))
         await asyncio.wait([good, bad, other])
         error = bad.exception()
