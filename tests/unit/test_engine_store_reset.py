@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from adapters import builtin_registry
 from gateway.backend.base import OutMessage
-from gateway.engine.api import ACK, Settlement, SubscriptionSpec
+from gateway.engine.api import ACK, SettleAction, Settlement, SubscriptionSpec
 from gateway.engine.clock import ManualClock
 from gateway.engine.engine import Engine
 from gateway.errors import Unavailable
@@ -93,5 +93,33 @@ async def test_pushed_deliveries_not_sent_yet_are_dropped_and_their_credit_retur
             consumer.add_credit(len(batch))
         assert sorted(seen) == sorted(ids)
         assert consumer.credit == 5
+    finally:
+        await engine.close()
+
+
+async def test_an_ordered_retry_held_in_the_engine_is_dropped_and_its_key_freed(
+    tmp_path: pathlib.Path,
+) -> None:
+    engine, store, _ = await engine_on(tmp_path)
+    spec = SubscriptionSpec("t", "g", "rocketmq-orderly")
+    try:
+        ids = await engine.publish("t", [OutMessage(body=b"1", key="k"),
+                                         OutMessage(body=b"2", key="k")])
+        consumer = await engine.open_consumer(spec, credit=10)
+        first = await asyncio.wait_for(consumer.next_batch(), 10)
+        assert [d.message_id for d in first] == ids[:1]  # the key's next waits behind it
+        failed = await engine.settle([Settlement(first[0].receipt, SettleAction.FAIL)])
+        assert failed[0].ok  # held in the engine until its suspend time (1 s) has passed
+        await break_and_heal(store)
+        # Without the clock moving: the store hands the message out again, in order.
+        again = await asyncio.wait_for(consumer.next_batch(), 10)
+        assert [d.message_id for d in again] == ids[:1]
+        assert not (await engine.ack([again[0].receipt]))
+        last = await asyncio.wait_for(consumer.next_batch(), 10)
+        assert [d.message_id for d in last] == ids[1:]
+        assert not (await engine.ack([last[0].receipt]))
+        # The dropped hold left no timer behind that could deliver it once more.
+        assert len(engine.timers) == 0
+        assert not consumer.outbox and not engine.inflight
     finally:
         await engine.close()
