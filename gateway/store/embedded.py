@@ -149,6 +149,7 @@ class EmbeddedStore(Backend):
         # and creates the tables; only then is the index loaded.
         self._failure = None
         self._fatal = None
+        self._recovery.reset()
         writer = self._new_writer()
         await writer.start()
         try:

@@ -47,6 +47,11 @@ class Recovery:
         """Failures in the current run."""
         self._healed_at: float | None = None
 
+    def reset(self) -> None:
+        """Forget every failure (the store opens anew)."""
+        self.failures = 0
+        self._healed_at = None
+
     def failed(self) -> None:
         """Count one failure (of the writer, or of a restart attempt)."""
         healed_at, self._healed_at = self._healed_at, None

@@ -17,6 +17,7 @@ import pytest
 from gateway.backend.base import OutMessage
 from gateway.errors import Unavailable
 from gateway.store import EmbeddedStore, writes
+from gateway.store.recovery import Recovery
 from gateway.store.writer import GroupCommitWriter
 
 T0 = 1_700_000_000_000
@@ -210,3 +211,25 @@ async def test_closing_while_recovering_ends_every_writer(
     reopened = EmbeddedStore(tmp_path, lambda: T0, fsync=False)
     await asyncio.wait_for(reopened.open(), 30)  # the lock is free: no writer is left
     await reopened.close()
+
+
+def test_the_restart_policy_backs_off_and_gives_up_after_failures_in_a_row() -> None:
+    now = [0.0]
+    policy = Recovery(monotonic=lambda: now[0])  # the defaults: 0.1 s doubling to 5 s, 30, 30 s
+    delays = []
+    while not policy.exhausted:
+        policy.failed()
+        delays.append(policy.delay_s())
+    assert delays[:7] == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0]
+    assert len(delays) == 30 and set(delays[6:]) == {5.0}
+    assert 120 < sum(delays[:-1]) < 130  # about two minutes of trying before giving up
+    policy.reset()
+    policy.failed()
+    policy.healed()
+    now[0] += 29.0
+    policy.failed()  # failed again soon after it healed: the same run
+    assert policy.failures == 2
+    policy.healed()
+    now[0] += 30.0
+    policy.failed()  # healthy for 30 s first: a new run
+    assert policy.failures == 1 and policy.delay_s() == 0.1
