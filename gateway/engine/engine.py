@@ -465,7 +465,10 @@ class Engine:
                 raise
             except GatewayError as exc:
                 log.warning("fetch failed", topic=sub.topic, group=sub.group, error=exc.message)
-                await asyncio.sleep(0.5)
+                # Try again in 0.5 s, or at once when woken (a store that healed wakes it).
+                sub.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sub.wake.wait(), 0.5)
                 continue
             if not got:
                 waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [

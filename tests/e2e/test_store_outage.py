@@ -5,6 +5,7 @@ up, and every publish that got a receipt, before or after the trouble, is consum
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import errno
 import os
@@ -155,26 +156,33 @@ class Load:
 
 class Consumer:
     """A consumer that acks what it gets, from before the trouble until every id in `wanted`
-    was seen (or time is up); what it saw is `seen`. The first `hold` deliveries it keeps
-    unsettled in `held` (they are in flight when the trouble starts)."""
+    was delivered (those in `twice`: twice), or time is up; `deliveries` counts them per id.
+    The first `hold` deliveries it keeps unsettled in `held` (in flight at the trouble)."""
 
     def __init__(self, client: GatewayClient, topic: str, hold: int = 0) -> None:
-        self.seen: set[str] = set()
+        self.deliveries: collections.Counter[str] = collections.Counter()
         self.held: list[Message] = []
-        self.wanted: set[str] | None = None
         self._hold = hold
+        self._wanted: set[str] | None = None
+        self._twice: set[str] = set()
         self._client = client
         self._topic = topic
         self._task = asyncio.ensure_future(self._run())
 
+    def _done(self) -> bool:
+        if self._wanted is None:
+            return False
+        got = self.deliveries
+        return all(got[i] for i in self._wanted) and all(got[i] >= 2 for i in self._twice)
+
     async def _run(self) -> None:
         stream = self._client.consume(self._topic, "g", policy="rocketmq", prefetch=256)
         async with stream:
-            while self.wanted is None or not self.wanted <= self.seen:
+            while not self._done():
                 msg = await stream.next(0.2)
                 if msg is None:
                     continue
-                self.seen.add(msg.message_id)
+                self.deliveries[msg.message_id] += 1
                 if len(self.held) < self._hold:
                     self.held.append(msg)
                 else:
@@ -186,15 +194,18 @@ class Consumer:
             assert time.monotonic() < deadline, f"holds only {len(self.held)}"
             await asyncio.sleep(0.01)
 
-    async def until_seen(self, wanted: set[str], timeout_s: float = 60.0) -> set[str]:
-        """Wait until every id in `wanted` was seen; return those never seen."""
-        self.wanted = set(wanted)
+    async def until_delivered(self, wanted: set[str], twice: frozenset[str] = frozenset(),
+                              timeout_s: float = 60.0) -> set[str]:
+        """Wait until every id in `wanted` was delivered (and those in `twice` twice); return
+        those that were not."""
+        self._wanted, self._twice = set(wanted), set(twice)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._task), timeout_s)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        return wanted - self.seen
+        got = self.deliveries
+        return {i for i in wanted if not got[i]} | {i for i in twice if got[i] < 2}
 
 
 async def test_a_killed_writer_under_load_heals_by_itself_and_loses_nothing(
@@ -225,11 +236,9 @@ async def test_a_killed_writer_under_load_heals_by_itself_and_loses_nothing(
             for msg in consumer.held:
                 result = await msg.ack()
                 assert (result.ok, result.error_code) == (False, "FAILED_PRECONDITION")
-            held_ids = {msg.message_id for msg in consumer.held}
-            consumer.seen -= held_ids
-            missing = await consumer.until_seen(load.confirmed)
+            held = frozenset(msg.message_id for msg in consumer.held)
+            missing = await consumer.until_delivered(load.confirmed, twice=held)
     assert not missing, f"{len(missing)} of {len(load.confirmed)} confirmed messages lost"
-    assert held_ids <= consumer.seen
     assert proc.returncode == 0
     assert "embedded store recovered" in log.read_text()
 
@@ -301,6 +310,6 @@ async def test_a_full_disk_fails_publishes_and_the_store_heals_once_space_is_bac
                     await load.stop()
                     await health.close()
                 assert proc.poll() is None, "the gateway exited"
-                missing = await consumer.until_seen(load.confirmed)
+                missing = await consumer.until_delivered(load.confirmed)
         assert not missing, f"{len(missing)} of {len(load.confirmed)} confirmed messages lost"
         assert proc.returncode == 0
