@@ -18,14 +18,14 @@ FLAGS = ("listen", "data_dir", "backend", "cache_mb", "pulsar_listen", "rabbitmq
          "pulsar_service_url", "grace_s", "time_scale", "max_message_bytes", "log_level",
          "admin_listen", "tokens_file", "tls_cert", "tls_key", "tls_client_ca",
          "allow_remote_unauthenticated", "telemetry", "broadcast_idle_s")
-EXIT_BACKEND_LOST = 75
-"""Exit status when the back end cannot recover within the process (EX_TEMPFAIL: try again)."""
 GC_THRESHOLDS = (50_000, 20, 100)
 """The cyclic collector's thresholds while serving. Python's default (700, 10, 10) runs a young
 collection every 700 container allocations, and a gateway allocates several per message: in
 `python -m bench.gateway` the collector took 9% of the event loop's thread and end-to-end
 throughput rose from 23,600 to 27,500 msgs/s with these. Messages form few reference cycles;
 what they do form is still collected, less often."""
+EXIT_BACKEND_LOST = 75
+"""Exit status when the back end cannot recover within the process (EX_TEMPFAIL: try again)."""
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
