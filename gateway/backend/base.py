@@ -20,7 +20,7 @@ Retry and dead-letter destinations are ordinary topics. Product-specific code li
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.values import value
@@ -121,6 +121,23 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def healthy(self) -> bool:
         """True while requests can succeed (broker reachable, store open)."""
+
+    def fatal(self) -> str | None:
+        """Why the back end cannot serve again within this process (it gave up recovering by
+        itself): the process should exit so that its supervisor restarts it. None while it
+        serves or may still recover."""
+        return None
+
+    def on_state_change(self, callback: Callable[[], None]) -> None:
+        """Have `callback()` called (on the event loop) whenever `healthy()` or `fatal()` may
+        have changed. Back ends that do not call it are polled."""
+        return None
+
+    def on_leases_lost(self, callback: Callable[[], None]) -> None:
+        """Have `callback()` called when every lease handed out so far became void: the back end
+        recovered from a failure by reloading its durable state, and the messages of those
+        leases are delivered again. Called before `healthy()` is true again."""
+        return None
 
     @abc.abstractmethod
     async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:

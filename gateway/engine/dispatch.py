@@ -182,13 +182,16 @@ def matches_tag(expression: str, tag: str) -> bool:
 
 
 async def wait_any(waiters: list[asyncio.Future[object] | asyncio.Task[object]]) -> None:
-    """Return when one waiter finishes; cancel the rest."""
-    done, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    for task in done:
-        if not task.cancelled():
-            task.exception()
+    """Return when one waiter finishes; cancel the rest (also when the caller is cancelled:
+    none is left behind to fail unseen, e.g. a store's `wait` once the store has closed)."""
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in waiters:
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled():
+                task.exception()
 
 
 def run_dispatcher(engine: Engine, sub: Subscription) -> asyncio.Task[None]:

@@ -161,9 +161,29 @@ class Engine:
     async def start(self) -> None:
         self._trace = log.bind()
         self._trace_debug = _debug_enabled(self._trace)
+        self.backend.on_leases_lost(self._leases_lost)
         await self.backend.open()
         self._known_topics.update(await self.backend.topics())
         self.timers.start()
+
+    def _leases_lost(self) -> None:
+        """The back end rebuilt its state after a failure: every delivery handed out before is
+        void (settling it answers a stale receipt) and its message is delivered again by the
+        back end. Deliveries a consumer has not taken yet are dropped and their credit given
+        back; ordered keys blocked behind a void delivery are free again."""
+        void = len(self.inflight)
+        for inf in self.inflight.values():
+            self._disarm(inf)
+        self.inflight.clear()
+        for sub in self.subscriptions.values():
+            sub.held.clear()
+            sub.blocked_keys.clear()
+            for consumer in sub.consumers:
+                consumer.receipts.clear()
+                consumer.credit += len(consumer.outbox)
+                consumer.outbox.clear()
+            sub.wake.set()
+        log.warning("back end recovered: deliveries handed out before are void", void=void)
 
     async def stop_dispatch(self) -> None:
         """No new deliveries from now on; settles are still accepted."""
@@ -446,7 +466,10 @@ class Engine:
                 raise
             except GatewayError as exc:
                 log.warning("fetch failed", topic=sub.topic, group=sub.group, error=exc.message)
-                await asyncio.sleep(0.5)
+                # Try again in 0.5 s, or at once when woken (a store that healed wakes it).
+                sub.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sub.wake.wait(), 0.5)
                 continue
             if not got:
                 waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [

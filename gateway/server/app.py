@@ -103,6 +103,10 @@ class GatewayApp:
         self.grpc_port = 0
         self.pulsar: Any = None
         self._health_task: asyncio.Task[None] | None = None
+        self._health_changed = asyncio.Event()
+        self.lost = asyncio.Event()
+        """Set when the back end cannot recover within this process (`Backend.fatal`): the
+        process should end with a non-zero status so that its supervisor restarts it."""
         self.rocketmq: Any = None
         self.rocketmq_settings = rocketmq_settings
         self.rocketmq_settings_in_use: Any = None
@@ -172,6 +176,7 @@ class GatewayApp:
             self.metrics_port = self.metrics.serve(ahost, aport)
         await self._health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         await self._set_serving(self.backend.healthy())
+        self.backend.on_state_change(self._health_changed.set)
         self._health_task = asyncio.ensure_future(self._watch_health())
         log.info("gateway started", listen=f"{host}:{bound}", backend=self.backend.name,
                  data_dir=cfg.data_dir,
@@ -233,13 +238,21 @@ class GatewayApp:
             await self._health.set(name, status)
 
     async def _watch_health(self) -> None:
+        """Health follows the back end: at once where it tells of changes, else within 0.5 s."""
         last = None
         while True:
+            self._health_changed.clear()
+            fatal = self.backend.fatal()
+            if fatal is not None and not self.lost.is_set():
+                log.critical("the back end cannot recover: the gateway must be restarted",
+                             reason=fatal)
+                self.lost.set()
             ok = self.backend.healthy() and self.engine.accepting
             if ok != last:
                 await self._set_serving(ok)
                 last = ok
-            await asyncio.sleep(0.5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._health_changed.wait(), 0.5)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain: NOT_SERVING first, no new deliveries, settles accepted for the grace period."""

@@ -2,9 +2,15 @@
 
 SQLite is the durable record (messages, per-group cursors, per-group unacked rows); the
 consumption index lives in memory (`gateway.store.index`) and is rebuilt from the tables on
-open. Writes go through one group-commit writer thread; reads run on a second thread and
-connection, so the event loop never waits on SQLite. Fresh messages are fetched from memory
+open. Writes go through one group-commit writer process; reads run on a thread and connection
+of their own, so the event loop never waits on SQLite. Fresh messages are fetched from memory
 (`gateway.store.tail`), and messages every group has acked are deleted periodically (`trim`).
+
+A failed commit (disk full) or a lost writer fails the writes waiting for it, and the store
+recovers by itself: while it is down every call fails with Unavailable at once; it restarts the
+writer (with back-off, `gateway.store.recovery`) and rebuilds the index from the tables, the
+durable truth, as `open` does. Leases handed out before are void then (a new session) and their
+messages are delivered again. At too many failures in a row it gives up (`fatal`).
 """
 
 from __future__ import annotations
@@ -29,10 +35,10 @@ from gateway.backend.base import (
     TopicStats,
 )
 from gateway.errors import GatewayError, InvalidArgument, Unavailable
+from gateway.store import guard, recovery, schema, writes
 from gateway.store import reader as rd
-from gateway.store import schema, writes
 from gateway.store.index import GroupIndex, ReadyEntry, TopicIndex
-from gateway.store.tail import Entry, TailCache
+from gateway.store.tail import PROPERTY_OVERHEAD, Entry, TailCache
 from gateway.store.writer import GroupCommitWriter
 from gateway.store.writes import MessageRow, UnackedRow
 from gateway.timewheel import TimerWheel
@@ -63,8 +69,9 @@ def _props_json(properties: Mapping[str, str]) -> str:
     """`json.dumps(properties)` for a dict of strings, without building an encoder per call."""
     try:
         return "{" + ", ".join([f"{_escape(k)}: {_escape(v)}" for k, v in properties.items()]) + "}"
-    except TypeError:  # not all strings: let json say what it can do
-        return json.dumps(properties)
+    except TypeError:  # not all strings
+        guard.check_properties(properties)
+        raise
 
 
 def _props(text: str) -> Mapping[str, str]:
@@ -87,7 +94,11 @@ class EmbeddedStore(Backend):
         fsync: bool = True,
         tail_bytes: int = TAIL_BYTES,
         trim_interval_s: float = TRIM_INTERVAL_S,
+        restart_backoff_s: tuple[float, float] | None = None,
+        give_up_after: int | None = None,
+        stable_s: float | None = None,
     ) -> None:
+        """The last three: see `gateway.store.recovery` (None: its defaults)."""
         self._dir = pathlib.Path(data_dir)
         self._tail = TailCache(tail_bytes)
         self._trim_interval_s = trim_interval_s
@@ -106,6 +117,18 @@ class EmbeddedStore(Backend):
         self._id_seq = 0
         self._open = False
         self._failure: BaseException | None = None
+        """Why the store is down (it is recovering), or None."""
+        self._fatal: str | None = None
+        self._recovery = recovery.Recovery(
+            recovery.BACKOFF_S if restart_backoff_s is None else restart_backoff_s,
+            recovery.GIVE_UP_AFTER if give_up_after is None else give_up_after,
+            recovery.STABLE_S if stable_s is None else stable_s,
+        )
+        self._recovering: asyncio.Task[None] | None = None
+        self._generation = 0
+        """Counts index rebuilds: a fetch that awaited across one hands nothing out."""
+        self._state_listeners: list[Callable[[], None]] = []
+        self._reset_listeners: list[Callable[[], None]] = []
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -125,27 +148,48 @@ class EmbeddedStore(Backend):
         # The writer first: it takes the directory's lock (so an earlier writer has ended)
         # and creates the tables; only then is the index loaded.
         self._failure = None
-        writer = GroupCommitWriter(
-            self._dir, asyncio.get_running_loop(), fsync=self._fsync, on_failure=self._failed
-        )
+        self._fatal = None
+        self._recovery.reset()
+        writer = self._new_writer()
         await writer.start()
         try:
             self._reader = rd.Reader(self._dir)
             loaded = await self._reader.run(rd.load)
+            if writer.failed is not None:  # it ended meanwhile: nobody would restart it
+                raise Unavailable(f"embedded store did not open: {writer.failed}")
         except BaseException:
             await writer.stop()
             if self._reader is not None:
                 await self._reader.close()
                 self._reader = None
             raise
-        self._writer = writer
-        self._rebuild(loaded)
-        self._session = uuid.uuid4().hex[:12]
+        self._install(writer, loaded)
         self._id_tag = uuid.uuid4().hex[:8]
         self._id_seq = 0
         self._open = True
         if self._trim_interval_s > 0:
             self._trimmer = asyncio.ensure_future(self._trim_loop())
+
+    def _new_writer(self) -> GroupCommitWriter:
+        writer: GroupCommitWriter
+
+        def failed(error: BaseException) -> None:
+            self._writer_failed(writer, error)
+
+        writer = GroupCommitWriter(
+            self._dir, asyncio.get_running_loop(), fsync=self._fsync, on_failure=failed
+        )
+        return writer
+
+    def _install(self, writer: GroupCommitWriter, loaded: rd.Loaded) -> None:
+        """Serve with `writer` and an index rebuilt from `loaded`, in a new lease session."""
+        for group in self._groups.values():
+            group.wake()  # their waiters look again, at the new index
+        self._writer = writer
+        self._tail.clear()
+        self._rebuild(loaded)
+        self._session = uuid.uuid4().hex[:12]
+        self._generation += 1
 
     def _rebuild(self, loaded: rd.Loaded) -> None:
         self._topics.clear()
@@ -177,11 +221,12 @@ class EmbeddedStore(Backend):
         if not self._open:
             return
         self._open = False
-        if self._trimmer is not None:
-            self._trimmer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._trimmer
-            self._trimmer = None
+        for task in (self._trimmer, self._recovering):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._trimmer = self._recovering = None
         for group in self._groups.values():
             group.wake()
         if self._writer is not None:
@@ -193,17 +238,97 @@ class EmbeddedStore(Backend):
         self._reader = None
 
     def healthy(self) -> bool:
-        return self._open and self._failure is None
+        return self._open and self._failure is None and self._fatal is None
 
-    def _failed(self, error: BaseException) -> None:
-        self._failure = error
+    def fatal(self) -> str | None:
+        return self._fatal
+
+    def on_state_change(self, callback: Callable[[], None]) -> None:
+        self._state_listeners.append(callback)
+
+    def on_leases_lost(self, callback: Callable[[], None]) -> None:
+        self._reset_listeners.append(callback)
+
+    def _tell(self, listeners: list[Callable[[], None]]) -> None:
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:  # a listener's bug must not stop the store's recovery
+                _log.exception("embedded store listener failed")
 
     def _ready(self) -> tuple[GroupCommitWriter, rd.Reader]:
+        if self._fatal is not None:
+            raise Unavailable(self._fatal)
         if not self._open or self._writer is None or self._reader is None:
             raise Unavailable("embedded store is not open")
         if self._failure is not None:
-            raise Unavailable(f"embedded store failed: {self._failure}")
+            raise Unavailable(f"embedded store is recovering from: {self._failure}")
         return self._writer, self._reader
+
+    # ----------------------------------------------------------------- recovery
+
+    def _writer_failed(self, writer: GroupCommitWriter, error: BaseException) -> None:
+        """The serving writer failed (a restart attempt's own writer is not looked at here:
+        the attempt sees its failure)."""
+        if writer is not self._writer or not self._open or self._failure is not None:
+            return
+        self._failure = error
+        self._recovery.failed()
+        for group in self._groups.values():
+            group.wake()
+        self._recovering = asyncio.ensure_future(self._recover(writer))
+        self._tell(self._state_listeners)
+
+    async def _recover(self, old: GroupCommitWriter) -> None:
+        """Restart the writer and rebuild the index until that works or the store gives up."""
+        try:
+            await self._restart(old)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not leave the store down for good, unsaid
+            _log.exception("embedded store recovery failed")
+            self._give_up(f"embedded store recovery failed: {exc!r}")
+
+    async def _restart(self, old: GroupCommitWriter) -> None:
+        await old.kill()  # and reaped: its last frames are committed (or lost) by now
+        while not self._recovery.exhausted:
+            await asyncio.sleep(self._recovery.delay_s())
+            writer = self._new_writer()
+            try:
+                await writer.start()
+                await writer.submit(writes.BARRIER)
+                assert self._reader is not None
+                loaded = await self._reader.run(rd.load)
+                if writer.failed is not None:
+                    raise writer.failed
+            except asyncio.CancelledError:
+                await writer.kill(0.0)
+                raise
+            except Exception as exc:  # any reason: count it and try again
+                await writer.kill(0.0)
+                self._failure = exc
+                self._recovery.failed()
+                _log.error("embedded store restart failed (%d in a row): %s",
+                           self._recovery.failures, exc)
+                continue
+            self._install(writer, loaded)
+            self._tell(self._reset_listeners)
+            self._failure = None
+            self._recovery.healed()
+            self._recovering = None
+            _log.warning("embedded store recovered: writer restarted, index rebuilt")
+            self._tell(self._state_listeners)
+            return
+        self._give_up(
+            f"embedded store gave up after {self._recovery.failures} failures in a row;"
+            f" the last: {self._failure}"
+        )
+
+    def _give_up(self, reason: str) -> None:
+        self._fatal = reason
+        _log.critical("%s", reason)
+        self._recovering = None
+        self._tell(self._state_listeners)
 
     # ----------------------------------------------------------------- index helpers
 
@@ -212,6 +337,7 @@ class EmbeddedStore(Backend):
         if topic is None:
             if not name:
                 raise InvalidArgument("topic", name, "a non-empty topic name")
+            guard.text("topic", name)
             topic = TopicIndex(self._next_topic_id, name, 1, 1, False)
             self._next_topic_id += 1
             self._topics[name] = topic
@@ -222,6 +348,7 @@ class EmbeddedStore(Backend):
         if group is None:
             if not name:
                 raise InvalidArgument("group", name, "a non-empty group name")
+            guard.text("group", name)
             # The wheel's time is the callers' `now_ms` (fetch, stats): it starts at 0 and moves
             # on their first call, so a caller clock unlike the store's one is still honoured.
             group = GroupIndex(self._next_gid, topic, name, topic.first_pos, TimerWheel(0))
@@ -321,35 +448,43 @@ class EmbeddedStore(Backend):
         rows: list[MessageRow] = []
         entries: list[Entry] = []
         first = index.next_pos
+        rowid = base + first
+        size = 0  # what the tail counts: bodies, keys, tags and properties
         prefix = self._id_prefix(now_ms)
+        ascii_text = str.isascii  # TypeError for anything but a str
         for message in messages:
-            pos = index.next_pos
-            index.next_pos += 1
-            message_id = message.message_id or self._new_id(prefix)
+            key, tag, deliver_at = message.key, message.tag, message.deliver_at_ms
+            attempt, retries, given_id = message.attempt, message.retries, message.message_id
+            try:
+                # All three in 0..2**63-1 (SQLite's INTEGER); key, tag, id UTF-8 (`guard`).
+                fine = not (deliver_at | attempt | retries) >> 63 and ascii_text(key) and (
+                    ascii_text(tag) and (not given_id or ascii_text(given_id))
+                )
+            except TypeError:
+                fine = False
+            if not fine:
+                guard.check_message(message)
+            message_id = given_id or self._new_id(prefix)
             ids.append(message_id)
             properties = message.properties
-            body = bytes(message.body)
-            key, tag, deliver_at = message.key, message.tag, message.deliver_at_ms
-            attempt, retries = message.attempt, message.retries
+            body = message.body
+            if type(body) is not bytes:
+                body = guard.body(body)
+            if properties:
+                props = _props_json(properties)
+                size += len(props) + PROPERTY_OVERHEAD * (len(properties) + 1)
+            else:
+                props = "{}"
+            size += len(body) + len(key) + len(tag)
             rows.append(
-                (
-                    base + pos,
-                    message_id,
-                    key,
-                    tag,
-                    body,
-                    _props_json(properties) if properties else "{}",
-                    now_ms,
-                    deliver_at,
-                    attempt,
-                    retries,
-                )
+                (rowid, message_id, key, tag, body, props, now_ms, deliver_at, attempt, retries)
             )
+            rowid += 1
             entries.append(
-                Entry(message_id, key, tag, body, properties, now_ms, deliver_at, attempt, retries)
+                (message_id, key, tag, body, properties, now_ms, deliver_at, attempt, retries)
             )
-        end = index.next_pos
-        self._tail.add(index, first, entries)
+        index.next_pos = end = first + len(rows)
+        self._tail.add(index, first, entries, size)
         topic_row = None if index.persisted else (index.topic_id, index.name)
 
         def committed() -> None:
@@ -373,8 +508,11 @@ class EmbeddedStore(Backend):
         writer, reader = self._ready()
         if max_messages <= 0:
             return []
+        if now_ms >> 63:  # negative or beyond SQLite's INTEGER
+            guard.count("now_ms", now_ms)
         index = self._topic(topic)
         state = self._group(index, group)
+        generation = self._generation
         async with state.lock:
             state.dirty = False
             self._advance(state, now_ms)
@@ -409,6 +547,9 @@ class EmbeddedStore(Backend):
                 for entry in candidates:
                     heapq.heappush(state.ready, entry)
                 raise
+            if generation != self._generation or self._failure is not None:
+                # The store failed meanwhile: this index is gone, its leases would be void.
+                raise Unavailable("embedded store failed during the fetch")
             out: list[StoredMessage] = []
             for visible_at, pos, _ in candidates:
                 row = scan.rows.get(pos)
@@ -453,12 +594,12 @@ class EmbeddedStore(Backend):
         pos = cursor
         while pos < end and len(out) < need:
             entry = tail[pos]
-            deliver_at = entry.deliver_at_ms
-            if deliver_at > now_ms or entry.key in exclude_keys:
-                passed.append(rd.Meta(pos, entry.key, deliver_at, entry.attempt, entry.retries))
+            _, key, _, _, _, _, deliver_at, attempt, retries = entry
+            if deliver_at > now_ms or key in exclude_keys:
+                passed.append(rd.Meta(pos, key, deliver_at, attempt, retries))
             else:
                 out.append(self._lease_entry(state, pos, entry))
-                rows.append((gid, pos, deliver_at, entry.attempt, entry.retries))
+                rows.append((gid, pos, deliver_at, attempt, retries))
             pos += 1
         if pos > cursor:
             rows.extend(self._absorb(state, passed, now_ms, exclude_keys))
@@ -470,18 +611,19 @@ class EmbeddedStore(Backend):
 
     def _lease_entry(self, group: GroupIndex, pos: int, entry: Entry) -> StoredMessage:
         token = self._lease_token(group, pos)
+        message_id, key, tag, body, properties, publish_ms, deliver_at, attempt, retries = entry
         return StoredMessage(
             lease=Lease(group.topic.name, group.name, pos, token),
-            message_id=entry.message_id,
+            message_id=message_id,
             topic=group.topic.name,
-            body=entry.body,
-            properties=entry.properties,
-            key=entry.key,
-            tag=entry.tag,
-            publish_ms=entry.publish_ms,
-            deliver_at_ms=entry.deliver_at_ms,
-            attempt=entry.attempt,
-            retries=entry.retries,
+            body=body,
+            properties=properties,
+            key=key,
+            tag=tag,
+            publish_ms=publish_ms,
+            deliver_at_ms=deliver_at,
+            attempt=attempt,
+            retries=retries,
         )
 
     async def wait(self, topic: str, group: str, timeout_s: float) -> None:
@@ -526,6 +668,11 @@ class EmbeddedStore(Backend):
 
     async def release(self, releases: Sequence[Release]) -> None:
         writer, _ = self._ready()
+        for item in releases:
+            if (item.visible_at_ms | item.attempt | item.retries) >> 63:
+                guard.count("visible_at_ms", item.visible_at_ms)
+                guard.count("attempt", item.attempt)
+                guard.count("retries", item.retries)
         rows: list[UnackedRow] = []
         placed: list[tuple[GroupIndex, int, int, str]] = []
         for item in releases:
@@ -557,6 +704,7 @@ class EmbeddedStore(Backend):
 
     async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
         _, reader = self._ready()
+        guard.count("now_ms", now_ms)
         index = self._topic(topic)
         state = self._group(index, group)
         async with state.lock:
@@ -590,8 +738,10 @@ class EmbeddedStore(Backend):
         self, topic: str, group: str, limit: int, after_position: int = -1
     ) -> list[StoredMessage]:
         writer, reader = self._ready()
+        guard.position("after_position", after_position)
         if limit <= 0:
             return []
+        guard.count("limit", limit)
         index = self._topic(topic)
         state = self._group(index, group)
         async with state.lock:
@@ -676,9 +826,10 @@ class EmbeddedStore(Backend):
         state = self._known_group(topic, group)
         if state is None:
             return False
+        generation = self._generation
         async with state.lock:
             index = state.topic
-            if index.groups.get(group) is not state:
+            if index.groups.get(group) is not state or generation != self._generation:
                 return False
             del index.groups[group]
             self._groups.pop(state.gid, None)

@@ -82,6 +82,11 @@ class GroupCommitWriter:
         """The writer process's id, once started."""
         return None if self._proc is None else self._proc.pid
 
+    @property
+    def failed(self) -> BaseException | None:
+        """Why the writer failed (it takes no more writes), or None while it works."""
+        return self._failed
+
     async def start(self) -> None:
         """Start the writer process and wait until it has opened the store."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -107,7 +112,7 @@ class GroupCommitWriter:
         try:
             await asyncio.wait_for(asyncio.shield(self._started), START_TIMEOUT_S)
         except (TimeoutError, WriterFailed) as exc:
-            await self._kill()
+            await self.kill()
             raise Unavailable(f"embedded store did not open: {exc}") from None
 
     def submit(self, write: Write) -> asyncio.Future[object]:
@@ -158,10 +163,11 @@ class GroupCommitWriter:
             await asyncio.wait_for(asyncio.shield(self._ended), STOP_TIMEOUT_S)
         except TimeoutError:
             log.error("embedded store writer did not stop within %.0f s", STOP_TIMEOUT_S)
-        await self._kill()
+        await self.kill()
 
-    async def _kill(self) -> None:
-        """End the process if it still runs, and reap it."""
+    async def kill(self, wait_s: float = 5.0) -> None:
+        """Cut the link, give the process `wait_s` to end by itself (it commits the whole
+        frames it has read), then kill it; reap it either way."""
         if self._transport is not None:
             self._transport.abort()
         proc = self._proc
@@ -169,7 +175,7 @@ class GroupCommitWriter:
             return
         if proc.poll() is None:
             try:
-                await asyncio.wait_for(asyncio.to_thread(proc.wait), 5.0)
+                await asyncio.wait_for(asyncio.to_thread(proc.wait), wait_s)
             except TimeoutError:
                 proc.kill()
                 await asyncio.to_thread(proc.wait)
@@ -192,7 +198,7 @@ class GroupCommitWriter:
             if not self._started.done():
                 self._started.set_result(None)
         elif not self._started.done():
-            self._started.set_exception(WriterFailed(str(message[1])))
+            self._start_failed(WriterFailed(str(message[1])))
         else:
             self._fail(WriterFailed(f"embedded store commit failed: {message[1]}"))
 
@@ -200,9 +206,13 @@ class GroupCommitWriter:
         if not self._ended.done():
             self._ended.set_result(None)
         if not self._started.done():
-            self._started.set_exception(WriterFailed("the writer process ended at start"))
+            self._start_failed(WriterFailed("the writer process ended at start"))
         elif self._started.exception() is None and (self._waiting or not self._stopping):
             self._fail(WriterFailed("the embedded store's writer process ended"))
+
+    def _start_failed(self, error: WriterFailed) -> None:
+        self._started.set_exception(error)
+        self._started.exception()  # seen: `start` raises it, if anybody still waits there
 
     def _fail(self, error: BaseException) -> None:
         first = self._failed is None

@@ -12,9 +12,10 @@ one transaction, commits (with fsync when FSYNC is 1), then answers
 nobody awaits wait up to DEFER_S for one that somebody does, so they pay no fsync of their own.
 
 A failed transaction is rolled back and answered `("error", text)`, and the process ends: the
-store takes no more writes. At end of input (the store closed, or the gateway died) it commits
-the whole frames it has read and ends. It ignores SIGINT and SIGTERM: the gateway decides when
-it stops, and a terminal's Ctrl-C reaches the gateway, which then closes the store.
+store fails the writes waiting for it and starts a new writer (`gateway.store.recovery`). At end
+of input (the store closed, or the gateway died) it commits the whole frames it has read and
+ends. It ignores SIGINT and SIGTERM: the gateway decides when it stops, and a terminal's Ctrl-C
+reaches the gateway, which then closes the store.
 """
 
 from __future__ import annotations

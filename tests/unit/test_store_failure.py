@@ -1,8 +1,11 @@
-"""A failed commit fails its callers with Unavailable and marks the store unhealthy."""
+"""A failed commit fails its callers with Unavailable and marks the store unhealthy until it
+has recovered by itself (issue 16: it used to stay failed until the process restarted)."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
+import time
 
 import pytest
 
@@ -11,7 +14,16 @@ from gateway.errors import Unavailable
 from gateway.store import EmbeddedStore, writes
 
 
-async def test_failed_commit_makes_store_unavailable(tmp_path: pathlib.Path) -> None:
+async def until_healthy(store: EmbeddedStore, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not store.healthy() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    return store.healthy()
+
+
+async def test_failed_commit_makes_store_unavailable_until_it_recovers(
+    tmp_path: pathlib.Path,
+) -> None:
     store = EmbeddedStore(tmp_path, fsync=False)
     await store.open()
     try:
@@ -24,6 +36,8 @@ async def test_failed_commit_makes_store_unavailable(tmp_path: pathlib.Path) -> 
         assert not store.healthy()
         with pytest.raises(Unavailable):
             await store.publish("t", [OutMessage(body=b"refused")])
+        assert await until_healthy(store)
+        await store.publish("t", [OutMessage(body=b"healed")])
     finally:
         await store.close()
 
@@ -32,6 +46,6 @@ async def test_failed_commit_makes_store_unavailable(tmp_path: pathlib.Path) -> 
     try:
         assert reopened.healthy()
         got = await reopened.fetch("t", "g", 10, 2**62)
-        assert [m.body for m in got] == [b"kept"]
+        assert [m.body for m in got] == [b"kept", b"healed"]
     finally:
         await reopened.close()

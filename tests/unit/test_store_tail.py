@@ -90,3 +90,30 @@ async def test_reopen_after_tail_fetches_redelivers_unacked(tmp_path: pathlib.Pa
         assert [m.properties["n"] for m in redelivered] == [str(i) for i in range(4, 10)]
     finally:
         await again.close()
+
+
+async def test_the_tail_counts_key_tag_and_properties_against_its_budget(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Issue 16, defect 7: a tail that counts only bodies holds any amount of keys, tags and
+    properties (8 MiB keys grew the process without bound)."""
+    budget = 1 << 20
+    store = EmbeddedStore(tmp_path, lambda: T0, fsync=False, tail_bytes=budget)
+    await store.open()
+    try:
+        await store.fetch("t", "g", 1, T0)
+        one = OutMessage(body=b"", key="k" * 100_000, tag="t" * 50_000,
+                         properties={f"p{i}": "v" * 1000 for i in range(50)})
+        await store.publish("t", [one])
+        assert store._tail.used >= 100_000 + 50_000 + 50 * 1000
+        for _ in range(30):  # 30 such messages: far over the budget if only bodies counted
+            await store.publish("t", [one])
+            assert store._tail.used <= budget
+        held = sum(len(e[1]) + len(e[2]) for e in store._topics["t"].tail.values())
+        assert held <= budget
+        tiny = OutMessage(body=b"", properties={str(i): "" for i in range(10_000)})
+        await store.publish("t", [tiny])  # many small properties cost memory too
+        assert store._tail.used <= budget
+        assert len(store._topics["t"].tail) <= 5
+    finally:
+        await store.close()
