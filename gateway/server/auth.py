@@ -39,7 +39,7 @@ from gateway.core.naming import NamingScheme
 from gateway.engine.api import SettleGuard
 from gateway.errors import GatewayError, InvalidArgument, PermissionDenied, Unauthenticated
 from gateway.server.errors import status_of
-from gateway.server.handlers import Behaviour, inner_behaviour, rebuild
+from gateway.server.handlers import Behaviour, inner_behaviour, rebuild, responses
 
 PROTECTED_PREFIX = "/gateway.v1."
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
@@ -340,7 +340,7 @@ def _guarded(
             except GatewayError as exc:
                 await denied(context, exc)
         try:
-            async for item in inner(request, context):
+            async for item in responses(inner, request, context):
                 yield item
         except PermissionDenied as exc:
             await denied(context, exc)

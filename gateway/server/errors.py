@@ -9,7 +9,7 @@ import grpc
 import structlog
 
 from gateway.errors import GatewayError, cut
-from gateway.server.handlers import decoded, inner_behaviour, rebuild
+from gateway.server.handlers import decoded, inner_behaviour, rebuild, responses
 
 log = structlog.get_logger("gateway.server")
 
@@ -57,7 +57,7 @@ def _wrap_unary(fn: Callable[..., Awaitable[Any]], method: str) -> Callable[...,
 def _wrap_stream(fn: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., Any]:
     async def handler(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
-            async for item in fn(request, context):
+            async for item in responses(fn, request, context):
                 yield item
         except (GatewayError, Exception) as exc:
             if isinstance(exc, grpc.aio.AbortError):

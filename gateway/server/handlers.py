@@ -6,6 +6,7 @@ grpc's four handler kinds.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -19,6 +20,18 @@ def inner_behaviour(handler: grpc.RpcMethodHandler) -> Behaviour:
     behaviour: Behaviour = (handler.unary_unary or handler.stream_unary or handler.unary_stream
                             or handler.stream_stream)
     return behaviour
+
+
+async def responses(behaviour: Behaviour, request: Any, context: Any) -> AsyncIterator[Any]:
+    """The responses of a streaming behaviour, whichever way it gives them: an async generator
+    yields them; a coroutine (grpc's health `Watch`, say) writes them with `context.write` and
+    yields nothing here."""
+    result = behaviour(request, context)
+    if inspect.isawaitable(result):
+        await result
+        return
+    async for item in result:
+        yield item
 
 
 def rebuild(
@@ -70,7 +83,7 @@ def decoded(handler: grpc.RpcMethodHandler, refuse: Refuse) -> Any:
 
     async def stream(raw: Any, context: Any) -> AsyncIterator[Any]:
         request = each(raw, context) if streamed else await one(raw, context)
-        async for item in inner(request, context):
+        async for item in responses(inner, request, context):
             yield item
 
     return rebuild(handler, unary, stream, raw=True)
