@@ -252,7 +252,7 @@ class Connection:
     def _producer(self, request: pb.CommandProducer) -> None:
         existing = self._producers.get(request.producer_id)
         if existing is not None:
-            last = self._shared.dedup.last(existing.name)
+            last = self._shared.dedup.last(existing.topic, existing.name)
             self.write(replies.producer_success(request.request_id, existing.name, last))
             return
         try:
@@ -263,6 +263,10 @@ class Connection:
             self.write(replies.error(request.request_id, code, exc.message))
             return
         name = request.producer_name or f"gateway-{uuid.uuid4().hex[:12]}"
+        if not self._shared.dedup.attach(topic, name):
+            text = f"producer name {name!r} is in use on topic {topic!r}"
+            self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+            return
         self._producers[request.producer_id] = ProducerSession(
             producer_id=request.producer_id,
             topic=topic,
@@ -272,7 +276,7 @@ class Connection:
             ids=self._shared.ids,
             dedup=self._shared.dedup,
         )
-        last = self._shared.dedup.last(name)
+        last = self._shared.dedup.last(topic, name)
         self.write(replies.producer_success(request.request_id, name, last))
 
     def _send(self, frame: Frame) -> None:

@@ -3,7 +3,8 @@
 The client expects receipts in sequence order, so a single task per producer takes whatever SEND
 frames have queued up, stores their messages with one `engine.publish` call (group commit) and only
 then answers each frame. Resends of frames already stored under the same producer name are
-answered without storing them again.
+answered without storing them again. The session holds its name on its topic (see
+`DedupRegistry.attach`) until `close` has answered or given up every store under way.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class ProducerSession:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        self._dedup.detach(self.topic, self.name)
 
     async def _run(self) -> None:
         while True:
@@ -116,7 +118,7 @@ class ProducerSession:
                 return
 
     async def _store(self, group: list[_Send]) -> None:
-        last = self._dedup.last(self.name)
+        last = self._dedup.last(self.topic, self.name)
         fresh = [s for s in group if s.error is None and s.highest > last]
         messages = [m for s in fresh for m in s.messages]
         failure: BaseException | None = None
@@ -134,7 +136,7 @@ class ProducerSession:
                 text = replies.error_text(failure)
                 self._write(replies.send_error(self.producer_id, item.sequence_id, code, text))
             else:
-                self._dedup.record(self.name, item.highest)
+                self._dedup.record(self.topic, self.name, item.highest)
                 self._write(
                     replies.send_receipt(
                         self.producer_id,
