@@ -108,3 +108,25 @@ async def test_a_name_in_use_on_a_topic_is_refused_with_producer_busy(url: str) 
     finally:
         await run(first.close)
         await run(second.close)
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
+async def test_zlib_compressed_sends_are_stored(url: str, batching: bool) -> None:
+    client = client_for(url)
+    try:
+        producer = await run(
+            client.create_producer,
+            f"zipped-{batching}",
+            compression_type=pulsar.CompressionType.ZLib,
+            batching_enabled=batching,
+            batching_max_publish_delay_ms=5,
+        )
+        bodies = [f"zipped {i} ".encode() * 50 for i in range(20)]
+        results: list[Any] = []
+        for body in bodies:
+            producer.send_async(body, lambda res, _mid: results.append(res))
+        await run(producer.flush)
+        assert results == [pulsar.Result.Ok] * 20
+        assert sorted(await stored(client, f"zipped-{batching}")) == sorted(bodies)
+    finally:
+        await run(client.close)
