@@ -284,3 +284,14 @@ async def test_missing_required_fields_are_named(front: PulsarFrontEnd) -> None:
     error = (await client.expect(Cmd.ERROR)).command.error
     assert error.request_id == 9 and "topic" in error.message
     await still_serving(client)
+
+
+async def test_sequence_ids_beyond_uint64_are_refused(front: PulsarFrontEnd) -> None:
+    client = await producing(front.port)
+    last = 2**64 - 1
+    client.send(raw.send(1, last), batch_meta(2), raw.tiny_batch(2))
+    reply = (await client.expect(Cmd.SEND_ERROR)).command.send_error
+    assert (reply.sequence_id, reply.error) == (last, pb.NotAllowedError)
+    client.send(raw.subscribe(2, 2, pb.CommandSubscribe.Exclusive))
+    await client.expect(Cmd.SUCCESS)
+    await still_serving(client)

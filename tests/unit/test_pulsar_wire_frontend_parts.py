@@ -149,3 +149,24 @@ def test_message_translation_round_trip() -> None:
     assert (back.producer_name, back.sequence_id, back.publish_time) == ("prod", 9, 1234)
     assert [(kv.key, kv.value) for kv in back.properties] == [("k", "v")]
     assert (back.partition_key, back.event_time) == ("pk", 77)
+
+
+def test_delivery_metadata_never_fails_on_properties_set_elsewhere() -> None:
+    delivery = Delivery(
+        receipt="r",
+        message_id="m",
+        topic="t",
+        original_topic="t",
+        body=b"b",
+        properties={SEQUENCE: str(2**64), EVENT_TIME: "-1", PRODUCER: ""},
+        key="",
+        tag="",
+        attempt=1,
+        retries=0,
+        deadline_ms=0,
+        publish_ms=1,
+        deliver_at_ms=0,
+    )
+    back = delivery_metadata(delivery)
+    assert (back.sequence_id, back.HasField("event_time")) == (0, False)
+    assert back.IsInitialized()

@@ -200,6 +200,9 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
     send = frame.command.send
     if send.HasField("num_messages") and send.num_messages != len(found):
         raise refused("send.num_messages", send.num_messages, f"{len(found)}, as in the payload")
+    if send.sequence_id + len(found) > 2**64:
+        allowed = f"0..{2**64 - len(found)} for {len(found)} messages (uint64 ids)"
+        raise refused("send.sequence_id", send.sequence_id, allowed)
     out = []
     for i, entry in enumerate(found):
         size = len(entry.payload) + _text_bytes("partition_key", entry.partition_key)
