@@ -119,3 +119,30 @@ async def test_a_flood_of_sends_passes_through_a_small_read_budget(front: Front)
         for seq in range(200):
             receipt = (await client.expect(Cmd.SEND_RECEIPT, timeout=WAIT_S * 4)).command
             assert receipt.send_receipt.sequence_id == seq
+
+
+async def test_a_consumer_holds_at_most_its_unacked_limit(front: Front) -> None:
+    async with front(max_unacked_per_consumer=3) as instance:
+        client = await RawClient.open(instance.port)
+        client.send(raw.producer(1, 1, "w"))
+        await client.expect(Cmd.PRODUCER_SUCCESS)
+        for seq in range(5):
+            client.send(raw.send(1, seq), raw.meta("w", seq), f"u{seq}".encode())
+            await client.expect(Cmd.SEND_RECEIPT)
+        client.send(raw.subscribe(7, 2, pb.CommandSubscribe.Shared))
+        await client.expect(Cmd.SUCCESS)
+        client.send(raw.flow(7, 10))
+        first = [await client.expect(Cmd.MESSAGE) for _ in range(3)]
+        assert [f.payload for f in first] == [b"u0", b"u1", b"u2"]
+        ping = Cmd(type=Cmd.PING)
+        ping.ping.SetInParent()
+        client.send(ping)
+        await client.expect(Cmd.PONG)  # nothing more was sent before it
+        ack = Cmd(type=Cmd.ACK)
+        ack.ack.consumer_id = 7
+        ack.ack.ack_type = pb.CommandAck.Individual
+        ack.ack.message_id.add().CopyFrom(first[0].command.message.message_id)
+        client.send(ack)
+        assert (await client.expect(Cmd.MESSAGE)).payload == b"u3"
+        client.send(ping)
+        await client.expect(Cmd.PONG)

@@ -8,7 +8,8 @@ consumer is closed, which gives back all deliveries it held.
 Limits: a client must send a valid CONNECT within `handshake_timeout_s` in a frame of at most
 `HANDSHAKE_FRAME_SIZE` bytes; afterwards frames may be as large as the message limit plus
 `FRAME_OVERHEAD`, and reading waits while the listener's `ReadBudget` is spent. A connection
-holds at most `max_producers` producers and `max_consumers` consumers.
+holds at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
+`max_unacked` unsettled deliveries.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import structlog
 
 from adapters.pulsar.frontend import edge, replies
 from adapters.pulsar.frontend.budget import FRAME_COST, ReadBudget
-from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
+from adapters.pulsar.frontend.consumers import MAX_UNACKED, SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -80,6 +81,7 @@ class Shared:
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
     max_producers: int = MAX_PRODUCERS
     max_consumers: int = MAX_CONSUMERS
+    max_unacked: int = MAX_UNACKED
     budget: ReadBudget = field(default_factory=ReadBudget)
 
 
@@ -416,6 +418,7 @@ class Connection:
             drain=self.drain,
             ids=self._shared.ids,
             epoch=request.consumer_epoch if request.HasField("consumer_epoch") else None,
+            max_unacked=self._shared.max_unacked,
         )
         self._topics[request.consumer_id] = (topic, request.subscription)
         self.write(replies.success(request.request_id))

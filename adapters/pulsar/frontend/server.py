@@ -16,6 +16,7 @@ from adapters.pulsar.frontend.connection import (
     Connection,
     Shared,
 )
+from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
@@ -52,7 +53,8 @@ class PulsarFrontEnd:
     from what its principal allows.
 
     Limits: `max_connections` at once; a connection must send CONNECT within
-    `handshake_timeout_s` and may hold `max_producers` producers and `max_consumers` consumers;
+    `handshake_timeout_s` and may hold `max_producers` producers and `max_consumers` consumers,
+    each with at most `max_unacked_per_consumer` unsettled deliveries;
     frames read and not yet answered may hold `read_budget_bytes` across all connections (more
     waits). Values inside commands are checked by `adapters.pulsar.frontend.edge`.
     """
@@ -71,6 +73,7 @@ class PulsarFrontEnd:
         max_connections: int = MAX_CONNECTIONS,
         max_producers: int = MAX_PRODUCERS,
         max_consumers: int = MAX_CONSUMERS,
+        max_unacked_per_consumer: int = MAX_UNACKED,
         read_budget_bytes: int = READ_BUDGET_BYTES,
     ) -> None:
         self._engine = engine
@@ -87,6 +90,7 @@ class PulsarFrontEnd:
             ("max_connections", max_connections),
             ("max_producers", max_producers),
             ("max_consumers", max_consumers),
+            ("max_unacked_per_consumer", max_unacked_per_consumer),
         ):
             if not 1 <= value <= 1_000_000:
                 raise InvalidArgument(name, value, "1..1000000")
@@ -98,6 +102,7 @@ class PulsarFrontEnd:
         self._max_connections = max_connections
         self._max_producers = max_producers
         self._max_consumers = max_consumers
+        self._max_unacked = max_unacked_per_consumer
         self._read_budget_bytes = read_budget_bytes
         self._authorizer = authorizer
         self._server: asyncio.Server | None = None
@@ -134,6 +139,7 @@ class PulsarFrontEnd:
             handshake_timeout_s=self._handshake_timeout_s,
             max_producers=self._max_producers,
             max_consumers=self._max_consumers,
+            max_unacked=self._max_unacked,
             budget=ReadBudget(self._read_budget_bytes),
         )
         log.info("pulsar front end listening", url=self.service_url)
