@@ -3,6 +3,7 @@ listener, producers and consumers per connection, and the read budget that holds
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -146,3 +147,30 @@ async def test_a_consumer_holds_at_most_its_unacked_limit(front: Front) -> None:
         assert (await client.expect(Cmd.MESSAGE)).payload == b"u3"
         client.send(ping)
         await client.expect(Cmd.PONG)
+
+
+async def test_a_client_that_does_not_read_stops_being_read(front: Front) -> None:
+    """Replies to a client that never reads must not pile up in the front end: it stops reading
+    from that client (as Pulsar does) instead of buffering every reply."""
+    async with front() as instance:
+        client = await RawClient.open(instance.port)
+        ask = Cmd(type=Cmd.GET_SCHEMA)
+        ask.getSchema.topic = "s" * 500  # echoed in the reply
+        ask.getSchema.request_id = 1
+        client.writer.write(raw.command_frame(ask.SerializeToString()) * 40_000)  # 21 MB
+        transport = client.writer.transport
+        (connection,) = instance._connections  # the front end's side of this client
+        server_side = connection._writer.transport
+        most, left, since = 0, transport.get_write_buffer_size(), 0
+        while since < 10:  # until the client's own buffer has stopped draining for 0.5 s
+            await asyncio.sleep(0.05)
+            most = max(most, server_side.get_write_buffer_size())
+            now = transport.get_write_buffer_size()
+            since = since + 1 if now == left else 0
+            left = now
+            if left == 0:
+                break
+        assert most < 2 * 1024 * 1024, f"{most} bytes of replies buffered"
+        assert left > 0, "every request was read although no reply was"
+        # Stopping does not wait for a client that never reads (it used to wait forever).
+        await asyncio.wait_for(instance.stop(), 15)

@@ -8,14 +8,14 @@ consumer is closed, which gives back all deliveries it held.
 Limits: a client must send a valid CONNECT within `handshake_timeout_s` in a frame of at most
 `HANDSHAKE_FRAME_SIZE` bytes; afterwards frames may be as large as the message limit plus
 `FRAME_OVERHEAD`, and reading waits while the listener's `ReadBudget` is spent. A connection
-holds at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
+stops being read while its client does not read the replies (TCP holds it back), and holds
+at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
 `max_unacked` unsettled deliveries.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import uuid
 from collections.abc import Iterator
@@ -52,6 +52,8 @@ NO_REQUEST = replies.NO_REQUEST
 HANDSHAKE_FRAME_SIZE = 64 * 1024
 """Largest frame accepted before CONNECT has been answered."""
 HANDSHAKE_TIMEOUT_S = 10.0
+CLOSE_FLUSH_S = 5.0
+"""How long a closing connection may take to send what is buffered for its client."""
 MAX_PRODUCERS = 1000
 """Producers per connection."""
 MAX_CONSUMERS = 1000
@@ -116,9 +118,13 @@ class Connection:
         await self._writer.drain()
 
     def close(self) -> None:
-        """Close the socket; `serve` then cleans up."""
+        """Close the socket; `serve` then cleans up. What is still buffered for the client gets
+        `CLOSE_FLUSH_S` to be sent, then the socket is dropped (a client that does not read
+        cannot hold the connection, and what it holds, open)."""
         self._closed = True
         self._writer.close()
+        loop = asyncio.get_running_loop()
+        loop.call_later(CLOSE_FLUSH_S, self._writer.transport.abort)
 
     async def serve(self) -> None:
         """Run the connection to its end and release everything it held."""
@@ -141,6 +147,8 @@ class Connection:
                 finally:
                     if not kept:
                         budget.give(cost)
+                # A client that does not read its replies is not read from either.
+                await self.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except FrameError as exc:
@@ -155,10 +163,9 @@ class Connection:
     async def _handshake(self) -> bool:
         """Read and answer CONNECT; False when the connection is to be closed."""
         try:
-            size = await asyncio.wait_for(self._reader.readexactly(4), self._timeout())
-            first = await asyncio.wait_for(
-                self._frame(frame_size(size, HANDSHAKE_FRAME_SIZE)), self._timeout()
-            )
+            async with asyncio.timeout(self._shared.handshake_timeout_s):
+                size = frame_size(await self._reader.readexactly(4), HANDSHAKE_FRAME_SIZE)
+                first = await self._frame(size)
         except TimeoutError:
             log.info("pulsar connection sent no CONNECT in time, closing", connection=self.id)
             return False
@@ -172,9 +179,6 @@ class Connection:
             log.info("pulsar CONNECT refused", connection=self.id, error=exc.message)
             return False
         return self._connected(first.command.connect)
-
-    def _timeout(self) -> float:
-        return self._shared.handshake_timeout_s
 
     async def _frame(self, size: int) -> Frame:
         frame = decode_frame(await self._reader.readexactly(size))
@@ -201,8 +205,12 @@ class Connection:
         self._producers.clear()
         self._consumers.clear()
         self._writer.close()
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        try:
+            await asyncio.wait_for(self._writer.wait_closed(), CLOSE_FLUSH_S)
+        except TimeoutError:
+            self._writer.transport.abort()
+        except Exception:
+            pass
 
     def _connected(self, connect: pb.CommandConnect) -> bool:
         """Answer CONNECT; False (after an ERROR) when the client may not connect."""
