@@ -6,92 +6,19 @@ front of the real gateway engine; this reaches replies the official client hides
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
 from adapters.pulsar.wire import wire_pb2 as pb
-from adapters.pulsar.wire.frames import (
-    Frame,
-    decode_frame,
-    encode_command,
-    encode_payload_command,
-    frame_size,
-)
+from adapters.pulsar.wire.frames import encode_payload_command
 from gateway.engine.clock import SystemClock
 from gateway.server.app import running_gateway
-
-Cmd = pb.BaseCommand
-WAIT_S = 5.0
-
-
-class RawClient:
-    """One connection speaking frames."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    @classmethod
-    async def open(cls, port: int, *, connect: bool = True) -> RawClient:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        client = cls(reader, writer)
-        if connect:
-            cmd = Cmd(type=Cmd.CONNECT)
-            cmd.connect.client_version = "raw-test"
-            cmd.connect.protocol_version = 21
-            client.send(cmd)
-            reply = await client.expect(Cmd.CONNECTED)
-            assert reply.command.connected.protocol_version == 19
-        return client
-
-    def send(
-        self, cmd: pb.BaseCommand, metadata: pb.MessageMetadata | None = None, payload: bytes = b""
-    ) -> None:
-        if metadata is None:
-            self.writer.write(encode_command(cmd))
-        else:
-            self.writer.write(encode_payload_command(cmd, metadata, payload))
-
-    async def read(self, timeout: float = WAIT_S) -> Frame:
-        async def one() -> Frame:
-            size = frame_size(await self.reader.readexactly(4))
-            return decode_frame(await self.reader.readexactly(size))
-
-        return await asyncio.wait_for(one(), timeout)
-
-    async def expect(self, kind: int, timeout: float = WAIT_S) -> Frame:
-        """The next frame of `kind` within `timeout`, answering server PINGs on the way."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + timeout
-        while True:
-            frame = await self.read(max(give_up - loop.time(), 0.0))
-            if frame.command.type == Cmd.PING and kind != Cmd.PING:
-                pong = Cmd(type=Cmd.PONG)
-                pong.pong.SetInParent()
-                self.send(pong)
-                continue
-            assert frame.command.type == kind, frame.command
-            assert frame.command.IsInitialized()
-            return frame
-
-    async def closed(self, timeout: float = WAIT_S) -> bool:
-        """True once the server has closed the connection."""
-        try:
-            data = await asyncio.wait_for(self.reader.read(), timeout)
-        except ConnectionError:
-            return True
-        return self.reader.at_eof() and isinstance(data, bytes)
-
-    async def close(self) -> None:
-        self.writer.close()
-        with contextlib.suppress(Exception):
-            await self.writer.wait_closed()
+from tests.pulsar_raw import Cmd, RawClient
 
 
 @pytest.fixture
@@ -103,45 +30,6 @@ async def front(tmp_path: Path) -> AsyncIterator[PulsarFrontEnd]:
         await instance.start()
         yield instance
         await instance.stop()
-
-
-def _producer(producer_id: int, request_id: int, name: str = "") -> pb.BaseCommand:
-    cmd = Cmd(type=Cmd.PRODUCER)
-    cmd.producer.topic = "persistent://public/default/raw"
-    cmd.producer.producer_id = producer_id
-    cmd.producer.request_id = request_id
-    if name:
-        cmd.producer.producer_name = name
-    return cmd
-
-
-def _send(producer_id: int, sequence_id: int) -> pb.BaseCommand:
-    cmd = Cmd(type=Cmd.SEND)
-    cmd.send.producer_id = producer_id
-    cmd.send.sequence_id = sequence_id
-    return cmd
-
-
-def _meta(name: str, sequence_id: int) -> pb.MessageMetadata:
-    return pb.MessageMetadata(producer_name=name, sequence_id=sequence_id, publish_time=1)
-
-
-def _subscribe(consumer_id: int, request_id: int, sub_type: int) -> pb.BaseCommand:
-    cmd = Cmd(type=Cmd.SUBSCRIBE)
-    sub = cmd.subscribe
-    sub.topic = "persistent://public/default/raw"
-    sub.subscription = "s"
-    sub.subType = sub_type  # type: ignore[assignment]
-    sub.consumer_id = consumer_id
-    sub.request_id = request_id
-    return cmd
-
-
-def _flow(consumer_id: int, permits: int) -> pb.BaseCommand:
-    cmd = Cmd(type=Cmd.FLOW)
-    cmd.flow.consumer_id = consumer_id
-    cmd.flow.messagePermits = permits
-    return cmd
 
 
 async def test_handshake_lookup_and_ping(front: PulsarFrontEnd) -> None:
@@ -196,26 +84,26 @@ async def test_oversized_frame_closes_the_connection(front: PulsarFrontEnd) -> N
 
 async def test_resends_are_deduplicated_by_producer_name(front: PulsarFrontEnd) -> None:
     first = await RawClient.open(front.port)
-    first.send(_producer(1, 1, "orders-writer"))
+    first.send(raw.producer(1, 1, "orders-writer"))
     ok = (await first.expect(Cmd.PRODUCER_SUCCESS)).command.producer_success
     assert (ok.producer_name, ok.last_sequence_id) == ("orders-writer", -1)
     for seq in (0, 1):
-        first.send(_send(1, seq), _meta("orders-writer", seq), f"m{seq}".encode())
+        first.send(raw.send(1, seq), raw.meta("orders-writer", seq), f"m{seq}".encode())
         receipt = (await first.expect(Cmd.SEND_RECEIPT)).command.send_receipt
         assert (receipt.producer_id, receipt.sequence_id) == (1, seq)
     await first.close()
 
     second = await RawClient.open(front.port)
-    second.send(_producer(4, 2, "orders-writer"))
+    second.send(raw.producer(4, 2, "orders-writer"))
     again = (await second.expect(Cmd.PRODUCER_SUCCESS)).command.producer_success
     assert again.last_sequence_id == 1
     for seq in (1, 2):
-        second.send(_send(4, seq), _meta("orders-writer", seq), f"m{seq}".encode())
+        second.send(raw.send(4, seq), raw.meta("orders-writer", seq), f"m{seq}".encode())
         assert (await second.expect(Cmd.SEND_RECEIPT)).command.send_receipt.sequence_id == seq
 
-    second.send(_subscribe(9, 3, pb.CommandSubscribe.Shared))
+    second.send(raw.subscribe(9, 3, pb.CommandSubscribe.Shared))
     await second.expect(Cmd.SUCCESS)
-    second.send(_flow(9, 10))
+    second.send(raw.flow(9, 10))
     bodies = [(await second.expect(Cmd.MESSAGE)).payload for _ in range(3)]
     assert bodies == [b"m0", b"m1", b"m2"]
     with pytest.raises(TimeoutError):
@@ -225,13 +113,13 @@ async def test_resends_are_deduplicated_by_producer_name(front: PulsarFrontEnd) 
 
 async def test_bad_sends_get_send_errors(front: PulsarFrontEnd) -> None:
     client = await RawClient.open(front.port)
-    client.send(_send(42, 0), _meta("x", 0), b"?")
+    client.send(raw.send(42, 0), raw.meta("x", 0), b"?")
     error = (await client.expect(Cmd.SEND_ERROR)).command.send_error
     assert (error.producer_id, error.error) == (42, pb.NotAllowedError)
-    client.send(_producer(1, 1))
+    client.send(raw.producer(1, 1))
     name = (await client.expect(Cmd.PRODUCER_SUCCESS)).command.producer_success.producer_name
     assert name
-    corrupt = bytearray(encode_payload_command(_send(1, 0), _meta(name, 0), b"payload"))
+    corrupt = bytearray(encode_payload_command(raw.send(1, 0), raw.meta(name, 0), b"payload"))
     corrupt[-1] ^= 0xFF
     client.writer.write(bytes(corrupt))
     error = (await client.expect(Cmd.SEND_ERROR)).command.send_error
@@ -241,14 +129,14 @@ async def test_bad_sends_get_send_errors(front: PulsarFrontEnd) -> None:
 
 async def test_acks_answer_when_asked_and_redeliver_gives_all_back(front: PulsarFrontEnd) -> None:
     client = await RawClient.open(front.port)
-    client.send(_producer(1, 1, "w"))
+    client.send(raw.producer(1, 1, "w"))
     await client.expect(Cmd.PRODUCER_SUCCESS)
     for seq in range(3):
-        client.send(_send(1, seq), _meta("w", seq), f"r{seq}".encode())
+        client.send(raw.send(1, seq), raw.meta("w", seq), f"r{seq}".encode())
         await client.expect(Cmd.SEND_RECEIPT)
-    client.send(_subscribe(5, 2, pb.CommandSubscribe.Exclusive))
+    client.send(raw.subscribe(5, 2, pb.CommandSubscribe.Exclusive))
     await client.expect(Cmd.SUCCESS)
-    client.send(_flow(5, 3))
+    client.send(raw.flow(5, 3))
     delivered = [await client.expect(Cmd.MESSAGE) for _ in range(3)]
     assert all(f.command.message.redelivery_count == 0 for f in delivered)
     ack = Cmd(type=Cmd.ACK)
@@ -263,7 +151,7 @@ async def test_acks_answer_when_asked_and_redeliver_gives_all_back(front: Pulsar
     redeliver.redeliverUnacknowledgedMessages.consumer_id = 5
     redeliver.redeliverUnacknowledgedMessages.consumer_epoch = 1
     client.send(redeliver)
-    client.send(_flow(5, 2))
+    client.send(raw.flow(5, 2))
     again = [await client.expect(Cmd.MESSAGE) for _ in range(2)]
     assert [f.payload for f in again] == [b"r1", b"r2"]
     assert all(f.command.message.redelivery_count == 0 for f in again)
@@ -282,21 +170,21 @@ async def test_unknown_first_command_closes_the_connection(front: PulsarFrontEnd
 
 async def test_dropped_connection_gives_held_messages_back(front: PulsarFrontEnd) -> None:
     first = await RawClient.open(front.port)
-    first.send(_producer(1, 1, "w"))
+    first.send(raw.producer(1, 1, "w"))
     await first.expect(Cmd.PRODUCER_SUCCESS)
     for seq in range(2):
-        first.send(_send(1, seq), _meta("w", seq), f"d{seq}".encode())
+        first.send(raw.send(1, seq), raw.meta("w", seq), f"d{seq}".encode())
         await first.expect(Cmd.SEND_RECEIPT)
-    first.send(_subscribe(3, 2, pb.CommandSubscribe.Shared))
+    first.send(raw.subscribe(3, 2, pb.CommandSubscribe.Shared))
     await first.expect(Cmd.SUCCESS)
-    first.send(_flow(3, 10))
+    first.send(raw.flow(3, 10))
     assert [(await first.expect(Cmd.MESSAGE)).payload for _ in range(2)] == [b"d0", b"d1"]
     first.writer.transport.abort()
 
     second = await RawClient.open(front.port)
-    second.send(_subscribe(1, 1, pb.CommandSubscribe.Shared))
+    second.send(raw.subscribe(1, 1, pb.CommandSubscribe.Shared))
     await second.expect(Cmd.SUCCESS)
-    second.send(_flow(1, 10))
+    second.send(raw.flow(1, 10))
     again = [await second.expect(Cmd.MESSAGE) for _ in range(2)]
     assert sorted(f.payload for f in again) == [b"d0", b"d1"]
     await second.close()

@@ -126,6 +126,9 @@ def test_required_fields_are_enforced_on_replies() -> None:
     assert reply.IsInitialized()
 
 
+LIMITS = {"limit": 64 * 1024, "max_count": 100}
+
+
 def test_batch_round_trip() -> None:
     items = [
         Entry(payload=b"one", properties={"k": "v"}, partition_key="key-1", sequence_id=10),
@@ -139,28 +142,53 @@ def test_batch_round_trip() -> None:
 def test_entries_of_a_batched_send() -> None:
     items = [Entry(payload=b"a", properties={"i": "0"}), Entry(payload=b"b", properties={"i": "1"})]
     meta = _meta(num_messages_in_batch=2)
-    found = entries(meta, build_batch(items))
+    found = entries(meta, build_batch(items), **LIMITS)
     assert [(e.payload, e.properties) for e in found] == [(b"a", {"i": "0"}), (b"b", {"i": "1"})]
 
 
 def test_entries_of_a_single_send_take_metadata_fields() -> None:
     meta = _meta(partition_key="pk", event_time=9)
     meta.properties.add(key="x", value="y")
-    (entry,) = entries(meta, b"body")
+    (entry,) = entries(meta, b"body", **LIMITS)
     assert entry == Entry(payload=b"body", properties={"x": "y"}, partition_key="pk", event_time=9)
 
 
 def test_zlib_batches_are_decompressed() -> None:
     raw = build_batch([Entry(payload=b"z" * 1000), Entry(payload=b"q")])
     meta = _meta(num_messages_in_batch=2, compression=pb.ZLIB, uncompressed_size=len(raw))
-    assert [e.payload for e in entries(meta, zlib.compress(raw))] == [b"z" * 1000, b"q"]
+    assert [e.payload for e in entries(meta, zlib.compress(raw), **LIMITS)] == [b"z" * 1000, b"q"]
 
 
 def test_unsupported_compression_and_corrupt_batches_are_errors() -> None:
     with pytest.raises(FrameError, match="LZ4"):
-        entries(_meta(compression=pb.LZ4), b"...")
+        entries(_meta(compression=pb.LZ4), b"...", **LIMITS)
     raw = build_batch([Entry(payload=b"abc")])
     with pytest.raises(FrameError):
         split_batch(raw[:-1], 1)
     with pytest.raises(FrameError):
         split_batch(raw, 2)
+
+
+def test_zlib_inflates_no_more_than_declared_nor_the_limit() -> None:
+    raw = b"x" * 5000
+    packed = zlib.compress(raw)
+    for declared in (10, 4999, 5001):
+        meta = _meta(compression=pb.ZLIB, uncompressed_size=declared)
+        with pytest.raises(FrameError, match="uncompressed_size"):
+            entries(meta, packed, **LIMITS)
+    over = _meta(compression=pb.ZLIB, uncompressed_size=64 * 1024 + 1)
+    with pytest.raises(FrameError, match="uncompressed_size"):
+        entries(over, zlib.compress(bytes(64 * 1024 + 1)), **LIMITS)
+    with pytest.raises(FrameError, match="uncompressed_size"):
+        entries(_meta(compression=pb.ZLIB), packed, **LIMITS)
+    exact = _meta(compression=pb.ZLIB, uncompressed_size=5000)
+    assert entries(exact, packed, **LIMITS)[0].payload == raw
+
+
+def test_batch_counts_must_match_the_payload_and_the_limit() -> None:
+    raw = build_batch([Entry(payload=b"a"), Entry(payload=b"b")])
+    for count in (-5, 0, 1, 3, 101):
+        with pytest.raises(FrameError, match="num_messages_in_batch"):
+            entries(_meta(num_messages_in_batch=count), raw, **LIMITS)
+    with pytest.raises(FrameError, match="payload"):
+        entries(_meta(), b"x" * (64 * 1024 + 1), **LIMITS)

@@ -53,13 +53,32 @@ def test_ids_increase_under_one_ledger() -> None:
     assert IdAllocator().ledger_id > 1_600_000_000_000
 
 
-def test_dedup_registry_keeps_the_highest_sequence_per_producer() -> None:
+def test_dedup_registry_keeps_the_highest_sequence_per_topic_and_producer() -> None:
     dedup = DedupRegistry()
-    assert dedup.last("p") == -1
-    dedup.record("p", 5)
-    dedup.record("p", 3)
-    dedup.record("q", 1)
-    assert (dedup.last("p"), dedup.last("q")) == (5, 1)
+    assert dedup.last("t", "p") == -1
+    dedup.record("t", "p", 5)
+    dedup.record("t", "p", 3)
+    dedup.record("t", "q", 1)
+    dedup.record("u", "p", 2)
+    assert (dedup.last("t", "p"), dedup.last("t", "q"), dedup.last("u", "p")) == (5, 1, 2)
+
+
+def test_a_producer_name_is_held_by_one_producer_per_topic() -> None:
+    dedup = DedupRegistry()
+    assert dedup.attach("t", "p")
+    assert not dedup.attach("t", "p")
+    assert dedup.attach("u", "p")
+    dedup.detach("t", "p")
+    assert dedup.attach("t", "p")
+
+
+def test_dedup_registry_forgets_the_oldest_unheld_names_beyond_its_limit() -> None:
+    dedup = DedupRegistry(limit=2)
+    assert dedup.attach("t", "held")
+    dedup.record("t", "held", 9)
+    dedup.record("t", "a", 1)
+    dedup.record("t", "b", 2)
+    assert (dedup.last("t", "held"), dedup.last("t", "a"), dedup.last("t", "b")) == (9, -1, 2)
 
 
 def test_exclusive_takes_one_consumer() -> None:
@@ -130,3 +149,24 @@ def test_message_translation_round_trip() -> None:
     assert (back.producer_name, back.sequence_id, back.publish_time) == ("prod", 9, 1234)
     assert [(kv.key, kv.value) for kv in back.properties] == [("k", "v")]
     assert (back.partition_key, back.event_time) == ("pk", 77)
+
+
+def test_delivery_metadata_never_fails_on_properties_set_elsewhere() -> None:
+    delivery = Delivery(
+        receipt="r",
+        message_id="m",
+        topic="t",
+        original_topic="t",
+        body=b"b",
+        properties={SEQUENCE: str(2**64), EVENT_TIME: "-1", PRODUCER: ""},
+        key="",
+        tag="",
+        attempt=1,
+        retries=0,
+        deadline_ms=0,
+        publish_ms=1,
+        deliver_at_ms=0,
+    )
+    back = delivery_metadata(delivery)
+    assert (back.sequence_id, back.HasField("event_time")) == (0, False)
+    assert back.IsInitialized()

@@ -1,14 +1,21 @@
 """One client connection: handshake, command dispatch, keepalive and cleanup.
 
 Commands are handled in arrival order on the read loop (SEND only queues, so producers never
-hold it up). When the connection ends, every producer stops and every consumer is closed, which
-gives back all deliveries it held.
+hold it up). Every command's values are checked by `edge` first; a bad one gets the protocol's
+error reply and the connection goes on. When the connection ends, every producer stops and every
+consumer is closed, which gives back all deliveries it held.
+
+Limits: a client must send a valid CONNECT within `handshake_timeout_s` in a frame of at most
+`HANDSHAKE_FRAME_SIZE` bytes; afterwards frames may be as large as the message limit plus
+`FRAME_OVERHEAD`, and reading waits while the listener's `ReadBudget` is spent. A connection
+stops being read while its client does not read the replies (TCP holds it back), and holds
+at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
+`max_unacked` unsettled deliveries.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import uuid
 from collections.abc import Iterator
@@ -17,8 +24,9 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import replies
-from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
+from adapters.pulsar.frontend import edge, replies
+from adapters.pulsar.frontend.budget import FRAME_COST, ReadBudget
+from adapters.pulsar.frontend.consumers import MAX_UNACKED, SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -26,6 +34,7 @@ from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.frontend.topics import engine_topic
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import (
+    FRAME_OVERHEAD,
     MAX_MESSAGE_SIZE,
     Frame,
     FrameError,
@@ -39,8 +48,16 @@ log = structlog.get_logger(__name__)
 
 SERVER_VERSION = "retry-gateway"
 MAX_PROTOCOL_VERSION = 19
-NO_REQUEST = 2**64 - 1
-"""The request id of an ERROR that answers no request (a refused CONNECT)."""
+NO_REQUEST = replies.NO_REQUEST
+HANDSHAKE_FRAME_SIZE = 64 * 1024
+"""Largest frame accepted before CONNECT has been answered."""
+HANDSHAKE_TIMEOUT_S = 10.0
+CLOSE_FLUSH_S = 5.0
+"""How long a closing connection may take to send what is buffered for its client."""
+MAX_PRODUCERS = 1000
+"""Producers per connection."""
+MAX_CONSUMERS = 1000
+"""Consumers per connection."""
 POLICY = "pulsar-nack"
 POLICY_OPTIONS = {"nack_delay_ms": "0"}
 """The client waits its own negative-ack delay before it asks for a redelivery, and tracks its
@@ -63,6 +80,11 @@ class Shared:
     authorizer: AuthorizerPort | None = None
     """When set, CONNECT must carry a valid token and topics are checked per principal."""
     connection_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    max_producers: int = MAX_PRODUCERS
+    max_consumers: int = MAX_CONSUMERS
+    max_unacked: int = MAX_UNACKED
+    budget: ReadBudget = field(default_factory=ReadBudget)
 
 
 class Connection:
@@ -81,6 +103,8 @@ class Connection:
         self._closed = False
         self._topics: dict[int, tuple[str, str]] = {}
         self._principal: Any = None
+        self._waiting = False
+        """True while reading waits for the listener's budget (the client is not idle)."""
 
     def write(self, data: bytes) -> None:
         """Queue bytes for the client (dropped once the connection is closing)."""
@@ -94,22 +118,37 @@ class Connection:
         await self._writer.drain()
 
     def close(self) -> None:
-        """Close the socket; `serve` then cleans up."""
+        """Close the socket; `serve` then cleans up. What is still buffered for the client gets
+        `CLOSE_FLUSH_S` to be sent, then the socket is dropped (a client that does not read
+        cannot hold the connection, and what it holds, open)."""
         self._closed = True
         self._writer.close()
+        loop = asyncio.get_running_loop()
+        loop.call_later(CLOSE_FLUSH_S, self._writer.transport.abort)
 
     async def serve(self) -> None:
         """Run the connection to its end and release everything it held."""
-        keepalive = asyncio.create_task(self._keepalive())
+        keepalive: asyncio.Task[None] | None = None
         try:
-            first = await self._read()
-            if not first.command.HasField("type") or first.command.type != Cmd.CONNECT:
-                log.info("pulsar connection did not start with CONNECT", type=first.command.type)
+            if not await self._handshake():
                 return
-            if not self._connected(first.command.connect):
-                return
+            keepalive = asyncio.create_task(self._keepalive())
+            limit = self._shared.max_message_size + FRAME_OVERHEAD
+            budget = self._shared.budget
             while not self._closed:
-                await self._dispatch(await self._read())
+                size = frame_size(await self._reader.readexactly(4), limit)
+                cost = size + FRAME_COST
+                self._waiting = True
+                await budget.take(cost)
+                self._waiting = False
+                kept = False
+                try:
+                    kept = await self._dispatch(await self._frame(size), cost)
+                finally:
+                    if not kept:
+                        budget.give(cost)
+                # A client that does not read its replies is not read from either.
+                await self.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except FrameError as exc:
@@ -117,11 +156,31 @@ class Connection:
         except Exception:
             log.exception("pulsar connection failed", connection=self.id)
         finally:
-            keepalive.cancel()
+            if keepalive is not None:
+                keepalive.cancel()
             await self._cleanup()
 
-    async def _read(self) -> Frame:
-        size = frame_size(await self._reader.readexactly(4))
+    async def _handshake(self) -> bool:
+        """Read and answer CONNECT; False when the connection is to be closed."""
+        try:
+            async with asyncio.timeout(self._shared.handshake_timeout_s):
+                size = frame_size(await self._reader.readexactly(4), HANDSHAKE_FRAME_SIZE)
+                first = await self._frame(size)
+        except TimeoutError:
+            log.info("pulsar connection sent no CONNECT in time, closing", connection=self.id)
+            return False
+        if not first.command.HasField("type") or first.command.type != Cmd.CONNECT:
+            log.info("pulsar connection did not start with CONNECT", type=first.command.type)
+            return False
+        try:
+            edge.check_command(first.command)
+        except GatewayError as exc:
+            self.write(replies.error(NO_REQUEST, replies.server_error(exc), exc.message))
+            log.info("pulsar CONNECT refused", connection=self.id, error=exc.message)
+            return False
+        return self._connected(first.command.connect)
+
+    async def _frame(self, size: int) -> Frame:
         frame = decode_frame(await self._reader.readexactly(size))
         self._received = asyncio.get_running_loop().time()
         return frame
@@ -131,7 +190,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
-            if loop.time() - self._received > 2 * interval:
+            if not self._waiting and loop.time() - self._received > 2 * interval:
                 log.info("pulsar connection idle, closing", connection=self.id)
                 self.close()
                 return
@@ -146,8 +205,12 @@ class Connection:
         self._producers.clear()
         self._consumers.clear()
         self._writer.close()
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        try:
+            await asyncio.wait_for(self._writer.wait_closed(), CLOSE_FLUSH_S)
+        except TimeoutError:
+            self._writer.transport.abort()
+        except Exception:
+            pass
 
     def _connected(self, connect: pb.CommandConnect) -> bool:
         """Answer CONNECT; False (after an ERROR) when the client may not connect."""
@@ -174,15 +237,28 @@ class Connection:
         else:
             authorizer.check_consume(self._principal, topic, group)
 
-    async def _dispatch(self, frame: Frame) -> None:
+    async def _dispatch(self, frame: Frame, cost: int) -> bool:
+        """Serve one command; True when a producer took the frame and its `cost` with it."""
         cmd = frame.command
+        try:
+            edge.check_command(cmd)
+        except GatewayError as exc:
+            reply = replies.refusal(cmd, replies.server_error(exc), exc.message)
+            if reply is not None:
+                self.write(reply)
+            log.info("pulsar command refused", connection=self.id, error=exc.message)
+            return False
         kind = cmd.type if cmd.HasField("type") else 0
+        if kind == Cmd.SEND:
+            return self._send(frame, cost)
+        await self._command(cmd, kind)
+        return False
+
+    async def _command(self, cmd: pb.BaseCommand, kind: int) -> None:
         if kind == Cmd.PING:
             self.write(replies.pong())
         elif kind == Cmd.PONG:
             pass
-        elif kind == Cmd.SEND:
-            self._send(frame)
         elif kind == Cmd.FLOW:
             session = self._consumers.get(cmd.flow.consumer_id)
             if session is not None:
@@ -252,7 +328,7 @@ class Connection:
     def _producer(self, request: pb.CommandProducer) -> None:
         existing = self._producers.get(request.producer_id)
         if existing is not None:
-            last = self._shared.dedup.last(existing.name)
+            last = self._shared.dedup.last(existing.topic, existing.name)
             self.write(replies.producer_success(request.request_id, existing.name, last))
             return
         try:
@@ -262,7 +338,15 @@ class Connection:
             code = replies.server_error(exc)
             self.write(replies.error(request.request_id, code, exc.message))
             return
+        if len(self._producers) >= self._shared.max_producers:
+            text = f"a connection may have {self._shared.max_producers} producers"
+            self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+            return
         name = request.producer_name or f"gateway-{uuid.uuid4().hex[:12]}"
+        if not self._shared.dedup.attach(topic, name):
+            text = f"producer name {name!r} is in use on topic {topic!r}"
+            self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+            return
         self._producers[request.producer_id] = ProducerSession(
             producer_id=request.producer_id,
             topic=topic,
@@ -271,11 +355,13 @@ class Connection:
             write=self.write,
             ids=self._shared.ids,
             dedup=self._shared.dedup,
+            limit=self._shared.max_message_size,
+            budget=self._shared.budget,
         )
-        last = self._shared.dedup.last(name)
+        last = self._shared.dedup.last(topic, name)
         self.write(replies.producer_success(request.request_id, name, last))
 
-    def _send(self, frame: Frame) -> None:
+    def _send(self, frame: Frame, cost: int) -> bool:
         send = frame.command.send
         producer = self._producers.get(send.producer_id)
         if producer is None:
@@ -284,8 +370,9 @@ class Connection:
                     send.producer_id, send.sequence_id, pb.NotAllowedError, "unknown producer"
                 )
             )
-            return
-        producer.submit(frame)
+            return False
+        producer.submit(frame, cost)
+        return True
 
     async def _close_producer(self, request: pb.CommandCloseProducer) -> None:
         producer = self._producers.pop(request.producer_id, None)
@@ -296,6 +383,10 @@ class Connection:
     async def _subscribe(self, request: pb.CommandSubscribe) -> None:
         if request.consumer_id in self._consumers:
             self.write(replies.success(request.request_id))
+            return
+        if len(self._consumers) >= self._shared.max_consumers:
+            text = f"a connection may have {self._shared.max_consumers} consumers"
+            self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
             return
         consumer_type = SUB_TYPES[request.subType]
         try:
@@ -335,6 +426,7 @@ class Connection:
             drain=self.drain,
             ids=self._shared.ids,
             epoch=request.consumer_epoch if request.HasField("consumer_epoch") else None,
+            max_unacked=self._shared.max_unacked,
         )
         self._topics[request.consumer_id] = (topic, request.subscription)
         self.write(replies.success(request.request_id))

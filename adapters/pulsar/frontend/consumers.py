@@ -6,7 +6,9 @@ ack-timeout trackers, dead-letter candidates) works on redeliveries; a new messa
 id. The session keeps the id -> delivery map so that ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES
 settle the right receipt. A cumulative ack acknowledges everything up to its id, including a
 message given back earlier and delivered again later (settled at once, never sent). FLOW permits
-become engine credit one for one (deliveries are never batched on the way out).
+become engine credit one for one (deliveries are never batched on the way out), but a consumer
+holds at most `max_unacked` unsettled deliveries (Pulsar's maxUnackedMessagesPerConsumer): the
+rest of its permits wait until it settles some.
 
 Redelivery counts follow Pulsar: they rise for Shared and Key_Shared and stay 0 for Exclusive and
 Failover, where the client redelivers everything it holds at once.
@@ -39,6 +41,8 @@ SUB_TYPES: dict[int, ConsumerType] = {
 }
 COUNTS_REDELIVERIES = frozenset({ConsumerType.SHARED, ConsumerType.KEY_SHARED})
 BATCH = 256
+MAX_UNACKED = 50_000
+"""Unsettled deliveries one consumer may hold (Pulsar's default maxUnackedMessagesPerConsumer)."""
 
 
 class ConsumerSession:
@@ -55,6 +59,7 @@ class ConsumerSession:
         drain: Callable[[], Awaitable[None]],
         ids: IdAllocator,
         epoch: int | None = None,
+        max_unacked: int = MAX_UNACKED,
     ) -> None:
         self.consumer_id = consumer_id
         self.consumer_type = consumer_type
@@ -69,6 +74,11 @@ class ConsumerSession:
         """Engine message id -> the entry id it has in this session."""
         self._acked_upto = -1
         """Highest entry acknowledged cumulatively."""
+        self._max_unacked = max_unacked
+        self._permits = 0
+        """Permits the client gave that are not yet engine credit."""
+        self._credit = 0
+        """Engine credit given and not yet used by a delivery."""
         self._task = asyncio.create_task(self._pump(), name=f"pulsar-consumer-{consumer_id}")
 
     @property
@@ -79,7 +89,17 @@ class ConsumerSession:
     def flow(self, permits: int) -> None:
         """The client can take `permits` more messages."""
         if permits > 0:
-            self._consumer.add_credit(permits)
+            self._permits += permits
+            self._top_up()
+
+    def _top_up(self) -> None:
+        """Turn permits into engine credit as far as the unacked limit allows."""
+        room = self._max_unacked - len(self._held) - self._credit
+        grant = min(self._permits, room)
+        if grant > 0:
+            self._permits -= grant
+            self._credit += grant
+            self._consumer.add_credit(grant)
 
     async def ack(self, command: pb.CommandAck) -> tuple[int, str] | None:
         """Settle acknowledged deliveries; returns an error for an ACK_RESPONSE, if any."""
@@ -127,6 +147,8 @@ class ConsumerSession:
         if action is SettleAction.ACK:
             for delivery in done:
                 self._entries.pop(delivery.message_id, None)
+        if done:
+            self._top_up()
         return await self._send_settlements([d.receipt for d in done], action)
 
     async def _send_settlements(
@@ -151,6 +173,7 @@ class ConsumerSession:
         try:
             while True:
                 batch = await self._consumer.next_batch(BATCH)
+                self._credit = max(self._credit - len(batch), 0)
                 frames: list[bytes] = []
                 behind: list[str] = []
                 for delivery in batch:
@@ -163,7 +186,8 @@ class ConsumerSession:
                 self._write(b"".join(frames))
                 if behind:
                     # Never sent, so the client's permits for them are still unused.
-                    self._consumer.add_credit(len(behind))
+                    self._permits += len(behind)
+                    self._top_up()
                     await self._send_settlements(behind, SettleAction.ACK)
                 await self._drain()
         except (Unavailable, ConnectionError):

@@ -26,22 +26,55 @@ class IdAllocator:
         return self.last_entry
 
 
+MAX_PRODUCER_NAMES = 100_000
+"""Most (topic, producer name) pairs whose sequence ids are remembered; beyond it the pairs
+unused longest, with no producer attached, are forgotten first."""
+
+
 class DedupRegistry:
-    """The highest sequence id stored per producer name (Pulsar's message deduplication).
+    """Producer names per topic: which are in use, and the highest sequence id each stored
+    (Pulsar's message deduplication).
 
     A producer that reconnects resends what it has no receipt for; a resend whose sequence id is
-    not above the stored one is answered with a receipt and not stored again. Kept in memory for
-    the life of the front end.
+    not above the stored one is answered with a receipt and not stored again. Each topic has its
+    own sequence per producer name, and a name is used by one producer of a topic at a time
+    (`attach`), so two producers never share a sequence and every receipt means stored. Kept in
+    memory for the life of the front end, at most `limit` pairs.
     """
 
-    def __init__(self) -> None:
-        self._last: dict[str, int] = {}
+    def __init__(self, limit: int = MAX_PRODUCER_NAMES) -> None:
+        self._last: dict[tuple[str, str], int] = {}
+        """Insertion order is the order of last use (oldest first)."""
+        self._attached: set[tuple[str, str]] = set()
+        self._limit = limit
 
-    def last(self, producer_name: str) -> int:
-        """The highest stored sequence id of the producer, -1 when none."""
-        return self._last.get(producer_name, -1)
+    def attach(self, topic: str, producer_name: str) -> bool:
+        """Take the name on the topic for one producer; False when another producer holds it."""
+        key = (topic, producer_name)
+        if key in self._attached:
+            return False
+        self._attached.add(key)
+        self._touch(key, self._last.pop(key, -1))
+        return True
 
-    def record(self, producer_name: str, sequence_id: int) -> None:
+    def detach(self, topic: str, producer_name: str) -> None:
+        """Give the name back once its producer has stopped (its stores are answered)."""
+        self._attached.discard((topic, producer_name))
+
+    def last(self, topic: str, producer_name: str) -> int:
+        """The highest stored sequence id of the producer on the topic, -1 when none."""
+        return self._last.get((topic, producer_name), -1)
+
+    def record(self, topic: str, producer_name: str, sequence_id: int) -> None:
         """Remember that `sequence_id` (and everything below it) is stored."""
-        if sequence_id > self._last.get(producer_name, -1):
-            self._last[producer_name] = sequence_id
+        key = (topic, producer_name)
+        last = self._last.pop(key, -1)
+        self._touch(key, max(last, sequence_id))
+
+    def _touch(self, key: tuple[str, str], sequence_id: int) -> None:
+        self._last[key] = sequence_id
+        if len(self._last) > self._limit:
+            # One pair in, at most one out: the oldest that no producer holds.
+            victim = next((k for k in self._last if k not in self._attached), None)
+            if victim is not None:
+                del self._last[victim]

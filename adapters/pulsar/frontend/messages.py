@@ -56,7 +56,9 @@ def delivery_metadata(delivery: Delivery) -> pb.MessageMetadata:
 
 
 def _int(text: str) -> int:
+    """A uint64 metadata field from a property any front end may have set: 0 unless in range."""
     try:
-        return max(int(text), 0)
+        value = int(text)
     except ValueError:
         return 0
+    return value if 0 <= value < 2**64 else 0

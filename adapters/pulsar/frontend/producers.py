@@ -3,7 +3,8 @@
 The client expects receipts in sequence order, so a single task per producer takes whatever SEND
 frames have queued up, stores their messages with one `engine.publish` call (group commit) and only
 then answers each frame. Resends of frames already stored under the same producer name are
-answered without storing them again.
+answered without storing them again. The session holds its name on its topic (see
+`DedupRegistry.attach`) until `close` has answered or given up every store under way.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from adapters.pulsar.frontend import replies
+from adapters.pulsar.frontend import edge, replies
+from adapters.pulsar.frontend.budget import MESSAGE_COST, ReadBudget
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
-from adapters.pulsar.frontend.messages import out_message
 from adapters.pulsar.frontend.ports import EnginePort
 from adapters.pulsar.wire import wire_pb2 as pb
-from adapters.pulsar.wire.batch import entries
 from adapters.pulsar.wire.frames import Frame, FrameError
 from gateway.backend.base import OutMessage
+from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +37,8 @@ CLOSE_WAIT_S = 5.0
 class _Send:
     sequence_id: int
     highest: int
+    cost: int
+    """What the frame holds of the listener's read budget until it is answered."""
     messages: list[OutMessage] = field(default_factory=list)
     error: tuple[int, str] | None = None
 
@@ -53,7 +56,10 @@ class ProducerSession:
         write: Callable[[bytes], None],
         ids: IdAllocator,
         dedup: DedupRegistry,
+        limit: int,
+        budget: ReadBudget,
     ) -> None:
+        """`limit`: the most bytes of body + key + properties of one message."""
         self.producer_id = producer_id
         self.topic = topic
         self.name = name
@@ -61,31 +67,38 @@ class ProducerSession:
         self._write = write
         self._ids = ids
         self._dedup = dedup
+        self._limit = limit
+        self._budget = budget
+        self._held = 0
+        """Budget held by frames taken and not yet answered."""
         self._queue: asyncio.Queue[_Send] = asyncio.Queue()
         self._storing = False
         self._closing = False
         self._task = asyncio.create_task(self._run(), name=f"pulsar-producer-{name}")
 
-    def submit(self, frame: Frame) -> None:
-        """Queue one SEND frame (decoded or not) to be stored and answered in order."""
+    def submit(self, frame: Frame, cost: int) -> None:
+        """Queue one SEND frame (decoded or not) to be stored and answered in order; it holds
+        `cost` of the read budget, and what its messages need, until it is answered."""
         send = frame.command.send
         highest = max(send.highest_sequence_id, send.sequence_id)
-        item = _Send(sequence_id=send.sequence_id, highest=highest)
+        item = _Send(sequence_id=send.sequence_id, highest=highest, cost=cost)
         if frame.metadata is None:
             item.error = (pb.UnknownError, "SEND without message metadata")
         elif not frame.checksum_ok:
             item.error = (pb.ChecksumError, "checksum mismatch")
         else:
             try:
-                found = entries(frame.metadata, frame.payload)
+                item.messages = edge.messages(
+                    frame, producer=self.name, limit=self._limit, now_ms=self._engine.now_ms()
+                )
             except FrameError as exc:
                 item.error = (pb.NotAllowedError, str(exc))
-            else:
-                base = send.sequence_id
-                item.messages = [
-                    out_message(e, frame.metadata, self.name, _seq(e.sequence_id, base + i))
-                    for i, e in enumerate(found)
-                ]
+            except GatewayError as exc:
+                item.error = (replies.server_error(exc), exc.message)
+        extra = MESSAGE_COST * len(item.messages)
+        self._budget.charge(extra)
+        item.cost += extra
+        self._held += item.cost
         self._queue.put_nowait(item)
 
     async def close(self) -> None:
@@ -98,6 +111,9 @@ class ProducerSession:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        self._dedup.detach(self.topic, self.name)
+        self._budget.give(self._held)
+        self._held = 0
 
     async def _run(self) -> None:
         while True:
@@ -116,7 +132,7 @@ class ProducerSession:
                 return
 
     async def _store(self, group: list[_Send]) -> None:
-        last = self._dedup.last(self.name)
+        last = self._dedup.last(self.topic, self.name)
         fresh = [s for s in group if s.error is None and s.highest > last]
         messages = [m for s in fresh for m in s.messages]
         failure: BaseException | None = None
@@ -127,6 +143,8 @@ class ProducerSession:
                 failure = exc
                 log.warning("pulsar publish failed", topic=self.topic, error=str(exc))
         for item in group:
+            self._held -= item.cost
+            self._budget.give(item.cost)
             if item.error is not None:
                 self._write(replies.send_error(self.producer_id, item.sequence_id, *item.error))
             elif failure is not None and item in fresh:
@@ -134,7 +152,7 @@ class ProducerSession:
                 text = replies.error_text(failure)
                 self._write(replies.send_error(self.producer_id, item.sequence_id, code, text))
             else:
-                self._dedup.record(self.name, item.highest)
+                self._dedup.record(self.topic, self.name, item.highest)
                 self._write(
                     replies.send_receipt(
                         self.producer_id,
@@ -144,8 +162,3 @@ class ProducerSession:
                         self._ids.next_entry(),
                     )
                 )
-
-
-def _seq(own: int | None, implied: int) -> int:
-    """An entry's sequence id: its own when the batch carries one, else implied by position."""
-    return implied if own is None else own

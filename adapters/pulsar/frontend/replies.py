@@ -6,6 +6,7 @@ one.
 
 from __future__ import annotations
 
+from adapters.pulsar.frontend.edge import COMMAND_FIELDS
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import encode_command
 from gateway.errors import (
@@ -30,6 +31,10 @@ _ERRORS: tuple[tuple[type[GatewayError], int], ...] = (
     (MessageTooLarge, pb.NotAllowedError),
     (InvalidArgument, pb.NotAllowedError),
 )
+NO_REQUEST = 2**64 - 1
+"""The request id of an ERROR that answers no request (a refused CONNECT or connection)."""
+MAX_TEXT_CHARS = 1000
+"""Longest error message sent (values in it are cut shorter where they are checked)."""
 RETRYABLE = frozenset({pb.ServiceNotReady, pb.UnknownError, pb.TooManyRequests})
 """Errors after which the client retries (it needs the connection closed to do so)."""
 
@@ -45,6 +50,35 @@ def server_error(exc: BaseException) -> int:
 def error_text(exc: BaseException) -> str:
     """A message for an ERROR reply."""
     return exc.message if isinstance(exc, GatewayError) else f"{type(exc).__name__}: {exc}"
+
+
+def refusal(cmd: pb.BaseCommand, code: int, message: str) -> bytes | None:
+    """The reply that refuses `cmd`; None when the command has no way to answer."""
+    kind = cmd.type
+    if kind == Cmd.SEND:
+        return send_error(cmd.send.producer_id, cmd.send.sequence_id, code, message)
+    if kind == Cmd.LOOKUP:
+        return lookup_failed(cmd.lookupTopic.request_id, code, message)
+    if kind == Cmd.PARTITIONED_METADATA:
+        return partitions_failed(cmd.partitionMetadata.request_id, code, message)
+    if kind == Cmd.ACK:
+        ack = cmd.ack
+        return ack_response(ack.consumer_id, ack.request_id, code, message) if ack.HasField(
+            "request_id"
+        ) else None
+    if kind == Cmd.CONNECT:
+        return error(NO_REQUEST, code, message)
+    name = COMMAND_FIELDS.get(kind)
+    body = getattr(cmd, name) if name is not None else None
+    if body is None or "request_id" not in body.DESCRIPTOR.fields_by_name:
+        return None
+    if not body.HasField("request_id"):
+        return None
+    return error(body.request_id, code, message)
+
+
+def _cut(message: str) -> str:
+    return message if len(message) <= MAX_TEXT_CHARS else message[:MAX_TEXT_CHARS] + "…"
 
 
 def pong() -> bytes:
@@ -77,7 +111,7 @@ def error(request_id: int, code: int, message: str) -> bytes:
     cmd = Cmd(type=Cmd.ERROR)
     cmd.error.request_id = request_id
     cmd.error.error = code  # type: ignore[assignment]
-    cmd.error.message = message
+    cmd.error.message = _cut(message)
     return encode_command(cmd)
 
 
@@ -98,7 +132,7 @@ def lookup_failed(request_id: int, code: int, message: str) -> bytes:
     reply.request_id = request_id
     reply.response = pb.CommandLookupTopicResponse.Failed
     reply.error = code  # type: ignore[assignment]
-    reply.message = message
+    reply.message = _cut(message)
     return encode_command(cmd)
 
 
@@ -117,7 +151,7 @@ def partitions_failed(request_id: int, code: int, message: str) -> bytes:
     reply.request_id = request_id
     reply.response = pb.CommandPartitionedTopicMetadataResponse.Failed
     reply.error = code  # type: ignore[assignment]
-    reply.message = message
+    reply.message = _cut(message)
     return encode_command(cmd)
 
 
@@ -150,7 +184,7 @@ def send_error(producer_id: int, sequence_id: int, code: int, message: str) -> b
     reply.producer_id = producer_id
     reply.sequence_id = sequence_id
     reply.error = code  # type: ignore[assignment]
-    reply.message = message
+    reply.message = _cut(message)
     return encode_command(cmd)
 
 
@@ -161,7 +195,7 @@ def ack_response(consumer_id: int, request_id: int, code: int | None, message: s
     reply.request_id = request_id
     if code is not None:
         reply.error = code  # type: ignore[assignment]
-        reply.message = message
+        reply.message = _cut(message)
     return encode_command(cmd)
 
 
@@ -179,7 +213,7 @@ def schema_not_found(request_id: int, topic: str) -> bytes:
     reply = cmd.getSchemaResponse
     reply.request_id = request_id
     reply.error_code = pb.TopicNotFound
-    reply.error_message = f"no schema stored for {topic}"
+    reply.error_message = _cut(f"no schema stored for {topic}")
     return encode_command(cmd)
 
 

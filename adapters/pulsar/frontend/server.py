@@ -7,17 +7,30 @@ import contextlib
 
 import structlog
 
-from adapters.pulsar.frontend.connection import Connection, Shared
+from adapters.pulsar.frontend import replies
+from adapters.pulsar.frontend.budget import READ_BUDGET_BYTES, ReadBudget
+from adapters.pulsar.frontend.connection import (
+    HANDSHAKE_TIMEOUT_S,
+    MAX_CONSUMERS,
+    MAX_PRODUCERS,
+    Connection,
+    Shared,
+)
+from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
-from adapters.pulsar.wire.frames import MAX_MESSAGE_SIZE
+from adapters.pulsar.wire import wire_pb2 as pb
+from adapters.pulsar.wire.frames import FRAME_OVERHEAD, MAX_MESSAGE_SIZE
 from gateway.errors import InvalidArgument
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 6650
+MAX_CONNECTIONS = 1000
+"""Client connections served at once per listener; more are answered with an ERROR
+(ServiceNotReady) and closed."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -38,6 +51,12 @@ class PulsarFrontEnd:
     SEND_ERROR, and the client resends it until its send timeout). With an `authorizer`, clients
     must connect with a token (`pulsar.AuthenticationToken`) and may only produce to and consume
     from what its principal allows.
+
+    Limits: `max_connections` at once; a connection must send CONNECT within
+    `handshake_timeout_s` and may hold `max_producers` producers and `max_consumers` consumers,
+    each with at most `max_unacked_per_consumer` unsettled deliveries;
+    frames read and not yet answered may hold `read_budget_bytes` across all connections (more
+    waits). Values inside commands are checked by `adapters.pulsar.frontend.edge`.
     """
 
     def __init__(
@@ -50,6 +69,12 @@ class PulsarFrontEnd:
         keepalive_s: float = 30.0,
         max_message_size: int = MAX_MESSAGE_SIZE,
         authorizer: AuthorizerPort | None = None,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+        max_producers: int = MAX_PRODUCERS,
+        max_consumers: int = MAX_CONSUMERS,
+        max_unacked_per_consumer: int = MAX_UNACKED,
+        read_budget_bytes: int = READ_BUDGET_BYTES,
     ) -> None:
         self._engine = engine
         self._host = host
@@ -59,6 +84,26 @@ class PulsarFrontEnd:
         if not 1024 <= max_message_size <= MAX_MESSAGE_SIZE:
             raise InvalidArgument("max_message_size", max_message_size, f"1024..{MAX_MESSAGE_SIZE}")
         self._max_message_size = max_message_size
+        if not 0 < handshake_timeout_s <= 3600:
+            raise InvalidArgument("handshake_timeout_s", handshake_timeout_s, "0..3600 s")
+        for name, value in (
+            ("max_connections", max_connections),
+            ("max_producers", max_producers),
+            ("max_consumers", max_consumers),
+            ("max_unacked_per_consumer", max_unacked_per_consumer),
+        ):
+            if not 1 <= value <= 1_000_000:
+                raise InvalidArgument(name, value, "1..1000000")
+        if read_budget_bytes < 2 * (max_message_size + FRAME_OVERHEAD):
+            raise InvalidArgument(
+                "read_budget_bytes", read_budget_bytes, "at least two frames of the largest size"
+            )
+        self._handshake_timeout_s = handshake_timeout_s
+        self._max_connections = max_connections
+        self._max_producers = max_producers
+        self._max_consumers = max_consumers
+        self._max_unacked = max_unacked_per_consumer
+        self._read_budget_bytes = read_budget_bytes
         self._authorizer = authorizer
         self._server: asyncio.Server | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
@@ -91,6 +136,11 @@ class PulsarFrontEnd:
             keepalive_s=self._keepalive_s,
             max_message_size=self._max_message_size,
             authorizer=self._authorizer,
+            handshake_timeout_s=self._handshake_timeout_s,
+            max_producers=self._max_producers,
+            max_consumers=self._max_consumers,
+            max_unacked=self._max_unacked,
+            budget=ReadBudget(self._read_budget_bytes),
         )
         log.info("pulsar front end listening", url=self.service_url)
 
@@ -110,6 +160,12 @@ class PulsarFrontEnd:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self._shared is not None
+        if len(self._connections) >= self._max_connections:
+            text = f"the listener serves {self._max_connections} connections, the most allowed"
+            writer.write(replies.error(replies.NO_REQUEST, pb.ServiceNotReady, text))
+            writer.close()
+            log.info("pulsar connection refused", reason=text)
+            return
         connection = Connection(reader, writer, self._shared)
         task = asyncio.current_task()
         assert task is not None

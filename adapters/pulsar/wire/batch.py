@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from adapters.pulsar.wire import wire_pb2 as pb
-from adapters.pulsar.wire.frames import MAX_MESSAGE_SIZE, FrameError
+from adapters.pulsar.wire.frames import FrameError
 
 _U32 = struct.Struct(">I")
 
@@ -29,20 +29,35 @@ class Entry:
     sequence_id: int | None = None
 
 
-def decompress(metadata: pb.MessageMetadata, payload: bytes) -> bytes:
-    """The uncompressed payload; only NONE and ZLIB are supported."""
+def decompress(metadata: pb.MessageMetadata, payload: bytes, limit: int) -> bytes:
+    """The uncompressed payload, at most `limit` bytes; only NONE and ZLIB are supported.
+
+    A ZLIB payload is inflated to at most its declared `uncompressed_size` (itself at most
+    `limit`), and refused at once when it would inflate to more or less than that.
+    """
     kind = metadata.compression
     if kind == pb.NONE:
+        if len(payload) > limit:
+            raise FrameError(f"payload of {len(payload)} bytes exceeds the limit of {limit} bytes")
         return payload
-    if kind == pb.ZLIB:
-        size = metadata.uncompressed_size
-        if size > MAX_MESSAGE_SIZE:
-            raise FrameError(f"uncompressed size {size} exceeds {MAX_MESSAGE_SIZE}")
-        try:
-            return zlib.decompress(payload)
-        except zlib.error as exc:
-            raise FrameError(f"corrupt ZLIB payload: {exc}") from exc
-    raise FrameError(f"compression {pb.CompressionType.Name(kind)} is not supported")
+    if kind != pb.ZLIB:
+        raise FrameError(f"compression {pb.CompressionType.Name(kind)} is not supported")
+    size = metadata.uncompressed_size
+    if not metadata.HasField("uncompressed_size") or size > limit:
+        raise FrameError(
+            f"uncompressed_size={size} is not allowed: the payload's inflated size, 0..{limit}"
+        )
+    inflater = zlib.decompressobj()
+    try:
+        data = inflater.decompress(payload, size + 1)
+    except zlib.error as exc:
+        raise FrameError(f"corrupt ZLIB payload: {exc}") from exc
+    if len(data) != size or not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
+        raise FrameError(
+            f"uncompressed_size={size} is not allowed: the ZLIB payload inflates to "
+            + ("more" if len(data) > size or inflater.unconsumed_tail else "another size")
+        )
+    return data
 
 
 def is_batch(metadata: pb.MessageMetadata) -> bool:
@@ -50,9 +65,15 @@ def is_batch(metadata: pb.MessageMetadata) -> bool:
     return metadata.HasField("num_messages_in_batch")
 
 
-def entries(metadata: pb.MessageMetadata, payload: bytes) -> list[Entry]:
-    """The application messages carried by one SEND frame, in order."""
-    data = decompress(metadata, payload)
+def entries(
+    metadata: pb.MessageMetadata, payload: bytes, *, limit: int, max_count: int
+) -> list[Entry]:
+    """The application messages carried by one SEND frame, in order: at most `max_count`, from
+    a payload of at most `limit` bytes once uncompressed."""
+    if is_batch(metadata) and not 1 <= metadata.num_messages_in_batch <= max_count:
+        count = metadata.num_messages_in_batch
+        raise FrameError(f"num_messages_in_batch={count} is not allowed: 1..{max_count}")
+    data = decompress(metadata, payload, limit)
     if not is_batch(metadata):
         return [
             Entry(
@@ -67,14 +88,16 @@ def entries(metadata: pb.MessageMetadata, payload: bytes) -> list[Entry]:
 
 
 def split_batch(data: bytes, count: int) -> list[Entry]:
-    """Split an uncompressed batch payload of `count` entries."""
+    """Split an uncompressed batch payload of exactly `count` entries."""
     out: list[Entry] = []
     pos = 0
     for _ in range(count):
         if pos + 4 > len(data):
-            raise FrameError("batch payload ends before its entry count")
+            raise FrameError(f"num_messages_in_batch={count} is not allowed: more than the batch")
         (size,) = _U32.unpack_from(data, pos)
         pos += 4
+        if pos + size > len(data):
+            raise FrameError("a batch entry's metadata exceeds the batch")
         single = pb.SingleMessageMetadata()
         try:
             single.MergeFromString(data[pos : pos + size])
@@ -82,8 +105,10 @@ def split_batch(data: bytes, count: int) -> list[Entry]:
             raise FrameError(f"undecodable single message metadata: {exc}") from exc
         pos += size
         end = pos + single.payload_size
-        if end > len(data):
-            raise FrameError("batch entry payload exceeds the batch")
+        if single.payload_size < 0 or end > len(data):
+            raise FrameError(
+                f"payload_size={single.payload_size} is not allowed: 0..the rest of the batch"
+            )
         out.append(
             Entry(
                 payload=bytes(data[pos:end]),
@@ -95,6 +120,8 @@ def split_batch(data: bytes, count: int) -> list[Entry]:
             )
         )
         pos = end
+    if pos != len(data):
+        raise FrameError(f"num_messages_in_batch={count} is not allowed: fewer than the batch")
     return out
 
 

@@ -19,7 +19,9 @@ MAGIC_CRC32C = 0x0E01
 MAGIC_BROKER_ENTRY_METADATA = 0x0E02
 MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 """The largest payload announced in CONNECTED (Pulsar's default)."""
-MAX_FRAME_SIZE = MAX_MESSAGE_SIZE + 64 * 1024
+FRAME_OVERHEAD = 64 * 1024
+"""Room for command and metadata in a frame beyond its message."""
+MAX_FRAME_SIZE = MAX_MESSAGE_SIZE + FRAME_OVERHEAD
 """Largest frame accepted: the message size plus room for command and metadata."""
 
 _U32 = struct.Struct(">I")
@@ -68,11 +70,11 @@ def encode_payload_command(
     )
 
 
-def frame_size(prefix: bytes) -> int:
+def frame_size(prefix: bytes, limit: int = MAX_FRAME_SIZE) -> int:
     """The size of the frame that follows a 4-byte total-size prefix; validates the bound."""
     (size,) = _U32.unpack(prefix)
-    if size < 4 or size > MAX_FRAME_SIZE:
-        raise FrameError(f"frame size {size} is outside 4..{MAX_FRAME_SIZE}")
+    if size < 4 or size > limit:
+        raise FrameError(f"frame size {size} is outside 4..{limit}")
     return int(size)
 
 
@@ -97,7 +99,7 @@ def decode_frame(frame: bytes) -> Frame:
 
 def _decode_payload(command: pb.BaseCommand, frame: bytes, pos: int) -> Frame:
     checksum_ok = True
-    if len(frame) >= pos + 2 and _U16.unpack_from(frame, pos)[0] == MAGIC_BROKER_ENTRY_METADATA:
+    if len(frame) >= pos + 6 and _U16.unpack_from(frame, pos)[0] == MAGIC_BROKER_ENTRY_METADATA:
         (skip,) = _U32.unpack_from(frame, pos + 2)
         pos += 6 + skip
     if len(frame) >= pos + 6 and _U16.unpack_from(frame, pos)[0] == MAGIC_CRC32C:

@@ -1,0 +1,221 @@
+"""The edge of the Pulsar front end: every value a client sends is checked here, once, before the
+engine, the front end's registries or a reply see it.
+
+`check_command` checks a command (required fields present, every string valid UTF-8, names,
+counts and flags in range); `messages` turns a SEND frame into engine messages, checking sizes,
+counts, compression and delivery times. Both raise errors of `gateway.errors`, which the front
+end answers with the protocol's ServerError (see `replies.refusal`); echoed values are cut to
+`ECHO_CHARS`. Frames that cannot be decoded at all close the connection (`FrameError`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from adapters.pulsar.frontend.messages import out_message
+from adapters.pulsar.wire import wire_pb2 as pb
+from adapters.pulsar.wire.batch import entries
+from adapters.pulsar.wire.frames import Frame
+from gateway.backend.base import OutMessage
+from gateway.errors import InvalidArgument, MessageTooLarge
+
+Cmd = pb.BaseCommand
+
+MAX_MESSAGES_PER_SEND = 10_000
+"""Messages one SEND frame may carry (a batch); equal to the gRPC API's batch cap
+(`gateway.server.api.MAX_BATCH`), kept here so the front end needs nothing of the gRPC server."""
+MAX_NAME_CHARS = 512
+"""Longest topic, subscription, producer or consumer name (the engine's limit for names)."""
+MAX_IDS_PER_COMMAND = 10_000
+"""Most message ids one ACK or REDELIVER_UNACKNOWLEDGED_MESSAGES may carry."""
+MAX_DELAY_MS = 400 * 24 * 3_600_000
+"""Latest `deliver_at_time`: this long after now (the gRPC API's cap on a delay)."""
+ECHO_CHARS = 200
+"""Longest part of a client's value repeated in an error."""
+
+COMMAND_FIELDS: dict[int, str] = {
+    Cmd.CONNECT: "connect",
+    Cmd.PRODUCER: "producer",
+    Cmd.SEND: "send",
+    Cmd.SUBSCRIBE: "subscribe",
+    Cmd.FLOW: "flow",
+    Cmd.ACK: "ack",
+    Cmd.REDELIVER_UNACKNOWLEDGED_MESSAGES: "redeliverUnacknowledgedMessages",
+    Cmd.PARTITIONED_METADATA: "partitionMetadata",
+    Cmd.LOOKUP: "lookupTopic",
+    Cmd.CLOSE_PRODUCER: "close_producer",
+    Cmd.CLOSE_CONSUMER: "close_consumer",
+    Cmd.UNSUBSCRIBE: "unsubscribe",
+    Cmd.PING: "ping",
+    Cmd.PONG: "pong",
+    Cmd.GET_LAST_MESSAGE_ID: "getLastMessageId",
+    Cmd.GET_SCHEMA: "getSchema",
+    Cmd.GET_OR_CREATE_SCHEMA: "getOrCreateSchema",
+    Cmd.SEEK: "seek",
+}
+"""The commands the front end serves and the BaseCommand field that carries each."""
+
+
+def echo(value: object) -> str:
+    """A client's value as it may appear in an error: text, cut to `ECHO_CHARS`."""
+    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "…"
+
+
+def refused(field: str, value: object, allowed: str) -> InvalidArgument:
+    return InvalidArgument(field, echo(value), allowed)
+
+
+def command_body(cmd: pb.BaseCommand) -> Message | None:
+    """The part of the command its type names; None for a command the front end does not serve."""
+    name = COMMAND_FIELDS.get(cmd.type) if cmd.HasField("type") else None
+    body: Message | None = None if name is None else getattr(cmd, name)
+    return body
+
+
+def check_command(cmd: pb.BaseCommand) -> None:
+    """Raise InvalidArgument unless the command's values are all in range."""
+    body = command_body(cmd)
+    if body is None:
+        return
+    name = COMMAND_FIELDS[cmd.type]
+    missing = _missing(body)
+    if missing:
+        raise InvalidArgument(f"{name}.{missing[0]}", None, "a required field")
+    check_text(body, name)
+    check = _CHECKS.get(cmd.type)
+    if check is not None:
+        check(body)
+
+
+def _missing(message: Message) -> list[str]:
+    """The paths of required fields `message` lacks."""
+    found: list[str] = message.FindInitializationErrors()  # type: ignore[attr-defined]
+    return found
+
+
+def check_text(message: Message, path: str) -> None:
+    """Every string field of `message`, nested ones too, must be valid UTF-8."""
+    for field, value in message.ListFields():
+        values = value if field.is_repeated else (value,)
+        if field.type == FieldDescriptor.TYPE_STRING:
+            for item in values:
+                if not isinstance(item, str):
+                    raise refused(f"{path}.{field.name}", item, "valid UTF-8")
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            for item in values:
+                check_text(item, f"{path}.{field.name}")
+
+
+def check_name(field: str, value: str, *, required: bool = True) -> None:
+    """A topic, subscription, producer or consumer name: printable, at most MAX_NAME_CHARS."""
+    if not value and not required:
+        return
+    if not value or len(value) > MAX_NAME_CHARS or any(ord(c) < 32 for c in value):
+        raise refused(field, value, f"1..{MAX_NAME_CHARS} printable characters")
+
+
+def _connect(body: Any) -> None:
+    if body.protocol_version < 0:
+        raise refused("connect.protocol_version", body.protocol_version, "0 or more")
+
+
+def _producer(body: Any) -> None:
+    check_name("producer.topic", body.topic)
+    check_name("producer.producer_name", body.producer_name, required=False)
+
+
+def _subscribe(body: Any) -> None:
+    check_name("subscribe.topic", body.topic)
+    check_name("subscribe.subscription", body.subscription)
+    check_name("subscribe.consumer_name", body.consumer_name, required=False)
+
+
+def _send(body: Any) -> None:
+    if body.HasField("num_messages") and not 1 <= body.num_messages <= MAX_MESSAGES_PER_SEND:
+        raise refused("send.num_messages", body.num_messages, f"1..{MAX_MESSAGES_PER_SEND}")
+    for flag in ("txnid_least_bits", "txnid_most_bits"):
+        if body.HasField(flag):
+            raise refused(f"send.{flag}", getattr(body, flag), "unset: no transactions")
+    for flag in ("is_chunk", "marker"):
+        if getattr(body, flag):
+            raise refused(f"send.{flag}", True, "false: no chunked messages or markers")
+
+
+def _ack(body: Any) -> None:
+    if not 1 <= len(body.message_id) <= MAX_IDS_PER_COMMAND:
+        raise refused("ack.message_id", len(body.message_id), f"1..{MAX_IDS_PER_COMMAND} ids")
+
+
+def _redeliver(body: Any) -> None:
+    if len(body.message_ids) > MAX_IDS_PER_COMMAND:
+        count = len(body.message_ids)
+        raise refused("message_ids", count, f"0..{MAX_IDS_PER_COMMAND} ids")
+
+
+def _topic(field: str) -> Any:
+    return lambda body: check_name(field, body.topic)
+
+
+_CHECKS = {
+    Cmd.CONNECT: _connect,
+    Cmd.PRODUCER: _producer,
+    Cmd.SUBSCRIBE: _subscribe,
+    Cmd.SEND: _send,
+    Cmd.ACK: _ack,
+    Cmd.REDELIVER_UNACKNOWLEDGED_MESSAGES: _redeliver,
+    Cmd.LOOKUP: _topic("lookupTopic.topic"),
+    Cmd.PARTITIONED_METADATA: _topic("partitionMetadata.topic"),
+    Cmd.GET_SCHEMA: _topic("getSchema.topic"),
+}
+
+_CHUNK_FIELDS = ("uuid", "num_chunks_from_msg", "total_chunk_msg_size", "chunk_id")
+
+
+def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[OutMessage]:
+    """The engine messages of a checksummed SEND frame whose command passed `check_command`.
+
+    Raises InvalidArgument or MessageTooLarge (each message's body + key + properties, in
+    bytes, must fit `limit`), or FrameError for a payload that cannot be decoded.
+    """
+    metadata = frame.metadata
+    assert metadata is not None
+    missing = _missing(metadata)
+    if missing:
+        raise InvalidArgument(f"metadata.{missing[0]}", None, "a required field")
+    check_text(metadata, "metadata")
+    for name in _CHUNK_FIELDS:
+        if metadata.HasField(name):
+            raise refused(f"metadata.{name}", getattr(metadata, name), "unset: no chunking")
+    if metadata.HasField("marker_type"):
+        raise refused("metadata.marker_type", metadata.marker_type, "unset: no markers")
+    deliver_at = metadata.deliver_at_time
+    if not 0 <= deliver_at <= now_ms + MAX_DELAY_MS:
+        allowed = f"0..{now_ms + MAX_DELAY_MS} (at most {MAX_DELAY_MS} ms from now)"
+        raise refused("metadata.deliver_at_time", deliver_at, allowed)
+    found = entries(metadata, frame.payload, limit=limit, max_count=MAX_MESSAGES_PER_SEND)
+    send = frame.command.send
+    if send.HasField("num_messages") and send.num_messages != len(found):
+        raise refused("send.num_messages", send.num_messages, f"{len(found)}, as in the payload")
+    if send.sequence_id + len(found) > 2**64:
+        allowed = f"0..{2**64 - len(found)} for {len(found)} messages (uint64 ids)"
+        raise refused("send.sequence_id", send.sequence_id, allowed)
+    out = []
+    for i, entry in enumerate(found):
+        size = len(entry.payload) + _text_bytes("partition_key", entry.partition_key)
+        for key, value in entry.properties.items():
+            size += _text_bytes("properties", key) + _text_bytes("properties", value)
+        if size > limit:
+            raise MessageTooLarge(size, limit)
+        sequence_id = send.sequence_id + i if entry.sequence_id is None else entry.sequence_id
+        out.append(out_message(entry, metadata, producer, sequence_id))
+    return out
+
+
+def _text_bytes(field: str, value: object) -> int:
+    if not isinstance(value, str):
+        raise refused(field, value, "valid UTF-8")
+    return len(value.encode())
