@@ -20,21 +20,15 @@ from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import entries
 from adapters.pulsar.wire.frames import Frame
 from gateway.backend.base import OutMessage
-from gateway.errors import InvalidArgument, MessageTooLarge
+from gateway.errors import ECHO_CHARS, InvalidArgument, MessageTooLarge
+from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_NAME_BYTES, utf8_len
 
 Cmd = pb.BaseCommand
 
-MAX_MESSAGES_PER_SEND = 10_000
-"""Messages one SEND frame may carry (a batch); equal to the gRPC API's batch cap
-(`gateway.server.api.MAX_BATCH`), kept here so the front end needs nothing of the gRPC server."""
-MAX_NAME_CHARS = 512
-"""Longest topic, subscription, producer or consumer name (the engine's limit for names)."""
+MAX_MESSAGES_PER_SEND = MAX_BATCH
+"""Messages one SEND frame may carry (a batch): the gateway's one batch cap."""
 MAX_IDS_PER_COMMAND = 10_000
 """Most message ids one ACK or REDELIVER_UNACKNOWLEDGED_MESSAGES may carry."""
-MAX_DELAY_MS = 400 * 24 * 3_600_000
-"""Latest `deliver_at_time`: this long after now (the gRPC API's cap on a delay)."""
-ECHO_CHARS = 200
-"""Longest part of a client's value repeated in an error."""
 
 COMMAND_FIELDS: dict[int, str] = {
     Cmd.CONNECT: "connect",
@@ -111,11 +105,12 @@ def check_text(message: Message, path: str) -> None:
 
 
 def check_name(field: str, value: str, *, required: bool = True) -> None:
-    """A topic, subscription, producer or consumer name: printable, at most MAX_NAME_CHARS."""
+    """A topic, subscription, producer or consumer name: printable, at most MAX_NAME_BYTES of
+    UTF-8 (the gateway's one limit for names)."""
     if not value and not required:
         return
-    if not value or len(value) > MAX_NAME_CHARS or any(ord(c) < 32 for c in value):
-        raise refused(field, value, f"1..{MAX_NAME_CHARS} printable characters")
+    if not value or utf8_len(value) > MAX_NAME_BYTES or any(ord(c) < 32 for c in value):
+        raise refused(field, value, f"1..{MAX_NAME_BYTES} bytes of printable UTF-8")
 
 
 def _connect(body: Any) -> None:
