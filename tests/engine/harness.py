@@ -90,6 +90,12 @@ class Harness:
         await idle()
         return ids
 
+    async def publish_keyed(self, *pairs: tuple[str, bytes], topic: str = TOPIC) -> list[str]:
+        """Publish (key, body) pairs in order, then let dispatchers run."""
+        ids = await self.engine.publish(topic, [OutMessage(body, key=key) for key, body in pairs])
+        await idle()
+        return ids
+
     async def receive(self, spec: SubscriptionSpec, n: int = 10,
                       invisible_ms: int | None = None) -> list[Delivery]:
         """Pull what is visible now (long-poll wait 0: answers at once)."""
@@ -101,7 +107,9 @@ class Harness:
         return got[0]
 
     async def settle(self, receipt: str, action: SettleAction, **kw: object) -> SettleResult:
+        """Settle one delivery, then let dispatchers run (a settle may unblock a key)."""
         (result,) = await self.engine.settle([Settlement(receipt, action, **kw)])  # type: ignore[arg-type]
+        await idle()
         return result
 
     async def fail(self, d: Delivery, **kw: object) -> SettleResult:
@@ -162,8 +170,11 @@ class Harness:
             assert result.ok, result
         return seen, expected
 
-    async def nothing_more(self, specs: Sequence[SubscriptionSpec], hours: int = 3) -> None:
-        """Nothing is delivered any more, however long one waits."""
-        await self.advance(hours * 3_600_000)
+    async def nothing_more(
+        self, specs: Sequence[SubscriptionSpec], ms: int = 3 * 3_600_000
+    ) -> None:
+        """Nothing is delivered any more within `ms` (past every retry interval of the policies
+        tested with it: RocketMQ's longest is 2 h)."""
+        await self.advance(ms)
         for spec in specs:
             assert await self.receive(spec) == []
