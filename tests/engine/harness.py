@@ -77,11 +77,13 @@ class Harness:
         consumer_type: ConsumerType = ConsumerType.SHARED,
         broadcast: bool = False,
         consumer_id: str = "",
+        tag_filter: str = "",
     ) -> SubscriptionSpec:
         return SubscriptionSpec(
             topic=topic, group=group, policy=policy,
             options={k: str(v) for k, v in (options or {}).items()},
             consumer_type=consumer_type, broadcast=broadcast, consumer_id=consumer_id,
+            tag_filter=tag_filter,
         )
 
     async def publish(self, *bodies: bytes, topic: str = TOPIC, key: str = "") -> list[str]:

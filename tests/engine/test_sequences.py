@@ -191,6 +191,7 @@ async def test_pulsar_reconsume_later_incremental_levels_then_dlq(
     last = seen[-1].properties
     assert (last["REAL_TOPIC"], last["RECONSUMETIMES"]) == (TOPIC, "16")
     assert last["RETRY_TOPIC"] == f"{TOPIC}-{GROUP}-RETRY"
+    assert last["ORIGIN_MESSAGE_ID"] == seen[0].message_id
     (dead,) = await h.stored(f"{TOPIC}-{GROUP}-DLQ")
     assert dead.properties["REAL_TOPIC"] == TOPIC
     await h.nothing_more([spec])
