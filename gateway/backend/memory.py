@@ -114,15 +114,8 @@ class InMemoryBackend(Backend):
     """Topics and groups in memory; see the module docstring."""
 
     name = "memory"
-    capabilities = frozenset(
-        {
-            "delayed-delivery",
-            "per-key-order",
-            "independent-groups",
-            "oldest-ready-time",
-            "backlog-view",
-        }
-    )
+    capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
+                              "oldest-ready-time", "backlog-view"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
