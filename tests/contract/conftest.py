@@ -25,6 +25,8 @@ from adapters.amqp.backend import RabbitMQBackend
 from adapters.amqp.queues import queue_name
 from adapters.pulsar.backend import PulsarBackend
 from gateway.backend.base import Backend
+from gateway.backend.memory import InMemoryBackend
+from gateway.engine.clock import SystemClock
 from gateway.store import EmbeddedStore
 
 BackendFactory = Callable[[pathlib.Path], Awaitable[Backend]]
@@ -74,6 +76,13 @@ async def make_embedded_disk(tmp_path: pathlib.Path) -> Backend:
     store = EmbeddedStore(tmp_path / "embedded-store", tail_bytes=0)
     await store.open()
     return store
+
+
+async def make_memory(tmp_path: pathlib.Path) -> Backend:
+    """The in-memory back end on the system clock (the suite measures real time)."""
+    backend = InMemoryBackend(SystemClock())
+    await backend.open()
+    return backend
 
 
 async def make_rabbitmq(tmp_path: pathlib.Path) -> Backend:
@@ -129,6 +138,7 @@ UPSTREAMS: dict[int, contextlib.AsyncExitStack] = {}
 BACKEND_FACTORIES: dict[str, BackendFactory] = {
     "embedded": make_embedded,
     "embedded-disk": make_embedded_disk,
+    "memory": make_memory,
     "rabbitmq": make_rabbitmq,
     "pulsar": make_pulsar,
 }

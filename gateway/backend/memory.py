@@ -1,0 +1,473 @@
+"""The in-memory back end: every `Backend` capability in plain dicts and heaps.
+
+Like dramatiq's stub broker it keeps everything in the process: no threads, no I/O, and time only
+from the engine's `Clock` (`gateway.engine.clock`), so engine tests run on a `ManualClock` in
+milliseconds. Its semantics are the embedded store's (`gateway.store.embedded`):
+
+* positions count from 1 per topic; message ids are 32 hex characters, time-ordered (publish ms,
+  the instance's tag, a counter) unless the caller gives one;
+* a group starts at the earliest message still kept; every position it has looked at and not
+  acked has a *slot* (its visible-at time and counters) that is waiting, parked under an excluded
+  key, or leased under a token; positions from the group's cursor on are not looked at yet;
+* `fetch` hands out waiting slots in visible-at order first, then new positions in topic order;
+  a key in `exclude_keys` is skipped with every later message of it (per-key order);
+* a lease is void once acked, released, removed, purged, dropped or the back end closed; `close`
+  keeps the messages (an `open` again is a restart): what was leased is visible again at once,
+  released messages keep their visible-at times and counters;
+* `trim()` forgets messages every group has acked (the embedded store does it periodically).
+
+Durability is the process's lifetime. `poke()` wakes `wait` callers whose delayed messages are
+due by the clock: tests call it after moving a manual clock (as they poke the engine's timers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage, TopicStats
+from gateway.engine.clock import Clock, SystemClock
+from gateway.errors import InvalidArgument, Unavailable
+
+_instances = itertools.count(1)
+"""Instance numbers, the middle of every message id: ids stay unique across instances."""
+
+_Entry = tuple[int, int, int]
+"""A waiting slot in a heap: (visible-at ms, position, the slot's entry number). An entry whose
+number is no longer its slot's is stale (the slot moved, was leased or is gone) and is skipped."""
+
+
+@dataclass(slots=True, eq=False)
+class _Message:
+    message_id: str
+    key: str
+    tag: str
+    body: bytes
+    properties: Mapping[str, str]
+    publish_ms: int
+    deliver_at_ms: int
+    attempt: int
+    retries: int
+
+
+@dataclass(slots=True, eq=False)
+class _Slot:
+    """A position a group has looked at and not acked."""
+
+    visible_at: int
+    attempt: int
+    retries: int
+    token: str = ""
+    """The lease token while leased, else ""."""
+    entry: int = 0
+    """The number of its one live heap entry while waiting (0 while leased)."""
+
+
+@dataclass(eq=False)
+class _Group:
+    name: str
+    cursor: int
+    """The first position the group has not looked at."""
+    slots: dict[int, _Slot] = field(default_factory=dict)
+    ready: list[_Entry] = field(default_factory=list)
+    """Visible waiting slots, a heap by visible-at then position."""
+    delayed: list[_Entry] = field(default_factory=list)
+    """Waiting slots that may not be visible yet (released or delayed), a heap by visible-at."""
+    held: dict[str, list[_Entry]] = field(default_factory=dict)
+    """Visible waiting slots whose key a fetch excluded, parked until a fetch does not."""
+    dirty: bool = True
+    """Something may be fetchable that the last fetch did not see."""
+    waiters: list[asyncio.Future[None]] = field(default_factory=list)
+
+    def wake(self) -> None:
+        self.dirty = True
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def live(self, entry: _Entry) -> bool:
+        slot = self.slots.get(entry[1])
+        return slot is not None and slot.entry == entry[2]
+
+    def next_delayed(self) -> int | None:
+        """The earliest visible-at time among delayed slots (stale heap tops dropped)."""
+        delayed = self.delayed
+        while delayed and not self.live(delayed[0]):
+            heapq.heappop(delayed)
+        return delayed[0][0] if delayed else None
+
+
+@dataclass(eq=False)
+class _Topic:
+    name: str
+    messages: dict[int, _Message] = field(default_factory=dict)
+    next_pos: int = 1
+    published: bool = False
+    groups: dict[str, _Group] = field(default_factory=dict)
+
+
+class InMemoryBackend(Backend):
+    """Topics and groups in memory; see the module docstring."""
+
+    name = "memory"
+    capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
+                              "oldest-ready-time", "backlog-view"})
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock: Clock = clock or SystemClock()
+        self._topics: dict[str, _Topic] = {}
+        self._tag = f"{next(_instances) & 0xFFFFFFFF:08x}"
+        self._ids = itertools.count(1)
+        self._entries = itertools.count(1)
+        self._tokens = itertools.count(1)
+        self._session = 0
+        self._open = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        if not self._open:
+            self._session += 1
+            self._open = True
+
+    async def close(self) -> None:
+        """Stop serving; leases are dropped: what was leased is visible again at its old time."""
+        if not self._open:
+            return
+        self._open = False
+        for topic in self._topics.values():
+            for group in topic.groups.values():
+                for pos, slot in group.slots.items():
+                    if slot.token:
+                        self._delay(group, pos, slot)
+                group.wake()
+
+    def healthy(self) -> bool:
+        return self._open
+
+    def _ready(self) -> None:
+        if not self._open:
+            raise Unavailable("in-memory back end is not open")
+
+    # ----------------------------------------------------------------- helpers
+
+    def _topic(self, name: str) -> _Topic:
+        topic = self._topics.get(name)
+        if topic is None:
+            if not name:
+                raise InvalidArgument("topic", name, "a non-empty topic name")
+            topic = self._topics[name] = _Topic(name)
+        return topic
+
+    def _group(self, topic: _Topic, name: str) -> _Group:
+        group = topic.groups.get(name)
+        if group is None:
+            if not name:
+                raise InvalidArgument("group", name, "a non-empty group name")
+            start = min(topic.messages, default=topic.next_pos)
+            group = topic.groups[name] = _Group(name, start)
+        return group
+
+    def _known(self, lease: Lease) -> tuple[_Topic, _Group] | None:
+        topic = self._topics.get(lease.topic)
+        group = None if topic is None else topic.groups.get(lease.group)
+        return None if topic is None or group is None else (topic, group)
+
+    def _waiting(self, pos: int, slot: _Slot) -> _Entry:
+        """Make `slot` a waiting one (not leased); return its new heap entry, not placed."""
+        slot.token = ""
+        slot.entry = next(self._entries)
+        return slot.visible_at, pos, slot.entry
+
+    def _delay(self, group: _Group, pos: int, slot: _Slot) -> None:
+        """Make `slot` a waiting one in the delayed heap (`fetch` moves it on once visible)."""
+        heapq.heappush(group.delayed, self._waiting(pos, slot))
+
+    def _look_at(self, topic: _Topic, group: _Group, upto: int) -> list[tuple[int, _Slot]]:
+        """Give slots to the positions from the cursor below `upto`; return them, not placed."""
+        out: list[tuple[int, _Slot]] = []
+        messages = topic.messages
+        for pos in range(group.cursor, min(upto, topic.next_pos)):
+            message = messages.get(pos)
+            if message is not None:
+                slot = _Slot(message.deliver_at_ms, message.attempt, message.retries)
+                group.slots[pos] = slot
+                out.append((pos, slot))
+        group.cursor = max(group.cursor, min(upto, topic.next_pos))
+        return out
+
+    @staticmethod
+    def _advance(group: _Group, now_ms: int) -> None:
+        """Move delayed slots visible at `now_ms` to the ready heap."""
+        delayed = group.delayed
+        while delayed and delayed[0][0] <= now_ms:
+            entry = heapq.heappop(delayed)
+            if group.live(entry):
+                heapq.heappush(group.ready, entry)
+
+    def _lease(self, topic: _Topic, group: _Group, pos: int, slot: _Slot) -> StoredMessage:
+        token = f"{self._session}.{next(self._tokens)}"
+        slot.token = token
+        slot.entry = 0
+        return self._stored(topic, group, pos, slot, token)
+
+    @staticmethod
+    def _stored(topic: _Topic, group: _Group, pos: int, slot: _Slot, token: str) -> StoredMessage:
+        message = topic.messages[pos]
+        return StoredMessage(
+            lease=Lease(topic.name, group.name, pos, token),
+            message_id=message.message_id,
+            topic=topic.name,
+            body=message.body,
+            properties=message.properties,
+            key=message.key,
+            tag=message.tag,
+            publish_ms=message.publish_ms,
+            deliver_at_ms=message.deliver_at_ms,
+            attempt=slot.attempt,
+            retries=slot.retries,
+        )
+
+    # ----------------------------------------------------------------- verbs
+
+    async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
+        self._ready()
+        if not messages:
+            return []
+        index = self._topic(topic)
+        now_ms = self._clock.now_ms()
+        prefix = f"{now_ms & 0xFFFFFFFFFFFF:012x}{self._tag}"
+        ids: list[str] = []
+        for message in messages:
+            message_id = message.message_id or f"{prefix}{next(self._ids) & 0xFFFFFFFFFFFF:012x}"
+            ids.append(message_id)
+            index.messages[index.next_pos] = _Message(
+                message_id, message.key, message.tag, bytes(message.body), message.properties,
+                now_ms, message.deliver_at_ms, message.attempt, message.retries,
+            )
+            index.next_pos += 1
+        index.published = True
+        for group in index.groups.values():
+            group.wake()
+        return ids
+
+    async def fetch(
+        self,
+        topic: str,
+        group: str,
+        max_messages: int,
+        now_ms: int,
+        *,
+        exclude_keys: frozenset[str] = frozenset(),
+    ) -> list[StoredMessage]:
+        self._ready()
+        if max_messages <= 0:
+            return []
+        index = self._topic(topic)
+        state = self._group(index, group)
+        state.dirty = False
+        self._advance(state, now_ms)
+        for key in [key for key in state.held if key not in exclude_keys]:
+            for entry in state.held.pop(key):
+                heapq.heappush(state.ready, entry)
+        out: list[StoredMessage] = []
+        ready = state.ready
+        while ready and len(out) < max_messages:
+            entry = heapq.heappop(ready)
+            if not state.live(entry):
+                continue
+            pos = entry[1]
+            key = index.messages[pos].key
+            if key in exclude_keys:
+                state.held.setdefault(key, []).append(entry)
+            else:
+                out.append(self._lease(index, state, pos, state.slots[pos]))
+        # New positions only once every older visible one was looked at.
+        while not ready and len(out) < max_messages and state.cursor < index.next_pos:
+            for pos, slot in self._look_at(index, state, state.cursor + 1):
+                message = index.messages[pos]
+                if message.deliver_at_ms > now_ms:
+                    self._delay(state, pos, slot)
+                elif message.key in exclude_keys:
+                    state.held.setdefault(message.key, []).append(self._waiting(pos, slot))
+                else:
+                    out.append(self._lease(index, state, pos, slot))
+        if len(out) >= max_messages or ready:
+            state.dirty = True
+        return out
+
+    async def wait(self, topic: str, group: str, timeout_s: float) -> None:
+        """See `Backend.wait`; delayed messages are due by the back end's clock (which should
+        be the caller's: give the engine's clock to the constructor)."""
+        self._ready()
+        state = self._group(self._topic(topic), group)
+        if state.dirty:
+            return
+        timeout = max(0.0, timeout_s)
+        due = state.next_delayed()
+        if due is not None:
+            until_due_ms = due - self._clock.now_ms()
+            if until_due_ms <= 0:
+                return
+            timeout = min(timeout, until_due_ms / 1000)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        state.waiters.append(waiter)
+        try:
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            if waiter in state.waiters:
+                state.waiters.remove(waiter)
+            waiter.cancel()
+
+    def poke(self) -> None:
+        """Wake the `wait` callers of every group with a delayed message due by the clock now
+        (after a test moved a `ManualClock`; with the system clock `wait` wakes by itself)."""
+        now_ms = self._clock.now_ms()
+        for topic in self._topics.values():
+            for group in topic.groups.values():
+                due = group.next_delayed()
+                if due is not None and due <= now_ms:
+                    group.wake()
+
+    async def ack(self, leases: Sequence[Lease]) -> None:
+        self._ready()
+        for lease in leases:
+            known = self._known(lease)
+            if known is None or not lease.token:
+                continue
+            _, group = known
+            slot = group.slots.get(lease.position)
+            if slot is not None and slot.token == lease.token:
+                del group.slots[lease.position]
+
+    async def release(self, releases: Sequence[Release]) -> None:
+        self._ready()
+        for item in releases:
+            lease = item.lease
+            known = self._known(lease)
+            if known is None or not lease.token:
+                continue
+            _, group = known
+            slot = group.slots.get(lease.position)
+            if slot is None or slot.token != lease.token:
+                continue
+            slot.visible_at = item.visible_at_ms
+            slot.attempt = item.attempt
+            slot.retries = item.retries
+            self._delay(group, lease.position, slot)
+            group.wake()
+
+    async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
+        self._ready()
+        index = self._topic(topic)
+        state = self._group(index, group)
+        ready = delayed = leased = 0
+        oldest: int | None = None
+        next_visible: int | None = None
+
+        def count(pos: int, visible_at: int) -> None:
+            nonlocal ready, delayed, oldest, next_visible
+            if visible_at <= now_ms:
+                ready += 1
+                publish_ms = index.messages[pos].publish_ms
+                oldest = publish_ms if oldest is None else min(oldest, publish_ms)
+            else:
+                delayed += 1
+                next_visible = visible_at if next_visible is None else min(next_visible, visible_at)
+
+        for pos, slot in state.slots.items():
+            if slot.token:
+                leased += 1
+            else:
+                count(pos, slot.visible_at)
+        for pos in range(state.cursor, index.next_pos):
+            message = index.messages.get(pos)
+            if message is not None:
+                count(pos, message.deliver_at_ms)
+        return TopicStats(ready, delayed, leased, oldest, next_visible)
+
+    async def peek(
+        self, topic: str, group: str, limit: int, after_position: int = -1
+    ) -> list[StoredMessage]:
+        self._ready()
+        if limit <= 0:
+            return []
+        index = self._topic(topic)
+        state = self._group(index, group)
+        seen = sorted(pos for pos in state.slots if pos > after_position)[:limit]
+        fresh: list[int] = []
+        pos = max(state.cursor, after_position + 1)
+        while len(fresh) < limit and pos < index.next_pos:
+            if pos in index.messages:
+                fresh.append(pos)
+            pos += 1
+        out: list[StoredMessage] = []
+        for pos in sorted(seen + fresh)[:limit]:
+            message = index.messages[pos]
+            slot = state.slots.get(pos) or _Slot(0, message.attempt, message.retries)
+            out.append(self._stored(index, state, pos, slot, ""))
+        return out
+
+    async def remove(self, leases: Sequence[Lease]) -> int:
+        self._ready()
+        removed = 0
+        for lease in leases:
+            index = self._topics.get(lease.topic)
+            if index is None:
+                continue
+            state = self._group(index, lease.group)
+            if lease.position >= state.cursor:
+                for pos, slot in self._look_at(index, state, lease.position + 1):
+                    self._delay(state, pos, slot)
+            if state.slots.pop(lease.position, None) is not None:
+                removed += 1
+        return removed
+
+    async def purge(self, topic: str, group: str) -> int:
+        self._ready()
+        index = self._topics.get(topic)
+        if index is None:
+            return 0
+        state = self._group(index, group)
+        removed = len(state.slots) + sum(
+            1 for pos in range(state.cursor, index.next_pos) if pos in index.messages
+        )
+        state.slots.clear()
+        state.ready.clear()
+        state.delayed.clear()
+        state.held.clear()
+        state.cursor = index.next_pos
+        return removed
+
+    async def topics(self) -> list[str]:
+        self._ready()
+        return sorted(name for name, index in self._topics.items() if index.published)
+
+    async def drop_group(self, topic: str, group: str) -> bool:
+        self._ready()
+        index = self._topics.get(topic)
+        state = None if index is None else index.groups.pop(group, None)
+        if state is None:
+            return False
+        state.slots.clear()
+        state.wake()
+        return True
+
+    def trim(self) -> int:
+        """Forget the messages every group of their topic has acked; return how many. Topics
+        nobody consumes keep everything (a group created later starts at the earliest kept)."""
+        forgotten = 0
+        for index in self._topics.values():
+            groups = list(index.groups.values())
+            if not groups:
+                continue
+            below = min(group.cursor for group in groups)
+            for pos in [pos for pos in index.messages if pos < below]:
+                if not any(pos in group.slots for group in groups):
+                    del index.messages[pos]
+                    forgotten += 1
+        return forgotten

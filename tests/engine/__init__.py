@@ -1,0 +1,1 @@
+"""Engine rules on the in-memory back end with a manual clock: no sockets, no sleeping."""
