@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -75,22 +74,16 @@ async def fail_all(
     return got
 
 
-async def test_rocketmq_sequence_and_dead_letter_topic(client: GatewayClient) -> None:
-    topic, group = name("orders"), name("billing")
+async def test_max_retries_three_means_four_deliveries(client: GatewayClient) -> None:
+    topic, group = name("t"), name("g")
     ids = await client.publish(topic, [b"poison"])
-    got = await fail_all(client, topic, group, "rocketmq", {}, 17)
-    assert [m.attempt for m, _ in got] == list(range(1, 18))
-    assert [m.retries for m, _ in got] == list(range(17))
-    assert {m.message_id for m, _ in got} == set(ids)
-    assert got[0][0].delivery.topic == topic
+    got = await fail_all(client, topic, group, "rocketmq", {"max_retries": "3"}, 4)
+    assert [m.attempt for m, _ in got] == [1, 2, 3, 4]
     assert {m.delivery.topic for m, _ in got[1:]} == {f"%RETRY%{group}"}
-    assert {m.delivery.original_topic for m, _ in got} == {topic}
-    gaps = [b - a for (_, a), (_, b) in itertools.pairwise(got)]
-    # 1 h and 2 h waits (1.8 s and 3.6 s here) dwarf the 10 s ones (5 ms here).
-    assert gaps[-1] > 3.0 and gaps[-2] > 1.4 and gaps[0] < 1.0
     view = await client.describe(topic, group)
     assert view.dead_letters == 1 and view.dead_letter_topic == f"%DLQ%{group}"
-    # The dead-letter topic is an ordinary topic: consume it.
+    # The dead-letter topic is an ordinary topic: consume it. (The whole 16-step sequence and
+    # every other policy's numbers are engine rules: tests/engine, on a manual clock.)
     dead = await client.receive(
         f"%DLQ%{group}", group, policy="rocketmq-simple", invisible_ms=43_200_000, wait_ms=5000
     )
@@ -98,26 +91,15 @@ async def test_rocketmq_sequence_and_dead_letter_topic(client: GatewayClient) ->
     assert (await dead[0].ack()).ok
 
 
-async def test_max_retries_three_means_four_deliveries(client: GatewayClient) -> None:
-    topic, group = name("t"), name("g")
-    await client.publish(topic, [b"x"])
-    got = await fail_all(client, topic, group, "rocketmq", {"max_retries": "3"}, 4)
-    assert len(got) == 4
-    view = await client.describe(topic, group)
-    assert view.dead_letters == 1
-
-
 @pytest.mark.parametrize(
     ("policy", "options", "deliveries", "dlq"),
     [
-        ("rabbitmq", {"x_retry_interval_s": "10"}, 17, None),
         (
             "rabbitmq",
             {"x_retry_interval_s": "10", "x_dead_letter_exchange": "dlx"},
             17,
             "{topic}.dlq",
         ),
-        ("pulsar", {}, 17, "{topic}-{group}-DLQ"),
         ("pulsar-nack", {"max_retries": "2", "nack_delay_ms": "1000"}, 3, "{topic}-{group}-DLQ"),
         ("rocketmq-orderly", {"max_retries": "3", "suspend_ms": "10"}, 4, "%DLQ%{group}"),
     ],
@@ -151,21 +133,6 @@ async def test_pulsar_retry_copies_carry_properties(client: GatewayClient) -> No
     assert retry.properties["ORIGIN_MESSAGE_ID"] == ids[0]
     assert retry.properties["RETRY_TOPIC"] == f"{topic}-{group}-RETRY"
     assert [m.properties.get("RECONSUMETIMES") for m, _ in got] == [None, "1", "2"]
-
-
-async def test_broadcast_never_retries(calm_client: GatewayClient) -> None:
-    topic, group = name("t"), name("g")
-    await calm_client.publish(topic, [b"x"])
-    async with (
-        calm_client.consume(topic, group, policy="rocketmq", broadcast=True, consumer_id="a") as a,
-        calm_client.consume(topic, group, policy="rocketmq", broadcast=True, consumer_id="b") as b,
-    ):
-        for stream in (a, b):
-            msg = await stream.next(5)
-            assert msg is not None and msg.body == b"x"
-            assert (await msg.fail()).ok
-        assert await a.next(0.5) is None
-        assert await b.next(0.1) is None
 
 
 async def test_ordered_queue_blocks_behind_failing_message(calm_client: GatewayClient) -> None:
@@ -299,22 +266,6 @@ async def test_settle_once_and_delayed_publish(calm_client: GatewayClient) -> No
         )
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert receipt in err.value.details()
-
-
-async def test_ack_timeout_counts_as_failure(calm_client: GatewayClient) -> None:
-    topic, group = name("t"), name("g")
-    await calm_client.publish(topic, [b"slow"])
-    async with calm_client.consume(
-        topic, group, policy="rabbitmq", options={"x_retry_interval_s": "10"}
-    ) as stream:
-        first = await stream.next(5)
-        assert first is not None and first.attempt == 1
-        # 60 s ack timeout (30 ms here) passes without a settle.
-        second = await stream.next(5)
-        assert second is not None and second.attempt == 2 and second.retries == 1
-        assert (await second.ack()).ok
-        late = await first.ack()
-        assert not late.ok and late.error_code == "FAILED_PRECONDITION"
 
 
 async def test_tag_filter(calm_client: GatewayClient) -> None:
