@@ -41,6 +41,10 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or DEFAULT_HOST, int(port)
 
 
+LARGEST_MESSAGE = 1 << 30
+"""The gateway's own largest `max_message_bytes` (Pulsar's 5 MiB is only its default)."""
+
+
 class PulsarFrontEnd:
     """Lets unmodified Pulsar clients publish and consume through the engine.
 
@@ -81,8 +85,8 @@ class PulsarFrontEnd:
         self._requested_port = port
         self._advertised_url = advertised_url
         self._keepalive_s = keepalive_s
-        if not 1024 <= max_message_size <= MAX_MESSAGE_SIZE:
-            raise InvalidArgument("max_message_size", max_message_size, f"1024..{MAX_MESSAGE_SIZE}")
+        if not 1024 <= max_message_size <= LARGEST_MESSAGE:
+            raise InvalidArgument("max_message_size", max_message_size, f"1024..{LARGEST_MESSAGE}")
         self._max_message_size = max_message_size
         if not 0 < handshake_timeout_s <= 3600:
             raise InvalidArgument("handshake_timeout_s", handshake_timeout_s, "0..3600 s")
@@ -94,10 +98,8 @@ class PulsarFrontEnd:
         ):
             if not 1 <= value <= 1_000_000:
                 raise InvalidArgument(name, value, "1..1000000")
-        if read_budget_bytes < 2 * (max_message_size + FRAME_OVERHEAD):
-            raise InvalidArgument(
-                "read_budget_bytes", read_budget_bytes, "at least two frames of the largest size"
-            )
+        # Room for two frames of the largest size at least, whatever the budget asked for.
+        read_budget_bytes = max(read_budget_bytes, 2 * (max_message_size + FRAME_OVERHEAD))
         self._handshake_timeout_s = handshake_timeout_s
         self._max_connections = max_connections
         self._max_producers = max_producers
