@@ -291,7 +291,7 @@ def start(data_dir: Path) -> Gateway:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(data_dir),
              "--listen", "127.0.0.1:0", "--max-message-bytes", str(MAX_MESSAGE_BYTES),
-             "--cache-mb", "8", "--log-level", "error"],
+             "--cache-mb", "8", "--log-level", "error", "--grace-s", "1"],
             stdout=sink, stderr=subprocess.STDOUT, text=True, env=env,
         )
     deadline = time.monotonic() + 60
