@@ -26,7 +26,14 @@ from gateway.errors import InvalidArgument
 from gateway.product import AnyProduct, FrontEnd, Host, build_registry, installed
 from gateway.server.api import AdminService, GatewayService
 from gateway.server.auth import AuthInterceptor, Authorizer, load_principals
-from gateway.server.config import EMBEDDED, ServeConfig, backends, build, check_listener
+from gateway.server.config import (
+    EMBEDDED,
+    LISTENERS,
+    ServeConfig,
+    backends,
+    build,
+    check_listener,
+)
 from gateway.server.errors import DecodeGuard, ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size
 from gateway.telemetry.spool import Spool
@@ -195,7 +202,7 @@ class GatewayApp:
         log.info("gateway started", listen=f"{host}:{bound}", backend=self.backend.name,
                  data_dir=cfg.data_dir, front_ends=list(self.front_ends),
                  **{name: address for name, address in cfg.listeners()
-                    if address and name not in ("listen", "admin_listen")},
+                    if address and name not in LISTENERS},
                  metrics=f"{cfg.admin_listen.rsplit(':', 1)[0]}:{self.metrics_port}"
                  if cfg.admin_listen else None,
                  tls="mtls" if cfg.tls_client_ca else ("tls" if cfg.tls_cert else "off"),
