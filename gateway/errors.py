@@ -116,3 +116,10 @@ class PermissionDenied(GatewayError):
 
 class Unimplemented(GatewayError):
     code = "UNIMPLEMENTED"
+
+
+class MissingExtra(GatewayError):
+    """A feature the configuration asks for needs an optional dependency that is not installed;
+    the message names the pip extra to install."""
+
+    code = "FAILED_PRECONDITION"

@@ -8,43 +8,49 @@ from typing import Any
 
 from gateway.core.backoff import format_ms
 from gateway.core.plan import Plan, plan
+from gateway.core.registry import Registry
 from gateway.errors import InvalidArgument
+from gateway.product import OptionFlag, build_registry, installed
 
-FLAG_OPTIONS = {
-    "max_retries": "max_retries",
-    "suspend_ms": "suspend_ms",
-    "retry_interval_s": "x_retry_interval_s",
-    "dlx": "x_dead_letter_exchange",
-    "subscription_type": "subscription_type",
-    "version": "version",
-    "nack_delay_ms": "nack_delay_ms",
-    "ack_timeout_ms": "ack_timeout_ms",
-}
+DEFAULT_INVISIBLE_S = 30
+
+
+def option_flags() -> tuple[OptionFlag, ...]:
+    """`--max-retries` and every flag the installed products declare, each flag once."""
+    flags: dict[str, OptionFlag] = {"--max-retries": OptionFlag("--max-retries", "max_retries")}
+    for product in installed():
+        for flag in product.plan_flags:
+            known = flags.setdefault(flag.flag, flag)
+            if known.option != flag.option:
+                raise TypeError(f"{product.name}: plan flag {flag.flag} sets {flag.option}, "
+                                f"another product's sets {known.option}")
+    return tuple(flags.values())
+
+
+def _dest(flag: OptionFlag) -> str:
+    return flag.flag.lstrip("-").replace("-", "_")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    registry = build_registry(installed())
     p = sub.add_parser("plan", help="print the retry timeline a policy gives a failing message")
-    p.add_argument("--policy", required=True, help="rocketmq, rocketmq-orderly, rocketmq-simple, "
-                   "rocketmq-http, rabbitmq, pulsar, pulsar-nack")
-    p.add_argument("--max-retries", dest="max_retries")
+    p.add_argument("--policy", required=True, help=", ".join(registry.policies))
     p.add_argument("--topic", default="topic")
     p.add_argument("--group", default="group", help="consumer group / subscription")
-    p.add_argument("--naming", default="", help="naming scheme (rocketmq, pulsar-2.9, pulsar-2.7, "
-                   "pulsar-2.6, rabbitmq)")
+    p.add_argument("--naming", default="", help="naming scheme (" + ", ".join(registry.schemes)
+                   + ")")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="any policy option, repeatable")
-    p.add_argument("--suspend-ms", dest="suspend_ms", help="rocketmq-orderly suspendTimeMillis")
-    p.add_argument("--retry-interval-s", dest="retry_interval_s", help="rabbitmq x-retry-interval")
-    p.add_argument("--dlx", help="rabbitmq dead-letter exchange (exhausted messages go there)")
-    p.add_argument("--subscription-type", dest="subscription_type",
-                   help="pulsar: shared, key_shared, exclusive, failover")
-    p.add_argument("--version", help="rocketmq client generation: 4 or 5")
-    p.add_argument("--nack-delay-ms", dest="nack_delay_ms", help="pulsar-nack redelivery delay")
-    p.add_argument("--ack-timeout-ms", dest="ack_timeout_ms", help="pulsar ack timeout")
-    p.add_argument("--broadcast", action="store_true", help="rocketmq broadcasting mode")
-    p.add_argument("--ordered", action="store_true", help="rocketmq-http ordered messages")
+    flags = option_flags()
+    for flag in flags:
+        if flag.switch:
+            p.add_argument(flag.flag, dest=_dest(flag), action="store_true",
+                           help=flag.help or None)
+        else:
+            p.add_argument(flag.flag, dest=_dest(flag), help=flag.help or None)
     p.add_argument("--invisible-s", type=int, default=None,
-                   help="rocketmq-simple invisible duration per receive (default 30)")
+                   help="invisible duration per receive, for policies that have one "
+                        f"(default {DEFAULT_INVISIBLE_S})")
     p.add_argument("--processing-ms", type=int, default=0, help="time each attempt takes to fail")
     p.add_argument("--pickup-ms", type=int, default=0,
                    help="time a READY message waits before a consumer takes it")
@@ -53,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--level", type=int, default=None, help="delay level asked for on every failure")
     p.add_argument("--limit", type=int, default=200, help="attempts listed at most (default 200)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, option_flags=flags)
 
 
 def policy_options(args: argparse.Namespace) -> dict[str, str]:
@@ -63,29 +69,36 @@ def policy_options(args: argparse.Namespace) -> dict[str, str]:
         if not sep or not key:
             raise InvalidArgument("option", item, "KEY=VALUE")
         options[key.strip()] = value.strip()
-    for attr, key in FLAG_OPTIONS.items():
-        value = getattr(args, attr)
-        if value is not None:
-            options[key] = str(value)
-    if args.broadcast:
-        options["broadcast"] = "true"
-    if args.ordered:
-        options["ordered"] = "true"
+    flag: OptionFlag
+    for flag in args.option_flags:
+        value = getattr(args, _dest(flag))
+        if flag.switch:
+            if value:
+                options[flag.option] = "true"
+        elif value is not None:
+            options[flag.option] = str(value)
     return options
 
 
-def build(args: argparse.Namespace) -> Plan:
-    from adapters import builtin_registry
+def _with_invisible_duration(registry: Registry) -> list[str]:
+    """Policies whose receives ask for an invisible duration."""
+    return [name for name in registry.policies
+            if registry.policy(name).invisible_range_ms is not None]
 
-    policy = builtin_registry().policy(args.policy, policy_options(args), args.naming)
+
+def build(args: argparse.Namespace) -> Plan:
+    registry = build_registry(installed())
+    policy = registry.policy(args.policy, policy_options(args), args.naming)
     if args.delay_ms is not None and args.delay_s is not None:
         raise InvalidArgument("delay_s", args.delay_s, "not together with --delay-ms")
     delay_ms = args.delay_s * 1000 if args.delay_s is not None else args.delay_ms
     invisible_ms = None
     if policy.invisible_range_ms is not None:
-        invisible_ms = (args.invisible_s if args.invisible_s is not None else 30) * 1000
+        invisible_s = args.invisible_s if args.invisible_s is not None else DEFAULT_INVISIBLE_S
+        invisible_ms = invisible_s * 1000
     elif args.invisible_s is not None:
-        raise InvalidArgument("invisible_s", args.invisible_s, f"only for rocketmq-simple, "
+        names = ", ".join(_with_invisible_duration(registry))
+        raise InvalidArgument("invisible_s", args.invisible_s, f"only for {names}, "
                               f"not {policy.name}")
     for name in ("processing_ms", "pickup_ms"):
         if getattr(args, name) < 0:

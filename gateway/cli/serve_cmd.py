@@ -12,12 +12,17 @@ import sys
 
 import structlog
 
-from gateway.server.config import ServeConfig, load
+from gateway.product import installed, settings_of
+from gateway.server.config import ServeConfig, backends, load
 
-FLAGS = ("listen", "data_dir", "backend", "cache_mb", "pulsar_listen", "rabbitmq_url",
-         "pulsar_service_url", "grace_s", "time_scale", "max_message_bytes", "log_level",
-         "admin_listen", "tokens_file", "tls_cert", "tls_key", "tls_client_ca",
-         "allow_remote_unauthenticated", "telemetry", "broadcast_idle_s", "max_unacked", "max_rpcs")
+OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
+             "max_message_bytes", "log_level", "admin_listen", "tokens_file", "tls_cert",
+             "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry",
+             "broadcast_idle_s", "max_unacked", "max_rpcs")
+"""Settings of the gateway's own that have a flag (the products declare theirs)."""
+FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
+                          for spec in settings_of(product.config_type) if spec.setting.flag)
+"""Every setting with a flag: the parsed namespace's attribute names."""
 GC_THRESHOLDS = (50_000, 20, 100)
 """The cyclic collector's thresholds while serving. Python's default (700, 10, 10) runs a young
 collection every 700 container allocations, and a gateway allocates several per message: in
@@ -33,14 +38,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--config", help="TOML config file")
     p.add_argument("--listen", help="gRPC HOST:PORT (default 127.0.0.1:50051)")
     p.add_argument("--data-dir", dest="data_dir", help="embedded store directory (default ./data)")
-    p.add_argument("--backend", help="embedded, rabbitmq or pulsar")
+    *others, last = backends(installed())
+    p.add_argument("--backend", help=f"{', '.join(others)} or {last}" if others else last)
     p.add_argument("--cache-mb", dest="cache_mb", type=int,
                    help="embedded store: MiB of recently published messages kept in memory "
                         "(default 64; 0 reads every message from disk)")
-    p.add_argument("--pulsar-listen", dest="pulsar_listen",
-                   help="serve Pulsar's binary protocol on HOST:PORT (e.g. 127.0.0.1:6650)")
-    p.add_argument("--rabbitmq-url", dest="rabbitmq_url")
-    p.add_argument("--pulsar-service-url", dest="pulsar_service_url")
     p.add_argument("--grace-s", dest="grace_s", type=float, help="drain period on SIGTERM")
     p.add_argument("--broadcast-idle-s", dest="broadcast_idle_s", type=float,
                    help="keep a broadcast consumer's own group this long after it leaves, so "
@@ -66,7 +68,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--allow-remote-unauthenticated", dest="allow_remote_unauthenticated",
                    action="store_const", const=True,
                    help="listen beyond loopback without authentication")
+    _add_product_flags(p)
     p.set_defaults(run=run)
+
+
+def _add_product_flags(p: argparse.ArgumentParser) -> None:
+    """The flags each installed product declares for its settings."""
+    for product in installed():
+        for spec in settings_of(product.config_type):
+            if not spec.setting.flag:
+                continue
+            help_text = spec.setting.help or None
+            if spec.kind is bool:
+                p.add_argument(spec.setting.flag, dest=spec.key, action="store_const",
+                               const=True, help=help_text)
+            elif spec.kind in (int, float):
+                p.add_argument(spec.setting.flag, dest=spec.key, type=spec.kind, help=help_text)
+            else:  # text; a list is comma-separated, as in the environment
+                p.add_argument(spec.setting.flag, dest=spec.key, help=help_text)
 
 
 def configure_logging(level: str) -> None:

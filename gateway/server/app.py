@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,21 @@ from gateway.engine.clock import Clock, SystemClock
 from gateway.engine.config import EngineConfig
 from gateway.engine.engine import Engine
 from gateway.engine.observe import Observer
+from gateway.errors import InvalidArgument
+from gateway.product import AnyProduct, FrontEnd, Host, build_registry, installed
 from gateway.server.api import AdminService, GatewayService
 from gateway.server.auth import AuthInterceptor, Authorizer, load_principals
-from gateway.server.config import ServeConfig, check_listener
+from gateway.server.config import (
+    EMBEDDED,
+    LISTENERS,
+    ServeConfig,
+    backends,
+    build,
+    check_listener,
+)
 from gateway.server.errors import DecodeGuard, ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size
+from gateway.telemetry.spool import Spool
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
 log = structlog.get_logger("gateway.server")
@@ -37,20 +48,20 @@ LIVENESS = "liveness"
 outage must not make Kubernetes restart the sidecar (the overall status covers readiness)."""
 
 
-def make_backend(config: ServeConfig, clock: Clock) -> Backend:
-    if config.backend == "embedded":
+def make_backend(
+    config: ServeConfig, clock: Clock, products: Sequence[AnyProduct] | None = None
+) -> Backend:
+    """The back end `config.backend` names: the embedded store, or one a product offers."""
+    if config.backend == EMBEDDED:
         from gateway.store import EmbeddedStore
 
         return EmbeddedStore(Path(config.data_dir), clock.now_ms,
                              tail_bytes=config.cache_mb << 20)
-    if config.backend == "rabbitmq":
-        from adapters.amqp.backend import RabbitMQBackend
-
-        return RabbitMQBackend(config.rabbitmq_url)
-    from adapters.pulsar.backend import PulsarBackend
-
-    backend: Backend = PulsarBackend(config.pulsar_service_url, token=config.pulsar_token)
-    return backend
+    products = installed() if products is None else products
+    for product in products:
+        if config.backend in product.backends:
+            return product.open_backend(config.backend, config.section(product), clock)
+    raise InvalidArgument("backend", config.backend, "one of " + ", ".join(backends(products)))
 
 
 STREAMS_PER_CONNECTION = 1000
@@ -68,15 +79,17 @@ class GatewayApp:
         backend: Backend | None = None,
         extra_services: Sequence[ExtraService] = (),
         observers: Sequence[Observer] = (),
-        rocketmq_settings: Any = None,
+        front_end_settings: Mapping[str, object] | None = None,
+        products: Sequence[AnyProduct] | None = None,
     ) -> None:
-        """`rocketmq_settings`: an `adapters.rocketmq.frontend.FrontendSettings` for the RocketMQ
-        front end (default: from the config's rocketmq keys)."""
-        from adapters import builtin_registry
-
+        """`products`: those to serve (default: every installed one). `front_end_settings`: by
+        product name, settings that product's front end uses instead of building them from its
+        config section (tests)."""
         self.config = config
+        self.products = tuple(installed() if products is None else products)
+        self.front_end_settings = dict(front_end_settings or {})
         self.clock = clock or SystemClock()
-        self.backend = backend or make_backend(config, self.clock)
+        self.backend = backend or make_backend(config, self.clock, self.products)
         engine_config = EngineConfig(
             max_message_bytes=config.max_message_bytes,
             time_scale=config.time_scale,
@@ -90,37 +103,51 @@ class GatewayApp:
 
         self.metrics = Metrics()
         hooks: list[Observer] = [*observers, self.metrics]
-        self.spool: Any = None
+        self.spool: Spool | None = None
         if config.telemetry:
-            from gateway.telemetry.spool import Spool
-
             self.spool = Spool(Path(config.data_dir) / "telemetry", gateway_id=config.gateway_id)
             hooks.append(self.spool)
-        self.engine = Engine(self.backend, builtin_registry(), self.clock, engine_config, hooks)
+        registry = build_registry(self.products)
+        self.engine = Engine(self.backend, registry, self.clock, engine_config, hooks)
         self.metrics_port = 0
         self.extra_services = list(extra_services)
         self.server: grpc.aio.Server | None = None
         self.grpc_port = 0
-        self.pulsar: Any = None
+        self.authorizer: Authorizer | None = None
+        self.front_ends: dict[str, FrontEnd] = {}
+        """Each product's front end by product name, in product order (after `start`)."""
         self._health_task: asyncio.Task[None] | None = None
         self._health_changed = asyncio.Event()
         self.lost = asyncio.Event()
         """Set when the back end cannot recover within this process (`Backend.fatal`): the
         process should end with a non-zero status so that its supervisor restarts it."""
-        self.rocketmq: Any = None
-        self.rocketmq_settings = rocketmq_settings
-        self.rocketmq_settings_in_use: Any = None
+
+    def _prepare_front_ends(self) -> None:
+        """Authentication, then each product's front end (refusing bad settings and missing
+        dependencies before anything starts)."""
+        cfg = self.config
+        if cfg.tokens_file:
+            fields = [key for product in self.products for key in product.principal_fields]
+            principals = load_principals(cfg.tokens_file, [dict(p) for p in cfg.principals],
+                                         fields)
+            self.authorizer = Authorizer(principals, self.engine.registry.schemes.values())
+        host = Host(engine=self.engine, authorizer=self.authorizer,
+                    max_message_bytes=cfg.max_message_bytes,
+                    listener=lambda field, address: check_listener(field, address, cfg))
+        for product in self.products:
+            settings = self.front_end_settings.get(product.name)
+            front = product.front_end(replace(host, settings=settings), cfg.section(product))
+            if front is not None:
+                self.front_ends[product.name] = front
 
     async def start(self) -> None:
         cfg = self.config
+        self._prepare_front_ends()
         await self.engine.start()
         limit = cfg.max_message_bytes + 64 * 1024
         # DecodeGuard first: every other interceptor sees decoded requests.
         interceptors: list[Any] = [DecodeGuard(), TimingInterceptor(self.metrics)]
-        self.authorizer: Authorizer | None = None
-        if cfg.tokens_file:
-            principals = load_principals(cfg.tokens_file, [dict(p) for p in cfg.principals])
-            self.authorizer = Authorizer(principals, self.engine.registry.schemes.values())
+        if self.authorizer is not None:
             interceptors.append(AuthInterceptor(self.authorizer))
         interceptors.append(ErrorInterceptor())
         server = grpc.aio.server(
@@ -136,7 +163,8 @@ class GatewayApp:
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayService(self.engine), server)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.engine), server)
-        self._mount_rocketmq(server)
+        for front in self.front_ends.values():
+            front.mount(server)
         for extra in self.extra_services:
             extra(server, self.engine)
         health_servicer = health.aio.HealthServicer()
@@ -161,15 +189,8 @@ class GatewayApp:
         self.grpc_port = bound
         await server.start()
         self.server = server
-        if cfg.pulsar_listen:
-            from adapters.pulsar.frontend.server import PulsarFrontEnd
-
-            phost, pport = check_listener("pulsar_listen", cfg.pulsar_listen, cfg)
-            self.pulsar = PulsarFrontEnd(self.engine, phost, pport,
-                                         advertised_url=cfg.pulsar_advertised or None,
-                                         max_message_size=cfg.max_message_bytes,
-                                         authorizer=self.authorizer)
-            await self.pulsar.start()
+        for front in self.front_ends.values():
+            await front.start()
         if cfg.admin_listen:
             ahost, aport = check_listener("admin_listen", cfg.admin_listen, cfg)
             self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
@@ -179,8 +200,9 @@ class GatewayApp:
         self.backend.on_state_change(self._health_changed.set)
         self._health_task = asyncio.ensure_future(self._watch_health())
         log.info("gateway started", listen=f"{host}:{bound}", backend=self.backend.name,
-                 data_dir=cfg.data_dir,
-                 pulsar=cfg.pulsar_listen or None,
+                 data_dir=cfg.data_dir, front_ends=list(self.front_ends),
+                 **{name: address for name, address in cfg.listeners()
+                    if address and name not in LISTENERS},
                  metrics=f"{cfg.admin_listen.rsplit(':', 1)[0]}:{self.metrics_port}"
                  if cfg.admin_listen else None,
                  tls="mtls" if cfg.tls_client_ca else ("tls" if cfg.tls_cert else "off"),
@@ -198,38 +220,6 @@ class GatewayApp:
                 require_client_auth=True,
             )
         return grpc.ssl_server_credentials([(key, cert)])
-
-    def _mount_rocketmq(self, server: grpc.aio.Server) -> None:
-        try:
-            from adapters.rocketmq.frontend import FrontendSettings, register
-        except ImportError:  # the RocketMQ SDK's protocol modules are an optional extra
-            log.info("rocketmq front end not available: install retry-gateway[rocketmq]")
-            return
-        settings = self.rocketmq_settings
-        if settings is None:
-            from adapters.rocketmq.frontend.settings import Permissions
-
-            cfg = self.config
-            credentials: dict[str, str] | None = None
-            if cfg.rocketmq_access_key:
-                credentials = {cfg.rocketmq_access_key: cfg.rocketmq_secret_key}
-            permissions = None
-            if self.authorizer is not None:
-                # With a tokens file, RocketMQ SDKs must sign with a principal's keys and are
-                # held to its permissions like every other listener.
-                keyed = {p.rocketmq_access_key: p for p in self.authorizer.by_digest.values()
-                         if p.rocketmq_access_key}
-                credentials = {**(credentials or {}),
-                               **{k: p.rocketmq_secret_key for k, p in keyed.items()}}
-                permissions = Permissions(self.authorizer, keyed)
-            settings = FrontendSettings(
-                advertised_endpoint=cfg.rocketmq_advertised,
-                credentials=credentials,
-                fifo_groups=frozenset(cfg.rocketmq_fifo_groups),
-                permissions=permissions,
-            )
-        self.rocketmq_settings_in_use = settings
-        self.rocketmq = register(server, self.engine, settings)
 
     async def _set_serving(self, serving: bool) -> None:
         status = (health_pb2.HealthCheckResponse.SERVING if serving
@@ -268,10 +258,8 @@ class GatewayApp:
         until = loop.time() + grace
         while self.engine.inflight and loop.time() < until:
             await asyncio.sleep(0.05)
-        if self.pulsar is not None:
-            await self.pulsar.stop()
-        if self.rocketmq is not None:
-            await self.rocketmq.close()
+        for front in self.front_ends.values():
+            await front.stop()
         await self.server.stop(min(grace, 1.0))
         await self.engine.close()
         self.metrics.close()
@@ -289,26 +277,24 @@ async def running_gateway(
     time_scale: float = 1.0,
     extra_services: Sequence[ExtraService] = (),
     backend: Backend | None = None,
-    pulsar_listen: str = "",
     grace_s: float = 1.0,
     max_message_bytes: int = 4 * 1024 * 1024,
     observers: Sequence[Observer] = (),
-    rocketmq_settings: Any = None,
+    front_end_settings: Mapping[str, object] | None = None,
     **settings: Any,
 ) -> AsyncIterator[GatewayApp]:
-    """Start a gateway for a test or a script; stop it on exit. `settings` are ServeConfig
-    fields (tokens_file, admin_listen, tls_cert, …)."""
-    config = ServeConfig(
+    """Start a gateway for a test or a script; stop it on exit. `settings` are flat setting keys,
+    the gateway's (tokens_file, admin_listen, tls_cert, …) and the products' (pulsar_listen, …)."""
+    config = build(dict(
         listen=listen,
         data_dir=str(data_dir),
         time_scale=time_scale,
-        pulsar_listen=pulsar_listen,
         grace_s=grace_s,
         max_message_bytes=max_message_bytes,
         **settings,
-    )
+    ))
     app = GatewayApp(config, clock=clock, backend=backend, extra_services=extra_services,
-                     observers=observers, rocketmq_settings=rocketmq_settings)
+                     observers=observers, front_end_settings=front_end_settings)
     await app.start()
     try:
         yield app

@@ -9,8 +9,8 @@ Tokens live in a TOML file (mounted from a Secret in Kubernetes):
     consume = ["orders"]               # topic patterns
     groups = ["billing"]               # group patterns; consuming needs topic and group
     admin = false
-    rocketmq_access_key = "AK"         # optional: RocketMQ SDKs sign requests with these
-    rocketmq_secret_key = "SK"
+    rocketmq_access_key = "AK"         # fields products declare (`Product.principal_fields`):
+    rocketmq_secret_key = "SK"         # here the keys RocketMQ SDKs sign requests with
 
 Retry and dead-letter destinations are reserved names (see `Authorizer`): permission to consume
 a topic with a group covers that topic and group's destinations under every naming scheme, and
@@ -65,11 +65,16 @@ class Principal:
     consume: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     admin: bool = False
-    rocketmq_access_key: str = ""
-    """RocketMQ SDKs sign with an access key and secret instead of a bearer token."""
-    rocketmq_secret_key: str = ""
+    extras: tuple[tuple[str, str], ...] = ()
+    """(key, value) of the fields products declare (`Product.principal_fields`) that the
+    principal's entry sets."""
 
-
+    def extra(self, key: str) -> str:
+        """A product's field of this principal; "" when its entry does not set it."""
+        for name, value in self.extras:
+            if name == key:
+                return value
+        return ""
 
 
 def _digest(token: str) -> str:
@@ -84,9 +89,11 @@ def _patterns(entry: dict[str, Any], key: str, name: str) -> tuple[str, ...]:
 
 
 def load_principals(
-    path: str | Path, permissions: Iterable[dict[str, Any]] = ()
+    path: str | Path, permissions: Iterable[dict[str, Any]] = (), extra_fields: Iterable[str] = ()
 ) -> list[Principal]:
-    """Principals from the tokens file, with permissions from config merged in by name."""
+    """Principals from the tokens file, with permissions from config merged in by name;
+    `extra_fields` are the keys products declare (kept as strings in `Principal.extras`)."""
+    extra_fields = tuple(extra_fields)
     try:
         doc = tomllib.loads(Path(path).read_text())
     except OSError as exc:
@@ -113,8 +120,7 @@ def load_principals(
             consume=_patterns(entry, "consume", name),
             groups=_patterns(entry, "groups", name),
             admin=bool(entry.get("admin", False)),
-            rocketmq_access_key=str(entry.get("rocketmq_access_key", "")),
-            rocketmq_secret_key=str(entry.get("rocketmq_secret_key", "")),
+            extras=tuple((key, str(entry[key])) for key in extra_fields if key in entry),
         ))
     if not out:
         raise InvalidArgument("tokens_file", str(path), "at least one [[principal]]")

@@ -1,9 +1,11 @@
 """Server configuration: file, environment and flags, parsed once into a frozen value.
 
 Precedence: command-line flag, then environment variable `GATEWAY_<KEY>`, then the TOML file,
-then the default. Keys (TOML table.key -> flat key): server.listen -> listen, store.data_dir ->
-data_dir, store.backend -> backend, store.cache_mb -> cache_mb, rabbitmq.url -> rabbitmq_url,
-pulsar.service_url -> pulsar_service_url, server.* likewise.
+then the default. The gateway's own keys (TOML table.key -> flat key): server.listen -> listen,
+store.data_dir -> data_dir, store.backend -> backend, store.cache_mb -> cache_mb, server.* and
+auth.* likewise. Each installed product declares its own settings (`gateway.product.setting`:
+flat key, place in the file, flag); they are parsed into its frozen section
+(`ServeConfig.section`). A key no one declares is refused.
 """
 
 from __future__ import annotations
@@ -11,30 +13,28 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.errors import InvalidArgument
+from gateway.product import AnyProduct, Product, installed, settings_of
 
-BACKENDS = ("embedded", "rabbitmq", "pulsar")
+EMBEDDED = "embedded"
+"""The gateway's own back end, the default; products add theirs (`Product.backends`)."""
+S = TypeVar("S")
 
 
 @dataclass(frozen=True, slots=True)
 class ServeConfig:
     listen: str = "127.0.0.1:50051"
     data_dir: str = "./data"
-    backend: str = "embedded"
+    backend: str = EMBEDDED
+    """`embedded` or a back end an installed product offers (checked by `build`)."""
     cache_mb: int = 64
     """Embedded store: memory for recently published messages, so fresh fetches skip the disk
     (0 turns it off)."""
-    pulsar_listen: str = ""
-    """Pulsar binary protocol front end address; "" leaves it off."""
-    pulsar_advertised: str = ""
-    rabbitmq_url: str = "amqp://guest:guest@127.0.0.1:5672/"
-    pulsar_service_url: str = ""
-    pulsar_token: str = ""
     max_message_bytes: int = 4 * 1024 * 1024
     max_unacked: int = 50_000
     """Most deliveries one push consumer holds unsettled (1..1000000; see EngineConfig)."""
@@ -47,12 +47,6 @@ class ServeConfig:
     time_scale: float = 1.0
     auto_create: bool = True
     log_level: str = "info"
-    rocketmq_access_key: str = ""
-    rocketmq_secret_key: str = ""
-    rocketmq_advertised: str = ""
-    """host:port RocketMQ SDKs are told to connect to; "" echoes the address they dialled."""
-    rocketmq_fifo_groups: tuple[str, ...] = ()
-    """Consumer groups that consume in order (RocketMQ keeps this on the group)."""
     telemetry: bool = False
     gateway_id: str = "gateway"
     admin_listen: str = ""
@@ -67,16 +61,16 @@ class ServeConfig:
     """With a client CA, clients must present a certificate it signed (mTLS)."""
     allow_remote_unauthenticated: bool = False
     """Without auth the gateway listens on loopback only unless this is set."""
+    sections: Mapping[str, object] = field(default_factory=dict)
+    """Each product's settings by product name, a value of its `config_type` (`build` fills in
+    every installed product; `section` gives defaults for one missing here)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_rpcs <= 1_000_000:
             raise InvalidArgument("max_rpcs", self.max_rpcs, "1..1000000")
-        for name in LISTENERS:
-            address = getattr(self, name)
+        for name, address in self.listeners():
             if address or name == "listen":
                 check_listener(name, address, self)
-        if self.backend not in BACKENDS:
-            raise InvalidArgument("backend", self.backend, "one of " + ", ".join(BACKENDS))
         if not 0 <= self.cache_mb <= 65536:
             raise InvalidArgument("cache_mb", self.cache_mb, "0..65536 MiB")
         if not 0 <= self.grace_s <= 3600:
@@ -90,9 +84,38 @@ class ServeConfig:
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise InvalidArgument("log_level", self.log_level, "debug, info, warning, error")
 
+    def listeners(self) -> Iterator[tuple[str, str]]:
+        """(setting key, address) of every listener, the products' included ("" when off)."""
+        for name in LISTENERS:
+            yield name, getattr(self, name)
+        for section in self.sections.values():
+            for spec in settings_of(type(section)):
+                if spec.setting.listener:
+                    yield spec.key, str(getattr(section, spec.key))
 
-LISTENERS = ("listen", "pulsar_listen", "admin_listen")
-"""Every address the gateway listens on (RocketMQ SDKs share the gRPC `listen` port)."""
+    def section(self, product: Product[S]) -> S:
+        """The product's settings (its defaults when this config was built without them)."""
+        value = self.sections.get(product.name)
+        if value is None:
+            return product.config_type()
+        if not isinstance(value, product.config_type):
+            raise TypeError(f"section {product.name!r} is a {type(value).__name__}, not a "
+                            f"{product.config_type.__name__}")
+        return value
+
+    def value(self, key: str) -> object:
+        """A setting by its flat key (`listen`, or a product's such as `pulsar_listen`)."""
+        if key in _OWN_KINDS:
+            return getattr(self, key)
+        for section in self.sections.values():
+            if any(spec.key == key for spec in settings_of(type(section))):
+                return getattr(section, key)
+        raise KeyError(key)
+
+
+LISTENERS = ("listen", "admin_listen")
+"""The gateway's own listeners; products declare theirs (`setting(listener=True)`). RocketMQ
+SDKs, for one, share the gRPC `listen` port."""
 
 
 def check_listener(field: str, address: str, config: ServeConfig) -> tuple[str, int]:
@@ -126,55 +149,91 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
-               "pulsar_listen", "pulsar_advertised", "gateway_id", "telemetry", "admin_listen",
-               "broadcast_idle_s", "max_unacked", "max_rpcs"},
+               "gateway_id", "telemetry", "admin_listen", "broadcast_idle_s", "max_unacked",
+               "max_rpcs"},
     "store": {"backend", "data_dir", "cache_mb"},
-    "rabbitmq": {"url"},
-    "pulsar": {"service_url", "token"},
-    "rocketmq": {"access_key", "secret_key", "advertised", "fifo_groups"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},
 }
-PREFIXED = {"rabbitmq", "pulsar", "rocketmq"}
+"""The gateway's own TOML keys by section (each is also the flat key)."""
+_PRINCIPALS = object()
+"""Kind of `principals`: a list of tables, passed through as it is."""
+_TYPES: dict[str, object] = {"str": str, "int": int, "float": float, "bool": bool}
+_OWN_KINDS: dict[str, object] = {
+    f.name: _TYPES.get(str(f.type), _PRINCIPALS) for f in fields(ServeConfig)
+    if f.name != "sections"
+}
 
 
-def _flatten(doc: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    """Every key the installed products make known, besides the gateway's own."""
+
+    toml: dict[str, dict[str, str]]
+    """Section -> TOML key -> flat key, sections in the order errors list them."""
+    kinds: dict[str, object]
+    """Flat key -> str, int, float, bool, tuple or _PRINCIPALS."""
+    owners: dict[str, str]
+    """A product setting's flat key -> the product's name."""
+    allowed: dict[str, str]
+    """Flat key -> what a value of the wrong shape should be (lists)."""
+
+
+def _keys(products: Sequence[AnyProduct]) -> _Keys:
+    toml = {section: {k: k for k in sorted(keys)} for section, keys in SECTIONS.items()
+            if section != "auth"}
+    auth = {k: k for k in sorted(SECTIONS["auth"])}
+    kinds = dict(_OWN_KINDS)
+    owners: dict[str, str] = {}
+    allowed: dict[str, str] = {}
+    for product in products:
+        for spec in settings_of(product.config_type):
+            if spec.key in kinds:
+                raise TypeError(f"{product.name}: setting {spec.key!r} is declared twice")
+            section, _, key = spec.setting.toml.partition(".")
+            (auth if section == "auth" else toml.setdefault(section, {}))[key] = spec.key
+            kinds[spec.key] = spec.kind
+            owners[spec.key] = product.name
+            allowed[spec.key] = spec.setting.allowed or "a list of strings"
+    toml["auth"] = auth
+    return _Keys(toml, kinds, owners, allowed)
+
+
+def _flatten(doc: Mapping[str, Any], keys: _Keys) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for section, table in doc.items():
-        if section not in SECTIONS or not isinstance(table, dict):
-            raise InvalidArgument("config", section, "sections " + ", ".join(SECTIONS))
+        if section not in keys.toml or not isinstance(table, dict):
+            raise InvalidArgument("config", section, "sections " + ", ".join(keys.toml))
         for key, value in table.items():
-            if key not in SECTIONS[section]:
-                raise InvalidArgument(f"{section}.{key}", value,
-                                      "keys " + ", ".join(sorted(SECTIONS[section])))
-            name = f"{section}_{key}" if section in PREFIXED else key
-            if section == "pulsar" and key == "service_url":
-                name = "pulsar_service_url"
-            if name == "rocketmq_fifo_groups":
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise InvalidArgument("rocketmq.fifo_groups", value, "a list of group names")
-                value = tuple(value)
-            if name == "principals":
+            known = keys.toml[section]
+            if key not in known:
+                raise InvalidArgument(f"{section}.{key}", value, "keys " + ", ".join(sorted(known)))
+            name = known[key]
+            kind = keys.kinds[name]
+            if kind is tuple and (not isinstance(value, list)
+                                  or not all(isinstance(v, str) for v in value)):
+                raise InvalidArgument(f"{section}.{key}", value, keys.allowed[name])
+            if kind is _PRINCIPALS:
                 if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-                    raise InvalidArgument("auth.principals", value, "a list of tables")
+                    raise InvalidArgument(f"{section}.{key}", value, "a list of tables")
                 value = tuple(value)
             flat[name] = value
     return flat
 
 
-def _coerce(name: str, value: Any, kind: Any) -> Any:
-    if name == "principals":
+def _coerce(name: str, value: Any, kind: object) -> Any:
+    if kind is _PRINCIPALS:
         return value
-    if name == "rocketmq_fifo_groups":
+    if kind is tuple:
         items = value.split(",") if isinstance(value, str) else value
         return tuple(str(v).strip() for v in items if str(v).strip())
     text = str(value)
     try:
-        if kind in (int, "int"):
+        if kind is int:
             return int(text)
-        if kind in (float, "float"):
+        if kind is float:
             return float(text)
-        if kind in (bool, "bool"):
+        if kind is bool:
             if isinstance(value, bool):
                 return value
             if text.lower() in ("1", "true", "yes", "on"):
@@ -183,32 +242,63 @@ def _coerce(name: str, value: Any, kind: Any) -> Any:
                 return False
             raise ValueError(text)
     except ValueError:
-        raise InvalidArgument(name, value, f"a {kind if isinstance(kind, str) else kind.__name__}"
-                              ) from None
+        kind_name = kind.__name__ if isinstance(kind, type) else str(kind)
+        raise InvalidArgument(name, value, f"a {kind_name}") from None
     return text
+
+
+def backends(products: Sequence[AnyProduct]) -> tuple[str, ...]:
+    """Every back end name `backend` may take: the embedded store's, then the products'."""
+    return (EMBEDDED, *(name for product in products for name in product.backends))
+
+
+def build(values: Mapping[str, Any], products: Sequence[AnyProduct] | None = None) -> ServeConfig:
+    """A config from flat keys, the gateway's and the products' (text is converted as from the
+    environment); every product gets its section. An unknown key is a TypeError (a caller's
+    mistake, not a user's: users' keys go through `load`)."""
+    products = installed() if products is None else products
+    keys = _keys(products)
+    own: dict[str, Any] = {}
+    by_product: dict[str, dict[str, Any]] = {product.name: {} for product in products}
+    for name, value in values.items():
+        if name not in keys.kinds:
+            raise TypeError(f"unknown setting {name!r}")
+        coerced = _coerce(name, value, keys.kinds[name])
+        if name in keys.owners:
+            by_product[keys.owners[name]][name] = coerced
+        else:
+            own[name] = coerced
+    allowed = backends(products)
+    if own.get("backend", EMBEDDED) not in allowed:
+        raise InvalidArgument("backend", own["backend"], "one of " + ", ".join(allowed))
+    sections = {p.name: p.config_type(**by_product[p.name]) for p in products}
+    return ServeConfig(**own, sections=sections)
 
 
 def load(
     path: str | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    products: Sequence[AnyProduct] | None = None,
 ) -> ServeConfig:
+    """The configuration from a TOML file, the environment and flags (see the module doc)."""
+    products = installed() if products is None else products
+    keys = _keys(products)
     values: dict[str, Any] = {}
     if path:
         try:
-            values.update(_flatten(tomllib.loads(Path(path).read_text())))
+            values.update(_flatten(tomllib.loads(Path(path).read_text()), keys))
         except OSError as exc:
             allowed = f"a readable TOML file ({exc.strerror})"
             raise InvalidArgument("config", path, allowed) from None
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument("config", path, f"valid TOML ({exc})") from None
     environ = os.environ if env is None else env
-    types = {f.name: f.type for f in fields(ServeConfig)}
-    for name in types:
+    for name in keys.kinds:
         key = f"GATEWAY_{name.upper()}"
         if key in environ:
             values[name] = environ[key]
     for name, value in (flags or {}).items():
         if value is not None:
             values[name] = value
-    return ServeConfig(**{k: _coerce(k, v, types[k]) for k, v in values.items()})
+    return build(values, products)

@@ -66,7 +66,7 @@ def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
     check_name("topic", msg.topic)
     check_name("group", msg.group)
     if not msg.policy:
-        raise InvalidArgument("policy", "", "a policy name such as rocketmq, rabbitmq, pulsar")
+        raise InvalidArgument("policy", "", "a policy name (one an installed product registers)")
     check_name("policy", msg.policy)
     _options("policy_options", msg.policy_options)
     if msg.consumer_type not in CONSUMER_TYPES:

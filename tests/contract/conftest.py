@@ -120,7 +120,7 @@ async def make_pulsar(tmp_path: pathlib.Path) -> Backend:
         upstream = await stack.enter_async_context(
             running_gateway(tmp_path / "pulsar-upstream", pulsar_listen="127.0.0.1:0")
         )
-        url = f"pulsar://127.0.0.1:{upstream.pulsar.port}"
+        url = f"pulsar://127.0.0.1:{upstream.front_ends['pulsar'].port}"
     backend = PulsarBackend(url)
     await backend.open()
     UPSTREAMS[id(backend)] = stack

@@ -325,7 +325,7 @@ class Matrix:
     @contextlib.asynccontextmanager
     async def pulsar(self, caller: Caller) -> AsyncIterator[PulsarRaw | None]:
         """A connection of `caller`, or None when CONNECT was refused."""
-        client, answer = await PulsarRaw.connect(self.app.pulsar.port, caller.token)
+        client, answer = await PulsarRaw.connect(self.app.front_ends["pulsar"].port, caller.token)
         try:
             if answer.command.type == Cmd.CONNECTED:
                 yield client

@@ -150,7 +150,7 @@ def test_every_listener_is_loopback_only_without_auth(field: str, address: str) 
 @pytest.mark.parametrize("address", ["127.0.0.1:7000", "127.0.0.2:0", "localhost:7000",
                                      "[::1]:7000"])
 def test_loopback_listeners_need_no_auth(field: str, address: str) -> None:
-    assert getattr(load(env={}, flags={field: address}), field) == address
+    assert load(env={}, flags={field: address}).value(field) == address
 
 
 @pytest.mark.parametrize("flag", ["--pulsar-listen", "--admin-listen"])
@@ -218,7 +218,7 @@ rocketmq_access_key = "rocket-ak"
 rocketmq_secret_key = "rocket-sk"
 ''')
     async with running_gateway(tmp_path / "data", tokens_file=str(tokens)) as app:
-        settings = app.rocketmq_settings_in_use
+        settings = app.front_ends["rocketmq"].settings
         assert settings.credentials == {"rocket-ak": "rocket-sk"}
         assert settings.permissions is not None
         assert settings.permissions.by_access_key["rocket-ak"].name == "rocket"

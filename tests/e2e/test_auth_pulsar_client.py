@@ -48,7 +48,7 @@ async def test_client_dead_lettering_works_with_tokens(tmp_path: Path) -> None:
     tokens.write_text(TOKENS)
     async with running_gateway(tmp_path / "data", clock=SystemClock(), tokens_file=str(tokens),
                                pulsar_listen="127.0.0.1:0") as app:
-        url = f"pulsar://127.0.0.1:{app.pulsar.port}"
+        url = f"pulsar://127.0.0.1:{app.front_ends['pulsar'].port}"
         client = pulsar.Client(url, authentication=pulsar.AuthenticationToken("billing-secret"),
                                operation_timeout_seconds=5, logger=QUIET)
         stranger = pulsar.Client(url, operation_timeout_seconds=5, logger=QUIET,

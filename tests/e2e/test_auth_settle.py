@@ -159,7 +159,7 @@ async def test_another_principal_cannot_end_a_clients_renewals(app: GatewayApp) 
                    async for r in rmq.ReceiveMessage(push, metadata=payroll)
                    if r.WhichOneof("content") == "message"]
         (handle,) = handles
-        table = app.rocketmq._renewer._table
+        table = app.front_ends["rocketmq"].service._renewer._table
         receipt = handle.partition(".")[2]
         assert receipt in table
         intruder = signed("billing-ak", "billing-sk", client_id="payroll-host@1")

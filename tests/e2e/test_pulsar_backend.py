@@ -34,7 +34,7 @@ async def url(tmp_path: Path) -> AsyncIterator[str]:
         yield configured
         return
     async with running_gateway(tmp_path / "broker", pulsar_listen="127.0.0.1:0") as upstream:
-        yield f"pulsar://127.0.0.1:{upstream.pulsar.port}"
+        yield f"pulsar://127.0.0.1:{upstream.front_ends['pulsar'].port}"
 
 
 @pytest.fixture
@@ -273,7 +273,7 @@ async def test_broker_outage_refuses_publish_and_recovers(tmp_path: Path) -> Non
     data = tmp_path / "broker"
     topic = unique()
     async with running_gateway(data, pulsar_listen="127.0.0.1:0") as upstream:
-        port = upstream.pulsar.port
+        port = upstream.front_ends["pulsar"].port
         backend = PulsarBackend(f"pulsar://127.0.0.1:{port}", send_timeout_ms=2000)
         await backend.open()
         before = await backend.publish(topic, [OutMessage(body=f"b{i}".encode()) for i in range(5)])

@@ -37,7 +37,7 @@ async def url(tmp_path: Path) -> AsyncIterator[str]:
         yield configured
         return
     async with running_gateway(tmp_path / "broker", pulsar_listen="127.0.0.1:0") as upstream:
-        yield f"pulsar://127.0.0.1:{upstream.pulsar.port}"
+        yield f"pulsar://127.0.0.1:{upstream.front_ends['pulsar'].port}"
 
 
 @pytest.fixture
@@ -215,7 +215,7 @@ async def test_broker_stop_makes_publish_unavailable_and_restart_recovers(
     upstream = await broker.enter_async_context(
         running_gateway(broker_data, pulsar_listen="127.0.0.1:0")
     )
-    port = upstream.pulsar.port
+    port = upstream.front_ends["pulsar"].port
     backend = PulsarBackend(f"pulsar://127.0.0.1:{port}", send_timeout_ms=2000)
     try:
         async with running_gateway(tmp_path / "gw", backend=backend) as app:

@@ -379,7 +379,7 @@ async def test_gateway_serves_pulsar_when_asked(tmp_path: Path) -> None:
     async with running_gateway(
         data_dir=tmp_path / "data", clock=SystemClock(), pulsar_listen="127.0.0.1:0"
     ) as app:
-        url = f"pulsar://127.0.0.1:{app.pulsar.port}"
+        url = f"pulsar://127.0.0.1:{app.front_ends['pulsar'].port}"
         client = pulsar.asyncio.Client(url, operation_timeout_seconds=10, logger=QUIET)
         try:
             consumer = await client.subscribe("wired", "sub")

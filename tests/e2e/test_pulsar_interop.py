@@ -26,7 +26,7 @@ async def app(tmp_path: Path) -> AsyncIterator[GatewayApp]:
 async def test_pulsar_client_to_gateway_api_with_retry_letter_topic(app: GatewayApp) -> None:
     short = f"in-{uuid.uuid4().hex[:8]}"
     topic = f"persistent://public/default/{short}"
-    client = pulsar.Client(f"pulsar://127.0.0.1:{app.pulsar.port}", logger=QUIET)
+    client = pulsar.Client(f"pulsar://127.0.0.1:{app.front_ends['pulsar'].port}", logger=QUIET)
     try:
         producer = await asyncio.to_thread(client.create_producer, topic, batching_enabled=False)
         await asyncio.to_thread(producer.send, b"from-pulsar", properties={"k": "v"})
@@ -61,7 +61,7 @@ async def test_gateway_api_to_pulsar_client(app: GatewayApp) -> None:
     async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as gw:
         ids = await gw.publish(topic, [b"from-grpc"], properties={"origin": "api"}, key="k1")
     assert len(ids) == 1
-    client = pulsar.Client(f"pulsar://127.0.0.1:{app.pulsar.port}", logger=QUIET)
+    client = pulsar.Client(f"pulsar://127.0.0.1:{app.front_ends['pulsar'].port}", logger=QUIET)
     try:
         consumer = await asyncio.to_thread(client.subscribe, topic, "native",
                                            consumer_type=pulsar.ConsumerType.Shared)

@@ -92,7 +92,7 @@ class Gateway:
             time_scale=self._time_scale,
             grace_s=0.5,
         )
-        app = GatewayApp(config, rocketmq_settings=self._settings)
+        app = GatewayApp(config, front_end_settings={"rocketmq": self._settings})
         await app.start()
         try:
             self.port = app.grpc_port

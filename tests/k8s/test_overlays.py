@@ -113,8 +113,8 @@ def test_gateway_loads_the_backend_and_secrets_of_each_overlay() -> None:
     assert embedded == base
     rabbitmq = serve_config(rendered("rabbitmq"))
     assert rabbitmq.backend == "rabbitmq"
-    assert rabbitmq.rabbitmq_url == "secret:gateway-rabbitmq/url"
+    assert rabbitmq.value("rabbitmq_url") == "secret:gateway-rabbitmq/url"
     pulsar = serve_config(rendered("pulsar"))
     assert pulsar.backend == "pulsar"
-    assert pulsar.pulsar_service_url == "secret:gateway-pulsar/service-url"
-    assert pulsar.pulsar_token == "secret:gateway-pulsar/token"
+    assert pulsar.value("pulsar_service_url") == "secret:gateway-pulsar/service-url"
+    assert pulsar.value("pulsar_token") == "secret:gateway-pulsar/token"

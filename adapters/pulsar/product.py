@@ -1,0 +1,96 @@
+"""The Pulsar product: its dialect and naming schemes, the Pulsar back end and the Pulsar
+binary-protocol front end (a listener of its own).
+
+The back end needs pulsar-client, the front end crc32c (both in the `pulsar` extra); asking for
+either without it is refused with one sentence naming the extra. This module imports without
+them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from adapters.pulsar import dialect
+from gateway.core.registry import Registry
+from gateway.product import FrontEnd, Host, OptionFlag, Product, setting
+
+if TYPE_CHECKING:
+    import grpc
+
+    from adapters.pulsar.frontend import PulsarFrontEnd
+    from gateway.backend import Backend
+    from gateway.engine.clock import Clock
+
+
+@dataclass(frozen=True, slots=True)
+class PulsarConfig:
+    """`[pulsar]` in the TOML file, and the front end's keys in `[server]`."""
+
+    pulsar_listen: str = setting(
+        "", toml="server.pulsar_listen", flag="--pulsar-listen", listener=True,
+        help="serve Pulsar's binary protocol on HOST:PORT (e.g. 127.0.0.1:6650)")
+    """Pulsar binary protocol front end address; "" leaves it off."""
+    pulsar_advertised: str = setting("", toml="server.pulsar_advertised")
+    """The service URL lookups point clients at; "" for pulsar://HOST:PORT of the listener."""
+    pulsar_service_url: str = setting("", toml="pulsar.service_url", flag="--pulsar-service-url")
+    """The Pulsar cluster of `--backend pulsar`."""
+    pulsar_token: str = setting("", toml="pulsar.token")
+
+
+class PulsarListener:
+    """The Pulsar front end: a listener of its own, bound on `start`."""
+
+    def __init__(self, front: PulsarFrontEnd) -> None:
+        self.front = front
+
+    @property
+    def port(self) -> int:
+        """The bound port (after `start`)."""
+        return self.front.port
+
+    def mount(self, server: grpc.aio.Server) -> None:
+        """Nothing to mount: it listens on its own."""
+
+    async def start(self) -> None:
+        await self.front.start()
+
+    async def stop(self) -> None:
+        await self.front.stop()
+
+
+class Pulsar(Product[PulsarConfig]):
+    name = "pulsar"
+    extra = "pulsar"
+    config_type = PulsarConfig
+    backends = ("pulsar",)
+    plan_flags = (
+        OptionFlag("--subscription-type", "subscription_type",
+                   "pulsar: shared, key_shared, exclusive, failover"),
+        OptionFlag("--nack-delay-ms", "nack_delay_ms", "pulsar-nack redelivery delay"),
+        OptionFlag("--ack-timeout-ms", "ack_timeout_ms", "pulsar ack timeout"),
+    )
+
+    def register(self, registry: Registry) -> None:
+        dialect.register(registry)
+
+    def open_backend(self, name: str, config: PulsarConfig, clock: Clock) -> Backend:
+        self.require("pulsar back end", {"pulsar": "pulsar-client"})
+        from adapters.pulsar.backend import PulsarBackend
+
+        return PulsarBackend(config.pulsar_service_url, token=config.pulsar_token)
+
+    def front_end(self, host: Host, config: PulsarConfig) -> FrontEnd | None:
+        if not config.pulsar_listen:
+            return None
+        self.require("pulsar front end", {"crc32c": "crc32c"})
+        from adapters.pulsar.frontend import PulsarFrontEnd
+
+        address, port = host.listener("pulsar_listen", config.pulsar_listen)
+        return PulsarListener(PulsarFrontEnd(
+            host.engine, address, port, advertised_url=config.pulsar_advertised or None,
+            max_message_size=host.max_message_bytes, authorizer=host.authorizer))
+
+
+PRODUCT = Pulsar()
+"""The object the `retry_gateway.products` entry point names."""

@@ -1,0 +1,127 @@
+"""The RocketMQ product: its dialect, its settings and the RocketMQ 5 gRPC front end.
+
+The front end is mounted on the gateway's gRPC server (RocketMQ 5 SDKs dial the gateway's
+`listen` address). It needs the SDK's protocol modules (the `rocketmq` extra); without them the
+gateway serves on and says so once in its log. This module imports without them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from adapters.rocketmq import dialect
+from gateway.core.registry import Registry
+from gateway.product import FrontEnd, Host, OptionFlag, Product, setting
+
+if TYPE_CHECKING:
+    import grpc
+
+    from adapters.rocketmq.frontend import FrontendSettings, MessagingService
+    from adapters.rocketmq.frontend.engine_port import EnginePort
+
+log = structlog.get_logger("gateway.server")
+
+SDK_MODULES = {"rocketmq.grpc_protocol": "rocketmq-python-client"}
+ACCESS_KEY = "rocketmq_access_key"
+SECRET_KEY = "rocketmq_secret_key"
+
+
+@dataclass(frozen=True, slots=True)
+class RocketMQConfig:
+    """`[rocketmq]` in the TOML file."""
+
+    rocketmq_access_key: str = setting("", toml="rocketmq.access_key")
+    """With `rocketmq_secret_key`: the one key pair SDKs sign with while auth is off."""
+    rocketmq_secret_key: str = setting("", toml="rocketmq.secret_key")
+    rocketmq_advertised: str = setting("", toml="rocketmq.advertised")
+    """host:port RocketMQ SDKs are told to connect to; "" echoes the address they dialled."""
+    rocketmq_fifo_groups: tuple[str, ...] = setting(
+        (), toml="rocketmq.fifo_groups", allowed="a list of group names")
+    """Consumer groups that consume in order (RocketMQ keeps this on the group)."""
+
+
+class RocketMQFrontEnd:
+    """The RocketMQ 5 service on the gateway's gRPC server."""
+
+    def __init__(self, engine: EnginePort, settings: FrontendSettings) -> None:
+        self.settings = settings
+        """The settings in use."""
+        self.service: MessagingService | None = None
+        """The servicer, once mounted."""
+        self._engine = engine
+
+    def mount(self, server: grpc.aio.Server) -> None:
+        from adapters.rocketmq.frontend import register
+
+        self.service = register(server, self._engine, self.settings)
+
+    async def start(self) -> None:
+        """Nothing to do: it serves when the gRPC server does."""
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.close()
+
+
+class RocketMQ(Product[RocketMQConfig]):
+    name = "rocketmq"
+    extra = "rocketmq"
+    config_type = RocketMQConfig
+    principal_fields = (ACCESS_KEY, SECRET_KEY)
+    """RocketMQ SDKs sign with an access key and secret instead of a bearer token."""
+    plan_flags = (
+        OptionFlag("--suspend-ms", "suspend_ms", "rocketmq-orderly suspendTimeMillis"),
+        OptionFlag("--version", "version", "rocketmq client generation: 4 or 5"),
+        OptionFlag("--broadcast", "broadcast", "rocketmq broadcasting mode", switch=True),
+        OptionFlag("--ordered", "ordered", "rocketmq-http ordered messages", switch=True),
+    )
+
+    def register(self, registry: Registry) -> None:
+        dialect.register(registry)
+
+    def front_end(self, host: Host, config: RocketMQConfig) -> FrontEnd | None:
+        from gateway.product import importable
+
+        if not all(importable(module) for module in SDK_MODULES):
+            log.info("rocketmq front end not available: install retry-gateway[rocketmq]")
+            return None
+        from adapters.rocketmq.frontend import FrontendSettings
+
+        settings = host.settings
+        if settings is None:
+            settings = self._settings(host, config)
+        elif not isinstance(settings, FrontendSettings):
+            raise TypeError(f"rocketmq front end settings: {type(settings).__name__}, not "
+                            "FrontendSettings")
+        return RocketMQFrontEnd(host.engine, settings)
+
+    @staticmethod
+    def _settings(host: Host, config: RocketMQConfig) -> FrontendSettings:
+        """From the config section; with a tokens file, SDKs must sign with a principal's keys
+        and are held to its permissions like every other listener."""
+        from adapters.rocketmq.frontend import FrontendSettings
+        from adapters.rocketmq.frontend.settings import Permissions
+
+        credentials: dict[str, str] | None = None
+        if config.rocketmq_access_key:
+            credentials = {config.rocketmq_access_key: config.rocketmq_secret_key}
+        permissions = None
+        if host.authorizer is not None:
+            keyed = {p.extra(ACCESS_KEY): p for p in host.authorizer.by_digest.values()
+                     if p.extra(ACCESS_KEY)}
+            credentials = {**(credentials or {}),
+                           **{key: p.extra(SECRET_KEY) for key, p in keyed.items()}}
+            permissions = Permissions(host.authorizer, keyed)
+        return FrontendSettings(
+            advertised_endpoint=config.rocketmq_advertised,
+            credentials=credentials,
+            fifo_groups=frozenset(config.rocketmq_fifo_groups),
+            permissions=permissions,
+        )
+
+
+PRODUCT = RocketMQ()
+"""The object the `retry_gateway.products` entry point names."""
