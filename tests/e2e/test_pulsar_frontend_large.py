@@ -31,7 +31,7 @@ def _round_trip(url: str, body: bytes) -> bytes:
 async def test_a_message_above_five_mib_goes_through(tmp_path: Path) -> None:
     async with running_gateway(tmp_path / "data", pulsar_listen="127.0.0.1:0",
                                max_message_bytes=LIMIT) as app:
-        assert app.pulsar is not None
+        port = app.front_ends["pulsar"].port
         body = bytes(range(256)) * (6 * 4096)  # 6 MiB
-        got = await asyncio.to_thread(_round_trip, f"pulsar://127.0.0.1:{app.pulsar.port}", body)
+        got = await asyncio.to_thread(_round_trip, f"pulsar://127.0.0.1:{port}", body)
         assert got == body
