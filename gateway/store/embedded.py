@@ -278,8 +278,9 @@ class EmbeddedStore(Backend):
     async def ack(self, leases: Sequence[Lease]) -> None:
         writer, _ = self._supervisor.ready()
         rows: list[tuple[int, int]] = []
+        known_group = self._catalog.known_group
         for lease in leases:
-            state = self._catalog.known_group(lease.topic, lease.group)
+            state = known_group(lease.topic, lease.group)
             if state is None or not lease.token:
                 continue
             if state.leased.get(lease.position) != lease.token:
@@ -298,9 +299,10 @@ class EmbeddedStore(Backend):
                 guard.count("retries", item.retries)
         rows: list[UnackedRow] = []
         placed: list[tuple[GroupIndex, int, int, str]] = []
+        known_group = self._catalog.known_group
         for item in releases:
             lease = item.lease
-            state = self._catalog.known_group(lease.topic, lease.group)
+            state = known_group(lease.topic, lease.group)
             if state is None or not lease.token:
                 continue
             if state.leased.get(lease.position) != lease.token:
