@@ -79,7 +79,10 @@ class TopicState:
 
 
 class Consumer:
-    """The topics consumed on the link's consuming channel and the deliveries held for them."""
+    """The topics consumed on the link's consuming channel and the deliveries held for them.
+
+    A topic queue is declared here as the publisher declares it (its arguments, recorded in its
+    `declared`), so that consuming a topic nobody published to yet works too."""
 
     def __init__(
         self,
