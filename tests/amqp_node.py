@@ -27,8 +27,12 @@ from pathlib import Path
 import aio_pika
 from aio_pika.abc import AbstractRobustConnection
 
-from adapters.amqp.backend import RabbitMQBackend, wall_clock_ms
+from adapters.amqp.backend import RabbitMQBackend
 from gateway.backend.base import StoredMessage
+from gateway.engine.clock import SystemClock
+
+wall_clock_ms = SystemClock().now_ms
+"""The engine's clock in production: what `fetch` and `stats` get as now."""
 
 URL = os.environ.get("GATEWAY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 

@@ -35,7 +35,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -54,6 +53,7 @@ from gateway.backend.base import (
     StoredMessage,
     TopicStats,
 )
+from gateway.engine.clock import Clock, SystemClock
 from gateway.errors import InvalidArgument, Unavailable
 
 pulsar: Any = pulsar_client
@@ -62,18 +62,15 @@ pulsar: Any = pulsar_client
 PROBE_TOPIC = "gateway-health-probe"
 
 
-def wall_clock_ms() -> int:
-    """Wall-clock milliseconds (Pulsar delivery times are absolute wall times)."""
-    return time.time_ns() // 1_000_000
-
-
 class PulsarBackend(Backend):
     """`Backend` on a Pulsar cluster (see the module docstring for the mapping).
 
     `prefetch` is the consumer receiver queue and the most messages buffered per subscription;
     `send_timeout_ms` bounds a publish while the broker is away; `operation_timeout_s` bounds
     lookups, producer creation and subscribing; `probe_interval_s` paces the health probe, a
-    partition lookup of `probe_topic` (with token auth the role needs lookup rights on it).
+    partition lookup of `probe_topic` (with token auth the role needs lookup rights on it);
+    `clock` is the engine's (default: the system clock; Pulsar delivery times are absolute wall
+    times, so in production it is the wall clock).
     """
 
     name = "pulsar"
@@ -91,7 +88,7 @@ class PulsarBackend(Backend):
         operation_timeout_s: int = 5,
         probe_interval_s: float = 1.0,
         probe_topic: str = PROBE_TOPIC,
-        clock: Callable[[], int] = wall_clock_ms,
+        clock: Clock | None = None,
         client_logger: logging.Logger | None = None,
     ) -> None:
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
@@ -108,11 +105,11 @@ class PulsarBackend(Backend):
         self._operation_timeout_s = operation_timeout_s
         self._probe_interval_s = probe_interval_s
         self._probe_topic = pulsar_topic(probe_topic)
-        self._clock = clock
+        self._clock: Clock = clock or SystemClock()
         self._logger = client_logger or logging.getLogger("adapters.pulsar.client")
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._publisher = Publisher(send_timeout_ms, operation_timeout_s, clock)
+        self._publisher = Publisher(send_timeout_ms, operation_timeout_s, self._clock)
         self._subs: dict[tuple[str, str], SubState] = {}
         self._sub_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._topics: set[str] = set()
@@ -208,7 +205,7 @@ class PulsarBackend(Backend):
 
     async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
         """Send all messages; return their ids once Pulsar sent a receipt for each."""
-        now_ms = self._clock()
+        now_ms = self._clock.now_ms()
         ids = [message.message_id or uuid.uuid4().hex for message in messages]
         if messages:
             await self._send(topic, [(m, i, now_ms) for m, i in zip(messages, ids, strict=True)])
@@ -306,9 +303,9 @@ class PulsarBackend(Backend):
         except Unavailable:
             await asyncio.sleep(min(timeout_s, self._probe_interval_s))
             return
-        due = sub.next_due_ms(self._clock())
+        due = sub.next_due_ms(self._clock.now_ms())
         if due is not None:
-            timeout_s = min(timeout_s, max(0.0, (due - self._clock()) / 1000))
+            timeout_s = min(timeout_s, max(0.0, (due - self._clock.now_ms()) / 1000))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(sub.arrived.wait(), timeout_s)
 
@@ -346,7 +343,7 @@ class PulsarBackend(Backend):
         acknowledge the original; the copy queues behind what the topic already holds. If the
         copies cannot be sent, the originals stay leased and `Unavailable` is raised.
         """
-        now_ms = self._clock()
+        now_ms = self._clock.now_ms()
         back: dict[SubState, list[Held]] = {}
         copies: dict[SubState, list[tuple[Held, Release]]] = {}
         for release in releases:

@@ -16,6 +16,7 @@ import pulsar as pulsar_client
 
 from adapters.pulsar.backend_codec import encode, pulsar_topic
 from gateway.backend.base import OutMessage
+from gateway.engine.clock import Clock
 from gateway.errors import MessageTooLarge, Unavailable
 
 pulsar: Any = pulsar_client
@@ -32,7 +33,7 @@ class Publisher:
     """Producers per topic on one client, and the delayed messages sent through them."""
 
     def __init__(
-        self, send_timeout_ms: int, operation_timeout_s: int, clock: Callable[[], int]
+        self, send_timeout_ms: int, operation_timeout_s: int, clock: Clock
     ) -> None:
         self._send_timeout_ms = send_timeout_ms
         self._operation_timeout_s = operation_timeout_s
@@ -81,7 +82,7 @@ class Publisher:
         if not producer.is_connected():
             raise Unavailable(f"the Pulsar producer on {topic!r} is reconnecting")
         loop = asyncio.get_running_loop()
-        now_ms = self._clock()
+        now_ms = self._clock.now_ms()
         futures: list[asyncio.Future[Any]] = []
         for message, message_id, publish_ms in items:
             future: asyncio.Future[Any] = loop.create_future()

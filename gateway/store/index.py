@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from gateway.store.reader import Meta
+from gateway.store.writes import UnackedRow
 from gateway.timewheel import TimerWheel
-
-if TYPE_CHECKING:
-    from gateway.store.tail import Entry
 
 ReadyEntry = tuple[int, int, str | None]
 """(visible_at_ms, position, key or None when not known yet)."""
+
+Entry = tuple[str, str, str, bytes, Mapping[str, str], int, int, int, int]
+"""One message kept in a topic's tail (`gateway.store.tail`), as published: (message_id, key,
+tag, body, properties, publish_ms, deliver_at_ms, attempt, retries). A plain tuple: one is built
+per published message, at a fifth of a value class's cost."""
 
 
 @dataclass(eq=False, slots=True)
@@ -91,6 +95,34 @@ class GroupIndex:
         for key in [key for key in self.held if key not in exclude_keys]:
             for entry in self.held.pop(key):
                 heapq.heappush(self.ready, entry)
+
+    def advance(self, now_ms: int) -> None:
+        """Move the delayed positions whose time has come to the ready heap.
+
+        They enter the heap in position order at `now_ms` (the wheel hands back keys only).
+        """
+        due = self.timers.advance(now_ms)
+        if due:
+            visible_at = self.timers.now_ms
+            for pos in sorted(due):
+                self.push_ready(visible_at, pos, None)
+            self.wake()
+
+    def absorb(
+        self, metas: Sequence[Meta], now_ms: int, exclude_keys: frozenset[str] = frozenset()
+    ) -> list[UnackedRow]:
+        """Place scanned, not handed out messages (delayed or visible); return their rows."""
+        rows: list[UnackedRow] = []
+        gid = self.gid
+        for meta in metas:
+            if meta.deliver_at_ms > now_ms:
+                self.timers.schedule(meta.deliver_at_ms, meta.pos)
+            elif meta.key in exclude_keys:
+                self.hold((meta.deliver_at_ms, meta.pos, meta.key), meta.key)
+            else:
+                self.push_ready(meta.deliver_at_ms, meta.pos, meta.key)
+            rows.append((gid, meta.pos, meta.deliver_at_ms, meta.attempt, meta.retries))
+        return rows
 
     def visible(self) -> list[ReadyEntry]:
         """Every visible, not leased entry (ready and held), unordered."""

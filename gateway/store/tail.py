@@ -13,9 +13,8 @@ reads the database.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 
-from gateway.store.index import TopicIndex
+from gateway.store.index import Entry, TopicIndex
 
 ENTRY_OVERHEAD = 460
 """Bytes counted per message on top of the characters of its body, key, tag and properties: its
@@ -23,12 +22,6 @@ objects (entry tuple, id, string and bytes headers, dict slot), measured with tr
 PROPERTY_OVERHEAD = 130
 """Bytes counted per property on top of its characters (two string objects, a dict slot), and
 once more for a message that has properties (its dict)."""
-
-
-Entry = tuple[str, str, str, bytes, Mapping[str, str], int, int, int, int]
-"""One message as published: (message_id, key, tag, body, properties, publish_ms,
-deliver_at_ms, attempt, retries). A plain tuple: one is built per published message, at a fifth
-of a value class's cost."""
 
 
 class TailCache:

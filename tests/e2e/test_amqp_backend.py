@@ -20,10 +20,14 @@ from amqp_node import (
     unique,
 )
 
-from adapters.amqp.backend import RabbitMQBackend, wall_clock_ms
+from adapters.amqp.backend import RabbitMQBackend
 from adapters.amqp.delays import delay_queue
 from gateway.backend.base import OutMessage, Release
+from gateway.engine.clock import ManualClock, SystemClock
 from gateway.errors import InvalidArgument, Unavailable
+
+wall_clock_ms = SystemClock().now_ms
+"""The engine's clock in production: what `fetch` and `stats` get as now."""
 
 GROUP = "g1"
 
@@ -371,3 +375,21 @@ async def test_stats_reads_next_visible_without_counting_a_delivery(
     assert wall_clock_ms() >= due
     assert got.attempt == 1  # the head read in the delay queue did not count
     await backend.ack([got.lease])
+
+
+async def test_delays_are_counted_on_the_engines_clock(topic: str) -> None:
+    """Delays are deliver-at times minus the engine's now (its `Clock`), not the wall clock's:
+    on a clock far behind the wall, a message due in 120 s waits in the 120 s delay queue."""
+    clock = ManualClock(1_000_000)
+    backend = RabbitMQBackend(URL, clock=clock)
+    await backend.open()
+    try:
+        await backend.publish(topic, [OutMessage(body=b"later", deliver_at_ms=1_120_000)])
+        stats = await backend.stats(topic, GROUP, clock.now_ms())
+        assert (stats.ready, stats.delayed) == (0, 1)
+        assert stats.next_visible_ms == 1_120_000
+    finally:
+        await backend.close()
+    async with plain_connection() as connection:
+        waiting = delay_queue("{queue}.delay.{ms}", topic, 120_000).name
+        assert await ready_in(connection, waiting) == 1

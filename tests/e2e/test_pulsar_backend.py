@@ -18,10 +18,14 @@ from typing import Any
 import pulsar
 import pytest
 
-from adapters.pulsar.backend import PulsarBackend, wall_clock_ms
+from adapters.pulsar.backend import PulsarBackend
 from gateway.backend.base import OutMessage, Release, StoredMessage
+from gateway.engine.clock import ManualClock, SystemClock
 from gateway.errors import Unavailable
 from gateway.server.app import running_gateway
+
+wall_clock_ms = SystemClock().now_ms
+"""The engine's clock in production: what `fetch` and `stats` get as now."""
 
 GROUP = "g1"
 
@@ -329,5 +333,21 @@ async def test_small_prefetch_pauses_and_resumes_the_listener(url: str) -> None:
             await backend.ack([m.lease for m in batch])
             got += batch
         assert [m.message_id for m in got] == ids
+    finally:
+        await backend.close()
+
+
+async def test_publish_times_come_from_the_engines_clock(url: str) -> None:
+    """The back end reads the time from the engine's `Clock` (one clock for every back end)."""
+    clock = ManualClock(1_700_000_000_000)
+    backend = PulsarBackend(url, clock=clock)
+    await backend.open()
+    try:
+        topic = unique()
+        await backend.fetch(topic, GROUP, 1, clock.now_ms())  # subscribes
+        await backend.publish(topic, [OutMessage(body=b"a")])
+        (got,) = await collect(backend, topic, GROUP, 1)
+        assert got.publish_ms == 1_700_000_000_000
+        await backend.ack([got.lease])
     finally:
         await backend.close()

@@ -30,9 +30,10 @@ async def until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
 
 async def break_and_heal(store: EmbeddedStore) -> None:
     """Fail one commit (its caller gets Unavailable), then wait until the store has healed."""
-    assert store._writer is not None
+    writer = store._supervisor.writer
+    assert writer is not None
     try:
-        await store._writer.submit(writes.statement("INSERT INTO no_such_table VALUES (1)"))
+        await writer.submit(writes.statement("INSERT INTO no_such_table VALUES (1)"))
     except Unavailable:
         pass
     else:

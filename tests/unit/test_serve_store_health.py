@@ -48,9 +48,10 @@ async def test_health_is_not_serving_while_the_store_is_down_and_serving_after(
                 while seen[-1:] != [SERVING]:
                     await asyncio.sleep(0.01)
                 ids = await app.engine.publish("t", [OutMessage(body=b"before")])
-                assert store._writer is not None
+                writer = store._supervisor.writer
+                assert writer is not None
                 with pytest.raises(Unavailable):
-                    await store._writer.submit(writes.statement("INSERT INTO nowhere VALUES(1)"))
+                    await writer.submit(writes.statement("INSERT INTO nowhere VALUES(1)"))
                 deadline = time.monotonic() + 20
                 while seen[-2:] != [NOT_SERVING, SERVING]:
                     assert time.monotonic() < deadline, seen

@@ -29,7 +29,7 @@ async def test_failed_commit_makes_store_unavailable_until_it_recovers(
     try:
         assert store.healthy()
         await store.publish("t", [OutMessage(body=b"kept")])
-        writer = store._writer
+        writer = store._supervisor.writer
         assert writer is not None
         with pytest.raises(Unavailable):
             await writer.submit(writes.statement("INSERT INTO no_such_table VALUES (1)"))

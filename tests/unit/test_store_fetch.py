@@ -10,7 +10,7 @@ import pytest
 
 from gateway.backend.base import OutMessage, Release
 from gateway.store import EmbeddedStore
-from gateway.store.embedded import SCAN_CAP
+from gateway.store.fetch import SCAN_CAP
 
 T0 = 1_700_000_000_000
 

@@ -37,7 +37,7 @@ async def until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
 
 def fail_commit(store: EmbeddedStore) -> asyncio.Future[object]:
     """Queue a write whose transaction fails in the writer."""
-    writer = store._writer
+    writer = store._supervisor.writer
     assert writer is not None
     return writer.submit(writes.statement("INSERT INTO no_such_table VALUES (1)"))
 
@@ -49,14 +49,14 @@ async def test_a_failed_commit_fails_its_callers_and_the_store_heals(
     await store.open()
     try:
         kept = await store.publish("t", [OutMessage(body=b"kept")])
-        first_writer = store._writer
+        first_writer = store._supervisor.writer
         with pytest.raises(Unavailable):
             await fail_commit(store)
         assert not store.healthy()
         with pytest.raises(Unavailable):
             await store.publish("t", [OutMessage(body=b"refused while down")])
         assert await until(store.healthy), "the store did not heal"
-        assert store._writer is not first_writer
+        assert store._supervisor.writer is not first_writer
         after = await store.publish("t", [OutMessage(body=b"after")])
         got = await store.fetch("t", "g", 10, T0)
         assert [m.message_id for m in got] == kept + after
@@ -73,8 +73,8 @@ async def test_a_full_database_fails_its_callers_and_heals_once_there_is_space(
     await store.open()
     try:
         kept = await store.publish("t", [OutMessage(body=b"k" * 100) for _ in range(5)])
-        assert store._writer is not None
-        await store._writer.submit(writes.statement("PRAGMA max_page_count = 1"))
+        assert store._supervisor.writer is not None
+        await store._supervisor.writer.submit(writes.statement("PRAGMA max_page_count = 1"))
         with pytest.raises(Unavailable, match="full"):
             await store.publish("t", [OutMessage(body=b"x" * 200_000)])
         assert await until(store.healthy), "the store did not heal"
@@ -118,13 +118,13 @@ async def test_a_killed_writer_is_restarted_and_listeners_hear_down_then_up(
     await store.open()
     try:
         ids = await store.publish("t", [OutMessage(body=b"one")])
-        assert store._writer is not None and store._writer.pid is not None
-        pid = store._writer.pid
+        assert store._supervisor.writer is not None and store._supervisor.writer.pid is not None
+        pid = store._supervisor.writer.pid
         os.kill(pid, signal.SIGKILL)
         assert await until(lambda: heard[-1:] == [True])
         assert heard == [False, True]
         assert reset == [1]  # leases were voided before the store said it is up again
-        assert store._writer.pid != pid
+        assert store._supervisor.writer.pid != pid
         ids += await store.publish("t", [OutMessage(body=b"two")])
         got = await store.fetch("t", "g", 10, T0)
         assert [m.message_id for m in got] == ids
@@ -204,8 +204,8 @@ async def test_closing_while_recovering_ends_every_writer(
 ) -> None:
     store = EmbeddedStore(tmp_path, lambda: T0, fsync=False, restart_backoff_s=backoff_s)
     await store.open()
-    assert store._writer is not None and store._writer.pid is not None
-    os.kill(store._writer.pid, signal.SIGKILL)
+    assert store._supervisor.writer is not None and store._supervisor.writer.pid is not None
+    os.kill(store._supervisor.writer.pid, signal.SIGKILL)
     assert await until(lambda: not store.healthy())
     await asyncio.wait_for(store.close(), 30)
     reopened = EmbeddedStore(tmp_path, lambda: T0, fsync=False)

@@ -8,7 +8,7 @@ import tracemalloc
 
 from gateway.backend.base import OutMessage
 from gateway.store import EmbeddedStore
-from gateway.store.embedded import SCAN_CAP
+from gateway.store.fetch import SCAN_CAP
 
 T0 = 1_700_000_000_000
 COUNT = 20_000

@@ -67,8 +67,8 @@ async def test_tail_serves_only_committed_positions(tmp_path: pathlib.Path) -> N
         # Not awaited yet: positions are in the tail but not committed, so nothing is fetched.
         task = asyncio.ensure_future(pending)
         await asyncio.sleep(0)
-        assert store._topics["t"].tail  # added before the commit
-        assert store._topics["t"].committed == 1 or task.done()
+        assert store._catalog.topics["t"].tail  # added before the commit
+        assert store._catalog.topics["t"].committed == 1 or task.done()
         await task
         got = await store.fetch("t", "g", 10, T0)
         assert [m.properties["n"] for m in got] == ["0", "1", "2"]
@@ -109,11 +109,11 @@ async def test_the_tail_counts_key_tag_and_properties_against_its_budget(
         for _ in range(30):  # 30 such messages: far over the budget if only bodies counted
             await store.publish("t", [one])
             assert store._tail.used <= budget
-        held = sum(len(e[1]) + len(e[2]) for e in store._topics["t"].tail.values())
+        held = sum(len(e[1]) + len(e[2]) for e in store._catalog.topics["t"].tail.values())
         assert held <= budget
         tiny = OutMessage(body=b"", properties={str(i): "" for i in range(10_000)})
         await store.publish("t", [tiny])  # many small properties cost memory too
         assert store._tail.used <= budget
-        assert len(store._topics["t"].tail) <= 5
+        assert len(store._catalog.topics["t"].tail) <= 5
     finally:
         await store.close()

@@ -48,7 +48,7 @@ async def test_a_bad_value_fails_only_its_own_publish(
     store = EmbeddedStore(tmp_path, lambda: T0, fsync=False)
     await store.open()
     try:
-        writer = store._writer
+        writer = store._supervisor.writer
         assert writer is not None
         # In one turn of the loop: without the store's own check both would share a commit.
         good = asyncio.ensure_future(store.publish("t", [OutMessage(body=b"good")]))
@@ -62,7 +62,7 @@ async def test_a_bad_value_fails_only_its_own_publish(
         assert error.field == field
         assert len(error.message) < 400
         good_ids, other_ids = good.result(), other.result()
-        assert store.healthy() and store._writer is writer
+        assert store.healthy() and store._supervisor.writer is writer
         got = await store.fetch("t", "g", 10, T0)
         assert [m.message_id for m in got] == good_ids
         assert [m.body for m in got] == [b"good"]

@@ -47,7 +47,7 @@ async def test_the_writer_is_another_process_and_ends_with_the_store(
 ) -> None:
     store = EmbeddedStore(tmp_path)
     await store.open()
-    writer = store._writer
+    writer = store._supervisor.writer
     assert writer is not None and writer.pid is not None
     pid = writer.pid
     assert pid != os.getpid() and alive(pid)
@@ -66,13 +66,13 @@ async def test_a_killed_writer_is_restarted_and_nothing_acknowledged_is_lost(
     await store.open()
     try:
         ids = await store.publish("t", [OutMessage(body=str(i).encode()) for i in range(50)])
-        assert store._writer is not None and store._writer.pid is not None
-        pid = store._writer.pid
+        assert store._supervisor.writer is not None and store._supervisor.writer.pid is not None
+        pid = store._supervisor.writer.pid
         os.kill(pid, signal.SIGKILL)
         assert await until(lambda: heard[-1:] == [True])
         assert heard == [False, True]
         assert not alive(pid)
-        assert store._writer.pid is not None and alive(store._writer.pid)
+        assert store._supervisor.writer.pid is not None and alive(store._supervisor.writer.pid)
         ids += await asyncio.wait_for(store.publish("t", [OutMessage(body=b"late")]), 10)
     finally:
         await asyncio.wait_for(store.close(), 30)
@@ -91,11 +91,11 @@ async def test_the_writer_ignores_interrupts(tmp_path: pathlib.Path) -> None:
     store = EmbeddedStore(tmp_path)
     await store.open()
     try:
-        assert store._writer is not None and store._writer.pid is not None
-        os.kill(store._writer.pid, signal.SIGINT)
-        os.kill(store._writer.pid, signal.SIGTERM)
+        assert store._supervisor.writer is not None and store._supervisor.writer.pid is not None
+        os.kill(store._supervisor.writer.pid, signal.SIGINT)
+        os.kill(store._supervisor.writer.pid, signal.SIGTERM)
         await asyncio.sleep(0.2)
-        assert alive(store._writer.pid)
+        assert alive(store._supervisor.writer.pid)
         ids = await store.publish("t", [OutMessage(body=b"after")])
         got = await store.fetch("t", "g", 10, 2**62)
         assert [m.message_id for m in got] == ids
@@ -127,7 +127,7 @@ OWNER = textwrap.dedent(
     async def main():
         store = EmbeddedStore(pathlib.Path(sys.argv[1]))
         await store.open()
-        print("WRITER", store._writer.pid, flush=True)
+        print("WRITER", store._supervisor.writer.pid, flush=True)
         while True:
             ids = await store.publish("t", [OutMessage(body=b"x" * 256) for _ in range(20)])
             sys.stdout.write("".join(f"ID {i}\\n" for i in ids))
@@ -171,10 +171,10 @@ async def test_a_write_that_cannot_be_sent_fails_instead_of_hanging(
     store = EmbeddedStore(tmp_path)
     await store.open()
     try:
-        assert store._writer is not None
+        assert store._supervisor.writer is not None
         unsendable = writes.statement("SELECT ?", (lambda: 1,))
         with pytest.raises(Unavailable, match="could not be sent"):
-            await asyncio.wait_for(store._writer.submit(unsendable), 10)
+            await asyncio.wait_for(store._supervisor.writer.submit(unsendable), 10)
         assert not store.healthy()
         assert await until(store.healthy)  # a new writer, and the store serves again
         await store.publish("t", [OutMessage(body=b"after")])

@@ -1,0 +1,263 @@
+"""Consuming for the RabbitMQ back end: one `basic.consume` per topic queue, deliveries buffered
+until a fetch leases them, and acks folded into `basic.ack(multiple)` where they can be.
+
+Leases are unacked deliveries of a consumer with manual ack and a prefetch; a lease dies with its
+channel (RabbitMQ requeues the message, which comes back marked redelivered). Counters travel in
+headers and are reconciled with the broker's redelivery evidence (`counters.reconcile_attempt`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from functools import partial
+
+from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.exceptions import ChannelInvalidStateError
+
+from adapters.amqp.backend_link import Link, guard
+from adapters.amqp.backend_send import Publisher
+from adapters.amqp.codec import Envelope, decode
+from adapters.amqp.counters import reconcile_attempt, stated_retries
+from adapters.amqp.queues import queue_name
+from gateway.backend.base import Lease, StoredMessage
+from gateway.engine.clock import Clock
+from gateway.errors import Unavailable
+
+
+@dataclass(slots=True)
+class Held:
+    """One delivery received on the consuming channel, buffered or leased."""
+
+    message: AbstractIncomingMessage
+    token: str
+    envelope: Envelope
+    attempt: int
+    retries: int
+
+    def alive(self) -> bool:
+        """False once its channel closed: RabbitMQ requeued it and will deliver it again."""
+        try:
+            return not self.message.channel.is_closed
+        except ChannelInvalidStateError:
+            return False
+
+    def stored(self, topic: str, group: str) -> StoredMessage:
+        env = self.envelope
+        return StoredMessage(
+            lease=Lease(topic, group, self.message.delivery_tag or 0, self.token),
+            message_id=env.message_id,
+            topic=topic,
+            body=self.message.body,
+            properties=env.properties,
+            key=env.key,
+            tag=env.tag,
+            publish_ms=env.publish_ms,
+            deliver_at_ms=env.deliver_at_ms,
+            attempt=self.attempt,
+            retries=self.retries,
+        )
+
+
+@dataclass(slots=True)
+class TopicState:
+    """Consumption state of one queue: deliveries waiting in the prefetch buffer and leased ones."""
+
+    name: str
+    groups: set[str] = field(default_factory=set)
+    buffer: deque[Held] = field(default_factory=deque)
+    leased: dict[str, tuple[Held, str]] = field(default_factory=dict)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.TimerHandle | None = None
+    """Pending `arrived.set()`: deliveries arriving within the wake delay wake waiters once."""
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    consuming: bool = False
+
+
+class Consumer:
+    """The topics consumed on the link's consuming channel and the deliveries held for them.
+
+    A topic queue is declared here as the publisher declares it (its arguments, recorded in its
+    `declared`), so that consuming a topic nobody published to yet works too."""
+
+    def __init__(
+        self,
+        link: Link,
+        publisher: Publisher,
+        clock: Clock,
+        *,
+        confirm_timeout_s: float,
+        wake_delay_s: float,
+    ) -> None:
+        self._link = link
+        self._publisher = publisher
+        self._clock = clock
+        self._confirm_timeout_s = confirm_timeout_s
+        self._wake_delay_s = wake_delay_s
+        self.topics: dict[str, TopicState] = {}
+        self._instance = uuid.uuid4().hex[:12]
+        self._sequence = 0
+        self._unsettled: dict[int, tuple[object, set[int]]] = {}
+        """Per consuming channel (by id, with the channel kept alive): delivery tags not settled."""
+
+    def clear(self) -> None:
+        """Forget every topic and wake its waiters (the back end closes)."""
+        for state in self.topics.values():
+            if state.wake is not None:
+                state.wake.cancel()
+            state.arrived.set()
+        self.topics.clear()
+        self._unsettled.clear()
+
+    async def _on_delivery(self, state: TopicState, message: AbstractIncomingMessage) -> None:
+        """Consumer callback: buffer the delivery (decoded once) and wake waiters."""
+        if self.topics.get(state.name) is not state:
+            return  # closed meanwhile: the broker requeues it with the channel
+        self._sequence += 1
+        headers = dict(message.headers or {})
+        held = Held(
+            message=message,
+            token=f"{self._instance}:{self._sequence}",
+            envelope=decode(headers, message.message_id, message.timestamp, self._clock.now_ms()),
+            attempt=reconcile_attempt(
+                headers, bool(message.redelivered), queue_name(state.name)
+            ),
+            retries=stated_retries(headers),
+        )
+        self._unsettled_tags(message).add(message.delivery_tag or 0)
+        state.buffer.append(held)
+        if state.wake is None and not state.arrived.is_set():
+            state.wake = asyncio.get_running_loop().call_later(
+                self._wake_delay_s, self._wake, state
+            )
+
+    @staticmethod
+    def _wake(state: TopicState) -> None:
+        state.wake = None
+        state.arrived.set()
+
+    def _unsettled_tags(self, message: AbstractIncomingMessage) -> set[int]:
+        """The unsettled delivery tags of the channel `message` came on (pruning closed ones)."""
+        try:
+            channel = message.channel
+        except ChannelInvalidStateError:
+            return set()
+        entry = self._unsettled.get(id(channel))
+        if entry is None or entry[0] is not channel:
+            for key, (known, _) in list(self._unsettled.items()):
+                if getattr(known, "is_closed", True):
+                    del self._unsettled[key]
+            entry = self._unsettled[id(channel)] = (channel, set())
+        return entry[1]
+
+    async def ack_all(self, helds: Sequence[Held]) -> None:
+        """Ack deliveries, folding the longest run of the channel's oldest unsettled tags into
+        one `basic.ack(multiple)`; the rest are acked one by one; closed-channel ones skipped."""
+        by_channel: dict[int, list[Held]] = {}
+        for held in helds:
+            if held.alive():
+                by_channel.setdefault(id(held.message.channel), []).append(held)
+        for group in by_channel.values():
+            group.sort(key=lambda h: h.message.delivery_tag or 0)
+            unsettled = self._unsettled_tags(group[0].message)
+            oldest = sorted(unsettled)[: len(group)]
+            run = 0
+            while run < len(group) and group[run].message.delivery_tag == oldest[run]:
+                run += 1
+            async with guard("ack"):
+                if run > 1:
+                    await group[run - 1].message.ack(multiple=True)
+                    singles = group[run:]
+                else:
+                    singles = group
+                for held in singles:
+                    await held.message.ack()
+            for held in group:
+                unsettled.discard(held.message.delivery_tag or 0)
+
+    async def requeue(self, held: Held) -> None:
+        """`basic.nack(requeue)`: the message goes back to its place in the queue."""
+        if not held.alive():
+            return
+        async with guard("requeue"):
+            await held.message.nack(requeue=True)
+        self._unsettled_tags(held.message).discard(held.message.delivery_tag or 0)
+
+    async def topic(self, topic: str, group: str) -> TopicState:
+        """The consumption state of `topic`, starting its consumer on first use."""
+        state = self.topics.get(topic)
+        if state is None:
+            state = self.topics[topic] = TopicState(topic)
+        state.groups.add(group)
+        if state.consuming:
+            return state
+        async with state.lock:
+            if state.consuming:
+                return state
+            channel = self._link.channel(self._link.consumer)
+            async with guard("consume", topic), asyncio.timeout(self._confirm_timeout_s):
+                queue = await channel.declare_queue(
+                    queue_name(topic),
+                    durable=True,
+                    arguments=self._publisher.queue_arguments(),
+                )
+                self._publisher.declared.add(topic)
+                await queue.consume(partial(self._on_delivery, state), no_ack=False)
+            state.consuming = True
+        return state
+
+    async def fetch(
+        self, topic: str, group: str, max_messages: int, exclude_keys: frozenset[str]
+    ) -> list[StoredMessage]:
+        """Lease buffered deliveries in arrival order; excluded keys stay buffered in order."""
+        state = await self.topic(topic, group)
+        out: list[StoredMessage] = []
+        skipped: list[Held] = []
+        while state.buffer and len(out) < max_messages:
+            held = state.buffer.popleft()
+            if not held.alive():
+                continue
+            if held.envelope.key and held.envelope.key in exclude_keys:
+                skipped.append(held)
+                continue
+            state.leased[held.token] = (held, group)
+            out.append(held.stored(topic, group))
+        state.buffer.extendleft(reversed(skipped))
+        if len(out) < max_messages or not state.buffer:
+            state.arrived.clear()
+        return out
+
+    async def wait(self, topic: str, group: str, timeout_s: float) -> None:
+        """Wait for a delivery that arrived after the last fetch drained what it could take."""
+        try:
+            state = await self.topic(topic, group)
+        except Unavailable:
+            connection = self._link.connection
+            if connection is None:
+                return
+            with suppress(TimeoutError):
+                await asyncio.wait_for(connection.connected.wait(), timeout_s)
+            return
+        with suppress(TimeoutError):
+            await asyncio.wait_for(state.arrived.wait(), timeout_s)
+
+    def take(self, lease: Lease) -> Held | None:
+        """Remove a lease from its topic; None for unknown or already settled leases."""
+        state = self.topics.get(lease.topic)
+        if state is None:
+            return None
+        entry = state.leased.pop(lease.token, None)
+        return None if entry is None else entry[0]
+
+    def held(self, topic: str) -> list[Held]:
+        """Deliveries held for `topic` (buffered and leased), in arrival order."""
+        state = self.topics.get(topic)
+        if state is None:
+            return []
+        held = [h for h in state.buffer if h.alive()]
+        held += [h for h, _ in state.leased.values() if h.alive()]
+        return sorted(held, key=lambda h: int(h.token.rsplit(":", 1)[1]))

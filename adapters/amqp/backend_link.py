@@ -1,0 +1,100 @@
+"""The RabbitMQ back end's connection: one robust connection with a publishing and a consuming
+channel, and the one place broker failures become gateway errors.
+
+`connect_robust` brings the connection, its channels, the consuming channel's prefetch and its
+consumers back by themselves after broker trouble; while it is down `healthy()` is False and
+`up()` raises `Unavailable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+import aio_pika
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.exceptions import AMQPError, ChannelInvalidStateError, ChannelPreconditionFailed
+
+from gateway.errors import InvalidArgument, Unavailable
+
+BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
+"""What a broker, a channel or a timeout raises."""
+
+
+class Link:
+    """The connection and its two channels: publishing (with confirms) and consuming."""
+
+    def __init__(
+        self, url: str, *, prefetch: int, connect_timeout_s: float, reconnect_interval_s: float
+    ) -> None:
+        self._url = url
+        self._prefetch = prefetch
+        self._connect_timeout_s = connect_timeout_s
+        self._reconnect_interval_s = reconnect_interval_s
+        self.connection: AbstractRobustConnection | None = None
+        self.publisher: AbstractRobustChannel | None = None
+        """The channel publishes go through, with publisher confirms."""
+        self.consumer: AbstractRobustChannel | None = None
+        """The channel every topic queue is consumed on, with the prefetch."""
+
+    async def open(self) -> None:
+        """Connect (robustly) and open the publishing and consuming channels."""
+        if self.connection is not None:
+            return
+        try:
+            connection = await aio_pika.connect_robust(
+                self._url,
+                timeout=self._connect_timeout_s,
+                reconnect_interval=self._reconnect_interval_s,
+            )
+        except BROKER_ERRORS as exc:
+            raise Unavailable(f"cannot connect to RabbitMQ: {exc!r}") from exc
+        try:
+            publisher = await connection.channel(publisher_confirms=True, on_return_raises=True)
+            consumer = await connection.channel(publisher_confirms=False)
+            await consumer.set_qos(prefetch_count=self._prefetch)
+        except BROKER_ERRORS as exc:
+            with suppress(*BROKER_ERRORS):
+                await connection.close()
+            raise Unavailable(f"cannot open RabbitMQ channels: {exc!r}") from exc
+        self.connection = connection
+        self.publisher = publisher
+        self.consumer = consumer
+
+    async def close(self) -> None:
+        connection, self.connection = self.connection, None
+        self.publisher = self.consumer = None
+        if connection is not None:
+            with suppress(*BROKER_ERRORS):
+                await connection.close()
+
+    def healthy(self) -> bool:
+        connection = self.connection
+        return connection is not None and not connection.is_closed and connection.connected.is_set()
+
+    def up(self) -> AbstractRobustConnection:
+        """The connection, or `Unavailable` while it is closed or reconnecting."""
+        if self.connection is None or not self.healthy():
+            raise Unavailable("RabbitMQ connection is down")
+        return self.connection
+
+    def channel(self, which: AbstractRobustChannel | None) -> AbstractRobustChannel:
+        """`which` of the two channels once the connection is up, else `Unavailable`."""
+        self.up()
+        if which is None:
+            raise Unavailable("RabbitMQ back end is not open")
+        return which
+
+
+@asynccontextmanager
+async def guard(what: str, queue: str = "") -> AsyncIterator[None]:
+    """Turn broker, channel and timeout failures into `Unavailable`; a queue that exists with
+    other arguments (queue type, TTL) is a configuration error: `InvalidArgument`."""
+    try:
+        yield
+    except ChannelPreconditionFailed as exc:
+        raise InvalidArgument(
+            "topic", queue, f"a queue whose declare arguments match the back end ({exc})"
+        ) from exc
+    except BROKER_ERRORS as exc:
+        raise Unavailable(f"RabbitMQ {what} failed: {exc!r}") from exc

@@ -1,0 +1,192 @@
+"""The embedded store's admin verbs: stats, peek, remove, purge, drop_group, and trim.
+
+None of them is on the hot path. Each takes the store's index (`Catalog`) and the writer and
+reader it gets from the store once the store is serving (`Supervisor.ready`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from gateway.backend.base import Lease, StoredMessage, TopicStats
+from gateway.store import guard, writes
+from gateway.store import reader as rd
+from gateway.store.catalog import Catalog, write_scanned
+from gateway.store.codec import stored
+from gateway.store.index import GroupIndex
+from gateway.store.writer import GroupCommitWriter
+from gateway.timewheel import TimerWheel
+
+TRIM_ROWS = 50_000
+"""Most message rows one topic's trim deletes in one transaction."""
+
+
+async def stats(
+    catalog: Catalog, reader: rd.Reader, topic: str, group: str, now_ms: int
+) -> TopicStats:
+    guard.count("now_ms", now_ms)
+    index = catalog.topic(topic)
+    state = catalog.group(index, group)
+    async with state.lock:
+        state.advance(now_ms)
+        cursor, until, topic_id = state.cursor, index.next_pos, index.topic_id
+        visible = state.visible()
+        first_ready = min((entry[1] for entry in visible), default=None)
+
+        def query(conn: sqlite3.Connection) -> tuple[rd.Backlog, int | None]:
+            backlog = rd.backlog(conn, topic_id, cursor, until, now_ms)
+            firsts = [p for p in (first_ready, backlog.first_visible_pos) if p is not None]
+            oldest = rd.publish_ms_of(conn, topic_id, min(firsts)) if firsts else None
+            return backlog, oldest
+
+        backlog, oldest = await reader.run(query)
+        next_times = []
+        next_timer = state.timers.next_deadline_ms()
+        if next_timer is not None:
+            next_times.append(next_timer)
+        if backlog.next_visible_ms is not None:
+            next_times.append(backlog.next_visible_ms)
+        return TopicStats(
+            ready=len(visible) + backlog.visible,
+            delayed=len(state.timers) + backlog.delayed,
+            leased=len(state.leased) + len(state.releasing),
+            oldest_ready_ms=oldest,
+            next_visible_ms=min(next_times, default=None),
+        )
+
+
+async def peek(
+    catalog: Catalog,
+    writer: GroupCommitWriter,
+    reader: rd.Reader,
+    topic: str,
+    group: str,
+    limit: int,
+    after_position: int,
+) -> list[StoredMessage]:
+    guard.position("after_position", after_position)
+    if limit <= 0:
+        return []
+    guard.count("limit", limit)
+    index = catalog.topic(topic)
+    state = catalog.group(index, group)
+    async with state.lock:
+        await writer.submit(writes.BARRIER)
+        start = max(state.cursor, after_position + 1)
+        until, topic_id, gid = index.next_pos, index.topic_id, state.gid
+
+        def query(conn: sqlite3.Connection) -> dict[int, rd.Row]:
+            seen = rd.unacked_page(conn, gid, after_position, limit)
+            fresh = [m.pos for m in rd.scan_meta(conn, topic_id, start, until, limit)]
+            chosen = sorted(set(seen) | set(fresh))[:limit]
+            return rd.load_rows(conn, topic_id, gid, chosen, seen)
+
+        rows = await reader.run(query)
+    return [stored(state, rows[pos], "") for pos in sorted(rows)]
+
+
+async def remove(
+    catalog: Catalog, writer: GroupCommitWriter, reader: rd.Reader, leases: Sequence[Lease]
+) -> int:
+    wanted: dict[tuple[str, str], set[int]] = {}
+    for lease in leases:
+        wanted.setdefault((lease.topic, lease.group), set()).add(lease.position)
+    removed = 0
+    for (topic, group), positions in wanted.items():
+        index = catalog.topics.get(topic)
+        if index is None:
+            continue
+        state = catalog.group(index, group)
+        async with state.lock:
+            removed += await _remove(writer, reader, state, positions)
+    return removed
+
+
+async def _remove(
+    writer: GroupCommitWriter, reader: rd.Reader, state: GroupIndex, positions: set[int]
+) -> int:
+    index = state.topic
+    top = min(max(positions) + 1, index.next_pos)
+    if top > state.cursor:
+        args = (index.topic_id, state.cursor, top, -1)
+        metas = await reader.run(lambda conn: rd.scan_meta(conn, *args))
+        if metas:
+            rows = state.absorb(metas, state.timers.now_ms)
+            state.cursor = metas[-1].pos + 1
+            write_scanned(writer, state, rows)
+    gone: set[int] = set()
+    for pos in positions:
+        handed_out = state.leased.pop(pos, "") or state.releasing.pop(pos, "")
+        if handed_out or state.timers.cancel(pos):
+            gone.add(pos)
+    gone |= state.drop_visible(positions - gone)
+    if not gone:
+        return 0
+    deletes = [(state.gid, pos) for pos in gone]
+    await writer.submit(writes.settled(deletes))
+    return len(gone)
+
+
+async def purge(
+    catalog: Catalog, writer: GroupCommitWriter, reader: rd.Reader, topic: str, group: str
+) -> int:
+    index = catalog.topics.get(topic)
+    if index is None:
+        return 0
+    state = catalog.group(index, group)
+    async with state.lock:
+        until, cursor, topic_id = index.next_pos, state.cursor, index.topic_id
+        await writer.submit(writes.BARRIER)
+        gid = state.gid
+
+        def count(conn: sqlite3.Connection) -> int:
+            return rd.count_unacked(conn, gid) + rd.count_from(conn, topic_id, cursor, until)
+
+        removed = await reader.run(count)
+        state.timers = TimerWheel(state.timers.now_ms)
+        state.ready.clear()
+        state.held.clear()
+        state.leased.clear()
+        state.releasing.clear()
+        state.cursor = until
+        await writer.submit(writes.purged((topic_id, index.name), gid, state.name, until))
+        return removed
+
+
+async def drop_group(catalog: Catalog, writer: GroupCommitWriter, topic: str, group: str) -> bool:
+    state = catalog.known_group(topic, group)
+    if state is None:
+        return False
+    generation = catalog.generation
+    async with state.lock:
+        index = state.topic
+        if index.groups.get(group) is not state or generation != catalog.generation:
+            return False
+        del index.groups[group]
+        catalog.groups.pop(state.gid, None)
+        state.leased.clear()
+        state.releasing.clear()
+        state.wake()
+        await writer.submit(writes.dropped(state.gid))
+    return True
+
+
+async def trim(catalog: Catalog, writer: GroupCommitWriter) -> int:
+    """Delete the messages of every topic that all of its groups have acked; return how many
+    positions were deleted. Topics nobody consumes keep everything (a group created later starts
+    at the earliest message still kept)."""
+    deleted = 0
+    for index in list(catalog.topics.values()):
+        if not index.groups or not index.persisted:
+            continue
+        below = min(group.cursor for group in index.groups.values())
+        first = index.first_pos
+        if below <= first:
+            continue
+        gids = [group.gid for group in index.groups.values()]
+        stop = await writer.submit(writes.trimmed(index.topic_id, gids, first, below, TRIM_ROWS))
+        if isinstance(stop, int) and stop > index.first_pos:
+            deleted += stop - index.first_pos
+            index.first_pos = stop
+    return deleted
