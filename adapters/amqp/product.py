@@ -45,7 +45,7 @@ class AMQP(Product[AMQPConfig]):
         self.require("rabbitmq back end", {"aio_pika": "aio-pika", "aiormq": "aiormq"})
         from adapters.amqp.backend import RabbitMQBackend
 
-        return RabbitMQBackend(config.rabbitmq_url)
+        return RabbitMQBackend(config.rabbitmq_url, clock=clock)
 
 
 PRODUCT = AMQP()

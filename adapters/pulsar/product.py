@@ -78,7 +78,7 @@ class Pulsar(Product[PulsarConfig]):
         self.require("pulsar back end", {"pulsar": "pulsar-client"})
         from adapters.pulsar.backend import PulsarBackend
 
-        return PulsarBackend(config.pulsar_service_url, token=config.pulsar_token)
+        return PulsarBackend(config.pulsar_service_url, token=config.pulsar_token, clock=clock)
 
     def front_end(self, host: Host, config: PulsarConfig) -> FrontEnd | None:
         if not config.pulsar_listen:

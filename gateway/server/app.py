@@ -55,7 +55,7 @@ def make_backend(
     if config.backend == EMBEDDED:
         from gateway.store import EmbeddedStore
 
-        return EmbeddedStore(Path(config.data_dir), clock.now_ms,
+        return EmbeddedStore(Path(config.data_dir), clock,
                              tail_bytes=config.cache_mb << 20)
     products = installed() if products is None else products
     for product in products:
