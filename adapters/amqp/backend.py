@@ -46,10 +46,9 @@ from aio_pika.abc import (
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError, ChannelPreconditionFailed
 
 from adapters.amqp import admin
-from adapters.amqp.codec import Envelope, decode, encode
+from adapters.amqp.codec import decode, encode
 from adapters.amqp.counters import DELIVERY_COUNT_HEADER, reconcile_attempt, stated_retries
 from adapters.amqp.delays import DEFAULT_TEMPLATE, DelayQueue, check_template, delay_queue
-from adapters.amqp.dialect import HEADER_DLX_ROUTING_KEY
 from adapters.amqp.naming import RABBITMQ, dead_letter_exchange
 from adapters.amqp.pipeline import Item, publish_batch
 from adapters.amqp.queues import queue_name
@@ -61,7 +60,9 @@ from gateway.backend.base import (
     StoredMessage,
     TopicStats,
 )
+from gateway.backend.envelope import Envelope
 from gateway.core.naming import NamingScheme
+from gateway.core.properties import DEAD_LETTER_ROUTE as HEADER_DLX_ROUTING_KEY
 from gateway.errors import InvalidArgument, Unavailable
 
 _BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
