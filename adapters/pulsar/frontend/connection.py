@@ -20,7 +20,7 @@ import structlog
 from adapters.pulsar.frontend import replies
 from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
-from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
+from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.producers import ProducerSession
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.frontend.topics import engine_topic
@@ -33,6 +33,7 @@ from adapters.pulsar.wire.frames import (
     frame_size,
 )
 from gateway.engine.api import SubscriptionSpec
+from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)

@@ -18,11 +18,11 @@ import structlog
 from adapters.pulsar.frontend import replies
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.messages import out_message
-from adapters.pulsar.frontend.ports import EnginePort
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import entries
 from adapters.pulsar.wire.frames import Frame, FrameError
 from gateway.backend.base import OutMessage
+from gateway.engine.port import EnginePort
 
 log = structlog.get_logger(__name__)
 

@@ -9,9 +9,10 @@ import structlog
 
 from adapters.pulsar.frontend.connection import Connection, Shared
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
-from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
+from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.wire.frames import MAX_MESSAGE_SIZE
+from gateway.engine.port import EnginePort
 from gateway.errors import InvalidArgument
 
 log = structlog.get_logger(__name__)
