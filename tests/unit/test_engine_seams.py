@@ -4,6 +4,7 @@ the engine names no product; callers outside the engine use its public surface o
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,9 +32,14 @@ def sources(*roots: str) -> Iterator[Path]:
         yield from [path] if path.is_file() else sorted(path.rglob("*.py"))
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
 def strings(path: Path) -> Iterator[str]:
     """The string constants of a module that are not docstrings."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     docs = {
         id(node.body[0].value)
         for node in ast.walk(tree)
@@ -102,7 +108,7 @@ def test_envelope_is_defined_once() -> None:
     defined = [
         str(path.relative_to(ROOT))
         for path in sources("gateway", "adapters")
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(parsed(path))
         if isinstance(node, ast.ClassDef) and node.name == "Envelope"
     ]
     assert defined == ["gateway/backend/envelope.py"]
@@ -116,7 +122,7 @@ def test_only_the_engine_touches_its_tables() -> None:
         rel = str(path.relative_to(ROOT))
         if rel.startswith("gateway/engine/") and rel != "gateway/engine/admin.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Attribute) and node.attr in REACH_INS:
                 owner = node.value
                 name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")

@@ -9,6 +9,7 @@ design even if it never runs.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ KNOWN_CIRCLES: set[frozenset[str]] = {
 }
 
 
+@functools.cache
 def modules() -> dict[str, tuple[Path, bool]]:
     """Module name -> (file, is a package)."""
     found: dict[str, tuple[Path, bool]] = {}
@@ -61,6 +63,11 @@ def _imports(body: list[ast.stmt], typing: bool) -> Iterator[ast.Import | ast.Im
             yield from _imports(node.finalbody, typing)
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
 def graph(typing: bool) -> dict[str, set[str]]:
     mods = modules()
 
@@ -72,7 +79,7 @@ def graph(typing: bool) -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {name: set() for name in mods}
     for name, (path, is_package) in mods.items():
         package = name if is_package else name.rpartition(".")[0]
-        for node in _imports(ast.parse(path.read_text()).body, typing):
+        for node in _imports(parsed(path).body, typing):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
