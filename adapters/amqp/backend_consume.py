@@ -21,10 +21,11 @@ from aio_pika.exceptions import ChannelInvalidStateError
 
 from adapters.amqp.backend_link import Link, guard
 from adapters.amqp.backend_send import Publisher
-from adapters.amqp.codec import Envelope, decode
+from adapters.amqp.codec import decode
 from adapters.amqp.counters import reconcile_attempt, stated_retries
 from adapters.amqp.queues import queue_name
 from gateway.backend.base import Lease, StoredMessage
+from gateway.backend.envelope import Envelope
 from gateway.engine.clock import Clock
 from gateway.errors import Unavailable
 

@@ -19,12 +19,12 @@ from aio_pika.abc import AbstractRobustChannel
 from adapters.amqp.backend_link import Link, guard
 from adapters.amqp.codec import encode
 from adapters.amqp.delays import DelayQueue, delay_queue
-from adapters.amqp.dialect import HEADER_DLX_ROUTING_KEY
 from adapters.amqp.naming import dead_letter_exchange
 from adapters.amqp.pipeline import Item, publish_batch
 from adapters.amqp.queues import queue_name
 from gateway.backend.base import OutMessage
 from gateway.core.naming import NamingScheme
+from gateway.core.properties import DEAD_LETTER_ROUTE as HEADER_DLX_ROUTING_KEY
 from gateway.engine.clock import Clock
 from gateway.errors import InvalidArgument, Unavailable
 

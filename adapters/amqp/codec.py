@@ -14,35 +14,34 @@ header type become text, broker bookkeeping headers (`x-death`, ...) are not use
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from aio_pika.abc import FieldValue
 from pamqp import commands as spec
 
-from adapters.amqp.counters import (
-    ATTEMPT_HEADER,
-    RETRIES_HEADER,
-    header_int,
-    header_text,
-)
-from adapters.amqp.dialect import HEADER_DLX_ROUTING_KEY
+from adapters.amqp.counters import header_int, header_text
 from gateway.backend.base import OutMessage
+from gateway.backend.envelope import Envelope
+from gateway.core.properties import (
+    ATTEMPT,
+    DEAD_LETTER_ROUTE,
+    DELIVER_AT_MS,
+    PUBLISH_MS,
+    RETRIES,
+)
 
 KEY_HEADER = "x-key"
 TAG_HEADER = "x-tag"
-PUBLISH_MS_HEADER = "x-gateway-publish-ms"
-DELIVER_AT_HEADER = "x-gateway-deliver-at-ms"
 
 GATEWAY_HEADERS = frozenset(
     {
         KEY_HEADER,
         TAG_HEADER,
-        ATTEMPT_HEADER,
-        RETRIES_HEADER,
-        PUBLISH_MS_HEADER,
-        DELIVER_AT_HEADER,
-        HEADER_DLX_ROUTING_KEY,
+        ATTEMPT,
+        RETRIES,
+        PUBLISH_MS,
+        DELIVER_AT_MS,
+        DEAD_LETTER_ROUTE,
     }
 )
 """Carried in dedicated fields or consumed by the back end: never copied as user properties."""
@@ -62,18 +61,6 @@ BROKER_HEADERS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """The gateway fields read back from one AMQP message (counters not yet reconciled)."""
-
-    message_id: str
-    properties: dict[str, str]
-    key: str
-    tag: str
-    publish_ms: int
-    deliver_at_ms: int
-
-
 def encode(message: OutMessage, message_id: str, publish_ms: int) -> spec.Basic.Properties:
     """The AMQP properties of a persistent message carrying `message` with the given id and
     publish time (built directly: the body travels beside them)."""
@@ -82,15 +69,15 @@ def encode(message: OutMessage, message_id: str, publish_ms: int) -> spec.Basic.
     }
     for name in BROKER_HEADERS:
         headers.pop(name, None)
-    headers[ATTEMPT_HEADER] = message.attempt
-    headers[RETRIES_HEADER] = message.retries
-    headers[PUBLISH_MS_HEADER] = publish_ms
+    headers[ATTEMPT] = message.attempt
+    headers[RETRIES] = message.retries
+    headers[PUBLISH_MS] = publish_ms
     if message.key:
         headers[KEY_HEADER] = message.key
     if message.tag:
         headers[TAG_HEADER] = message.tag
     if message.deliver_at_ms:
-        headers[DELIVER_AT_HEADER] = message.deliver_at_ms
+        headers[DELIVER_AT_MS] = message.deliver_at_ms
     return spec.Basic.Properties(
         headers=headers,
         delivery_mode=PERSISTENT,
@@ -107,10 +94,10 @@ def decode(
 ) -> Envelope:
     """Gateway fields of a received message; `received_ms` stands in for a missing publish time."""
     data: Mapping[str, object] = headers or {}
-    publish_ms = header_int(data.get(PUBLISH_MS_HEADER))
+    publish_ms = header_int(data.get(PUBLISH_MS))
     if publish_ms is None:
         publish_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else received_ms
-    deliver_at_ms = header_int(data.get(DELIVER_AT_HEADER)) or 0
+    deliver_at_ms = header_int(data.get(DELIVER_AT_MS)) or 0
     properties = {
         name: header_text(value)
         for name, value in data.items()
@@ -123,4 +110,6 @@ def decode(
         tag=header_text(data.get(TAG_HEADER, "")),
         publish_ms=publish_ms,
         deliver_at_ms=deliver_at_ms,
+        stated_attempt=header_int(data.get(ATTEMPT)) or 0,
+        retries=header_int(data.get(RETRIES)) or 0,
     )

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-ATTEMPT_HEADER = "x-gateway-attempt"
-RETRIES_HEADER = "x-gateway-retries"
+from gateway.core.properties import ATTEMPT, RETRIES
+
 DEATH_HEADER = "x-death"
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 
@@ -98,10 +98,10 @@ def reconcile_attempt(headers: Mapping[str, object] | None, redelivered: bool, q
     hops (`x-death` reason `expired`) are waits, not deliveries, and never count.
     """
     data: Mapping[str, object] = headers or {}
-    stated = header_int(data.get(ATTEMPT_HEADER)) or 0
+    stated = header_int(data.get(ATTEMPT)) or 0
     return max(stated, rejected_deliveries(data, queue)) + redeliveries(data, redelivered)
 
 
 def stated_retries(headers: Mapping[str, object] | None) -> int:
     """Failures counted by the gateway so far (`x-gateway-retries`, 0 if absent or unreadable)."""
-    return header_int((headers or {}).get(RETRIES_HEADER)) or 0
+    return header_int((headers or {}).get(RETRIES)) or 0

@@ -15,6 +15,7 @@ from gateway.core.backoff import FixedBackoff
 from gateway.core.naming import NamingScheme
 from gateway.core.options import OptionReader
 from gateway.core.policy import MINUTE_MS, SECOND_MS, Placement, RetryPolicy
+from gateway.core.properties import DEAD_LETTER_ROUTE, DEATH_REASON, ORIGINAL_QUEUE, RETRIES
 from gateway.core.registry import Registry
 
 DIALECT = "rabbitmq"
@@ -23,14 +24,6 @@ DEFAULT_RETRY_INTERVAL_S = 60
 ACK_TIMEOUT_MS = MINUTE_MS
 MAX_RETRIES = 16
 
-HEADER_ATTEMPT = "x-gateway-attempt"
-HEADER_RETRIES = "x-gateway-retries"
-HEADER_DEATH_REASON = "x-gateway-death-reason"
-HEADER_ORIGINAL_QUEUE = "x-gateway-original-queue"
-HEADER_DLX_ROUTING_KEY = "x-gateway-dlx-routing-key"
-"""On a dead-letter copy: publish it through the queue's dead-letter exchange with this routing key
-(the original queue, as RabbitMQ keeps a dead-lettered message's routing key). The RabbitMQ back
-end honours it and does not store it; other back ends keep it as an internal property."""
 
 
 def policy(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPolicy:
@@ -67,7 +60,7 @@ class RabbitMQDialect:
         retries: int,
     ) -> dict[str, str]:
         out = dict(properties)
-        out[HEADER_RETRIES] = str(retries)
+        out[RETRIES] = str(retries)
         return out
 
     def dead_letter_properties(
@@ -81,10 +74,12 @@ class RabbitMQDialect:
         reason: str,
     ) -> dict[str, str]:
         out = dict(properties)
-        out[HEADER_ORIGINAL_QUEUE] = topic
-        out[HEADER_DLX_ROUTING_KEY] = topic
-        out[HEADER_DEATH_REASON] = reason
-        out[HEADER_RETRIES] = str(retries)
+        out[ORIGINAL_QUEUE] = topic
+        # Published through the queue's dead-letter exchange with the original queue as routing
+        # key, as RabbitMQ keeps a dead-lettered message's routing key.
+        out[DEAD_LETTER_ROUTE] = topic
+        out[DEATH_REASON] = reason
+        out[RETRIES] = str(retries)
         return out
 
 

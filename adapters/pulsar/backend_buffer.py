@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.pulsar.backend_codec import Envelope
 from gateway.backend.base import Lease, StoredMessage
+from gateway.backend.envelope import Envelope
 
 
 def same_copy(a: Envelope, b: Envelope) -> bool:

@@ -17,9 +17,10 @@ Everything here is pure: no client, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gateway.backend.base import OutMessage
+from gateway.backend.envelope import Envelope
+from gateway.core.properties import RESERVED_PREFIX
 
 ID_PROP = "gateway-id"
 TAG_PROP = "gateway-tag"
@@ -27,7 +28,6 @@ ATTEMPT_PROP = "gateway-attempt"
 RETRIES_PROP = "gateway-retries"
 PUBLISH_PROP = "gateway-publish-ms"
 DELIVER_AT_PROP = "gateway-deliver-at"
-INTERNAL_PREFIX = "x-gateway-"
 CARRIED_PREFIX = "gateway-x-"
 OWN_PROPS = frozenset(
     {ID_PROP, TAG_PROP, ATTEMPT_PROP, RETRIES_PROP, PUBLISH_PROP, DELIVER_AT_PROP}
@@ -75,29 +75,15 @@ def encode(message: OutMessage, message_id: str, publish_ms: int) -> dict[str, s
 
 
 def _carried(name: str) -> str:
-    if name.startswith(INTERNAL_PREFIX):
-        return CARRIED_PREFIX + name[len(INTERNAL_PREFIX) :]
+    if name.startswith(RESERVED_PREFIX):
+        return CARRIED_PREFIX + name[len(RESERVED_PREFIX) :]
     return name
 
 
 def _internal(name: str) -> str:
     if name.startswith(CARRIED_PREFIX):
-        return INTERNAL_PREFIX + name[len(CARRIED_PREFIX) :]
+        return RESERVED_PREFIX + name[len(CARRIED_PREFIX) :]
     return name
-
-
-@dataclass(frozen=True, slots=True)
-class Envelope:
-    """The gateway fields read back from a received Pulsar message."""
-
-    message_id: str
-    properties: dict[str, str]
-    key: str
-    tag: str
-    publish_ms: int
-    deliver_at_ms: int
-    stated_attempt: int
-    retries: int
 
 
 def decode(

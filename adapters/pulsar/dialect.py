@@ -1,7 +1,7 @@
 """Pulsar retry policies: the retry letter topic (`reconsumeLater`) and negative acks.
 
-Numbers from SEMANTICS.md (document 004): delays 1..864000 s, levels
-`1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h`, incremental levels by default,
+Numbers from SEMANTICS.md (document 004): delays 1..864000 s, levels 1s .. 2h (the shared
+18-level table, `gateway.core.backoff.DELAY_LEVELS_MS`), incremental levels by default,
 16 redeliveries (the 17th failure goes to the DLQ), Shared/Key_Shared retry with a delay while
 Exclusive/Failover retry at once, negativeAckRedeliveryDelay 1 min by default and no limit unless
 a dead-letter policy sets one.
@@ -12,19 +12,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from adapters.pulsar.naming import DEFAULT, SCHEMES
-from gateway.core.backoff import FixedBackoff, LevelBackoff, parse_levels
+from gateway.core.backoff import DELAY_LEVELS_MS, FixedBackoff, LevelBackoff
 from gateway.core.naming import NamingScheme
 from gateway.core.options import OptionReader
 from gateway.core.policy import SECOND_MS, Placement, RetryMode, RetryPolicy
-from gateway.core.registry import Registry
+from gateway.core.registry import SUBSCRIPTION_TYPE, Registry
 
 DIALECT = "pulsar"
-LEVELS_MS = parse_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
 DELAY_RANGE_MS = (1 * SECOND_MS, 864_000 * SECOND_MS)
 DEFAULT_MAX_REDELIVER = 16
 INT_MAX = 2_147_483_647
 NACK_DELAY_MS = 60 * SECOND_MS
 SUBSCRIPTION_TYPES = ("shared", "key_shared", "exclusive", "failover")
+"""The values of the `subscription_type` option: the engine's consumer types, by value."""
 DELAYED_TYPES = frozenset({"shared", "key_shared"})
 
 PROP_REAL_TOPIC = "REAL_TOPIC"
@@ -34,7 +34,7 @@ PROP_RECONSUMETIMES = "RECONSUMETIMES"
 
 
 def _subscription(reader: OptionReader) -> str:
-    return reader.choice("subscription_type", "shared", SUBSCRIPTION_TYPES)
+    return reader.choice(SUBSCRIPTION_TYPE, "shared", SUBSCRIPTION_TYPES)
 
 
 def retry_letter(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPolicy:
@@ -46,7 +46,7 @@ def retry_letter(options: Mapping[str, str], naming: NamingScheme | None) -> Ret
     return RetryPolicy(
         name="pulsar",
         dialect=DIALECT,
-        backoff=LevelBackoff(LEVELS_MS, DELAY_RANGE_MS, immediate=kind not in DELAYED_TYPES),
+        backoff=LevelBackoff(DELAY_LEVELS_MS, DELAY_RANGE_MS, immediate=kind not in DELAYED_TYPES),
         naming=naming or DEFAULT,
         max_retries=max_retries,
         placement=Placement.COPY,
@@ -120,5 +120,6 @@ def register(registry: Registry) -> None:
     for scheme in SCHEMES:
         registry.add_scheme(scheme)
     registry.add_dialect(PulsarDialect())
-    registry.add_policy("pulsar", retry_letter)
-    registry.add_policy("pulsar-nack", negative_ack)
+    registry.add_retry_table(DIALECT, DELAY_LEVELS_MS)
+    registry.add_policy("pulsar", retry_letter, takes_subscription_type=True)
+    registry.add_policy("pulsar-nack", negative_ack, takes_subscription_type=True)

@@ -10,18 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from adapters.rocketmq.naming import ROCKETMQ
-from gateway.core.backoff import FixedBackoff, TableBackoff, UntilDeadline, parse_levels
+from gateway.core.backoff import DELAY_LEVELS_MS, FixedBackoff, TableBackoff, UntilDeadline
 from gateway.core.naming import NamingScheme
 from gateway.core.options import OptionReader
 from gateway.core.policy import HOUR_MS, MINUTE_MS, SECOND_MS, Placement, RetryMode, RetryPolicy
 from gateway.core.registry import Registry
 
 DIALECT = "rocketmq"
-DELAY_LEVELS_MS = parse_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
 FIRST_RETRY_LEVEL = 3
 """A retry at client delay level 0 uses level 3 + reconsumeTimes (broker side, 4.x)."""
 BACKOFF_MS = DELAY_LEVELS_MS[FIRST_RETRY_LEVEL - 1 :]
-"""10s 30s 1m 2m … 1h 2h: retry k waits BACKOFF_MS[k-1]; 16 entries."""
+"""10s 30s 1m 2m … 1h 2h: retry k waits BACKOFF_MS[k-1]; 16 entries (the shared delay table,
+`gateway.core.backoff.DELAY_LEVELS_MS`, from level 3)."""
 BEYOND_MS = 2 * HOUR_MS
 DEFAULT_MAX_RETRIES = 16
 MAX_RETRIES_5X = 1000
@@ -171,6 +171,7 @@ class RocketMQDialect:
 def register(registry: Registry) -> None:
     registry.add_scheme(ROCKETMQ)
     registry.add_dialect(RocketMQDialect())
+    registry.add_retry_table(DIALECT, BACKOFF_MS)
     registry.add_policy("rocketmq", push)
     registry.add_policy("rocketmq-orderly", orderly)
     registry.add_policy("rocketmq-simple", simple)

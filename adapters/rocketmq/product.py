@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import grpc
 
     from adapters.rocketmq.frontend import FrontendSettings, MessagingService
-    from adapters.rocketmq.frontend.engine_port import EnginePort
+    from gateway.engine.port import EnginePort
 
 log = structlog.get_logger("gateway.server")
 

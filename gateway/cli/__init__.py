@@ -14,9 +14,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["report"]:
+        from gateway.product import build_registry, installed
         from gateway.telemetry import report
 
-        return int(report.main(args_list[1:]) or 0)
+        return int(report.main(args_list[1:], build_registry(installed()).retry_tables) or 0)
     if args_list[:1] == ["export"]:
         from gateway.telemetry import export
 

@@ -30,6 +30,11 @@ def parse_levels(spec: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+DELAY_LEVELS_MS = parse_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
+"""The one 18-level delay table: a consumer names level k (1-based) to wait entry k-1. Two
+dialects share it (SEMANTICS.md, "one delay table"); each takes it from here, never a copy."""
+
+
 def _no_request(request: RetryRequest, allowed: str) -> None:
     if request.delay_ms is not None:
         raise InvalidArgument("delay_ms", request.delay_ms, allowed)
@@ -46,7 +51,7 @@ def _level(levels: tuple[int, ...], level: int) -> int:
 class TableBackoff:
     """Retry k waits table[k-1]; past the table every retry waits `beyond_ms`.
 
-    A consumer may name a delay level of `levels` instead (RocketMQ 4.x delayLevelWhenNextConsume).
+    A consumer may name a delay level of `levels` instead (the client's delay level on failure).
     """
 
     table_ms: tuple[int, ...]

@@ -4,8 +4,8 @@ A naming scheme turns (topic, group) into a destination name; `Destinations` run
 `owners("orders-billing-DLQ")` lists every (topic, group) whose destination, under some scheme,
 is that name. A template that names no topic (`%DLQ%{group}`, `{ns}{group}-RETRY`) gives a topic
 of None; one that names no group (`{topic}.dlq`) gives a group of None. A name may have several
-owners (`a-b-c-DLQ` is the pulsar-2.9 DLQ of (a, b-c) and of (a-b, c), and the pulsar-2.7 DLQ
-of group a-b-c); access control treats it as a principal's own when any owner is.
+owners (`a-b-c-DLQ` is the `{topic}-{group}-DLQ` name of (a, b-c) and of (a-b, c), and the
+`{group}-DLQ` name of group a-b-c); access control treats it as a principal's own when any owner is.
 
 Pure: no I/O, no clock.
 """

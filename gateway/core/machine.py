@@ -235,7 +235,7 @@ def _lost(record: Record, event: ConsumerLost, policy: RetryPolicy, now_ms: int)
         return Decision(record, NO_CHANGE)
     retries = record.retries
     if policy.lost_counts_as_failure and policy.counts_failures:
-        # Counted (Pulsar redelivery count) but READY again at once, without the retry wait.
+        # Counted (a broker's redelivery count) but READY again at once, without the retry wait.
         retries += 1
         if policy.exhausted_after(retries):
             return _exhaust(record.evolve(retries=retries), policy, "consumer lost; exhausted")

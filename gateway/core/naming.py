@@ -40,7 +40,7 @@ def _format(template: str, topic: str, group: str) -> str:
 class NamingScheme:
     """Retry and dead-letter destination templates with `{topic}` and `{group}` placeholders.
 
-    `extras` holds further named templates a dialect needs (RabbitMQ's dead-letter exchange)."""
+    `extras` holds further named templates a dialect needs (e.g. a dead-letter exchange)."""
 
     name: str
     retry_template: str

@@ -29,9 +29,10 @@ class RetryMode(enum.Enum):
 
 class Placement(enum.Enum):
     COPY = "copy"
-    """A retry is a new copy on the retry destination (RocketMQ `%RETRY%`, Pulsar `-RETRY`)."""
+    """A retry is a new copy on the retry destination (e.g. `%RETRY%{group}`)."""
     IN_PLACE = "in_place"
-    """The same stored message becomes visible again (ordered, simple, nack, RabbitMQ)."""
+    """The same stored message becomes visible again (ordered, simple, negative ack, fixed
+    per-queue interval)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +62,9 @@ def check_range(field: str, value: int, low: int, high: int, unit: str = "") -> 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     name: str
-    """The public policy name (`rocketmq`, `rabbitmq`, `pulsar`, …)."""
+    """The public policy name (a key of `Registry.policies`)."""
     dialect: str
-    """The product the policy speaks for (`rocketmq`, `rabbitmq`, `pulsar`)."""
+    """The dialect (product) the policy speaks for (a key of `Registry.dialects`)."""
     backoff: Backoff
     naming: NamingScheme
     max_retries: int | None = 16
@@ -82,7 +83,7 @@ class RetryPolicy:
     dead_letter: bool = True
     """Exhausted messages go to the dead-letter destination; else they are discarded."""
     counts_failures: bool = True
-    """False where the product keeps no count (Pulsar Exclusive/Failover redelivery count)."""
+    """False where the product keeps no count (e.g. an exclusive subscription's redeliveries)."""
     lost_counts_as_failure: bool = False
     """Whether a delivery given back by a lost consumer counts against max retries."""
     settings: tuple[tuple[str, str], ...] = ()

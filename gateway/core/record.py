@@ -19,7 +19,7 @@ class Record:
     attempt: int = 0
     """Deliveries so far; the delivery in flight counts (1 on the first delivery)."""
     retries: int = 0
-    """Failures counted against max retries (RocketMQ reconsumeTimes, Pulsar RECONSUMETIMES)."""
+    """Failures counted against max retries (the retry count a product shows its consumers)."""
     visible_at_ms: int = 0
     """READY / WAITING_RETRY: when the message may be delivered."""
     deadline_ms: int = 0

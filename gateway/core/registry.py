@@ -29,7 +29,7 @@ class Dialect(Protocol):
         message_id: str,
         retries: int,
     ) -> dict[str, str]:
-        """Properties of a retry copy (Pulsar REAL_TOPIC, RECONSUMETIMES; RocketMQ RETRY_TOPIC)."""
+        """Properties of a retry copy (the product's own: the real topic, the retry count...)."""
         ...
 
     def dead_letter_properties(
@@ -48,15 +48,37 @@ class Dialect(Protocol):
 
 PolicyFactory = Callable[[Mapping[str, str], NamingScheme | None], RetryPolicy]
 
+SUBSCRIPTION_TYPE = "subscription_type"
+"""The option a policy that takes the subscription type reads it from (the `ConsumerType`'s
+value: `shared`, `key_shared`, `exclusive`, `failover`)."""
+
 
 @dataclass
 class Registry:
     policies: dict[str, PolicyFactory] = field(default_factory=dict)
     schemes: dict[str, NamingScheme] = field(default_factory=dict)
     dialects: dict[str, Dialect] = field(default_factory=dict)
+    typed: set[str] = field(default_factory=set)
+    """Policies whose behaviour depends on the subscription type: they are given the consumer's
+    type as the `subscription_type` option unless the subscription sets that option itself."""
+    retry_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """By dialect: the waits of its default policy's retries (retry k waits entry k, the last
+    entry after that), for reports that compare what they observe with what the policy says."""
 
-    def add_policy(self, name: str, factory: PolicyFactory) -> None:
+    def add_policy(
+        self, name: str, factory: PolicyFactory, *, takes_subscription_type: bool = False
+    ) -> None:
         self.policies[name] = factory
+        if takes_subscription_type:
+            self.typed.add(name)
+        else:
+            self.typed.discard(name)
+
+    def add_retry_table(self, dialect: str, table_ms: tuple[int, ...]) -> None:
+        """Declare the retry table of `dialect`'s default policy (see `retry_tables`)."""
+        if not table_ms:
+            raise ValueError(f"the retry table of {dialect!r} is empty")
+        self.retry_tables[dialect] = tuple(table_ms)
 
     def add_scheme(self, scheme: NamingScheme) -> None:
         self.schemes[scheme.name] = scheme
@@ -72,15 +94,22 @@ class Registry:
             raise InvalidArgument("naming", name, "one of " + known) from None
 
     def policy(
-        self, name: str, options: Mapping[str, str] | None = None, naming: str = ""
+        self,
+        name: str,
+        options: Mapping[str, str] | None = None,
+        naming: str = "",
+        subscription_type: str = "",
     ) -> RetryPolicy:
-        """Build a validated policy; unknown names and bad options raise InvalidArgument."""
+        """Build a validated policy; unknown names and bad options raise InvalidArgument.
+        `subscription_type` goes to the policies that take it (`typed`) as that option."""
         try:
             factory = self.policies[name]
         except KeyError:
             known = ", ".join(sorted(self.policies))
             raise InvalidArgument("policy", name, "one of " + known) from None
         scheme = self.scheme(naming) if naming else None
+        if subscription_type and name in self.typed and SUBSCRIPTION_TYPE not in (options or {}):
+            options = {**(options or {}), SUBSCRIPTION_TYPE: subscription_type}
         return factory(options or {}, scheme)
 
     def dialect(self, name: str) -> Dialect:

@@ -1,4 +1,4 @@
-"""What front ends (gateway gRPC API, RocketMQ 5 gRPC, Pulsar wire) call on the engine.
+"""The shapes front ends and the admin service exchange with the engine (`gateway.engine.port`).
 
 Front ends translate their protocol into these shapes and back; they never touch the back end or
 the state machine directly.
@@ -10,11 +10,13 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from gateway.backend.base import StoredMessage
 from gateway.values import value
 
 
 class ConsumerType(enum.Enum):
-    """Subscription types where a dialect distinguishes them (Pulsar); others use SHARED."""
+    """Subscription types, for the policies that distinguish them (`Registry.typed`); the
+    others use SHARED."""
 
     SHARED = "shared"
     KEY_SHARED = "key_shared"
@@ -29,7 +31,7 @@ class SettleAction(enum.Enum):
     EXTEND = "extend"
     """Change invisible duration: a new deadline counted from now."""
     DEAD_LETTER = "dead_letter"
-    """Move to the dead-letter destination now (RocketMQ FIFO forward, Pulsar client DLQ)."""
+    """Move to the dead-letter destination now (a client's own forward to its dead letters)."""
 
 
 ACK = SettleAction.ACK
@@ -41,7 +43,7 @@ class SubscriptionSpec:
     topic: str
     group: str
     policy: str
-    """A registered policy name (`rocketmq`, `rabbitmq`, `pulsar`, …)."""
+    """A registered policy name (`Registry.policies`)."""
     options: Mapping[str, str] = field(default_factory=dict)
     """Policy overrides by option name (e.g. `max_retries`, `x_retry_interval_s`); validated."""
     consumer_type: ConsumerType = ConsumerType.SHARED
@@ -51,7 +53,7 @@ class SubscriptionSpec:
     """Naming scheme for retry and dead-letter destinations; "" means the policy's own default."""
     consumer_id: str = ""
     tag_filter: str = ""
-    """RocketMQ-style tag expression (`*`, `a||b`); "" or `*` matches every message."""
+    """A tag expression (`*`, `a||b`); "" or `*` matches every message."""
 
 
 @value
@@ -70,7 +72,7 @@ class Delivery:
     attempt: int
     """1 on the first delivery."""
     retries: int
-    """Failures counted so far: RocketMQ reconsumeTimes, Pulsar RECONSUMETIMES."""
+    """Failures counted so far (the retry count a product shows its consumers)."""
     deadline_ms: int
     """Wall-clock ms at which the delivery times out (0: no deadline)."""
     publish_ms: int
@@ -103,3 +105,29 @@ class SettleResult:
 SettleGuard = Callable[[str, str], None]
 """A caller's access check for settling: given a delivery's subscribed topic and group, raises
 `PermissionDenied` unless the caller may settle it (`gateway.server.auth.Authorizer`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """Where a group's messages are: counts by state, and its retry and dead-letter topics."""
+
+    ready: int
+    delayed: int
+    inflight: int
+    waiting_retry: int
+    dead_letters: int
+    oldest_ready_ms: int
+    next_retry_ms: int
+    retry_topic: str
+    dead_letter_topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterView:
+    """One dead letter, with what the engine wrote on it."""
+
+    message: StoredMessage
+    original_topic: str
+    reason: str
+    dead_lettered_ms: int
+    properties: dict[str, str]

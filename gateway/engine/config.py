@@ -16,12 +16,13 @@ class EngineConfig:
     """Largest accepted message: body, key, tag and property keys and values, in bytes (see
     `gateway.limits.message_size`)."""
     time_scale: float = 1.0
-    """Multiplies every wait the policies produce (retry intervals, timeouts). 1.0 in production;
+    """Multiplies every wait the policies produce (retry intervals, timeouts): real ms per policy
+    ms, converted in one place (`gateway.engine.clock.TimeBase`). 1.0 in production;
     tests and demos shorten real time with e.g. 0.001 while the policies keep their numbers."""
     dispatch_batch: int = 256
     max_unacked: int = 50_000
-    """Most deliveries one push consumer holds unsettled (Pulsar's `maxUnackedMessagesPerConsumer`
-    default); credit beyond it waits until the consumer settles."""
+    """Most deliveries one push consumer holds unsettled (a common broker's per-consumer default);
+    credit beyond it waits until the consumer settles."""
     auto_create: bool = True
     """Create topics and groups on first use; when False only `topics` and existing ones work."""
     topics: tuple[str, ...] = ()

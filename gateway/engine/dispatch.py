@@ -8,16 +8,12 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gateway.backend import StoredMessage
 from gateway.core.policy import Placement, RetryPolicy
 from gateway.core.record import Record
 from gateway.engine.api import ConsumerType, Delivery, SubscriptionSpec
 from gateway.errors import Unavailable
-
-if TYPE_CHECKING:
-    from gateway.engine.engine import Engine
 
 KEY_SHARED = ConsumerType.KEY_SHARED
 """A module constant for `pick`, once per message (see `gateway.core.states`)."""
@@ -39,7 +35,8 @@ class InFlight:
 
 
 class Consumer:
-    """A push consumer: deliveries wait in its outbox until `next_batch` takes them."""
+    """A push consumer: deliveries wait in its outbox until `next_batch` takes them
+    (`gateway.engine.port.ConsumerPort`)."""
 
     def __init__(
         self, sub: Subscription, consumer_id: str, credit: int, max_unacked: int = 50_000
@@ -55,6 +52,16 @@ class Consumer:
         self.closed = False
         self.receipts: set[str] = set()
         self.on_close: Callable[[Consumer], object] | None = None
+
+    @property
+    def group(self) -> str:
+        """The group it consumes in (a broadcast consumer's own group: `group#id`)."""
+        return self.sub.group
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The policy its subscription runs under."""
+        return self.sub.policy
 
     async def next_batch(self, max_messages: int = 256) -> list[Delivery]:
         while True:
@@ -175,7 +182,7 @@ def matches_all(expression: str) -> bool:
 
 
 def matches_tag(expression: str, tag: str) -> bool:
-    """RocketMQ-style tag expression: `*` or empty matches all, else `a || b` lists tags."""
+    """A tag expression: `*` or empty matches all, else `a || b` lists tags."""
     if matches_all(expression):
         return True
     return tag in {part.strip() for part in expression.split("||")}
@@ -192,7 +199,3 @@ async def wait_any(waiters: list[asyncio.Future[object] | asyncio.Task[object]])
                 task.cancel()
             elif not task.cancelled():
                 task.exception()
-
-
-def run_dispatcher(engine: Engine, sub: Subscription) -> asyncio.Task[None]:
-    return asyncio.ensure_future(engine.dispatch_loop(sub))

@@ -7,10 +7,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
-from gateway.engine import admin
 from gateway.engine.api import SettleResult
-from gateway.engine.dispatch import Consumer
-from gateway.engine.engine import Engine
+from gateway.engine.port import ConsumerPort, EnginePort, EngineQueries
 from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
 from gateway.limits import MAX_CREDIT
 from gateway.server import convert, validate
@@ -24,7 +22,7 @@ status, or None that ends it."""
 
 
 class GatewayService(gateway_pb2_grpc.GatewayServicer):
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EnginePort) -> None:
         self.engine = engine
         self._settling: set[asyncio.Future[None]] = set()
         """Settle batches under way (kept referenced until done)."""
@@ -67,7 +65,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         validate.subscribe(sub)
         spec = convert.subscription(sub)
         consumer = await self.engine.open_consumer(spec, sub.prefetch)
-        policy = consumer.sub.policy
+        policy = consumer.policy
         outbox: Outbox = asyncio.Queue()
         await outbox.put(
             gateway_pb2.ConsumeResponse(
@@ -75,9 +73,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                     consumer_id=consumer.id,
                     policy=policy.name,
                     naming=policy.naming.name,
-                    retry_topic=policy.naming.retry_topic(spec.topic, consumer.sub.group),
+                    retry_topic=policy.naming.retry_topic(spec.topic, consumer.group),
                     dead_letter_topic=policy.naming.dead_letter_topic(spec.topic,
-                                                                      consumer.sub.group),
+                                                                      consumer.group),
                     max_retries=-1 if policy.max_retries is None else policy.max_retries,
                 )
             )
@@ -100,7 +98,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
     async def _read(
         self,
         requests: AsyncIterator[gateway_pb2.ConsumeRequest],
-        consumer: Consumer,
+        consumer: ConsumerPort,
         outbox: Outbox,
     ) -> None:
         """Apply credit at once; settle batches run concurrently (so the store commits many in
@@ -183,7 +181,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 await previous
         outbox.put_nowait(response)
 
-    async def _pump(self, consumer: Consumer, outbox: Outbox) -> None:
+    async def _pump(self, consumer: ConsumerPort, outbox: Outbox) -> None:
         try:
             while True:
                 batch = await consumer.next_batch(256)
@@ -196,12 +194,12 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, engine: EngineQueries) -> None:
+        self.admin = engine.admin
 
     async def DescribeGroup(self, request: admin_pb2.DescribeGroupRequest, context: Ctx) -> Any:
         validate.group(request)
-        view = await admin.describe(self.engine, request.topic, request.group)
+        view = await self.admin.describe(request.topic, request.group)
         return admin_pb2.DescribeGroupResponse(
             ready=view.ready,
             delayed=view.delayed,
@@ -218,8 +216,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ListDeadLettersRequest, context: Ctx
     ) -> Any:
         limit, after = validate.list_dead_letters(request)
-        views, next_after = await admin.dead_letters(self.engine, request.topic, request.group,
-                                                     limit, after)
+        views, next_after = await self.admin.dead_letters(request.topic, request.group, limit,
+                                                          after)
         return admin_pb2.ListDeadLettersResponse(
             dead_letters=[
                 admin_pb2.DeadLetterMessage(
@@ -243,21 +241,20 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ResendDeadLettersRequest, context: Ctx
     ) -> Any:
         validate.resend(request)
-        count = await admin.resend(self.engine, request.topic, request.group,
-                                   list(request.message_ids))
+        count = await self.admin.resend(request.topic, request.group, list(request.message_ids))
         return admin_pb2.ResendDeadLettersResponse(resent=count)
 
     async def Purge(self, request: admin_pb2.PurgeRequest, context: Ctx) -> Any:
         validate.group(request)
         return admin_pb2.PurgeResponse(
-            purged=await admin.purge(self.engine, request.topic, request.group)
+            purged=await self.admin.purge(request.topic, request.group)
         )
 
     async def ListTopics(self, request: admin_pb2.ListTopicsRequest, context: Ctx) -> Any:
-        return admin_pb2.ListTopicsResponse(topics=sorted(await self.engine.backend.topics()))
+        return admin_pb2.ListTopicsResponse(topics=sorted(await self.admin.topics()))
 
 
-def _add_credit(consumer: Consumer, n: int, field: str) -> None:
+def _add_credit(consumer: ConsumerPort, n: int, field: str) -> None:
     """Credit on top of the unused credit, which stays at most MAX_CREDIT."""
     if consumer.credit + n > MAX_CREDIT:
         raise InvalidArgument(field, n, f"at most {MAX_CREDIT} unused credit in all "

@@ -130,7 +130,7 @@ class GatewayApp:
             fields = [key for product in self.products for key in product.principal_fields]
             principals = load_principals(cfg.tokens_file, [dict(p) for p in cfg.principals],
                                          fields)
-            self.authorizer = Authorizer(principals, self.engine.registry.schemes.values())
+            self.authorizer = Authorizer(principals, self.engine.naming_schemes())
         host = Host(engine=self.engine, authorizer=self.authorizer,
                     max_message_bytes=cfg.max_message_bytes,
                     listener=lambda field, address: check_listener(field, address, cfg))
@@ -256,7 +256,7 @@ class GatewayApp:
         await self.engine.stop_dispatch()
         loop = asyncio.get_running_loop()
         until = loop.time() + grace
-        while self.engine.inflight and loop.time() < until:
+        while self.engine.unsettled_count() and loop.time() < until:
             await asyncio.sleep(0.05)
         for front in self.front_ends.values():
             await front.stop()

@@ -5,17 +5,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from gateway.engine.observe import Transition
-
-if TYPE_CHECKING:
-    from gateway.engine.engine import Engine
-
+from gateway.engine.port import EngineQueries
 
 SETTLE_OUTCOMES = {"COMMITTED": "ack", "WAITING_RETRY": "retry", "DEAD_LETTERED": "dead_letter",
                    "DISCARDED": "discard", "READY": "released"}
@@ -53,9 +50,9 @@ class Metrics:
         counts = self._counts
         counts[key] = counts.get(key, 0) + n
 
-    def bind(self, engine: Engine, store_size: Callable[[], int]) -> None:
-        self.inflight.set_function(lambda: len(engine.inflight))
-        self.timers.set_function(lambda: len(engine.timers))
+    def bind(self, engine: EngineQueries, store_size: Callable[[], int]) -> None:
+        self.inflight.set_function(engine.unsettled_count)
+        self.timers.set_function(engine.pending_timers)
         self.store_bytes.set_function(store_size)
 
     def serve(self, host: str, port: int) -> int:

@@ -20,16 +20,6 @@ MessageKey = tuple[str, str]
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 
-_LEVELS: tuple[str, ...] = ("1s", "5s", "10s", "30s", "1m", "2m", "3m", "4m", "5m", "6m", "7m")
-_LEVELS += ("8m", "9m", "10m", "20m", "30m", "1h", "2h")
-
-EXPECTED_DELAYS: dict[str, tuple[str, ...]] = {
-    "rocketmq": tuple(_LEVELS[2:]),
-    "pulsar": tuple(_LEVELS),
-}
-"""Built-in retry tables (retry k waits entry k, the last entry after that), by policy name:
-RocketMQ's unordered back-off (10s .. 2h) and Pulsar's incremental reconsumeLater (1s .. 2h)."""
-
 
 def parse_duration_ms(text: str) -> int:
     """`500ms`, `10s`, `1m`, `2h`, `1d` -> milliseconds."""
@@ -43,12 +33,13 @@ def parse_expected(spec: str) -> tuple[str, list[int]]:
     """`name=10s,30s,1m` -> ("name", [10000, 30000, 60000])."""
     name, sep, table = spec.partition("=")
     if not sep or not name.strip() or not table.strip():
-        raise InvalidArgument("expected", spec, "NAME=DELAY[,DELAY...], e.g. rocketmq=10s,30s,1m")
+        raise InvalidArgument("expected", spec, "NAME=DELAY[,DELAY...], e.g. orders=10s,30s,1m")
     return name.strip(), [parse_duration_ms(part) for part in table.split(",")]
 
 
 def expected_delay_ms(table: Sequence[int], retry: int) -> int:
-    """The delay a policy table gives retry `retry` (1-based); past the end, the last entry."""
+    """The delay a policy table gives retry `retry` (1-based); past the end, the last entry.
+    The dialects' own tables are in their registry (`Registry.retry_tables`)."""
     return table[min(max(retry, 1), len(table)) - 1]
 
 

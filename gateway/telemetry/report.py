@@ -38,13 +38,10 @@ def build_report(
     expected: Mapping[str, Sequence[int]] | None = None,
     message: tuple[str, str] | None = None,
 ) -> Path:
-    """Write the charts and `index.html` for `rows` into `out`; returns the page's path."""
+    """Write the charts and `index.html` for `rows` into `out`; returns the page's path.
+    `expected`: retry tables by dialect, drawn against the retry intervals observed."""
     out.mkdir(parents=True, exist_ok=True)
-    tables: dict[str, Sequence[int]] = {
-        name: [analysis.parse_duration_ms(d) for d in delays]
-        for name, delays in analysis.EXPECTED_DELAYS.items()
-    }
-    tables.update(expected or {})
+    tables: dict[str, Sequence[int]] = dict(expected or {})
     messages = analysis.by_message(rows)
     intervals = analysis.retry_intervals(messages)
     terminal = analysis.terminal_events(rows)
@@ -131,18 +128,22 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="NAME=DELAYS",
-        help="a policy's retry table, e.g. rocketmq=10s,30s,1m (repeatable; overrides built-ins)",
+        help="a dialect's retry table, e.g. NAME=10s,30s,1m (repeatable; overrides built-ins)",
     )
     p.add_argument("--group", default="", help="group of the message whose timeline is drawn")
     p.add_argument("--message", default="", help="message id whose timeline is drawn")
     return p.parse_args(argv)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the process exit code."""
+def main(
+    argv: Sequence[str] | None = None, tables: Mapping[str, Sequence[int]] | None = None
+) -> int:
+    """CLI entry point; returns the process exit code. `tables`: the built-in retry tables by
+    dialect (the registry's `retry_tables`), which `--expected` overrides."""
     args = _parse(argv)
     try:
-        expected = dict(analysis.parse_expected(spec) for spec in args.expected)
+        expected: dict[str, Sequence[int]] = dict(tables or {})
+        expected.update(analysis.parse_expected(spec) for spec in args.expected)
         rows = read_lake(args.table).to_pylist()
         message = (args.group, args.message) if args.message else None
         page = build_report(rows, Path(args.out), expected=expected, message=message)

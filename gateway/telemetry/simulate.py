@@ -1,8 +1,10 @@
 """Synthetic message lifecycles as transition events, for benchmarks, demos and tests.
 
 Each message is published (READY), delivered (INFLIGHT) and then either committed or failed; a
-failure waits along the policy's retry table (WAITING_RETRY -> READY) until the message commits
-or runs out of retries and is dead-lettered or discarded. Deterministic for a given seed.
+failure waits along its profile's retry table (WAITING_RETRY -> READY) until the message commits
+or runs out of retries and is dead-lettered or discarded. Deterministic for a given seed. The
+default profiles are three made-up dialects: a 16-step back-off table, the 18 delay levels, and a
+fixed interval.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from gateway.telemetry.analysis import EXPECTED_DELAYS, expected_delay_ms, parse_duration_ms
+from gateway.core.backoff import DELAY_LEVELS_MS
+from gateway.telemetry.analysis import expected_delay_ms
 from gateway.telemetry.events import TransitionEvent
 
 
@@ -27,13 +30,20 @@ class Profile:
     """Chance that one delivery fails."""
     dead_letter: bool
     """Exhausted messages go to a dead-letter topic (else they are discarded)."""
+    table_ms: tuple[int, ...] = (10_000,)
+    """Retry k waits entry k; past the end, the last entry."""
 
 
 DEFAULT_PROFILES: tuple[Profile, ...] = (
-    Profile("rocketmq", "orders", "orders", 16, 0.35, True),
-    Profile("pulsar", "billing", "invoices", 4, 0.5, False),
-    Profile("rabbitmq", "audit", "audit", 3, 0.6, True),
+    Profile("backoff-table", "orders", "orders", 16, 0.35, True, DELAY_LEVELS_MS[2:]),
+    Profile("delay-levels", "billing", "invoices", 4, 0.5, False, DELAY_LEVELS_MS),
+    Profile("fixed-interval", "audit", "audit", 3, 0.6, True, (10_000,)),
 )
+
+
+def tables(profiles: Sequence[Profile] = DEFAULT_PROFILES) -> dict[str, tuple[int, ...]]:
+    """The profiles' retry tables by dialect, as a report takes them."""
+    return {p.dialect: p.table_ms for p in profiles}
 
 
 def lifecycles(
@@ -46,9 +56,6 @@ def lifecycles(
 ) -> Iterator[TransitionEvent]:
     """Yield every transition of `count` messages, message by message (times interleave)."""
     rng = random.Random(seed)
-    tables = {
-        name: [parse_duration_ms(d) for d in delays] for name, delays in EXPECTED_DELAYS.items()
-    }
     for n in range(count):
         p = profiles[n % len(profiles)]
         msg = _Message(p, f"{p.dialect[:2]}-{n:08d}", gateway_id, start_ms + n * 250)
@@ -67,7 +74,7 @@ def lifecycles(
                 else:
                     yield msg.move("DISCARDED", why="max retries")
                 break
-            delay = expected_delay_ms(tables.get(p.dialect, [10_000]), msg.attempt)
+            delay = expected_delay_ms(p.table_ms, msg.attempt)
             yield msg.move("WAITING_RETRY", delay_ms=delay, why="consumer failure")
             msg.now_ms += delay + rng.randint(0, 50)
             yield msg.move("READY")

@@ -110,7 +110,8 @@ class Matrix:
         return DENIED if status.code in REFUSED_RMQ else ALLOWED
 
     def inflight(self, receipt: str) -> bool:
-        return receipt in self.app.engine.inflight
+        return any(u.receipt == receipt for g in self.app.engine.groups()
+                   for u in self.app.engine.unsettled(g.topic, g.group))
 
     async def delivery(self, topic: str, group: str) -> str:
         """A fresh delivery of (topic, group), made through the engine; its receipt."""
@@ -396,9 +397,8 @@ class Matrix:
             return self.pulsar_outcome(answer, Cmd.SUCCESS)
 
     def pulsar_receipts(self, topic: str, group: str) -> set[str]:
-        return {receipt for receipt, inf in self.app.engine.inflight.items()
-                if inf.sub.spec.topic == topic and inf.sub.spec.group == group
-                and inf.consumer is not None and inf.consumer.id.startswith("pulsar-")}
+        return {u.receipt for u in self.app.engine.unsettled(topic, group)
+                if u.consumer_id.startswith("pulsar-")}
 
     async def _pulsar_held(self, client: PulsarRaw, row: Row) -> tuple[int, Any, str] | None:
         """Subscribe and take one delivery: (consumer id, message id, engine receipt)."""

@@ -62,6 +62,12 @@ async def everything_acked_by(client: GatewayClient, topic: str, group: str, n: 
             assert (await msg.ack()).ok
 
 
+def consumers(app: GatewayApp, topic: str, group: str) -> int:
+    """Push consumers open on a subscription (0 when the engine runs none)."""
+    state = app.engine.group_state(topic, group)
+    return 0 if state is None else state.consumers
+
+
 async def read_one(client: GatewayClient, topic: str, group: str, **kw: object) -> bytes:
     async with client.consume(topic, group, policy="rocketmq", broadcast=True, prefetch=1,
                               **kw) as stream:
@@ -79,7 +85,7 @@ async def test_an_anonymous_broadcast_consumer_takes_its_group_along(
     assert await read_one(client, "news", "screens") == b"1"
     # No consumer id: nobody can resume that group, so it goes with the consumer and the
     # messages the other group acked are deleted (all but the newest row).
-    await until(lambda: not any(g.startswith("screens#") for _, g in app.engine.subscriptions))
+    await until(lambda: not any(g.group.startswith("screens#") for g in app.engine.groups()))
     assert await store(app).trim() == 2
 
 
@@ -90,25 +96,25 @@ async def test_a_named_broadcast_consumer_resumes_until_its_group_expires(
     await client.publish("news", [b"1", b"2", b"3", b"4"])
     await everything_acked_by(client, "news", "archive", 4)
     assert await read_one(client, "news", "screens", consumer_id="lobby") == b"1"
-    sub = app.engine.subscriptions[("news", "screens#lobby")]
-    await until(lambda: not sub.consumers)
+    assert app.engine.group_state("news", "screens#lobby") is not None
+    await until(lambda: consumers(app, "news", "screens#lobby") == 0)
     # Only what "lobby" acked too goes: the rest is kept for the consumer's return.
     assert await store(app).trim() == 1
 
     clock.advance((IDLE_S - 1) * 1000)
-    app.engine.timers.poke()
+    await app.engine.run_due_timers()
     assert await read_one(client, "news", "screens", consumer_id="lobby") == b"2"  # resumed
-    await until(lambda: not sub.consumers)
+    await until(lambda: consumers(app, "news", "screens#lobby") == 0)
     # The idle period starts again from the last time the consumer left.
     clock.advance((IDLE_S - 1) * 1000)
-    app.engine.timers.poke()
+    await app.engine.run_due_timers()
     await asyncio.sleep(0.1)
-    assert ("news", "screens#lobby") in app.engine.subscriptions
+    assert app.engine.group_state("news", "screens#lobby") is not None
     assert await store(app).trim() == 1  # "2", acked by both groups
 
     clock.advance(1000)
-    app.engine.timers.poke()
-    await until(lambda: ("news", "screens#lobby") not in app.engine.subscriptions)
+    await app.engine.run_due_timers()
+    await until(lambda: app.engine.group_state("news", "screens#lobby") is None)
     assert await store(app).trim() == 1  # "3": "4", the newest, always stays
     # The same id later is a new consumer: it starts at the earliest message kept.
     assert await read_one(client, "news", "screens", consumer_id="lobby") == b"4"

@@ -303,13 +303,13 @@ async def _settle_and_count_timers(app: GatewayApp, client: GatewayClient) -> No
     await client.publish(topic + "-pull", [b"p"])
     (one,) = await client.receive(topic + "-pull", group, policy="rocketmq-simple",
                                   invisible_ms=60_000, wait_ms=2000)
-    assert len(app.engine.timers) == 1
+    assert app.engine.pending_timers() == 1
     changed = await one.extend(120_000)
-    assert changed.ok and len(app.engine.timers) == 1
+    assert changed.ok and app.engine.pending_timers() == 1
     settled = await client.stub.Settle(gateway_pb2.SettleRequest(settlements=[
         gateway_pb2.Settlement(receipt=changed.receipt_next, ack=gateway_pb2.Ack())]))
     assert settled.results[0].ok
-    assert len(app.engine.timers) == 0
+    assert app.engine.pending_timers() == 0
 
 
 async def test_credit_sent_with_a_settle_batch(calm_client: GatewayClient) -> None:

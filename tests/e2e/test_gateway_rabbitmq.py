@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from amqp_node import URL, delete_exchanges, delete_queues, plain_connection, ready_in, unique
 
 from adapters.amqp.backend import RabbitMQBackend
-from adapters.amqp.dialect import HEADER_DLX_ROUTING_KEY, HEADER_ORIGINAL_QUEUE
 from adapters.amqp.naming import RABBITMQ, dead_letter_exchange, rabbitmq_scheme
 from adapters.amqp.queues import queue_name, topic_name
 from gateway.client import GatewayClient, Message
+from gateway.core.properties import DEAD_LETTER_ROUTE, ORIGINAL_QUEUE
 from gateway.errors import InvalidArgument
 from gateway.server.app import GatewayApp, running_gateway
 
@@ -160,8 +160,8 @@ async def test_poison_message_retries_16_times_then_goes_through_the_dlx(
         assert dead.body == b"poison" and dead.message_id == ids[0]
         headers = dead.headers or {}
         assert headers["order"] == "42"
-        assert headers[HEADER_ORIGINAL_QUEUE] == topic
-        assert HEADER_DLX_ROUTING_KEY not in headers
+        assert headers[ORIGINAL_QUEUE] == topic
+        assert DEAD_LETTER_ROUTE not in headers
         assert dead.exchange == dlx and dead.routing_key == topic
         copied = await first_message(plain, tap)
         assert copied.message_id == ids[0]

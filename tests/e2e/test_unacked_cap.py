@@ -23,14 +23,13 @@ async def test_credit_beyond_the_cap_waits_until_the_consumer_settles(tmp_path: 
                 held = [await stream.next(5.0) for _ in range(3)]
                 assert all(m is not None for m in held)
                 assert await stream.next(0.3) is None
-                (consumer,) = app.engine.subscriptions[("capped", "g")].consumers
-                assert len(consumer.receipts) == 3
+                assert len(app.engine.unsettled("capped", "g")) == 3
                 first = held[0]
                 assert first is not None
                 await first.ack()
                 fourth = await stream.next(5.0)
                 assert fourth is not None and fourth.body == b"m3"
-                assert len(consumer.receipts) == 3
+                assert len(app.engine.unsettled("capped", "g")) == 3
 
 
 def test_the_cap_is_range_checked() -> None:

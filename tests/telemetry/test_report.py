@@ -12,7 +12,7 @@ from gateway.errors import InvalidArgument
 from gateway.telemetry import analysis, report
 from gateway.telemetry.export import DeltaBatchWriter
 from gateway.telemetry.lake import read_lake, rows_to_arrow
-from gateway.telemetry.simulate import lifecycles
+from gateway.telemetry.simulate import DEFAULT_PROFILES, lifecycles, tables
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 CHARTS = [
@@ -56,10 +56,10 @@ def test_report_writes_index_and_nontrivial_pngs(lake: Path, tmp_path: Path) -> 
 
 def test_report_for_a_chosen_message_and_table(lake: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    argv = ["--table", str(lake), "--out", str(out), "--message", "ro-00000003",
-            "--expected", "rocketmq=5s,10s"]  # fmt: skip
-    assert report.main(argv) == 0
-    assert html.escape("ro-00000003 (orders)") in (out / "index.html").read_text()
+    argv = ["--table", str(lake), "--out", str(out), "--message", "ba-00000003",
+            "--expected", "backoff-table=5s,10s"]  # fmt: skip
+    assert report.main(argv, tables()) == 0
+    assert html.escape("ba-00000003 (orders)") in (out / "index.html").read_text()
     assert report.main(["--table", str(lake), "--out", str(out), "--message", "nope"]) == 2
     assert report.main(["--table", str(tmp_path / "missing"), "--out", str(out)]) == 2
 
@@ -67,14 +67,15 @@ def test_report_for_a_chosen_message_and_table(lake: Path, tmp_path: Path) -> No
 def test_retry_intervals_follow_the_policy_tables(lake: Path) -> None:
     messages = analysis.by_message(read_lake(lake).to_pylist())
     intervals = analysis.retry_intervals(messages)
-    rocket = [i for i in intervals if i.dialect == "rocketmq"]
-    assert rocket, "the simulation retries rocketmq messages"
-    table = [analysis.parse_duration_ms(d) for d in analysis.EXPECTED_DELAYS["rocketmq"]]
-    for i in rocket:
+    profile = DEFAULT_PROFILES[0]
+    mine = [i for i in intervals if i.dialect == profile.dialect]
+    assert mine, "the simulation retries the back-off table's messages"
+    table = profile.table_ms
+    for i in mine:
         expected = analysis.expected_delay_ms(table, i.retry)
         assert i.planned_ms == expected
         assert expected <= i.observed_ms <= expected + 50
-    assert {i.retry for i in rocket} >= {1, 2, 3}
+    assert {i.retry for i in mine} >= {1, 2, 3}
 
 
 def test_analysis_counts_and_parsing() -> None:

@@ -17,18 +17,8 @@ GATEWAY = Path(__file__).resolve().parents[2] / "gateway"
 GENERATED = GATEWAY / "v1"
 PRODUCT = re.compile(r"rocketmq|pulsar|rabbitmq|amqp", re.IGNORECASE)
 
-KNOWN: dict[str, set[str]] = {
-    # engine-split removes this: the engine picks a default subscription type by policy name.
-    "engine/engine.py": {"pulsar"},
-    # engine-split removes this: the telemetry copies of the products' delay tables (and the
-    # simulator and report that key by them) get one owner.
-    "telemetry/analysis.py": {"rocketmq", "pulsar",
-                              "NAME=DELAY[,DELAY...], e.g. rocketmq=10s,30s,1m"},
-    "telemetry/simulate.py": {"rocketmq", "pulsar", "rabbitmq"},
-    "telemetry/report.py": {
-        "a policy's retry table, e.g. rocketmq=10s,30s,1m (repeatable; overrides built-ins)"},
-}
-"""Relative path -> the identifiers and strings still allowed there."""
+KNOWN: dict[str, set[str]] = {}
+"""Relative path -> the identifiers and strings still allowed there: none."""
 
 
 def _sources() -> list[Path]:

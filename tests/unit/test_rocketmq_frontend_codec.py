@@ -14,6 +14,7 @@ from adapters.rocketmq.frontend import codec, topology
 from adapters.rocketmq.frontend.renewal import RenewalTable
 from adapters.rocketmq.frontend.settings import FrontendSettings
 from gateway.engine.api import Delivery
+from gateway.engine.clock import ManualClock, TimeBase
 from gateway.errors import InvalidArgument
 
 MT = definition_pb2.MessageType
@@ -217,8 +218,8 @@ def test_push_max_attempts_follows_configuration() -> None:
 
 
 def test_renewal_renews_at_half_time_until_the_bound() -> None:
-    table = RenewalTable(extend_ms=60_000, consume_bound_ms=150_000)
-    table.add("h1", "c1", delivered_ms=0, deadline_ms=60_000, policy_ms=60_000)
+    table = RenewalTable(extend_ms=60_000, consume_bound_ms=150_000, time=TimeBase(ManualClock()))
+    table.add("h1", "c1", delivered_ms=0, deadline_ms=60_000)
     assert table.next_check_ms(0) == 30_000
     assert table.due(10_000) == []
     assert table.due(30_000) == [("h1", "h1", 60_000)]
@@ -234,9 +235,10 @@ def test_renewal_renews_at_half_time_until_the_bound() -> None:
 
 
 def test_renewal_follows_the_engines_time_scale() -> None:
-    # The engine granted 600 ms for the policy's 60 s: everything runs 100 times faster.
-    table = RenewalTable(extend_ms=60_000, consume_bound_ms=100_000)
-    table.add("h1", "c1", delivered_ms=1_000, deadline_ms=1_600, policy_ms=60_000)
+    # The engine runs 100 times faster: it granted 600 ms for the policy's 60 s.
+    time = TimeBase(ManualClock(), scale=0.01)
+    table = RenewalTable(extend_ms=60_000, consume_bound_ms=100_000, time=time)
+    table.add("h1", "c1", delivered_ms=1_000, deadline_ms=1_600)
     assert table.due(1_200) == []
     assert table.due(1_300) == [("h1", "h1", 60_000)]
     table.renewed("h1", "r2", deadline_ms=1_900, now_ms=1_300)
@@ -244,19 +246,19 @@ def test_renewal_follows_the_engines_time_scale() -> None:
 
 
 def test_renewal_pop_and_forget() -> None:
-    table = RenewalTable(extend_ms=60_000, consume_bound_ms=300_000)
-    table.add("late", "c1", 0, 30_000, 30_000)
-    table.add("acked", "c1", 0, 30_000, 30_000)
-    table.add("other", "c2", 0, 30_000, 30_000)
-    table.add("no-deadline", "c2", 0, 0, 30_000)
+    table = RenewalTable(extend_ms=60_000, consume_bound_ms=300_000, time=TimeBase(ManualClock()))
+    table.add("late", "c1", 0, 30_000)
+    table.add("acked", "c1", 0, 30_000)
+    table.add("other", "c2", 0, 30_000)
+    table.add("no-deadline", "c2", 0, 0)
     table.renewed("acked", "r9", 40_000, 10_000)
     assert table.pop("acked") == "r9"
     assert table.pop("untracked") == "untracked"
     assert len(table) == 2
     assert table.due(31_000) == []
     assert len(table) == 0
-    table.add("a", "c1", 0, 30_000, 30_000)
-    table.add("b", "c2", 0, 30_000, 30_000)
+    table.add("a", "c1", 0, 30_000)
+    table.add("b", "c2", 0, 30_000)
     table.discard_client("c1")
     assert table.due(25_000) == [("b", "b", 60_000)]
     table.forget("b")

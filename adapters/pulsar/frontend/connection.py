@@ -28,7 +28,7 @@ from adapters.pulsar.frontend import edge, replies
 from adapters.pulsar.frontend.budget import FRAME_COST, ReadBudget
 from adapters.pulsar.frontend.consumers import MAX_UNACKED, SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
-from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
+from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.producers import ProducerSession
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.frontend.topics import engine_topic
@@ -42,6 +42,7 @@ from adapters.pulsar.wire.frames import (
     frame_size,
 )
 from gateway.engine.api import SubscriptionSpec
+from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)

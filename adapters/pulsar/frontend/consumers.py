@@ -25,10 +25,10 @@ import structlog
 from adapters.pulsar.frontend import replies
 from adapters.pulsar.frontend.ids import IdAllocator
 from adapters.pulsar.frontend.messages import delivery_metadata
-from adapters.pulsar.frontend.ports import ConsumerPort, EnginePort
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import encode_payload_command
 from gateway.engine.api import ConsumerType, Delivery, SettleAction, Settlement
+from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import Unavailable
 
 log = structlog.get_logger(__name__)

@@ -19,10 +19,10 @@ import structlog
 from adapters.pulsar.frontend import edge, replies
 from adapters.pulsar.frontend.budget import MESSAGE_COST, ReadBudget
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
-from adapters.pulsar.frontend.ports import EnginePort
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import Frame, FrameError
 from gateway.backend.base import OutMessage
+from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)

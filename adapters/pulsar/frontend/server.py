@@ -18,10 +18,11 @@ from adapters.pulsar.frontend.connection import (
 )
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
-from adapters.pulsar.frontend.ports import AuthorizerPort, EnginePort
+from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import FRAME_OVERHEAD, MAX_MESSAGE_SIZE
+from gateway.engine.port import EnginePort
 from gateway.errors import InvalidArgument
 
 log = structlog.get_logger(__name__)

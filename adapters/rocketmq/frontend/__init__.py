@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import grpc
 
+from gateway.engine.port import EnginePort
+
 from .edge import generic_handler
-from .engine_port import EnginePort
 from .otlp import metrics_sink
 from .service import MessagingService
 from .settings import ROCKETMQ_BACKOFF_S, FrontendSettings

@@ -7,13 +7,15 @@ the delivery (then it times out and counts as a failure, like RocketMQ's push co
 
 Every renewal gives the delivery a new engine receipt while the client keeps the handle it got,
 so the table also maps each handle to the delivery's current receipt. Durations asked of the
-engine are in policy time; the engine may run shortened time (`time_scale` in tests), which the
-ratio between the granted span and the policy's delivery timeout reveals.
+engine are in policy time, deadlines are in real time: the engine's time base converts (it may run
+shortened time, `time_scale` in tests).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from gateway.engine.clock import TimeBase
 
 
 @dataclass(slots=True)
@@ -25,16 +27,18 @@ class _Entry:
     deadline_ms: int
     span_ms: int
     """Invisible time last granted, in engine (real) time."""
-    scale: float
-    """Real ms per policy ms."""
 
 
 class RenewalTable:
-    """Which push deliveries need a renewal when; pure, the caller passes the time."""
+    """Which push deliveries need a renewal when; pure, the caller passes the time.
 
-    def __init__(self, extend_ms: int, consume_bound_ms: int) -> None:
+    `extend_ms` and `consume_bound_ms` are policy durations; times passed in are real times,
+    converted by `time` (the engine's time base)."""
+
+    def __init__(self, extend_ms: int, consume_bound_ms: int, time: TimeBase) -> None:
         self._extend_ms = extend_ms
         self._bound_ms = consume_bound_ms
+        self._time = time
         self._entries: dict[str, _Entry] = {}
 
     def __len__(self) -> int:
@@ -43,15 +47,11 @@ class RenewalTable:
     def __contains__(self, handle: object) -> bool:
         return handle in self._entries
 
-    def add(
-        self, handle: str, client_id: str, delivered_ms: int, deadline_ms: int, policy_ms: int
-    ) -> None:
-        """Track a delivery whose policy granted `policy_ms` (ending at real `deadline_ms`)."""
+    def add(self, handle: str, client_id: str, delivered_ms: int, deadline_ms: int) -> None:
+        """Track a delivery made at real `delivered_ms` whose deadline is real `deadline_ms`."""
         span = deadline_ms - delivered_ms
-        if span > 0 and policy_ms > 0:
-            self._entries[handle] = _Entry(
-                handle, client_id, delivered_ms, deadline_ms, span, span / policy_ms
-            )
+        if span > 0:
+            self._entries[handle] = _Entry(handle, client_id, delivered_ms, deadline_ms, span)
 
     def current(self, handle: str) -> str:
         """Engine receipt for a handle (the handle itself when not tracked)."""
@@ -71,13 +71,14 @@ class RenewalTable:
     def due(self, now_ms: int) -> list[tuple[str, str, int]]:
         """(handle, receipt, policy ms to ask for) to extend now; forgets finished entries."""
         result: list[tuple[str, str, int]] = []
+        bound_ms = self._time.real_ms(self._bound_ms)
         for handle, entry in list(self._entries.items()):
-            end_ms = entry.delivered_ms + int(self._bound_ms * entry.scale)
+            end_ms = entry.delivered_ms + bound_ms
             if entry.deadline_ms >= end_ms or now_ms >= entry.deadline_ms:
                 del self._entries[handle]
                 continue
             if entry.deadline_ms - now_ms <= entry.span_ms // 2:
-                left = int((end_ms - now_ms) / entry.scale)
+                left = self._time.policy_ms(end_ms - now_ms)
                 result.append((handle, entry.receipt, min(self._extend_ms, left)))
         return result
 

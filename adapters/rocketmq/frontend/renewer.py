@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from gateway.engine.api import SettleAction, SettleGuard, Settlement, SettleResult
+from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError, PermissionDenied
 
 from . import codec
-from .engine_port import EnginePort
 from .renewal import RenewalTable
 
 log = structlog.get_logger(__name__)
@@ -29,15 +29,15 @@ class Renewer:
         self, engine: EnginePort, extend_ms: int, consume_bound_ms: int, interval_ms: int
     ) -> None:
         self._engine = engine
-        self._table = RenewalTable(extend_ms, consume_bound_ms)
+        self._table = RenewalTable(extend_ms, consume_bound_ms, engine.time)
         self._interval_ms = interval_ms
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
-    def track(self, receipt: str, client_id: str, deadline_ms: int, policy_ms: int) -> None:
+    def track(self, receipt: str, client_id: str, deadline_ms: int) -> None:
         """Keep a push delivery invisible while the client works on it."""
-        self._table.add(receipt, client_id, self._engine.now_ms(), deadline_ms, policy_ms)
+        self._table.add(receipt, client_id, self._engine.now_ms(), deadline_ms)
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())

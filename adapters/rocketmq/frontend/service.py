@@ -23,11 +23,11 @@ from gateway.engine.api import (
     SettleResult,
     SubscriptionSpec,
 )
+from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError, PermissionDenied, Unauthenticated
 
 from . import codec, topology
 from .auth import Authenticator
-from .engine_port import EnginePort
 from .renewer import Renewer
 from .settings import ORDERLY_UNLIMITED_ATTEMPTS, FrontendSettings
 from .validation import Limits, RequestChecks
@@ -259,7 +259,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if kind == codec.PUSH:
             owner = self._renewal_owner(context, client_id)
             for delivery in deliveries:
-                self._renewer.track(delivery.receipt, owner, delivery.deadline_ms, shown_ms)
+                self._renewer.track(delivery.receipt, owner, delivery.deadline_ms)
         now_ms = self._engine.now_ms()
         yield service_pb2.ReceiveMessageResponse(status=codec.status())
         stamp = service_pb2.ReceiveMessageResponse()

@@ -1,0 +1,62 @@
+"""The message properties the gateway reserves for itself: every `x-gateway-*` name, in one place.
+
+The engine, the dialects and the back ends write and read these on the messages they move; a
+consumer never sees them (`visible_properties`), and a client cannot set them through a front
+end that hides them. A back end whose broker cannot carry a name as it is maps it on the way out
+and back (by `RESERVED_PREFIX`), so the names here are the ones every layer speaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+RESERVED_PREFIX = "x-gateway-"
+"""Every property whose name starts with this belongs to the gateway."""
+
+# Written by the engine on the copies it makes.
+ORIGIN_TOPIC = "x-gateway-origin-topic"
+"""The topic a message was first published to, kept on its retry and dead-letter copies."""
+DEAD_REASON = "x-gateway-dead-letter-reason"
+"""Why a dead letter was dead-lettered (the decision's reason)."""
+DEAD_AT = "x-gateway-dead-lettered-ms"
+"""When a dead letter was dead-lettered, in wall-clock ms."""
+
+# Written by back ends that keep the gateway's counters and times as message headers.
+ATTEMPT = "x-gateway-attempt"
+"""Deliveries the message had before this copy was published."""
+RETRIES = "x-gateway-retries"
+"""Failures counted against the policy's max retries before this copy was published."""
+PUBLISH_MS = "x-gateway-publish-ms"
+"""The message's first publish time, in wall-clock ms."""
+DELIVER_AT_MS = "x-gateway-deliver-at-ms"
+"""The time before which the copy is not delivered, in wall-clock ms."""
+
+# Written by a dialect on dead-letter copies routed through a broker's dead-letter route.
+DEATH_REASON = "x-gateway-death-reason"
+"""The reason on a dead-letter copy, for consumers of the dead-letter destination."""
+ORIGINAL_QUEUE = "x-gateway-original-queue"
+"""The topic (queue) a dead-letter copy came from."""
+DEAD_LETTER_ROUTE = "x-gateway-dlx-routing-key"
+"""On a dead-letter copy: publish it through the destination's dead-letter route with this
+routing key. A back end with such routes honours it and does not store it; other back ends keep
+it as a reserved property."""
+
+RESERVED = frozenset({
+    ORIGIN_TOPIC, DEAD_REASON, DEAD_AT, ATTEMPT, RETRIES, PUBLISH_MS, DELIVER_AT_MS,
+    DEATH_REASON, ORIGINAL_QUEUE, DEAD_LETTER_ROUTE,
+})
+"""The reserved names the gateway writes today (any `x-gateway-` name is reserved)."""
+
+
+def is_reserved(name: str) -> bool:
+    """True for a name the gateway keeps to itself."""
+    return name.startswith(RESERVED_PREFIX)
+
+
+def visible_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
+    """The properties a consumer sees: the reserved ones left out (the same mapping when it has
+    none of them; only copies made by the engine do)."""
+    for k in properties:
+        if k.startswith(RESERVED_PREFIX):
+            return {k: v for k, v in properties.items() if not k.startswith(RESERVED_PREFIX)}
+    return properties

@@ -1,0 +1,244 @@
+"""The engine's state and the helpers every part of it shares.
+
+The engine is one object built in layers, one module each (each layer sees the ones below it):
+
+* `base` (here): the tables (subscriptions, deliveries in flight, timer keys), the time base,
+  receipts, arming deadlines, telling observers, carrying out a batch's back-end work;
+* `settling`: settle, ack, and carrying out the state machine's decisions;
+* `expiry`: deadlines that pass and broadcast groups left idle;
+* `delivering`: subscriptions, push dispatch and pull receives;
+* `engine`: lifecycle, publishing and the read-only queries (`gateway.engine.port`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import structlog
+
+from gateway.backend import Backend, Lease, OutMessage, Release
+from gateway.core.machine import REDELIVER, Decision
+from gateway.core.policy import RetryPolicy
+from gateway.core.record import Record
+from gateway.core.registry import Registry
+from gateway.core.states import INFLIGHT, WAITING_RETRY, State
+from gateway.engine.api import SubscriptionSpec
+from gateway.engine.clock import Clock, TimeBase
+from gateway.engine.config import EngineConfig
+from gateway.engine.dispatch import InFlight, Subscription
+from gateway.engine.observe import Observer, Observers, Tally, Transition
+from gateway.engine.timers import TimerService
+from gateway.errors import NotFound
+from gateway.limits import check_name
+
+log = structlog.get_logger("gateway.engine")
+
+RECEIPT_POOL = 1024
+"""Receipts' random parts drawn per call to the system's random source."""
+
+
+class Batch:
+    """Back-end work collected while settling, done in as few calls as possible."""
+
+    def __init__(self) -> None:
+        self.copies: dict[str, list[OutMessage]] = defaultdict(list)
+        self.acks: list[Lease] = []
+        self.releases: list[Release] = []
+
+    def empty(self) -> bool:
+        return not (self.copies or self.acks or self.releases)
+
+
+class EngineBase:
+    """The engine's state and shared helpers (see the module docstring for the layers)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        registry: Registry,
+        clock: Clock,
+        config: EngineConfig | None = None,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        self.backend = backend
+        """The back end (the engine's own: callers use the engine's methods)."""
+        self._registry = registry
+        self.clock = clock
+        self._config = config or EngineConfig()
+        self._time = TimeBase(clock, self._config.time_scale)
+        self.observers = Observers(observers)
+        self.subscriptions: dict[tuple[str, str], Subscription] = {}
+        """By (topic, group): the engine's own table (callers use `group_state`)."""
+        self.inflight: dict[str, InFlight] = {}
+        """By receipt: the engine's own table (callers use `unsettled`, `unsettled_count`)."""
+        self._timer_receipts: dict[int, str] = {}
+        self._expiring: dict[int, Subscription] = {}
+        """Broadcast consumers' own groups waiting to be dropped, by timer key."""
+        self._counter = itertools.count(1)
+        self._random: list[str] = []
+        self._epoch = secrets.token_hex(4)
+        self.timers = TimerService(clock, self._on_due)
+        """The one timer structure (callers use `pending_timers`, `run_due_timers`)."""
+        self._accepting = True
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._known_topics: set[str] = set(self._config.topics)
+        self._tally: Tally | None = None
+        """While a batch is carried out: its transition counts, given to the counting observers
+        once at its end (see `_counted`)."""
+        self._trace: Any = log.bind()
+        """The logger bound once (not per transition), for the per-transition debug line."""
+        self._trace_debug = debug_enabled(self._trace)
+
+    @property
+    def registry(self) -> Registry:
+        """The policies, naming schemes and dialects the engine was given."""
+        return self._registry
+
+    @property
+    def config(self) -> EngineConfig:
+        """The engine's settings."""
+        return self._config
+
+    @property
+    def time(self) -> TimeBase:
+        """Real time and policy time, and the one conversion between them."""
+        return self._time
+
+    @property
+    def accepting(self) -> bool:
+        """False once the engine stops dispatching (drain or shutdown)."""
+        return self._accepting
+
+    def now_ms(self) -> int:
+        """The engine's clock: real wall-clock ms."""
+        return self.clock.now_ms()
+
+    def _on_due(self, keys: list[int]) -> None:
+        """Timer keys whose deadlines passed (`expiry` carries them out)."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------- validation
+    def policy_for(self, spec: SubscriptionSpec) -> RetryPolicy:
+        """The validated policy a subscription gets."""
+        check_name("topic", spec.topic)
+        check_name("group", spec.group)
+        options = spec.options
+        if spec.broadcast:
+            options = dict(options)
+            options.setdefault("broadcast", "true")
+        return self._registry.policy(spec.policy, options, spec.naming, spec.consumer_type.value)
+
+    async def _check_topic(self, topic: str) -> None:
+        if self._config.auto_create or topic in self._known_topics:
+            return
+        self._known_topics.update(await self.backend.topics())
+        if topic not in self._known_topics:
+            raise NotFound(f"topic {topic!r} does not exist and auto-create is off")
+
+    # ------------------------------------------------------------- receipts
+    def _new_receipt(self) -> tuple[int, str]:
+        n = next(self._counter)
+        if not self._random:
+            # One draw of random bytes serves many receipts.
+            pool = secrets.token_hex(4 * RECEIPT_POOL)
+            self._random = [pool[i:i + 8] for i in range(0, len(pool), 8)]
+        return n, f"{self._epoch}.{n}.{self._random.pop()}"
+
+    def _arm(self, n: int, receipt: str, record: Record, now: int, real: int) -> int:
+        """Schedule a delivery's deadline under timer key `n`; its real time (0: none). `now`
+        and `real` are the batch's policy and real times."""
+        if not record.deadline_ms:
+            return 0
+        deadline = real + self._time.real_ms(record.deadline_ms - now)
+        self._timer_receipts[n] = receipt
+        self.timers.schedule(deadline, n)
+        return deadline
+
+    def _disarm(self, inf: InFlight) -> None:
+        """Cancel the deadline of a delivery that is settled (or moves on under a new receipt),
+        so settled deliveries do not keep timer entries until their deadlines."""
+        n = inf.timer
+        if n:
+            self.timers.cancel(n)
+            self._timer_receipts.pop(n, None)
+
+    async def _flush(self, batch: Batch) -> None:
+        if batch.empty():
+            return
+        if batch.copies:
+            await asyncio.gather(
+                *(self.backend.publish(topic, msgs) for topic, msgs in batch.copies.items())
+            )
+        if batch.acks:
+            await self.backend.ack(batch.acks)
+        if batch.releases:
+            await self.backend.release(batch.releases)
+
+    # ------------------------------------------------------------ observers
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        """Within the block, transitions are counted in one dict, handed to the counting
+        observers at its end. A batch that starts while this one awaits takes the dict's place;
+        this one's later transitions then go into that batch's dict, or are counted one by one
+        once it has ended: each is counted once."""
+        tally: Tally = {}
+        self._tally = tally
+        try:
+            yield
+        finally:
+            if self._tally is tally:
+                self._tally = None
+            if tally:
+                self.observers.count_all(tally)
+
+    def _emit(self, inf: InFlight, before: State, decision: Decision, ts_ms: int) -> None:
+        """Tell observers (and the debug log) about a state change made at real time `ts_ms`.
+        Nothing is built when nobody listens."""
+        record = decision.record
+        to_state = record.state
+        outcome = decision.outcome
+        if before is to_state and outcome is not REDELIVER:
+            return
+        observers = self.observers
+        full = observers.full or self._trace_debug
+        if not full and not observers.counters:
+            return
+        policy = inf.sub.policy
+        if outcome is REDELIVER and to_state is INFLIGHT:
+            to_state = WAITING_RETRY
+        to_name: str = to_state._value_
+        if observers.counters:
+            tally = self._tally
+            if tally is None:
+                observers.count(to_name, record.topic, record.group, policy.name, record.attempt)
+            else:
+                key = (to_name, record.topic, record.group, policy.name, record.attempt)
+                tally[key] = tally.get(key, 0) + 1
+        if not full:
+            return
+        transition = Transition(
+            ts_ms, policy.dialect, policy.name, self._config.backend_name, record.topic,
+            record.group, record.message_id, record.attempt, before._value_, to_name,
+            decision.delay_ms, decision.reason, decision.destination or "",
+        )
+        if self._trace_debug:
+            self._trace.debug("transition", message_id=record.message_id, topic=record.topic,
+                              group=record.group, attempt=record.attempt, state=to_name)
+        observers.emit_full(transition)
+
+
+def debug_enabled(logger: Any) -> bool:
+    """False only when the bound logger surely drops debug lines (structlog's level filter)."""
+    is_enabled = getattr(logger, "is_enabled_for", None)
+    if is_enabled is None:
+        return True
+    try:
+        return bool(is_enabled(10))
+    except Exception:  # an unexpected logger: keep logging
+        return True

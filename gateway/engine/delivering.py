@@ -1,0 +1,316 @@
+"""Delivering: subscriptions and their push consumers, the dispatch loop, and pull receives."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from dataclasses import replace
+
+import structlog
+
+from gateway.backend import Lease, Release, StoredMessage
+from gateway.core import events as ev
+from gateway.core.machine import decide
+from gateway.core.policy import RetryPolicy
+from gateway.core.properties import ORIGIN_TOPIC, visible_properties
+from gateway.core.record import Record
+from gateway.core.states import READY, WAITING_RETRY
+from gateway.engine.api import Delivery, SubscriptionSpec
+from gateway.engine.base import Batch
+from gateway.engine.dispatch import (
+    Consumer,
+    InFlight,
+    Subscription,
+    matches_all,
+    matches_tag,
+    wait_any,
+)
+from gateway.engine.expiry import Expiring
+from gateway.errors import GatewayError, InvalidArgument, Unavailable
+from gateway.limits import MAX_RECEIVE, MAX_WAIT_MS
+
+log = structlog.get_logger("gateway.engine")
+
+DEFAULT_INVISIBLE_MS = 30_000
+"""A receive that chooses no invisible duration under a policy where each receive chooses one
+gets this one, within the policy's range."""
+
+
+class Delivering(Expiring):
+    """Subscriptions, push consumers and pull receives."""
+
+    # ---------------------------------------------------------- subscribing
+    def _subscription(
+        self, spec: SubscriptionSpec, policy: RetryPolicy, anonymous: bool
+    ) -> Subscription:
+        group = spec.group
+        own = policy.retries_enabled is False and bool(spec.consumer_id)
+        if own:
+            group = f"{spec.group}#{spec.consumer_id}"
+        key = (spec.topic, group)
+        sub = self.subscriptions.get(key)
+        if sub is None:
+            sub = Subscription(spec=spec, policy=policy, group=group, own_group=own,
+                               anonymous=anonymous)
+            self.subscriptions[key] = sub
+        else:
+            # The last consumer to subscribe sets the group's policy (document 000).
+            sub.spec = spec
+            sub.policy = policy
+        self._keep_group(sub)
+        return sub
+
+    async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> Consumer:
+        """A push consumer on `spec`, with `credit` to start with."""
+        if not self._accepting:
+            raise Unavailable("the gateway is shutting down")
+        policy = self.policy_for(spec)
+        await self._check_topic(spec.topic)
+        if credit < 0:
+            raise InvalidArgument("prefetch", credit, "0 or more")
+        consumer_id = spec.consumer_id or secrets.token_hex(8)
+        anonymous = policy.retries_enabled is False and not spec.consumer_id
+        if anonymous:
+            spec = replace(spec, consumer_id=consumer_id)
+        sub = self._subscription(spec, policy, anonymous)
+        consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked)
+        consumer.on_close = self._consumer_closed
+        sub.consumers.append(consumer)
+        if sub.task is None or sub.task.done():
+            sub.closed = False
+            sub.task = asyncio.ensure_future(self._dispatch_loop(sub))
+        sub.wake.set()
+        log.info("consumer opened", topic=spec.topic, group=sub.group, policy=policy.name,
+                 consumer=consumer_id)
+        return consumer
+
+    async def _consumer_closed(self, consumer: Consumer) -> None:
+        sub = consumer.sub
+        if consumer in sub.consumers:
+            sub.consumers.remove(consumer)
+        batch = Batch()
+        now, real = self._time.both()
+        for receipt in list(consumer.receipts):
+            inf = self.inflight.get(receipt)
+            if inf is None or inf.consumer is not consumer:
+                continue
+            if inf.held:
+                continue
+            try:
+                decision = decide(inf.record, ev.ConsumerLost(), inf.sub.policy, now)
+            except GatewayError:
+                continue
+            self._apply(inf, decision, batch, now, real)
+        for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
+            held.consumer = None
+        consumer.receipts.clear()
+        await self._flush(batch)
+        sub.wake.set()
+        if not sub.consumers and sub.task is not None:
+            sub.task.cancel()
+            sub.task = None
+        if not sub.consumers and sub.own_group:
+            if sub.anonymous or self._config.broadcast_idle_ms == 0:
+                await self._drop_group(sub)
+            else:
+                self._drop_later(sub)
+
+    # ------------------------------------------------------------- delivery
+    def _deliver(
+        self,
+        sub: Subscription,
+        stored: StoredMessage,
+        consumer: Consumer | None,
+        invisible_ms: int | None,
+        now: int,
+        real: int,
+    ) -> Delivery:
+        """Lease `stored` to a delivery; `now` and `real` are the batch's policy and real times."""
+        record = Record(stored.message_id, stored.properties.get(ORIGIN_TOPIC, stored.topic),
+                        sub.group, READY, stored.attempt, stored.retries, now)
+        n, receipt = self._new_receipt()
+        decision = decide(record, ev.Deliver(receipt, invisible_ms), sub.policy, now)
+        new = decision.record
+        inf = InFlight(receipt, new, stored, sub, consumer, timer=n)
+        self.inflight[receipt] = inf
+        deadline = self._arm(n, receipt, new, now, real)
+        self._emit(inf, READY, decision, real)
+        return Delivery(receipt, stored.message_id, stored.topic, new.topic, stored.body,
+                        visible_properties(stored.properties), stored.key, stored.tag,
+                        new.attempt, new.retries, deadline, stored.publish_ms,
+                        stored.deliver_at_ms, sub.group)
+
+    def _delivery(self, inf: InFlight, deadline_real: int) -> Delivery:
+        stored = inf.stored
+        return Delivery(
+            receipt=inf.receipt,
+            message_id=stored.message_id,
+            topic=stored.topic,
+            original_topic=inf.record.topic,
+            body=stored.body,
+            properties=visible_properties(stored.properties),
+            key=stored.key,
+            tag=stored.tag,
+            attempt=inf.record.attempt,
+            retries=inf.record.retries,
+            deadline_ms=deadline_real,
+            publish_ms=stored.publish_ms,
+            deliver_at_ms=stored.deliver_at_ms,
+            group=inf.sub.group,
+        )
+
+    async def _fetch(self, sub: Subscription, want: int) -> list[StoredMessage]:
+        exclude = frozenset(sub.blocked_keys) if sub.policy.blocks_queue else frozenset()
+        got: list[StoredMessage] = []
+        now = self.clock.now_ms()
+        for source in sub.sources:
+            if len(got) >= want:
+                break
+            got.extend(
+                await self.backend.fetch(source, sub.group, want - len(got), now,
+                                         exclude_keys=exclude)
+            )
+        return await self._filter(sub, got)
+
+    async def _filter(self, sub: Subscription, got: list[StoredMessage]) -> list[StoredMessage]:
+        """Drop tag-filtered messages (acked: not for this group) and, for ordered queues,
+        every message whose key already has one in flight (given back at once, in order)."""
+        blocks = sub.policy.blocks_queue
+        if not blocks and matches_all(sub.spec.tag_filter):
+            return got  # no tag filter, no ordering: every message goes out
+        keep: list[StoredMessage] = []
+        skip: list[Lease] = []
+        back: list[Release] = []
+        now = self.clock.now_ms()
+        for stored in got:
+            if not matches_tag(sub.spec.tag_filter, stored.tag):
+                skip.append(stored.lease)
+            elif sub.policy.blocks_queue and stored.key in sub.blocked_keys:
+                back.append(Release(stored.lease, now, stored.attempt, stored.retries))
+            else:
+                if sub.policy.blocks_queue:
+                    sub.blocked_keys.add(stored.key)
+                keep.append(stored)
+        if skip:
+            await self.backend.ack(skip)
+        if back:
+            await self.backend.release(back)
+        return keep
+
+    async def _dispatch_loop(self, sub: Subscription) -> None:
+        """Move visible messages to push consumers as their credit allows."""
+        backend = self.backend
+        while not sub.closed and self._accepting:
+            sub.wake.clear()
+            credit = sub.credit()
+            if credit <= 0:
+                await sub.wake.wait()
+                continue
+            try:
+                self._deliver_held(sub)
+                credit = sub.credit()
+                if credit <= 0:
+                    continue
+                got = await self._fetch(sub, min(credit, self._config.dispatch_batch))
+            except asyncio.CancelledError:
+                raise
+            except GatewayError as exc:
+                log.warning("fetch failed", topic=sub.topic, group=sub.group, error=exc.message)
+                # Try again in 0.5 s, or at once when woken (a store that healed wakes it).
+                sub.wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sub.wake.wait(), 0.5)
+                continue
+            if not got:
+                waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
+                    asyncio.ensure_future(backend.wait(s, sub.group, 1.0)) for s in sub.sources
+                ]
+                waiters.append(asyncio.ensure_future(sub.wake.wait()))
+                await wait_any(waiters)
+                continue
+            time = self._time
+            now, real = time.both()
+            live = sub.receivers()
+            with self._counted():
+                for stored in got:
+                    consumer = sub.pick(live, stored.key)
+                    if consumer is None:
+                        await backend.release([Release(stored.lease, self.clock.now_ms(),
+                                                       stored.attempt, stored.retries)])
+                        sub.blocked_keys.discard(stored.key)
+                        now, real = time.both()
+                        live = sub.receivers()
+                        continue
+                    try:
+                        delivery = self._deliver(sub, stored, consumer, None, now, real)
+                    except GatewayError as exc:
+                        log.error("delivery refused", error=exc.message,
+                                  message_id=stored.message_id)
+                        continue
+                    consumer.push(delivery)
+
+    def _deliver_held(self, sub: Subscription) -> None:
+        """Ordered retries whose interval passed go out first, to the key's consumer."""
+        while sub.held:
+            inf = sub.held[0]
+            consumer = sub.choose(inf.stored.key)
+            if consumer is None:
+                return
+            sub.held.popleft()
+            self.inflight.pop(inf.receipt, None)
+            now, real = self._time.both()
+            record = inf.record
+            if record.state is WAITING_RETRY:
+                record = decide(record, ev.RetryDue(), sub.policy, max(now, record.visible_at_ms)
+                                ).record
+            n, receipt = self._new_receipt()
+            at = max(now, record.visible_at_ms)
+            decision = decide(record, ev.Deliver(receipt), sub.policy, at)
+            new = InFlight(receipt, decision.record, inf.stored, sub, consumer, timer=n)
+            self.inflight[receipt] = new
+            deadline = self._arm(n, receipt, decision.record, now, real)
+            self._emit(new, READY, decision, real)
+            consumer.push(self._delivery(new, deadline))
+
+    # ------------------------------------------------------------------ pull
+    async def receive(
+        self,
+        spec: SubscriptionSpec,
+        max_messages: int,
+        invisible_ms: int | None,
+        wait_ms: int,
+    ) -> list[Delivery]:
+        """Pull: lease up to `max_messages`, waiting up to `wait_ms` for the first."""
+        if not self._accepting:
+            raise Unavailable("the gateway is shutting down")
+        if not 1 <= max_messages <= MAX_RECEIVE:
+            raise InvalidArgument("max_messages", max_messages, f"1..{MAX_RECEIVE}")
+        if not 0 <= wait_ms <= MAX_WAIT_MS:
+            raise InvalidArgument("wait_ms", wait_ms, f"0..{MAX_WAIT_MS} ms")
+        policy = self.policy_for(spec)
+        if policy.invisible_range_ms is not None and invisible_ms is None:
+            low, high = policy.invisible_range_ms
+            invisible_ms = min(max(DEFAULT_INVISIBLE_MS, low), high)
+        if invisible_ms is not None:
+            # Validate before anything is leased.
+            decide(Record("check", spec.topic, spec.group), ev.Deliver("check", invisible_ms),
+                   policy, self._time.policy_now())
+        await self._check_topic(spec.topic)
+        sub = self._subscription(spec, policy, anonymous=False)
+        if sub.own_group and not sub.consumers:
+            self._drop_later(sub)  # a pull consumer's own group lasts while it keeps receiving
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait_ms / 1000
+        while True:
+            got = await self._fetch(sub, max_messages)
+            if got:
+                now, real = self._time.both()
+                return [self._deliver(sub, s, None, invisible_ms, now, real) for s in got]
+            left = give_up - loop.time()
+            if left <= 0 or not self._accepting:
+                return []
+            waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
+                asyncio.ensure_future(self.backend.wait(s, sub.group, left)) for s in sub.sources
+            ]
+            await wait_any(waiters)

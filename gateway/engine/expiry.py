@@ -1,0 +1,125 @@
+"""What the engine's timers carry out: deadlines that passed, and broadcast groups left idle.
+
+Every delivery deadline (ack timeout, invisible duration, an ordered retry's interval) is a key
+in the one `TimerService`; keys from `GROUP_KEYS` up stand for broadcast consumers' own groups
+waiting to be dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+import structlog
+
+from gateway.backend import Backend
+from gateway.core import events as ev
+from gateway.core.machine import decide
+from gateway.core.registry import Registry
+from gateway.engine.base import Batch
+from gateway.engine.clock import Clock
+from gateway.engine.config import EngineConfig
+from gateway.engine.dispatch import Subscription
+from gateway.engine.observe import Observer
+from gateway.engine.settling import Settling
+from gateway.errors import GatewayError
+
+log = structlog.get_logger("gateway.engine")
+
+GROUP_KEYS = 1 << 61
+"""Timer keys from here up drop idle broadcast groups; the ones below are delivery numbers."""
+
+
+class Expiring(Settling):
+    """Deadlines and idle broadcast groups."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        registry: Registry,
+        clock: Clock,
+        config: EngineConfig | None = None,
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        super().__init__(backend, registry, clock, config, observers)
+        self._expiry_keys = itertools.count(GROUP_KEYS)
+
+    def _on_due(self, keys: list[int]) -> None:
+        if self._expiring:
+            groups = [k for k in keys if k >= GROUP_KEYS]
+            keys = [k for k in keys if k < GROUP_KEYS]
+            self._spawn(self._drop_idle(groups))
+            if not keys:
+                return
+        self._spawn(self._expire(keys))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _expire(self, keys: list[int]) -> None:
+        batch = Batch()
+        for n in keys:
+            receipt = self._timer_receipts.pop(n, None)
+            inf = self.inflight.get(receipt) if receipt else None
+            if inf is None:
+                continue
+            if inf.held:
+                inf.sub.held.append(inf)
+                inf.sub.wake.set()
+                continue
+            if not inf.record.deadline_ms:
+                continue
+            policy_now, real = self._time.both()
+            now = max(policy_now, inf.record.deadline_ms)
+            try:
+                decision = decide(inf.record, ev.DeadlinePassed(), inf.sub.policy, now)
+            except GatewayError as exc:
+                log.warning("deadline not applied", error=exc.message)
+                continue
+            self._apply(inf, decision, batch, now, real)
+        try:
+            await self._flush(batch)
+        except GatewayError as exc:
+            log.error("timeout handling failed", error=exc.message)
+
+    # ------------------------------------------------- idle broadcast groups
+    def _drop_later(self, sub: Subscription) -> None:
+        """(Re)schedule the drop of a broadcast consumer's own group after the idle period."""
+        if not sub.expiry_key:
+            sub.expiry_key = next(self._expiry_keys)
+            self._expiring[sub.expiry_key] = sub
+        self.timers.schedule(self.clock.now_ms() + self._config.broadcast_idle_ms,
+                             sub.expiry_key)
+
+    def _keep_group(self, sub: Subscription) -> None:
+        """A broadcast consumer came back before its group was dropped."""
+        if sub.expiry_key:
+            self.timers.cancel(sub.expiry_key)
+            self._expiring.pop(sub.expiry_key, None)
+            sub.expiry_key = 0
+
+    async def _drop_group(self, sub: Subscription) -> None:
+        """Forget a broadcast consumer's own group, here and in the back end, unless a consumer
+        joined it meanwhile."""
+        key = (sub.topic, sub.group)
+        if sub.consumers or self.subscriptions.get(key) is not sub:
+            return
+        del self.subscriptions[key]
+        try:
+            await self.backend.drop_group(sub.topic, sub.group)
+        except GatewayError as exc:
+            log.warning("broadcast group not dropped", topic=sub.topic, group=sub.group,
+                        error=exc.message)
+            return
+        log.info("broadcast group dropped", topic=sub.topic, group=sub.group)
+
+    async def _drop_idle(self, keys: list[int]) -> None:
+        for key in keys:
+            sub = self._expiring.pop(key, None)
+            if sub is not None and sub.expiry_key == key:
+                sub.expiry_key = 0
+                await self._drop_group(sub)

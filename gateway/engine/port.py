@@ -1,0 +1,244 @@
+"""The engine's public surface: what front ends, the admin service, metrics and the composition
+root may call. `gateway.engine.engine.Engine` satisfies every protocol here.
+
+Three audiences, three protocols:
+
+* `EnginePort`, for every front end (the gateway.v1 API and each product's protocol): publish,
+  consume (push through a `ConsumerPort`, or pull with `receive`), settle, the policy a
+  subscription gets, and the time (`time`: real time and policy time, one conversion).
+* `EngineQueries`, read-only snapshots for admin, metrics and tests: counts and views, never the
+  engine's own tables; and `admin` (`AdminPort`), the admin verbs over a group.
+* `EngineControl`, for the composition root: start, drain, stop.
+
+Front ends translate their protocol into the shapes of `gateway.engine.api` and back; they never
+touch the back end or the state machine. Errors are `gateway.errors` exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from gateway.backend.base import OutMessage
+from gateway.core.naming import NamingScheme
+from gateway.core.policy import RetryPolicy
+from gateway.core.registry import Registry
+from gateway.engine.api import (
+    DeadLetterView,
+    Delivery,
+    GroupView,
+    SettleGuard,
+    Settlement,
+    SettleResult,
+    SubscriptionSpec,
+)
+from gateway.engine.clock import TimeBase
+from gateway.engine.config import EngineConfig
+from gateway.values import value
+
+
+class ConsumerPort(Protocol):
+    """A push consumer: deliveries as its credit allows, in batches."""
+
+    @property
+    def id(self) -> str:
+        """The consumer's id (the one it subscribed with, or one the engine made up)."""
+        ...
+
+    @property
+    def group(self) -> str:
+        """The group it consumes in (a broadcast consumer's own group: `group#id`)."""
+        ...
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The policy its subscription runs under."""
+        ...
+
+    @property
+    def credit(self) -> int:
+        """Credit granted and not used yet (deliveries it may still be sent)."""
+        ...
+
+    async def next_batch(self, max_messages: int = 256) -> list[Delivery]:
+        """Wait for deliveries; `Unavailable` once the consumer is closed or the engine stops."""
+        ...
+
+    def add_credit(self, n: int) -> None:
+        """Allow `n` more deliveries (each delivery uses one)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop; unsettled deliveries are given back under the policy's rules."""
+        ...
+
+
+class EnginePort(Protocol):
+    """What every front end calls on the engine."""
+
+    @property
+    def config(self) -> EngineConfig:
+        """The engine's settings (e.g. `max_message_bytes`, the largest message it takes)."""
+        ...
+
+    @property
+    def time(self) -> TimeBase:
+        """Real time (`time.now_ms()`, the engine's clock) and policy time, and the one
+        conversion between them: durations a front end gives to or gets from the engine's
+        policies are in policy time, deadlines in real time."""
+        ...
+
+    def now_ms(self) -> int:
+        """The engine's clock: real wall-clock ms."""
+        ...
+
+    def policy_for(self, spec: SubscriptionSpec) -> RetryPolicy:
+        """The validated policy a subscription gets; bad names and options: InvalidArgument."""
+        ...
+
+    async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
+        """Append to `topic`, durably when it returns; the message ids, in order."""
+        ...
+
+    async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> ConsumerPort:
+        """A push consumer on `spec`, with `credit` to start with."""
+        ...
+
+    async def receive(
+        self, spec: SubscriptionSpec, max_messages: int, invisible_ms: int | None, wait_ms: int
+    ) -> list[Delivery]:
+        """Pull: lease up to `max_messages`, waiting up to `wait_ms` for the first (may return
+        none). `invisible_ms` (policy time) where the policy lets a receive choose it."""
+        ...
+
+    async def settle(
+        self,
+        settlements: Sequence[Settlement],
+        *,
+        atomic: bool = False,
+        guard: SettleGuard | None = None,
+    ) -> list[SettleResult]:
+        """Settle deliveries; each result says what went wrong for its item (never raises for a
+        bad receipt). With `atomic` the first bad item raises and nothing is applied. `guard`
+        (the caller's access check, None when auth is off) is asked with each delivery's
+        subscribed topic and group first; a refusal is that item's PERMISSION_DENIED."""
+        ...
+
+    async def ack(
+        self, receipts: Sequence[str], *, guard: SettleGuard | None = None
+    ) -> dict[int, SettleResult]:
+        """Ack by receipt, without a settlement or a result per item: the failures by position."""
+        ...
+
+
+@value
+class Unsettled:
+    """One delivery the engine waits on, as a snapshot."""
+
+    receipt: str
+    message_id: str
+    consumer_id: str
+    """The push consumer it went to ("" for a pull delivery)."""
+    held: bool
+    """An ordered retry the engine holds until its interval passes (not with a consumer)."""
+
+
+@value
+class GroupState:
+    """A subscription the engine runs, as a snapshot."""
+
+    topic: str
+    group: str
+    policy: RetryPolicy
+    consumers: int
+    """Push consumers open on it."""
+
+
+class AdminPort(Protocol):
+    """Admin verbs over a group (`gateway.engine.admin.GroupAdmin`)."""
+
+    async def topics(self) -> list[str]:
+        """Every topic the back end holds."""
+        ...
+
+    async def describe(self, topic: str, group: str) -> GroupView:
+        """Counts of the group's messages by state; its retry and dead-letter topics."""
+        ...
+
+    async def dead_letters(
+        self, topic: str, group: str, limit: int, after: int
+    ) -> tuple[list[DeadLetterView], int]:
+        """A page of dead letters and the position to continue after (-1 at the end)."""
+        ...
+
+    async def resend(self, topic: str, group: str, message_ids: list[str]) -> int:
+        """Publish dead letters back to their original topic as fresh messages; remove them."""
+        ...
+
+    async def purge(self, topic: str, group: str) -> int:
+        """Remove the group's ready, delayed and waiting-retry messages (not those in flight)."""
+        ...
+
+
+class EngineQueries(Protocol):
+    """Read-only views for admin, metrics and tests, and the admin verbs."""
+
+    @property
+    def admin(self) -> AdminPort:
+        """Admin verbs over a group."""
+        ...
+
+    @property
+    def registry(self) -> Registry:
+        """The policies, naming schemes and dialects the engine was given."""
+        ...
+
+    @property
+    def accepting(self) -> bool:
+        """False once the engine stops dispatching (drain or shutdown)."""
+        ...
+
+    def unsettled_count(self) -> int:
+        """Deliveries the engine waits on (held ordered retries included)."""
+        ...
+
+    def pending_timers(self) -> int:
+        """Deadlines in the engine's timer structure."""
+        ...
+
+    def unsettled(self, topic: str, group: str) -> list[Unsettled]:
+        """The deliveries of a subscription the engine waits on."""
+        ...
+
+    def group_state(self, topic: str, group: str) -> GroupState | None:
+        """The engine's subscription of `group` to `topic`, or None when it runs none."""
+        ...
+
+    def groups(self) -> list[GroupState]:
+        """Every subscription the engine runs."""
+        ...
+
+    def naming_schemes(self) -> list[NamingScheme]:
+        """Every naming scheme the registry knows."""
+        ...
+
+
+class EngineControl(EngineQueries, Protocol):
+    """The composition root's part: lifecycle and drain."""
+
+    async def start(self) -> None:
+        """Open the back end and start the timers."""
+        ...
+
+    async def stop_dispatch(self) -> None:
+        """No new deliveries from now on; settles are still accepted."""
+        ...
+
+    async def close(self) -> None:
+        """Stop everything and close the back end."""
+        ...
+
+    async def run_due_timers(self) -> None:
+        """Carry out every deadline the clock has reached now, and wait until that is done
+        (tests on a manual clock)."""
+        ...

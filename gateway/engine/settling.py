@@ -1,0 +1,229 @@
+"""Settling deliveries: the state machine decides, the engine carries the decisions out.
+
+A settle batch is decided item by item at one time reading, its table changes are made at once,
+and its back-end work (acks, releases, retry and dead-letter copies) goes out in a few calls at
+its end (`Batch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.backend import OutMessage, Release
+from gateway.core import events as ev
+from gateway.core.machine import (
+    COMMIT,
+    DEAD_LETTER,
+    DISCARD,
+    EXTEND,
+    NO_CHANGE,
+    REDELIVER,
+    RETRY,
+    Decision,
+    decide,
+)
+from gateway.core.properties import DEAD_AT, DEAD_REASON, ORIGIN_TOPIC
+from gateway.engine.api import ACK, SettleAction, SettleGuard, Settlement, SettleResult
+from gateway.engine.base import Batch, EngineBase
+from gateway.engine.dispatch import InFlight
+from gateway.errors import GatewayError, InvalidArgument, StaleReceipt
+
+_Decided = tuple[Settlement, InFlight, Decision, int, str]
+"""A settlement, its delivery, the decision, and for EXTEND the new timer key and receipt."""
+
+
+class Settling(EngineBase):
+    """Settle and ack; carrying out decisions (also those of deadlines and lost consumers)."""
+
+    async def settle(
+        self, settlements: Sequence[Settlement], *, atomic: bool = False,
+        guard: SettleGuard | None = None,
+    ) -> list[SettleResult]:
+        """Settle deliveries. Each result says what went wrong for its item; with `atomic` the
+        first bad item raises its error and nothing is applied. `guard` (the caller's access
+        check, None when auth is off) is asked about each delivery's topic and group first."""
+        batch = Batch()
+        results: list[SettleResult] = []
+        now, real = self._time.both()
+        # Atomic: every item is decided before any is applied, and the first bad one raises.
+        decided = self._decide_all(settlements, now, guard) if atomic else None
+        with self._counted():
+            for i, item in enumerate(settlements):
+                try:
+                    one = decided[i] if decided is not None else self._decide(item, now, guard)
+                    results.append(self._carry_out(*one, batch, now, real))
+                except GatewayError as exc:
+                    results.append(SettleResult(item.receipt, False, exc.code, exc.message))
+        try:
+            await self._flush(batch)
+        except GatewayError as exc:
+            return [
+                r if not r.ok else SettleResult(r.receipt, False, exc.code, exc.message)
+                for r in results
+            ]
+        return results
+
+    async def ack(
+        self, receipts: Sequence[str], *, guard: SettleGuard | None = None
+    ) -> dict[int, SettleResult]:
+        """Ack deliveries by receipt: what `settle` does with ACK settlements, without building
+        a settlement or a result for each. Returns the failures by position in `receipts`."""
+        batch = Batch()
+        failed: dict[int, SettleResult] = {}
+        now, real = self._time.both()
+        inflight = self.inflight
+        with self._counted():
+            for i, receipt in enumerate(receipts):
+                inf = inflight.get(receipt)
+                try:
+                    if inf is None or inf.held:
+                        raise StaleReceipt(receipt)
+                    if guard is not None:
+                        guard(inf.sub.spec.topic, inf.sub.spec.group)
+                    decision = decide(inf.record, ev.Ack(receipt), inf.sub.policy, now)
+                    self._apply(inf, decision, batch, now, real)
+                except GatewayError as exc:
+                    failed[i] = SettleResult(receipt, False, exc.code, exc.message)
+        try:
+            await self._flush(batch)
+        except GatewayError as exc:
+            return {i: failed.get(i) or SettleResult(r, False, exc.code, exc.message)
+                    for i, r in enumerate(receipts)}
+        return failed
+
+    def _decide_all(
+        self, settlements: Sequence[Settlement], now: int, guard: SettleGuard | None
+    ) -> list[_Decided]:
+        seen: set[str] = set()
+        decided: list[_Decided] = []
+        for item in settlements:
+            if item.receipt in seen:
+                raise StaleReceipt(item.receipt)
+            seen.add(item.receipt)
+            decided.append(self._decide(item, now, guard))
+        return decided
+
+    def _event(self, item: Settlement) -> tuple[ev.Event, int, str]:
+        match item.action:
+            case SettleAction.ACK:
+                return ev.Ack(item.receipt), 0, ""
+            case SettleAction.FAIL:
+                return ev.Fail(item.receipt, item.delay_ms, item.delay_level, item.reason), 0, ""
+            case SettleAction.DEAD_LETTER:
+                return ev.DeadLetterNow(item.receipt, item.reason), 0, ""
+            case SettleAction.EXTEND:
+                if item.invisible_ms is None:
+                    raise InvalidArgument("invisible_ms", None, "required to change it")
+                n, receipt = self._new_receipt()
+                return ev.Extend(item.receipt, item.invisible_ms, receipt), n, receipt
+        raise InvalidArgument("action", item.action, "ack, fail, extend or dead_letter")
+
+    def _decide(self, item: Settlement, now: int, guard: SettleGuard | None) -> _Decided:
+        """What settling `item` would do; nothing changes yet."""
+        inf = self.inflight.get(item.receipt)
+        if inf is None or inf.held:
+            raise StaleReceipt(item.receipt)
+        if guard is not None:
+            guard(inf.sub.spec.topic, inf.sub.spec.group)
+        if item.action is ACK:
+            event: ev.Event = ev.Ack(item.receipt)
+            new_n, new_receipt = 0, ""
+        else:
+            event, new_n, new_receipt = self._event(item)
+        return item, inf, decide(inf.record, event, inf.sub.policy, now), new_n, new_receipt
+
+    def _carry_out(
+        self,
+        item: Settlement,
+        inf: InFlight,
+        decision: Decision,
+        new_n: int,
+        new_receipt: str,
+        batch: Batch,
+        now: int,
+        real: int,
+    ) -> SettleResult:
+        self._apply(inf, decision, batch, now, real)
+        if decision.outcome is EXTEND:
+            moved = self.inflight[new_receipt]
+            moved.timer = new_n
+            deadline = self._arm(new_n, new_receipt, moved.record, now, real)
+            return SettleResult(item.receipt, True, new_receipt=new_receipt, deadline_ms=deadline)
+        return SettleResult(item.receipt, True)
+
+    def _apply(
+        self, inf: InFlight, decision: Decision, batch: Batch, now: int, real: int
+    ) -> None:
+        """Carry out a decision: update tables now, queue back-end work in `batch`. `now` and
+        `real` are the batch's policy and real times."""
+        before = inf.record.state
+        record = decision.record
+        stored = inf.stored
+        sub = inf.sub
+        policy = sub.policy
+        outcome = decision.outcome
+        self._emit(inf, before, decision, real)
+        if outcome is NO_CHANGE:
+            return
+        self._disarm(inf)
+        if outcome is EXTEND:
+            self.inflight.pop(inf.receipt, None)
+            moved = InFlight(record.receipt, record, stored, sub, inf.consumer)
+            self.inflight[record.receipt] = moved
+            if inf.consumer is not None:
+                inf.consumer.receipts.discard(inf.receipt)
+                inf.consumer.receipts.add(record.receipt)
+            return
+        self.inflight.pop(inf.receipt, None)
+        if inf.consumer is not None:
+            inf.consumer.settled(inf.receipt)
+        if outcome is REDELIVER and policy.blocks_queue and inf.consumer is not None:
+            self._hold(inf, decision)
+            return
+        if policy.blocks_queue:
+            sub.blocked_keys.discard(stored.key)
+            sub.wake.set()
+        if outcome is COMMIT or outcome is DISCARD:
+            batch.acks.append(stored.lease)
+            return
+        if outcome is REDELIVER:
+            batch.releases.append(
+                Release(stored.lease, real + self._time.real_ms(decision.delay_ms),
+                        record.attempt, record.retries)
+            )
+            return
+        dialect = self._registry.dialect(policy.dialect)
+        props = dict(stored.properties)
+        props.setdefault(ORIGIN_TOPIC, record.topic)
+        if outcome is RETRY and decision.destination:
+            copy = dialect.retry_properties(
+                props, topic=record.topic, retry_topic=decision.destination,
+                message_id=record.message_id, retries=record.retries,
+            )
+            batch.copies[decision.destination].append(
+                OutMessage(stored.body, copy, stored.key, stored.tag,
+                           real + self._time.real_ms(decision.delay_ms), record.message_id,
+                           record.attempt, record.retries)
+            )
+            batch.acks.append(stored.lease)
+        elif outcome is DEAD_LETTER and decision.destination:
+            copy = dialect.dead_letter_properties(
+                props, topic=record.topic, dead_letter_topic=decision.destination,
+                message_id=record.message_id, retries=record.retries, reason=decision.reason,
+            )
+            copy[DEAD_REASON] = decision.reason
+            copy[DEAD_AT] = str(real)
+            batch.copies[decision.destination].append(
+                OutMessage(stored.body, copy, stored.key, stored.tag, 0, record.message_id,
+                           record.attempt, record.retries)
+            )
+            batch.acks.append(stored.lease)
+
+    def _hold(self, inf: InFlight, decision: Decision) -> None:
+        """Ordered queue: keep the failed message (and its key blocked) until its retry is due."""
+        n, receipt = self._new_receipt()
+        held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer,
+                        held=True, timer=n)
+        self.inflight[receipt] = held
+        self._timer_receipts[n] = receipt
+        self.timers.schedule(self._time.real_after(decision.delay_ms), n)
