@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
-    from gateway.engine.engine import Engine
+    from gateway.engine.port import EnginePort
     from gateway.server.auth import Authorizer
 
 DISTRIBUTION = "retry-gateway"
@@ -150,7 +150,7 @@ ListenerCheck = Callable[[str, str], tuple[str, int]]
 class Host:
     """What the composition root offers a product's front end."""
 
-    engine: Engine
+    engine: EnginePort
     authorizer: Authorizer | None
     """Who may do what; None while authentication is off."""
     max_message_bytes: int
