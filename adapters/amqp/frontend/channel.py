@@ -165,8 +165,8 @@ class Channel:
             else:
                 self.flow.clear()
             self.conn.send(self.number, commands.Channel.FlowOk(active=method.active))
-        elif isinstance(method, commands.Channel.FlowOk):
-            return
+        elif isinstance(method, commands.Channel.FlowOk | commands.Basic.CancelOk):
+            return  # answers to a flow or a consumer cancel the server sent
         elif isinstance(method, commands.Channel.Close):
             self.closing = True
             self._enqueue(method)  # after what is queued: then tear down and answer

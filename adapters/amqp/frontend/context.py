@@ -104,10 +104,15 @@ class Context:
         await self.journal.append(changes if isinstance(changes, list) else [changes])
 
     async def is_topic(self, name: str) -> bool:
-        """Whether `name` is a gateway topic (it holds messages or has a subscription), for
-        the default exchange: a message routed to a name that is neither a declared queue nor
-        a topic is unroutable, as RabbitMQ's default exchange does with unknown queues."""
-        if name in self.topology.queues or name in self._topics:
+        """Whether `name` is a queue to AMQP clients: a declared queue, or a gateway topic (it
+        holds messages or has a subscription) that was not deleted over AMQP. Through the
+        default exchange, a message to a name that is neither is unroutable, as RabbitMQ's
+        default exchange does with unknown queues."""
+        if name in self.topology.queues:
+            return True
+        if name in self.topology.tombstones:
+            return False
+        if name in self._topics:
             return True
         if any(g.topic == name for g in self.queries.groups()):
             self._topics.add(name)

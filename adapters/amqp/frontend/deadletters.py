@@ -143,11 +143,16 @@ class DeadLetterRouter:
                 typed = table_from_text(props[messages.TYPED])
         deaths = typed.get("x-death")
         deaths = list(deaths) if isinstance(deaths, list) else []
-        deaths.insert(0, {
+        death: dict[str, object] = {
             "count": 1, "reason": reason, "queue": queue.name,
             "time": datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0),
             "exchange": props.get(messages.EXCHANGE, ""), "routing-keys": [original_key],
-        })
+        }
+        # As RabbitMQ: a dead letter does not expire again; its TTL is kept in x-death.
+        expiration = props.pop(messages.TEXT_PROPERTIES["expiration"], None)
+        if expiration is not None:
+            death["original-expiration"] = expiration
+        deaths.insert(0, death)
         typed["x-death"] = deaths
         props["x-death"] = as_text(deaths)
         props.setdefault(FIRST_DEATH_REASON, reason)

@@ -38,6 +38,7 @@ BUILTIN = {"amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC,
 MAX_QUEUES = 10_000
 MAX_EXCHANGES = 10_000
 MAX_BINDINGS = 100_000
+MAX_TOMBSTONES = 10_000
 Change = dict[str, Any]
 """One change to a durable entity, as the journal keeps it (JSON)."""
 
@@ -101,6 +102,9 @@ class Topology:
         }
         self.queues: dict[str, Queue] = {}
         self.binding_count = 0
+        self.tombstones: dict[str, None] = {}
+        """Queues deleted over AMQP (oldest first): their topics may still hold messages for
+        other groups, but they are no queue to AMQP clients until declared again."""
 
     # ------------------------------------------------------------------ lookups
     def exchange(self, name: str) -> Exchange:
@@ -199,6 +203,7 @@ class Topology:
         queue = Queue(name, durable, auto_delete, dict(arguments), settings,
                       owner=connection if exclusive else None, declared_by=principal)
         self.queues[name] = queue
+        self.tombstones.pop(name, None)
         if not durable or exclusive:
             return queue, None
         return queue, {"op": "queue", "name": name, "auto_delete": auto_delete,
@@ -212,13 +217,19 @@ class Topology:
         queue = self.queues.pop(name, None)
         if queue is None:
             return []
+        self._bury(name)
         changes: list[Change] = []
         for exchange in list(self.exchanges.values()):
             for binding in [b for b in exchange.bindings if b.to_queue and b.destination == name]:
                 changes.extend(self._unbind(binding))
-        if queue.durable and queue.owner is None:
-            changes.append({"op": "unqueue", "name": name})
+        changes.append({"op": "unqueue", "name": name})
         return changes
+
+    def _bury(self, name: str) -> None:
+        self.tombstones.pop(name, None)
+        self.tombstones[name] = None
+        while len(self.tombstones) > MAX_TOMBSTONES:
+            del self.tombstones[next(iter(self.tombstones))]
 
     # ------------------------------------------------------------------ bindings
     def bind(self, binding: Binding) -> Change | None:
@@ -313,8 +324,10 @@ class Topology:
             self.queues[name] = Queue(name, True, bool(change["auto_delete"]), arguments,
                                       edge.queue_settings(name, arguments),
                                       declared_by=change.get("principal", ""))
+            self.tombstones.pop(name, None)
         elif op == "unqueue":
             self.queues.pop(change["name"], None)
+            self._bury(change["name"])
         elif op == "bind":
             binding = _binding_of(change)
             source = self.exchanges.get(binding.source)
@@ -351,6 +364,7 @@ class Topology:
             for b in e.bindings:
                 if self._durable_binding(b):
                     out.append({"op": "bind", **_binding_record(b)})
+        out.extend({"op": "unqueue", "name": name} for name in self.tombstones)
         return out
 
     def _durable_binding(self, b: Binding) -> bool:
