@@ -45,8 +45,8 @@ AMQP_FRONT_END = NamingScheme(
 """The names of queues served by the gateway's AMQP 0-9-1 front end. Retries stay in the queue
 (document 001: its retry topic is never written); a dead letter goes to the queue's own
 dead-letter topic, from which the front end routes it through the queue's dead-letter exchange
-(`x-dead-letter-exchange`) to the queues bound there. The dead-letter exchange template only serves the RabbitMQ back end, which
-publishes dead letters through an exchange of its own."""
+(`x-dead-letter-exchange`) to the queues bound there. The dead-letter exchange template only
+serves the RabbitMQ back end, which publishes dead letters through an exchange of its own."""
 
 
 def dead_letter_exchange(scheme: NamingScheme, queue: str) -> str:
