@@ -265,25 +265,29 @@ class Delivering(Expiring):
     def _deliver_held(self, sub: Subscription) -> None:
         """Ordered retries whose interval passed go out first, to the key's consumer."""
         while sub.held:
-            inf = sub.held[0]
-            consumer = sub.choose(inf.stored.key)
+            consumer = sub.choose(sub.held[0].stored.key)
             if consumer is None:
                 return
-            sub.held.popleft()
-            self.inflight.pop(inf.receipt, None)
-            now, real = self._time.both()
-            record = inf.record
-            if record.state is WAITING_RETRY:
-                record = decide(record, ev.RetryDue(), sub.policy, max(now, record.visible_at_ms)
-                                ).record
-            n, receipt = self._new_receipt()
-            at = max(now, record.visible_at_ms)
-            decision = decide(record, ev.Deliver(receipt), sub.policy, at)
-            new = InFlight(receipt, decision.record, inf.stored, sub, consumer, timer=n)
-            self.inflight[receipt] = new
-            deadline = self._arm(n, receipt, decision.record, now, real)
-            self._emit(new, READY, decision, real)
-            consumer.push(self._delivery(new, deadline))
+            consumer.push(self._redeliver_held(sub, consumer))
+
+    def _redeliver_held(self, sub: Subscription, consumer: Consumer | None) -> Delivery:
+        """Deliver the first held ordered retry (its interval passed) to `consumer`, or to a pull
+        receive (None)."""
+        inf = sub.held.popleft()
+        self.inflight.pop(inf.receipt, None)
+        now, real = self._time.both()
+        record = inf.record
+        if record.state is WAITING_RETRY:
+            record = decide(record, ev.RetryDue(), sub.policy, max(now, record.visible_at_ms)
+                            ).record
+        n, receipt = self._new_receipt()
+        at = max(now, record.visible_at_ms)
+        decision = decide(record, ev.Deliver(receipt), sub.policy, at)
+        new = InFlight(receipt, decision.record, inf.stored, sub, consumer, timer=n)
+        self.inflight[receipt] = new
+        deadline = self._arm(n, receipt, decision.record, now, real)
+        self._emit(new, READY, decision, real)
+        return self._delivery(new, deadline)
 
     # ------------------------------------------------------------------ pull
     async def receive(
@@ -315,6 +319,10 @@ class Delivering(Expiring):
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ms / 1000
         while True:
+            if sub.held and not sub.consumers:
+                # Ordered retries due again go out first, before anything behind them.
+                return [self._redeliver_held(sub, None)
+                        for _ in range(min(max_messages, len(sub.held)))]
             got = await self._fetch(sub, max_messages)
             if got:
                 now, real = self._time.both()

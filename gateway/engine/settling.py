@@ -180,7 +180,8 @@ class Settling(EngineBase):
         self.inflight.pop(inf.receipt, None)
         if inf.consumer is not None:
             inf.consumer.settled(inf.receipt)
-        if outcome is REDELIVER and policy.blocks_queue and inf.consumer is not None:
+        if outcome is REDELIVER and policy.blocks_queue:
+            # Pushed or pulled alike: the key stays blocked until this retry goes out.
             self._hold(inf, decision)
             return
         if policy.blocks_queue:
