@@ -11,17 +11,13 @@ check passes).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from adapters.amqp.frontend.errors import from_gateway
+from adapters.amqp.frontend.state import ChannelState
 from adapters.amqp.frontend.topology import Queue
 from gateway.errors import GatewayError
 
-if TYPE_CHECKING:
-    from adapters.amqp.frontend.channel import Channel
 
-
-def consume(channel: Channel, queue: Queue, method: tuple[int, int]) -> None:
+def consume(channel: ChannelState, queue: Queue, method: tuple[int, int]) -> None:
     authorizer = channel.ctx.authorizer
     if authorizer is None:
         return
@@ -31,7 +27,7 @@ def consume(channel: Channel, queue: Queue, method: tuple[int, int]) -> None:
         raise from_gateway(exc, method) from None
 
 
-def read_exchange(channel: Channel, exchange: str, queue: Queue,
+def read_exchange(channel: ChannelState, exchange: str, queue: Queue,
                   method: tuple[int, int]) -> None:
     authorizer = channel.ctx.authorizer
     if authorizer is None or not exchange:
@@ -42,7 +38,7 @@ def read_exchange(channel: Channel, exchange: str, queue: Queue,
         raise from_gateway(exc, method) from None
 
 
-def exchange(channel: Channel, name: str, method: tuple[int, int]) -> None:
+def exchange(channel: ChannelState, name: str, method: tuple[int, int]) -> None:
     authorizer = channel.ctx.authorizer
     if authorizer is None:
         return

@@ -15,13 +15,13 @@ import asyncio
 import contextlib
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from pamqp import commands
 
 from adapters.amqp.frontend import framing, handlers
-from adapters.amqp.frontend.consumers import ConsumerSession, Unacked
+from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
     COMMAND_INVALID,
     INTERNAL_ERROR,
@@ -31,13 +31,11 @@ from adapters.amqp.frontend.errors import (
     AMQPError,
     from_gateway,
 )
+from adapters.amqp.frontend.ports import ConnectionPort
 from adapters.amqp.frontend.publishing import Publish, publish_batch
-from gateway.engine.api import SettleAction, Settlement
+from adapters.amqp.frontend.state import ChannelState
 from gateway.errors import GatewayError
 from gateway.limits import MAX_BATCH
-
-if TYPE_CHECKING:
-    from adapters.amqp.frontend.connection import Connection
 
 log = structlog.get_logger(__name__)
 
@@ -62,35 +60,12 @@ class _Content:
     received: int = 0
 
 
-class Channel:
-    def __init__(self, conn: Connection, number: int) -> None:
-        self.conn = conn
-        self.number = number
-        self.ctx = conn.ctx
-        self.closing = False
-        """A Channel.Close was sent or received: frames are discarded until the handshake ends."""
+class Channel(ChannelState):
+    def __init__(self, conn: ConnectionPort, ctx: Context, number: int) -> None:
+        super().__init__(conn, ctx, number)
         self._content: _Content | None = None
         self._work: deque[Any] = deque()
         self._worker: asyncio.Task[None] | None = None
-        self.confirming = False
-        self.publish_seq = 0
-        self._tag = 0
-        self.unacked: dict[int, Unacked] = {}
-        self.consumers: dict[str, ConsumerSession] = {}
-        self.retired: list[ConsumerSession] = []
-        """Cancelled consumers whose deliveries may still be acknowledged (closed with the
-        channel)."""
-        self.prefetch = 0
-        """Per-consumer prefetch for consumers started from now on (basic.qos global=false)."""
-        self.channel_prefetch = 0
-        """Unacknowledged deliveries on the whole channel (basic.qos global=true); 0: none."""
-        self.flow = asyncio.Event()
-        self.flow.set()
-        self.last_queue = ""
-        self._acks: list[str] = []
-        self._settles: list[Settlement] = []
-        self._settler: asyncio.Task[None] | None = None
-        self._rr = 0
         self._torn = False
         self._teardown_task: asyncio.Future[None] | None = None
 
@@ -153,11 +128,11 @@ class Channel:
                 raise AMQPError(NOT_IMPLEMENTED, "immediate=true", PUBLISH)
             self._content = _Content(method)
         elif isinstance(method, commands.Basic.Ack):
-            self._settle(method.delivery_tag or 0, method.multiple, None, (60, 80))
+            self.settle_tags(method.delivery_tag or 0, method.multiple, None, (60, 80))
         elif isinstance(method, commands.Basic.Nack):
-            self._settle(method.delivery_tag or 0, method.multiple, method.requeue, (60, 120))
+            self.settle_tags(method.delivery_tag or 0, method.multiple, method.requeue, (60, 120))
         elif isinstance(method, commands.Basic.Reject):
-            self._settle(method.delivery_tag or 0, False, method.requeue, (60, 90))
+            self.settle_tags(method.delivery_tag or 0, False, method.requeue, (60, 90))
         elif isinstance(method, commands.Channel.Flow):
             if method.active:
                 self.flow.set()
@@ -232,96 +207,6 @@ class Channel:
         if reply is not None and not getattr(method, "nowait", False):
             self.send(reply)
 
-    def send(self, method: Any) -> None:
-        self.conn.send(self.number, method)
-
-    # ------------------------------------------------------------------ deliveries
-    def next_tag(self) -> int:
-        self._tag += 1
-        return self._tag
-
-    def _settle(self, tag: int, multiple: bool, requeue: bool | None,
-                method: tuple[int, int]) -> None:
-        """Ack (`requeue` None), or nack / reject: requeue=true is a failure retried after the
-        queue's interval (document 001); requeue=false dead-letters at once."""
-        taken = self._take(tag, multiple, method)
-        for unacked in taken:
-            if unacked.session is not None:
-                unacked.session.held -= 1
-            if not unacked.receipt:
-                continue  # a no-ack delivery: nothing to settle
-            if requeue is None:
-                self._acks.append(unacked.receipt)
-            elif requeue:
-                self._settles.append(Settlement(unacked.receipt, SettleAction.FAIL))
-            else:
-                self._settles.append(Settlement(unacked.receipt, SettleAction.DEAD_LETTER,
-                                                reason="rejected"))
-        if self._settler is None or self._settler.done():
-            self._settler = asyncio.ensure_future(self._settle_pending())
-        self.top_up()
-
-    def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
-        unacked = self.unacked
-        if multiple:
-            tags = [t for t in unacked if t <= tag] if tag else list(unacked)
-            if not tags and tag:
-                raise AMQPError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
-            return [unacked.pop(t) for t in tags]
-        found = unacked.pop(tag, None)
-        if found is None:
-            raise AMQPError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
-        return [found]
-
-    async def _settle_pending(self) -> None:
-        engine = self.ctx.engine
-        guard = self.conn.settle_guard
-        while self._acks or self._settles:
-            acks, self._acks = self._acks, []
-            settles, self._settles = self._settles, []
-            try:
-                if acks:
-                    failed = await engine.ack(acks, guard=guard)
-                    for result in failed.values():
-                        log.debug("amqp ack not applied", error=result.error)
-                if settles:
-                    for result in await engine.settle(settles, guard=guard):
-                        if not result.ok:
-                            log.debug("amqp settle not applied", error=result.error)
-            except GatewayError as exc:
-                # Not settled: the deliveries time out and come again (at least once).
-                log.warning("amqp settle failed", error=exc.message)
-
-    def release_later(self, receipts: list[str]) -> None:
-        """Give deliveries back unprocessed (no failure counted)."""
-        self.settle_later([], [Settlement(r, SettleAction.RELEASE) for r in receipts])
-
-    def settle_later(self, acks: list[str], settlements: list[Settlement]) -> None:
-        """Acks and settlements for the settler (no-ack deliveries, expired messages)."""
-        if not acks and not settlements:
-            return
-        self._acks.extend(acks)
-        self._settles.extend(settlements)
-        if self._settler is None or self._settler.done():
-            self._settler = asyncio.ensure_future(self._settle_pending())
-
-    def top_up(self) -> None:
-        """Give consumers engine credit as far as their prefetch and the channel's allow."""
-        if self.closing or not self.flow.is_set() or not self.consumers:
-            return
-        sessions = list(self.consumers.values())
-        room = None
-        if self.channel_prefetch:
-            room = self.channel_prefetch - len(self.unacked) - sum(s.credit for s in sessions)
-        start = self._rr = (self._rr + 1) % len(sessions)
-        for session in sessions[start:] + sessions[:start]:
-            want = session.want()
-            grant = want if room is None else min(want, room)
-            if grant > 0:
-                session.grant(grant)
-                if room is not None:
-                    room -= grant
-
     # ------------------------------------------------------------------ closing
     def close_with(self, exc: AMQPError) -> None:
         """Close this channel for a soft error."""
@@ -360,9 +245,8 @@ class Channel:
         pulled = [u.receipt for u in self.unacked.values() if u.session is None and u.receipt]
         self.unacked.clear()
         self.release_later(pulled)
-        if self._settler is not None:
-            with contextlib.suppress(Exception):
-                await self._settler
+        with contextlib.suppress(Exception):
+            await self.settled()
 
 
 def _ids(method: Any) -> tuple[int, int]:

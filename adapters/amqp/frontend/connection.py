@@ -34,6 +34,7 @@ from adapters.amqp.frontend.errors import (
     short,
 )
 from adapters.amqp.frontend.framing import FrameReader
+from adapters.amqp.frontend.queues import drop_exclusive
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
@@ -148,8 +149,6 @@ class Connection(asyncio.Protocol):
             for channel in list(self.channels.values()):
                 await channel.tear_down()
             self.channels.clear()
-            from adapters.amqp.frontend.queues import drop_exclusive
-
             await drop_exclusive(self.ctx, self.id)
         except Exception as exc:
             log.error("amqp connection teardown failed", error=str(exc), exc_info=True)
@@ -241,7 +240,7 @@ class Connection(asyncio.Protocol):
                                                                commands.Channel.Open):
             if open_channel is not None:
                 raise AMQPError(CHANNEL_ERROR, "second 'channel.open' seen", (20, 10))
-            self.channels[channel] = Channel(self, channel)
+            self.channels[channel] = Channel(self, self.ctx, channel)
             self.send(channel, commands.Channel.OpenOk())
             return
         if open_channel is None:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import structlog
 from pamqp import commands
@@ -24,26 +22,17 @@ from pamqp.base import Frame
 
 from adapters.amqp.dialect import EXPIRED
 from adapters.amqp.frontend import framing, messages
+from adapters.amqp.frontend.state import ChannelState, Unacked
 from adapters.amqp.frontend.topology import Queue
 from gateway.engine.api import Delivery, SettleAction, Settlement
 from gateway.engine.port import ConsumerPort
 from gateway.errors import GatewayError, Unavailable
-
-if TYPE_CHECKING:
-    from adapters.amqp.frontend.channel import Channel
 
 log = structlog.get_logger(__name__)
 
 WINDOW = 1000
 """Credit kept ahead of a consumer that has no prefetch limit."""
 BATCH = 256
-
-
-@dataclass(slots=True)
-class Unacked:
-    receipt: str
-    session: ConsumerSession | None
-    """The consumer it went to; None for a `basic.get`."""
 
 
 def expired(delivery: Delivery, queue: Queue, now_ms: int) -> bool:
@@ -55,7 +44,7 @@ def expired(delivery: Delivery, queue: Queue, now_ms: int) -> bool:
     return ttl is not None and delivery.publish_ms + ttl <= now_ms
 
 
-def frames_for(channel: Channel, method: Frame, delivery: Delivery) -> list[bytes]:
+def frames_for(channel: ChannelState, method: Frame, delivery: Delivery) -> list[bytes]:
     """The method frame, content header and body frames of one delivery to this channel."""
     try:
         properties = messages.delivery_properties(delivery)
@@ -79,7 +68,7 @@ def route_of(delivery: Delivery) -> tuple[str, str]:
 class ConsumerSession:
     """One `basic.consume`: pumps the engine consumer's deliveries to the client."""
 
-    def __init__(self, channel: Channel, tag: str, queue: Queue, consumer: ConsumerPort, *,
+    def __init__(self, channel: ChannelState, tag: str, queue: Queue, consumer: ConsumerPort, *,
                  no_ack: bool, prefetch: int, exclusive: bool) -> None:
         self.channel = channel
         self.tag = tag
@@ -166,6 +155,15 @@ class ConsumerSession:
         except GatewayError as exc:
             log.warning("amqp consumer cancel failed", error=exc.message)
         self.channel.release_later(pending)
+
+    async def server_cancel(self) -> None:
+        """The queue is gone: stop, and tell the client when it asked to be told."""
+        channel = self.channel
+        channel.consumers.pop(self.tag, None)
+        await self.close()
+        if channel.conn.cancel_notify and not channel.closing:
+            channel.send(framing.reply(commands.Basic.Cancel, consumer_tag=self.tag,
+                                       nowait=True))
 
     async def close(self) -> None:
         """Stop; everything unacknowledged goes back to the queue (its consumer is gone)."""

@@ -6,17 +6,14 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from adapters.amqp.frontend.edge import QueueSettings
 from adapters.amqp.frontend.journal import Journal
+from adapters.amqp.frontend.ports import ConsumerPort, RouterPort
 from adapters.amqp.frontend.topology import Change, Queue, Topology
 from gateway.engine.api import ConsumerType, SubscriptionSpec
 from gateway.engine.port import EnginePort, EngineQueries
-
-if TYPE_CHECKING:
-    from adapters.amqp.frontend.consumers import ConsumerSession
-    from adapters.amqp.frontend.deadletters import DeadLetterRouter
 
 POLICY = "rabbitmq"
 """Every AMQP queue consumes under document 001's policy."""
@@ -90,9 +87,9 @@ class Context:
     topology: Topology
     journal: Journal
     limits: Limits
-    consumers: dict[str, set[ConsumerSession]] = field(default_factory=dict)
+    consumers: dict[str, set[ConsumerPort]] = field(default_factory=dict)
     """The AMQP consumers of each queue, on every connection."""
-    router: DeadLetterRouter | None = None
+    router: RouterPort | None = None
     connection_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _topics: set[str] = field(default_factory=set)
     _topics_at: float = 0.0

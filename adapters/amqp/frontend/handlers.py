@@ -5,13 +5,13 @@ when it sent its own)."""
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pamqp import commands
 
 from adapters.amqp.dialect import EXPIRED
 from adapters.amqp.frontend import access, edge, framing, queues
-from adapters.amqp.frontend.consumers import ConsumerSession, Unacked, expired, frames_for, route_of
+from adapters.amqp.frontend.consumers import ConsumerSession, expired, frames_for, route_of
 from adapters.amqp.frontend.context import queue_spec
 from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
@@ -22,12 +22,10 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
     short,
 )
+from adapters.amqp.frontend.state import ChannelState, Unacked
 from adapters.amqp.frontend.topology import Binding
 from gateway.engine.api import SettleAction, Settlement
 from gateway.errors import GatewayError
-
-if TYPE_CHECKING:
-    from adapters.amqp.frontend.channel import Channel
 
 QOS, CONSUME, CANCEL, GET, RECOVER = (60, 10), (60, 20), (60, 30), (60, 70), (60, 110)
 EXCHANGE_DECLARE, EXCHANGE_DELETE, EXCHANGE_BIND, EXCHANGE_UNBIND = (
@@ -36,7 +34,7 @@ MAX_EXPIRED_SKIPS = 100
 """Expired messages a `basic.get` passes over before it answers get-empty."""
 
 
-async def handle(channel: Channel, method: Any) -> Any:
+async def handle(channel: ChannelState, method: Any) -> Any:
     match method:
         case commands.Queue.Declare():
             return await queues.declare(channel, method)
@@ -75,7 +73,7 @@ async def handle(channel: Channel, method: Any) -> Any:
 
 
 # ---------------------------------------------------------------------- exchanges
-async def declare_exchange(channel: Channel, m: commands.Exchange.Declare) -> Any:
+async def declare_exchange(channel: ChannelState, m: commands.Exchange.Declare) -> Any:
     ctx = channel.ctx
     if not m.passive:
         access.exchange(channel, m.exchange, EXCHANGE_DECLARE)
@@ -94,7 +92,7 @@ async def declare_exchange(channel: Channel, m: commands.Exchange.Declare) -> An
     return commands.Exchange.DeclareOk()
 
 
-async def delete_exchange(channel: Channel, m: commands.Exchange.Delete) -> Any:
+async def delete_exchange(channel: ChannelState, m: commands.Exchange.Delete) -> Any:
     access.exchange(channel, m.exchange, EXCHANGE_DELETE)
     try:
         changes = channel.ctx.topology.delete_exchange(m.exchange, if_unused=m.if_unused)
@@ -104,7 +102,7 @@ async def delete_exchange(channel: Channel, m: commands.Exchange.Delete) -> Any:
     return commands.Exchange.DeleteOk()
 
 
-async def bind_exchange(channel: Channel, m: commands.Exchange.Bind | commands.Exchange.Unbind
+async def bind_exchange(channel: ChannelState, m: commands.Exchange.Bind | commands.Exchange.Unbind
                         ) -> Any:
     ids = EXCHANGE_BIND if isinstance(m, commands.Exchange.Bind) else EXCHANGE_UNBIND
     for name in (m.source, m.destination):
@@ -123,7 +121,7 @@ async def bind_exchange(channel: Channel, m: commands.Exchange.Bind | commands.E
 
 
 # ---------------------------------------------------------------------- consumers
-def qos(channel: Channel, m: commands.Basic.Qos) -> Any:
+def qos(channel: ChannelState, m: commands.Basic.Qos) -> Any:
     if m.prefetch_size:
         raise AMQPError(NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})", QOS, hard=True)
     if m.global_:
@@ -137,7 +135,7 @@ def qos(channel: Channel, m: commands.Basic.Qos) -> Any:
     return commands.Basic.QosOk()
 
 
-async def consume(channel: Channel, m: commands.Basic.Consume) -> None:
+async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
     ctx = channel.ctx
     queue = await queues.find(channel, m.queue, CONSUME)
     access.consume(channel, queue, CONSUME)
@@ -167,7 +165,7 @@ async def consume(channel: Channel, m: commands.Basic.Consume) -> None:
     channel.top_up()
 
 
-async def cancel(channel: Channel, m: commands.Basic.Cancel) -> Any:
+async def cancel(channel: ChannelState, m: commands.Basic.Cancel) -> Any:
     session = channel.consumers.pop(m.consumer_tag or "", None)
     if session is not None:
         ctx = channel.ctx
@@ -181,7 +179,7 @@ async def cancel(channel: Channel, m: commands.Basic.Cancel) -> Any:
     return framing.reply(commands.Basic.CancelOk, consumer_tag=m.consumer_tag)
 
 
-async def get(channel: Channel, m: commands.Basic.Get) -> None:
+async def get(channel: ChannelState, m: commands.Basic.Get) -> None:
     ctx = channel.ctx
     queue = await queues.find(channel, m.queue, GET)
     access.consume(channel, queue, GET)
@@ -212,7 +210,7 @@ async def get(channel: Channel, m: commands.Basic.Get) -> None:
     channel.send(commands.Basic.GetEmpty())
 
 
-def recover(channel: Channel, m: commands.Basic.Recover) -> Any:
+def recover(channel: ChannelState, m: commands.Basic.Recover) -> Any:
     """Every unacknowledged delivery of the channel fails, as `nack` with requeue would."""
     if not m.requeue:
         raise AMQPError(NOT_IMPLEMENTED, "requeue=false", RECOVER, hard=True)

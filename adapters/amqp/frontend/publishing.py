@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pamqp import commands
 
@@ -25,12 +24,10 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
     short,
 )
+from adapters.amqp.frontend.state import ChannelState
 from gateway.backend.base import OutMessage
 from gateway.errors import GatewayError
 from gateway.limits import MAX_BATCH, MAX_NAME_BYTES, check_message, too_long
-
-if TYPE_CHECKING:
-    from adapters.amqp.frontend.channel import Channel
 
 PUBLISH = (60, 40)
 
@@ -49,7 +46,7 @@ class _Routed:
     topics: list[str]
 
 
-async def publish_batch(channel: Channel, batch: list[Publish]) -> None:
+async def publish_batch(channel: ChannelState, batch: list[Publish]) -> None:
     size = sum(len(item.body) for item in batch)
     try:
         await _publish(channel, batch)
@@ -57,7 +54,7 @@ async def publish_batch(channel: Channel, batch: list[Publish]) -> None:
         channel.conn.published(size)
 
 
-async def _publish(channel: Channel, batch: list[Publish]) -> None:
+async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
     routed: list[_Routed] = []
     by_topic: dict[str, list[OutMessage]] = {}
     error: AMQPError | None = None
@@ -87,7 +84,7 @@ async def _publish(channel: Channel, batch: list[Publish]) -> None:
         raise error
 
 
-async def _route(channel: Channel, item: Publish) -> tuple[list[str], OutMessage]:
+async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMessage]:
     ctx = channel.ctx
     method = item.method
     name = edge.check_name("exchange", method.exchange, allow_empty=True)
@@ -112,7 +109,7 @@ async def _route(channel: Channel, item: Publish) -> tuple[list[str], OutMessage
     return topics, message
 
 
-async def _store(channel: Channel, by_topic: dict[str, list[OutMessage]]) -> dict[str, str]:
+async def _store(channel: ChannelState, by_topic: dict[str, list[OutMessage]]) -> dict[str, str]:
     """Publish every topic's messages (in batches of at most MAX_BATCH); the topics that
     failed, with why."""
     engine = channel.ctx.engine
@@ -131,7 +128,7 @@ async def _store(channel: Channel, by_topic: dict[str, list[OutMessage]]) -> dic
     return failed
 
 
-def _answer(channel: Channel, routed: list[_Routed], failed: dict[str, str]) -> None:
+def _answer(channel: ChannelState, routed: list[_Routed], failed: dict[str, str]) -> None:
     conn = channel.conn
     frames: list[bytes] = []
     for r in routed:

@@ -3,8 +3,6 @@ consumer goes (exclusive, auto-delete)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import structlog
 from pamqp import commands
 
@@ -17,18 +15,16 @@ from adapters.amqp.frontend.errors import (
     AMQPError,
     short,
 )
+from adapters.amqp.frontend.state import ChannelState
 from adapters.amqp.frontend.topology import Binding, Queue
 from gateway.errors import GatewayError
-
-if TYPE_CHECKING:
-    from adapters.amqp.frontend.channel import Channel
 
 log = structlog.get_logger(__name__)
 
 DECLARE, BIND, PURGE, DELETE, UNBIND = (50, 10), (50, 20), (50, 30), (50, 40), (50, 50)
 
 
-async def find(channel: Channel, name: str, method: tuple[int, int]) -> Queue:
+async def find(channel: ChannelState, name: str, method: tuple[int, int]) -> Queue:
     """The queue a method names ("" is the channel's last declared queue): a declared queue, or
     a gateway topic no AMQP client declared (consumed by the group of its name)."""
     name = name or channel.last_queue
@@ -54,7 +50,7 @@ async def ready_count(ctx: Context, queue: Queue) -> int:
     return max(view.ready, 0)
 
 
-async def declare(channel: Channel, m: commands.Queue.Declare) -> commands.Queue.DeclareOk:
+async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.Queue.DeclareOk:
     ctx = channel.ctx
     conn = channel.conn
     if m.passive:
@@ -91,7 +87,7 @@ async def declare(channel: Channel, m: commands.Queue.Declare) -> commands.Queue
                                     consumer_count=ctx.consumer_count(queue.name))
 
 
-async def bind(channel: Channel, m: commands.Queue.Bind | commands.Queue.Unbind,
+async def bind(channel: ChannelState, m: commands.Queue.Bind | commands.Queue.Unbind,
                method: tuple[int, int]) -> None:
     ctx = channel.ctx
     queue = await find(channel, m.queue, method)
@@ -114,14 +110,14 @@ async def bind(channel: Channel, m: commands.Queue.Bind | commands.Queue.Unbind,
                         hard=False) from None
 
 
-async def purge(channel: Channel, m: commands.Queue.Purge) -> commands.Queue.PurgeOk:
+async def purge(channel: ChannelState, m: commands.Queue.Purge) -> commands.Queue.PurgeOk:
     queue = await find(channel, m.queue, PURGE)
     access.consume(channel, queue, PURGE)
     count = await channel.ctx.queries.admin.purge(queue.name, queue.settings.group)
     return commands.Queue.PurgeOk(message_count=count)
 
 
-async def delete(channel: Channel, m: commands.Queue.Delete) -> commands.Queue.DeleteOk:
+async def delete(channel: ChannelState, m: commands.Queue.Delete) -> commands.Queue.DeleteOk:
     ctx = channel.ctx
     name = m.queue or channel.last_queue
     edge.check_name("queue", name)
@@ -143,12 +139,7 @@ async def remove(ctx: Context, queue: Queue) -> int:
     """Delete a queue: its consumers are cancelled (with notice to clients that asked for it),
     its messages purged, its bindings and record removed. The messages purged."""
     for session in list(ctx.consumers.pop(queue.name, set())):
-        channel = session.channel
-        channel.consumers.pop(session.tag, None)
-        await session.close()
-        if channel.conn.cancel_notify and not channel.closing:
-            channel.send(framing.reply(commands.Basic.Cancel, consumer_tag=session.tag,
-                                       nowait=True))
+        await session.server_cancel()
     changes = ctx.topology.delete_queue(queue.name)
     if ctx.router is not None:
         ctx.router.forget(queue.name)
