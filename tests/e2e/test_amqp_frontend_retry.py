@@ -11,6 +11,7 @@ back at once, without a failure counted.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,16 +21,23 @@ import pytest
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 
 from adapters import builtin_registry
+from adapters.amqp.backend import RabbitMQBackend
 from gateway.core.plan import plan
+from gateway.engine.clock import SystemClock
 from tests.amqp_front import AmqpGateway, amqp_gateway, unique
 
 SCALE = 0.01
 INTERVAL_S = 10
+RABBITMQ_URL = os.environ.get("GATEWAY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
-@pytest.fixture
-async def gw(tmp_path: Path) -> AsyncIterator[AmqpGateway]:
-    async with amqp_gateway(tmp_path / "data", time_scale=SCALE) as gateway:
+@pytest.fixture(params=["embedded", "rabbitmq"])
+async def gw(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[AmqpGateway]:
+    """The same rules on the embedded store and on a real RabbitMQ behind the gateway."""
+    settings: dict[str, object] = {}
+    if request.param == "rabbitmq":
+        settings["backend"] = RabbitMQBackend(RABBITMQ_URL, clock=SystemClock())
+    async with amqp_gateway(tmp_path / "data", time_scale=SCALE, **settings) as gateway:
         yield gateway
 
 
@@ -235,8 +243,7 @@ async def test_message_ttl_dead_letters_expired_messages(
                                       routing_key=work)
     await ch.default_exchange.publish(aio_pika.Message(b"fresh"), routing_key=work)
     await asyncio.sleep(0.2)
-    queue = await ch.declare_queue(work, passive=True)
-    fresh = await queue.get(timeout=5)
+    fresh = await wait_for_message(ch, work)
     assert fresh.body == b"fresh"
     await fresh.ack()
     letter = await wait_for_message(ch, dead)

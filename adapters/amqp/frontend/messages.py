@@ -123,7 +123,7 @@ def delivery_properties(delivery: Delivery) -> commands.Basic.Properties:
             typed = table_from_text(typed_text)
         except (ValueError, TypeError, KeyError):
             typed = {}
-        headers.update({k: v for k, v in typed.items() if k in headers})
+        headers.update(typed)
     if delivery.retries > 0:
         headers[DELIVERY_COUNT] = delivery.retries
     elif DELIVERY_COUNT in headers:
