@@ -34,7 +34,8 @@ async def declared(raw: RawAmqp, name: str = "", **kw: object) -> str:
     return str(ok.queue)
 
 
-async def deliveries(raw: RawAmqp, count: int, timeout: float = 3.0) -> list[commands.Basic.Deliver]:
+async def deliveries(raw: RawAmqp, count: int,
+                     timeout: float = 3.0) -> list[commands.Basic.Deliver]:
     out = []
     while len(out) < count:
         _, got = await raw.read(timeout)
