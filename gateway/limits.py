@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.backend import OutMessage
+from gateway.core.properties import RESERVED_PREFIX
 from gateway.errors import InvalidArgument, MessageTooLarge
 
 DAY_MS = 86_400_000
@@ -89,12 +90,20 @@ def check_deliver_at(field: str, deliver_at_ms: int, now_ms: int) -> None:
 
 
 def check_properties(field: str, properties: Mapping[str, str]) -> None:
-    """At most MAX_PROPERTIES, keys non-empty (their size counts in `message_size`)."""
+    """At most MAX_PROPERTIES, keys non-empty and not reserved for the gateway (their size
+    counts in `message_size`). A client that could set `x-gateway-*` names could forge what the
+    engine writes on its own copies: the origin topic that decides where a dead letter goes, the
+    attempt count."""
     if len(properties) > MAX_PROPERTIES:
         raise InvalidArgument(field, f"{len(properties)} entries",
                               f"at most {MAX_PROPERTIES} properties")
     if "" in properties:
         raise InvalidArgument(field, "", "non-empty keys")
+    for key in properties:
+        if key.startswith(RESERVED_PREFIX):
+            raise InvalidArgument(field, key,
+                                  f"keys that do not start with {RESERVED_PREFIX} (reserved "
+                                  "for the gateway)")
 
 
 def check_message(message: OutMessage, index: int, now_ms: int, max_bytes: int) -> None:

@@ -39,11 +39,13 @@ from gateway.core.registry import Registry
 from gateway.errors import MissingExtra
 
 if TYPE_CHECKING:
+    import ssl
+
     import grpc
 
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
-    from gateway.engine.port import EnginePort
+    from gateway.engine.port import EnginePort, EngineQueries
     from gateway.server.auth import Authorizer
 
 DISTRIBUTION = "retry-gateway"
@@ -159,6 +161,15 @@ class Host:
     settings: object | None = None
     """Settings a caller (a test) gave for this product's front end, replacing those the
     product builds from its config section; the product checks their type."""
+    queries: EngineQueries | None = None
+    """Read-only views and admin verbs (a front end whose protocol shows queue depths or
+    purges a queue)."""
+    data_dir: str = ""
+    """The gateway's data directory; a front end that keeps state of its own uses
+    `DATA_DIR/<product>/`."""
+    tls: ssl.SSLContext | None = None
+    """The server TLS context of `--tls-cert` / `--tls-key` (and `--tls-client-ca`: client
+    certificates required), for a front end on a listener of its own; None without TLS."""
 
 
 class Product(ABC, Generic[S]):

@@ -24,6 +24,7 @@ from gateway.backend.base import OutMessage
 from gateway.backend.envelope import Envelope
 from gateway.core.properties import (
     ATTEMPT,
+    CARRIED_PREFIX,
     DEAD_LETTER_ROUTE,
     DELIVER_AT_MS,
     PUBLISH_MS,
@@ -59,6 +60,9 @@ BROKER_HEADERS = frozenset(
         "x-last-death-reason",
     }
 )
+"""Headers the broker writes (its delay queues dead-letter every waiting retry back): never
+user properties. A message property of one of these names (the gateway's dialect writes
+`x-first-death-*` on its own dead letters) travels as `CARRIED_PREFIX + name` instead."""
 
 
 def encode(message: OutMessage, message_id: str, publish_ms: int) -> spec.Basic.Properties:
@@ -68,7 +72,8 @@ def encode(message: OutMessage, message_id: str, publish_ms: int) -> spec.Basic.
         name: value for name, value in message.properties.items() if name not in GATEWAY_HEADERS
     }
     for name in BROKER_HEADERS:
-        headers.pop(name, None)
+        if name in headers:
+            headers[CARRIED_PREFIX + name] = headers.pop(name)
     headers[ATTEMPT] = message.attempt
     headers[RETRIES] = message.retries
     headers[PUBLISH_MS] = publish_ms
@@ -102,7 +107,11 @@ def decode(
         name: header_text(value)
         for name, value in data.items()
         if name not in GATEWAY_HEADERS and name not in BROKER_HEADERS
+        and not name.startswith(CARRIED_PREFIX)
     }
+    for name, value in data.items():
+        if name.startswith(CARRIED_PREFIX):
+            properties[name[len(CARRIED_PREFIX):]] = header_text(value)
     return Envelope(
         message_id=message_id or "",
         properties=properties,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from adapters.amqp.naming import RABBITMQ
+from adapters.amqp.naming import AMQP_FRONT_END, RABBITMQ
 from gateway.core.backoff import FixedBackoff
 from gateway.core.naming import NamingScheme
 from gateway.core.options import OptionReader
@@ -23,6 +23,10 @@ RETRY_INTERVAL_RANGE_S = (10, 1800)
 DEFAULT_RETRY_INTERVAL_S = 60
 ACK_TIMEOUT_MS = MINUTE_MS
 MAX_RETRIES = 16
+FIRST_DEATH_REASON = "x-first-death-reason"
+FIRST_DEATH_QUEUE = "x-first-death-queue"
+REJECTED = "rejected"
+EXPIRED = "expired"
 
 
 
@@ -80,10 +84,24 @@ class RabbitMQDialect:
         out[DEAD_LETTER_ROUTE] = topic
         out[DEATH_REASON] = reason
         out[RETRIES] = str(retries)
+        # What RabbitMQ writes on a message it dead-letters, for consumers of the dead letters.
+        out.setdefault(FIRST_DEATH_REASON, death_reason(reason))
+        out.setdefault(FIRST_DEATH_QUEUE, topic)
         return out
+
+
+def death_reason(reason: str) -> str:
+    """RabbitMQ's name for why a message died: `rejected` (nack or reject without requeue),
+    `expired` (its TTL passed), `delivery_limit` (its retries ran out)."""
+    if "exhausted" in reason:
+        return "delivery_limit"
+    if reason == EXPIRED:
+        return EXPIRED
+    return REJECTED
 
 
 def register(registry: Registry) -> None:
     registry.add_scheme(RABBITMQ)
+    registry.add_scheme(AMQP_FRONT_END)
     registry.add_dialect(RabbitMQDialect())
     registry.add_policy("rabbitmq", policy)

@@ -36,6 +36,19 @@ def rabbitmq_scheme(
 RABBITMQ = rabbitmq_scheme()
 
 
+AMQP_FRONT_END = NamingScheme(
+    "amqp",
+    "amqp-retries/{group}/{topic}",
+    "amqp-dead-letters/{group}/{topic}",
+    ((DLX_KEY, "amqp-dead-letters/{topic}.dlx"),),
+)
+"""The names of queues served by the gateway's AMQP 0-9-1 front end. Retries stay in the queue
+(document 001: its retry topic is never written); a dead letter goes to the queue's own
+dead-letter topic, from which the front end routes it through the queue's dead-letter exchange
+(`x-dead-letter-exchange`) to the queues bound there. The dead-letter exchange template only
+serves the RabbitMQ back end, which publishes dead letters through an exchange of its own."""
+
+
 def dead_letter_exchange(scheme: NamingScheme, queue: str) -> str:
     """The dead-letter exchange of `queue` under `scheme`."""
     return scheme.extra(DLX_KEY, queue, "")

@@ -7,24 +7,69 @@ is refused with one sentence naming the extra. This module imports without them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters.amqp import dialect
 from gateway.core.registry import Registry
-from gateway.product import OptionFlag, Product, setting
+from gateway.product import FrontEnd, Host, OptionFlag, Product, setting
 
 if TYPE_CHECKING:
+    import grpc
+
+    from adapters.amqp.frontend import AMQPFrontEnd
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
 
 
 @dataclass(frozen=True, slots=True)
 class AMQPConfig:
-    """`[rabbitmq]` in the TOML file."""
+    """`[amqp]` (the AMQP 0-9-1 front end) and `[rabbitmq]` (the back end) in the TOML file."""
 
+    amqp_listen: str = setting(
+        "", toml="amqp.listen", flag="--amqp-listen", listener=True,
+        help="serve AMQP 0-9-1 on HOST:PORT for AMQP clients (5672 is the usual port)")
+    """AMQP 0-9-1 front end address; "" leaves it off."""
+    amqp_frame_max: int = setting(131_072, toml="amqp.frame_max")
+    """Largest frame the AMQP front end proposes and accepts (4096..1048576)."""
+    amqp_heartbeat_s: int = setting(60, toml="amqp.heartbeat_s")
+    """Heartbeat interval the AMQP front end proposes (0..3600 s; 0: none)."""
+    amqp_max_connections: int = setting(1000, toml="amqp.max_connections")
     rabbitmq_url: str = setting("amqp://guest:guest@127.0.0.1:5672/", toml="rabbitmq.url",
                                 flag="--rabbitmq-url")
     """The broker of `--backend rabbitmq`."""
+
+    def __post_init__(self) -> None:
+        from gateway.errors import InvalidArgument
+
+        if not 4096 <= self.amqp_frame_max <= 1 << 20:
+            raise InvalidArgument("amqp_frame_max", self.amqp_frame_max, "4096..1048576 bytes")
+        if not 0 <= self.amqp_heartbeat_s <= 3600:
+            raise InvalidArgument("amqp_heartbeat_s", self.amqp_heartbeat_s, "0..3600 s")
+        if not 1 <= self.amqp_max_connections <= 100_000:
+            raise InvalidArgument("amqp_max_connections", self.amqp_max_connections,
+                                  "1..100000")
+
+
+class AMQPListener:
+    """The AMQP front end: a listener of its own, bound on `start`."""
+
+    def __init__(self, front: AMQPFrontEnd) -> None:
+        self.front = front
+
+    @property
+    def port(self) -> int:
+        """The bound port (after `start`)."""
+        return self.front.port
+
+    def mount(self, server: grpc.aio.Server) -> None:
+        """Nothing to mount: it listens on its own."""
+
+    async def start(self) -> None:
+        await self.front.start()
+
+    async def stop(self) -> None:
+        await self.front.stop()
 
 
 class AMQP(Product[AMQPConfig]):
@@ -46,6 +91,25 @@ class AMQP(Product[AMQPConfig]):
         from adapters.amqp.backend import RabbitMQBackend
 
         return RabbitMQBackend(config.rabbitmq_url, clock=clock)
+
+    def front_end(self, host: Host, config: AMQPConfig) -> FrontEnd | None:
+        if not config.amqp_listen:
+            return None
+        self.require("amqp front end", {"pamqp": "pamqp"})
+        from adapters.amqp.frontend import AMQPFrontEnd
+        from adapters.amqp.frontend.context import Limits
+
+        address, port = host.listener("amqp_listen", config.amqp_listen)
+        limits = host.settings if isinstance(host.settings, Limits) else Limits(
+            frame_max=config.amqp_frame_max, heartbeat_s=config.amqp_heartbeat_s,
+            max_connections=config.amqp_max_connections,
+            max_message_bytes=host.max_message_bytes)
+        if host.queries is None:
+            raise TypeError("the AMQP front end needs the engine's queries")
+        return AMQPListener(AMQPFrontEnd(
+            host.engine, host.queries, address, port,
+            state_dir=Path(host.data_dir or ".") / "amqp", authorizer=host.authorizer,
+            tls=host.tls, limits=limits))
 
 
 PRODUCT = AMQP()

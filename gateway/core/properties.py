@@ -41,6 +41,11 @@ DEAD_LETTER_ROUTE = "x-gateway-dlx-routing-key"
 routing key. A back end with such routes honours it and does not store it; other back ends keep
 it as a reserved property."""
 
+# Written by back ends whose broker writes headers of the same names itself.
+CARRIED_PREFIX = "x-gateway-carried-"
+"""A message property that collides with a header the broker itself writes is carried under
+this prefix and restored on the way back."""
+
 RESERVED = frozenset({
     ORIGIN_TOPIC, DEAD_REASON, DEAD_AT, ATTEMPT, RETRIES, PUBLISH_MS, DELIVER_AT_MS,
     DEATH_REASON, ORIGINAL_QUEUE, DEAD_LETTER_ROUTE,

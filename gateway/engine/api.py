@@ -32,6 +32,10 @@ class SettleAction(enum.Enum):
     """Change invisible duration: a new deadline counted from now."""
     DEAD_LETTER = "dead_letter"
     """Move to the dead-letter destination now (a client's own forward to its dead letters)."""
+    RELEASE = "release"
+    """Give the delivery back unprocessed, as when its consumer goes away: visible again at
+    once, counted only where the policy counts a lost consumer (a protocol's requeue of pulled
+    deliveries still unsettled when the client's session ends)."""
 
 
 ACK = SettleAction.ACK

@@ -76,6 +76,7 @@ class Delivering(Expiring):
         sub = self._subscription(spec, policy, anonymous)
         consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked)
         consumer.on_close = self._consumer_closed
+        consumer.on_cancel = self._consumer_cancelled
         sub.consumers.append(consumer)
         if sub.task is None or sub.task.done():
             sub.closed = False
@@ -86,35 +87,46 @@ class Delivering(Expiring):
         return consumer
 
     async def _consumer_closed(self, consumer: Consumer) -> None:
+        await self._give_back(consumer, list(consumer.receipts))
+        for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
+            held.consumer = None
+        consumer.receipts.clear()
+        sub = consumer.sub
+        if not sub.consumers and sub.own_group:
+            if sub.anonymous or self._config.broadcast_idle_ms == 0:
+                await self._drop_group(sub)
+            else:
+                self._drop_later(sub)
+
+    async def _consumer_cancelled(self, consumer: Consumer, untaken: list[str]) -> None:
+        """A consumer takes no more: out of the subscription's rotation, its untaken deliveries
+        given back; what it took stays settleable until it closes."""
+        await self._give_back(consumer, untaken)
+        for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
+            held.consumer = None
+
+    async def _give_back(self, consumer: Consumer, receipts: list[str]) -> None:
+        """Take `consumer` out of its subscription and give `receipts` back as a lost
+        consumer's (visible again at once, counted where the policy says so)."""
         sub = consumer.sub
         if consumer in sub.consumers:
             sub.consumers.remove(consumer)
         batch = Batch()
         now, real = self._time.both()
-        for receipt in list(consumer.receipts):
+        for receipt in receipts:
             inf = self.inflight.get(receipt)
-            if inf is None or inf.consumer is not consumer:
-                continue
-            if inf.held:
+            if inf is None or inf.consumer is not consumer or inf.held:
                 continue
             try:
                 decision = decide(inf.record, ev.ConsumerLost(), inf.sub.policy, now)
             except GatewayError:
                 continue
             self._apply(inf, decision, batch, now, real)
-        for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
-            held.consumer = None
-        consumer.receipts.clear()
         await self._flush(batch)
         sub.wake.set()
         if not sub.consumers and sub.task is not None:
             sub.task.cancel()
             sub.task = None
-        if not sub.consumers and sub.own_group:
-            if sub.anonymous or self._config.broadcast_idle_ms == 0:
-                await self._drop_group(sub)
-            else:
-                self._drop_later(sub)
 
     # ------------------------------------------------------------- delivery
     def _deliver(
@@ -253,25 +265,29 @@ class Delivering(Expiring):
     def _deliver_held(self, sub: Subscription) -> None:
         """Ordered retries whose interval passed go out first, to the key's consumer."""
         while sub.held:
-            inf = sub.held[0]
-            consumer = sub.choose(inf.stored.key)
+            consumer = sub.choose(sub.held[0].stored.key)
             if consumer is None:
                 return
-            sub.held.popleft()
-            self.inflight.pop(inf.receipt, None)
-            now, real = self._time.both()
-            record = inf.record
-            if record.state is WAITING_RETRY:
-                record = decide(record, ev.RetryDue(), sub.policy, max(now, record.visible_at_ms)
-                                ).record
-            n, receipt = self._new_receipt()
-            at = max(now, record.visible_at_ms)
-            decision = decide(record, ev.Deliver(receipt), sub.policy, at)
-            new = InFlight(receipt, decision.record, inf.stored, sub, consumer, timer=n)
-            self.inflight[receipt] = new
-            deadline = self._arm(n, receipt, decision.record, now, real)
-            self._emit(new, READY, decision, real)
-            consumer.push(self._delivery(new, deadline))
+            consumer.push(self._redeliver_held(sub, consumer))
+
+    def _redeliver_held(self, sub: Subscription, consumer: Consumer | None) -> Delivery:
+        """Deliver the first held ordered retry (its interval passed) to `consumer`, or to a pull
+        receive (None)."""
+        inf = sub.held.popleft()
+        self.inflight.pop(inf.receipt, None)
+        now, real = self._time.both()
+        record = inf.record
+        if record.state is WAITING_RETRY:
+            record = decide(record, ev.RetryDue(), sub.policy, max(now, record.visible_at_ms)
+                            ).record
+        n, receipt = self._new_receipt()
+        at = max(now, record.visible_at_ms)
+        decision = decide(record, ev.Deliver(receipt), sub.policy, at)
+        new = InFlight(receipt, decision.record, inf.stored, sub, consumer, timer=n)
+        self.inflight[receipt] = new
+        deadline = self._arm(n, receipt, decision.record, now, real)
+        self._emit(new, READY, decision, real)
+        return self._delivery(new, deadline)
 
     # ------------------------------------------------------------------ pull
     async def receive(
@@ -303,6 +319,10 @@ class Delivering(Expiring):
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ms / 1000
         while True:
+            if sub.held and not sub.consumers:
+                # Ordered retries due again go out first, before anything behind them.
+                return [self._redeliver_held(sub, None)
+                        for _ in range(min(max_messages, len(sub.held)))]
             got = await self._fetch(sub, max_messages)
             if got:
                 now, real = self._time.both()

@@ -51,7 +51,9 @@ class Consumer:
         self.ready = asyncio.Event()
         self.closed = False
         self.receipts: set[str] = set()
+        self.cancelled = False
         self.on_close: Callable[[Consumer], object] | None = None
+        self.on_cancel: Callable[[Consumer, list[str]], object] | None = None
 
     @property
     def group(self) -> str:
@@ -76,7 +78,7 @@ class Consumer:
     def add_credit(self, n: int) -> None:
         """More credit; the dispatcher is woken only if this consumer had none: with credit
         left, the dispatcher is either busy or waiting for messages, not for credit."""
-        if n <= 0 or self.closed:
+        if n <= 0 or self.closed or self.cancelled:
             return
         had = self.credit
         self.credit = had + n
@@ -99,6 +101,19 @@ class Consumer:
         self.receipts.add(delivery.receipt)
         self.credit -= 1
         self.ready.set()
+
+    async def cancel(self) -> None:
+        """No more deliveries; those still in the outbox are given back (`ConsumerPort`)."""
+        if self.cancelled or self.closed:
+            return
+        self.cancelled = True
+        self.credit = 0
+        untaken = [d.receipt for d in self.outbox]
+        self.outbox.clear()
+        if self.on_cancel is not None:
+            result = self.on_cancel(self, untaken)
+            if asyncio.iscoroutine(result):
+                await result
 
     async def close(self) -> None:
         if self.closed:

@@ -68,6 +68,12 @@ class ConsumerPort(Protocol):
         """Allow `n` more deliveries (each delivery uses one)."""
         ...
 
+    async def cancel(self) -> None:
+        """Take no more deliveries: those not yet taken by `next_batch` are given back at once;
+        those taken stay with the caller, who may still settle them (or their deadline passes);
+        `close` gives back whatever is still unsettled then."""
+        ...
+
     async def close(self) -> None:
         """Stop; unsettled deliveries are given back under the policy's rules."""
         ...

@@ -111,12 +111,15 @@ class Settling(EngineBase):
                 return ev.Fail(item.receipt, item.delay_ms, item.delay_level, item.reason), 0, ""
             case SettleAction.DEAD_LETTER:
                 return ev.DeadLetterNow(item.receipt, item.reason), 0, ""
+            case SettleAction.RELEASE:
+                # The receipt was checked against the delivery in flight (`_decide`).
+                return ev.ConsumerLost(), 0, ""
             case SettleAction.EXTEND:
                 if item.invisible_ms is None:
                     raise InvalidArgument("invisible_ms", None, "required to change it")
                 n, receipt = self._new_receipt()
                 return ev.Extend(item.receipt, item.invisible_ms, receipt), n, receipt
-        raise InvalidArgument("action", item.action, "ack, fail, extend or dead_letter")
+        raise InvalidArgument("action", item.action, "ack, fail, extend, dead_letter or release")
 
     def _decide(self, item: Settlement, now: int, guard: SettleGuard | None) -> _Decided:
         """What settling `item` would do; nothing changes yet."""
@@ -177,7 +180,8 @@ class Settling(EngineBase):
         self.inflight.pop(inf.receipt, None)
         if inf.consumer is not None:
             inf.consumer.settled(inf.receipt)
-        if outcome is REDELIVER and policy.blocks_queue and inf.consumer is not None:
+        if outcome is REDELIVER and policy.blocks_queue:
+            # Pushed or pulled alike: the key stays blocked until this retry goes out.
             self._hold(inf, decision)
             return
         if policy.blocks_queue:

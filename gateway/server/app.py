@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -133,7 +134,9 @@ class GatewayApp:
             self.authorizer = Authorizer(principals, self.engine.naming_schemes())
         host = Host(engine=self.engine, authorizer=self.authorizer,
                     max_message_bytes=cfg.max_message_bytes,
-                    listener=lambda field, address: check_listener(field, address, cfg))
+                    listener=lambda field, address: check_listener(field, address, cfg),
+                    queries=self.engine, data_dir=cfg.data_dir,
+                    tls=self._ssl_context() if cfg.tls_cert else None)
         for product in self.products:
             settings = self.front_end_settings.get(product.name)
             front = product.front_end(replace(host, settings=settings), cfg.section(product))
@@ -220,6 +223,18 @@ class GatewayApp:
                 require_client_auth=True,
             )
         return grpc.ssl_server_credentials([(key, cert)])
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        """The same certificate for front ends on listeners of their own (TLS 1.2 and up;
+        client certificates required with `tls_client_ca`)."""
+        cfg = self.config
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(cfg.tls_cert, cfg.tls_key)
+        if cfg.tls_client_ca:
+            context.load_verify_locations(cfg.tls_client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
 
     async def _set_serving(self, serving: bool) -> None:
         status = (health_pb2.HealthCheckResponse.SERVING if serving

@@ -152,6 +152,10 @@ class Authorizer:
         self.destinations = Destinations(schemes)
         self._explicit: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
 
+    def principal(self, name: str) -> Principal | None:
+        """The principal of that name, if the tokens file has one."""
+        return next((p for p in self.by_digest.values() if p.name == name), None)
+
     def authenticate(self, token: str | None) -> Principal:
         if not token:
             raise Unauthenticated("a bearer token is required (authorization: Bearer <token>)")

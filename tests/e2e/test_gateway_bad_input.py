@@ -142,6 +142,11 @@ async def test_oversized_message(client: GatewayClient) -> None:
         (gateway_pb2.PublishRequest(topic="t"), ("messages",)),
         (gateway_pb2.PublishRequest(topic="t", messages=[
             gateway_pb2.Message(body=b"x", delay_ms=5, deliver_at_ms=5)]), ("delay_ms",)),
+        # Reserved names would let a publisher forge what the engine writes on its copies (the
+        # origin topic decides where a dead letter goes).
+        (gateway_pb2.PublishRequest(topic="t", messages=[gateway_pb2.Message(
+            body=b"x", properties={"x-gateway-origin-topic": "victim"})]),
+         ("properties", "x-gateway-")),
     ],
 )
 async def test_bad_publish(client: GatewayClient, request_: object, words: tuple[str, ...]) -> None:

@@ -45,19 +45,23 @@ async def test_ordered_head_dead_lettered_then_the_key_goes_on(h: Harness) -> No
     assert bodies(await h.stored(f"%DLQ%{GROUP}")) == [b"head"]  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: for a pull receive (consumer None) Engine._apply does not hold a failed ordered "
-    "message; it releases it and unblocks the key, so the key's next message is delivered "
-    "before the failed head's retry (gateway/engine/engine.py, _apply: `inf.consumer is not "
-    "None`). The RocketMQ front end serves FIFO groups through receive."))
 async def test_ordered_blocking_holds_for_pull_receives_too(h: Harness) -> None:
+    """The RocketMQ front end serves FIFO groups through receive."""
     spec = h.spec("rocketmq-orderly", {"suspend_ms": 2000})
-    await h.publish_keyed(("k1", b"k1-a"), ("k1", b"k1-b"))
-    (a,) = await h.receive(spec)
+    await h.publish_keyed(("k1", b"k1-a"), ("k1", b"k1-b"), ("k2", b"k2-a"))
+    a, other = await h.receive(spec)
+    assert bodies([a, other]) == [b"k1-a", b"k2-a"]
     assert (await h.fail(a)).ok
     assert await h.receive(spec) == []  # k1-b must wait for k1-a's retry
-    await h.advance(2000)
-    assert bodies(await h.receive(spec)) == [b"k1-a"]
+    assert (await h.ack(other)).ok
+    await h.advance(1999)
+    assert await h.receive(spec) == []
+    await h.advance(1)
+    (again,) = await h.receive(spec)
+    assert (bodies([again]), again.attempt, again.retries) == ([b"k1-a"], 2, 1)
+    assert await h.receive(spec) == []  # k1-b still waits for k1-a
+    assert (await h.ack(again)).ok
+    assert bodies(await h.receive(spec)) == [b"k1-b"]
 
 
 @pytest.mark.parametrize("suspend_ms", [ROCKETMQ_SUSPEND_RANGE_MS[0] - 1,

@@ -81,6 +81,8 @@ def test_engine_publish_counts_keys_tags_and_properties(message: OutMessage) -> 
         (OutMessage(b"x", deliver_at_ms=NOW + MAX_DELAY_MS + 1), "messages[0].deliver_at_ms"),
         (OutMessage(b"x", deliver_at_ms=2**62), "messages[0].deliver_at_ms"),
         (OutMessage(b"x", {"": "v"}), "messages[0].properties"),
+        (OutMessage(b"x", {"x-gateway-origin-topic": "victim"}), "messages[0].properties"),
+        (OutMessage(b"x", {"x-gateway-retries": "16"}), "messages[0].properties"),
     ],
 )
 def test_engine_publish_refuses_out_of_range_values(message: OutMessage, field: str) -> None:

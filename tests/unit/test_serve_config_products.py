@@ -104,7 +104,7 @@ def test_product_flags_parse_and_win_over_file_and_environment(tmp_path: Path) -
      "keys access_key, advertised, fifo_groups, secret_key"),
     ("[server]\nrocketmq_advertised = 'x'\n", "server.rocketmq_advertised", "pulsar_listen"),
     ("[kafka]\nurl = 'x'\n", "config",
-     "sections server, store, rabbitmq, pulsar, rocketmq, auth"),
+     "sections server, store, amqp, rabbitmq, pulsar, rocketmq, auth"),
     ("[rocketmq]\nfifo_groups = 'g1'\n", "rocketmq.fifo_groups", "a list of group names"),
     ("[rocketmq]\nfifo_groups = [1]\n", "rocketmq.fifo_groups", "a list of group names"),
 ])

@@ -1,0 +1,254 @@
+"""One AMQP channel: content assembly, the ordered work queue, acknowledgements, flow and
+prefetch, and closing.
+
+Methods run in the order they arrived, one at a time, on the channel's worker (a declare is
+answered before the publish that follows it is routed); runs of publishes are stored as one
+batch and confirmed together. Acknowledgements take a shorter way: the delivery tags are settled
+at once (so prefetch frees up at once) and the engine is told in batches by a settler.
+A channel error closes the channel (`Channel.Close`), whose frames are then discarded until the
+client's `Close-Ok`; a hard error closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from pamqp import commands
+
+from adapters.amqp.frontend import framing, handlers
+from adapters.amqp.frontend.context import Context
+from adapters.amqp.frontend.errors import (
+    COMMAND_INVALID,
+    INTERNAL_ERROR,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    UNEXPECTED_FRAME,
+    AMQPError,
+    from_gateway,
+)
+from adapters.amqp.frontend.ports import ConnectionPort
+from adapters.amqp.frontend.publishing import Publish, publish_batch
+from adapters.amqp.frontend.state import ChannelState
+from gateway.errors import GatewayError
+from gateway.limits import MAX_BATCH
+
+log = structlog.get_logger(__name__)
+
+PUBLISH = (60, 40)
+CLIENT_METHODS = (
+    commands.Channel.Flow, commands.Channel.FlowOk, commands.Channel.Close,
+    commands.Channel.CloseOk, commands.Exchange.Declare, commands.Exchange.Delete,
+    commands.Exchange.Bind, commands.Exchange.Unbind, commands.Queue.Declare,
+    commands.Queue.Bind, commands.Queue.Unbind, commands.Queue.Purge, commands.Queue.Delete,
+    commands.Basic.Qos, commands.Basic.Consume, commands.Basic.Cancel, commands.Basic.Publish,
+    commands.Basic.Get, commands.Basic.Ack, commands.Basic.Reject, commands.Basic.Nack,
+    commands.Basic.Recover, commands.Confirm.Select,
+)
+
+
+@dataclass(slots=True)
+class _Content:
+    method: commands.Basic.Publish
+    body_size: int = -1
+    properties: commands.Basic.Properties | None = None
+    parts: list[bytes] = field(default_factory=list)
+    received: int = 0
+
+
+class Channel(ChannelState):
+    def __init__(self, conn: ConnectionPort, ctx: Context, number: int) -> None:
+        super().__init__(conn, ctx, number)
+        self._content: _Content | None = None
+        self._work: deque[Any] = deque()
+        self._worker: asyncio.Task[None] | None = None
+        self._torn = False
+        self._teardown_task: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------ frames
+    def frame(self, incoming: framing.Incoming) -> None:
+        if self.closing:
+            if isinstance(incoming, framing.Method):
+                if isinstance(incoming.method, commands.Channel.CloseOk):
+                    self.conn.channel_closed(self.number)
+                elif isinstance(incoming.method, commands.Channel.Close):
+                    self.conn.send(self.number, commands.Channel.CloseOk())
+            return
+        try:
+            if self._content is not None:
+                self._content_frame(incoming)
+            elif isinstance(incoming, framing.Method):
+                self._method(incoming.method)
+            else:
+                raise AMQPError(UNEXPECTED_FRAME, "expected method frame, got non method frame "
+                                                  "instead")
+        except AMQPError as exc:
+            if exc.hard:
+                raise
+            self.close_with(exc)
+
+    def _content_frame(self, incoming: framing.Incoming) -> None:
+        content = self._content
+        assert content is not None
+        if content.body_size < 0:
+            if not isinstance(incoming, framing.ContentHeader) or incoming.class_id != 60:
+                raise AMQPError(UNEXPECTED_FRAME, "expected content header for class 60, got "
+                                                  "non content header frame instead", PUBLISH)
+            limit = self.ctx.limits.max_message_bytes
+            if incoming.body_size > limit:
+                self._content = None
+                raise AMQPError(PRECONDITION_FAILED, f"message size {incoming.body_size} is "
+                                                     f"larger than configured max size {limit}",
+                                PUBLISH)
+            content.body_size = incoming.body_size
+            content.properties = incoming.properties
+        elif isinstance(incoming, framing.Body):
+            content.parts.append(incoming.payload)
+            content.received += len(incoming.payload)
+            if content.received > content.body_size:
+                raise AMQPError(UNEXPECTED_FRAME, f"content body larger than the declared "
+                                                  f"{content.body_size} bytes", PUBLISH)
+        else:
+            raise AMQPError(UNEXPECTED_FRAME, "expected content body, got non content body "
+                                              "frame instead", PUBLISH)
+        if content.received == content.body_size:
+            self._content = None
+            body = content.parts[0] if len(content.parts) == 1 else b"".join(content.parts)
+            properties = content.properties or commands.Basic.Properties()
+            self.conn.pending_publish_bytes += len(body)
+            self._enqueue(Publish(content.method, properties, body))
+
+    def _method(self, method: Any) -> None:
+        if isinstance(method, commands.Basic.Publish):
+            if method.immediate:
+                raise AMQPError(NOT_IMPLEMENTED, "immediate=true", PUBLISH)
+            self._content = _Content(method)
+        elif isinstance(method, commands.Basic.Ack):
+            self.settle_tags(method.delivery_tag or 0, method.multiple, None, (60, 80))
+        elif isinstance(method, commands.Basic.Nack):
+            self.settle_tags(method.delivery_tag or 0, method.multiple, method.requeue, (60, 120))
+        elif isinstance(method, commands.Basic.Reject):
+            self.settle_tags(method.delivery_tag or 0, False, method.requeue, (60, 90))
+        elif isinstance(method, commands.Channel.Flow):
+            if method.active:
+                self.flow.set()
+                self.top_up()
+            else:
+                self.flow.clear()
+            self.conn.send(self.number, commands.Channel.FlowOk(active=method.active))
+        elif isinstance(method, commands.Channel.FlowOk | commands.Basic.CancelOk):
+            return  # answers to a flow or a consumer cancel the server sent
+        elif isinstance(method, commands.Channel.Close):
+            self.closing = True
+            self._enqueue(method)  # after what is queued: then tear down and answer
+        elif isinstance(method, commands.Channel.CloseOk):
+            return
+        elif isinstance(method, commands.Tx.Select | commands.Tx.Commit | commands.Tx.Rollback):
+            raise AMQPError(NOT_IMPLEMENTED, "transactions (tx.*) are not supported; use "
+                                             "publisher confirms", _ids(method), hard=True)
+        elif isinstance(method, commands.Basic.RecoverAsync):
+            raise AMQPError(NOT_IMPLEMENTED, "basic.recover-async", (60, 100), hard=True)
+        elif isinstance(method, CLIENT_METHODS):
+            self._enqueue(method)
+        else:
+            raise AMQPError(COMMAND_INVALID, f"{method.name} is not sent by clients",
+                            _ids(method), hard=True)
+
+    # ------------------------------------------------------------------ the worker
+    def _enqueue(self, item: Any) -> None:
+        self._work.append(item)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        work = self._work
+        while work:
+            item = work[0]
+            try:
+                if isinstance(item, Publish):
+                    batch: list[Publish] = []
+                    while work and isinstance(work[0], Publish) and len(batch) < MAX_BATCH:
+                        batch.append(work.popleft())
+                    await publish_batch(self, batch)
+                else:
+                    work.popleft()
+                    await self._run_method(item)
+            except asyncio.CancelledError:
+                raise
+            except AMQPError as exc:
+                self._failed(exc)
+                return
+            except GatewayError as exc:
+                self._failed(from_gateway(exc, _ids(item)))
+                return
+            except Exception as exc:
+                log.error("amqp channel method failed", method=type(item).__name__,
+                          error=str(exc), exc_info=True)
+                self._failed(AMQPError(INTERNAL_ERROR, type(exc).__name__, hard=False))
+                return
+
+    def _failed(self, exc: AMQPError) -> None:
+        if exc.hard:
+            self.conn.fail(exc)
+        else:
+            self.close_with(exc)
+
+    async def _run_method(self, method: Any) -> None:
+        if isinstance(method, commands.Channel.Close):
+            await self.tear_down()
+            self.conn.send(self.number, commands.Channel.CloseOk())
+            self.conn.channel_closed(self.number)
+            return
+        reply = await handlers.handle(self, method)
+        if reply is not None and not getattr(method, "nowait", False):
+            self.send(reply)
+
+    # ------------------------------------------------------------------ closing
+    def close_with(self, exc: AMQPError) -> None:
+        """Close this channel for a soft error."""
+        if self.closing and self._torn:
+            return
+        log.info("amqp channel error", channel=self.number, code=exc.code, text=exc.text)
+        class_id, method_id = exc.method
+        self.send(commands.Channel.Close(reply_code=exc.code, reply_text=exc.reply_text,
+                                         class_id=class_id, method_id=method_id))
+        self.closing = True
+        self.stop()
+        self._teardown_task = asyncio.ensure_future(self.tear_down())
+
+    def stop(self) -> None:
+        """Drop queued work (the connection or channel is closing)."""
+        self.closing = True
+        dropped = sum(len(item.body) for item in self._work if isinstance(item, Publish))
+        self._work.clear()
+        if self._worker is not None and self._worker is not asyncio.current_task():
+            self._worker.cancel()
+        self.conn.published(dropped)
+
+    async def tear_down(self) -> None:
+        """Stop every consumer (their unacked deliveries go back to their queues) and give back
+        unacked `basic.get` deliveries."""
+        if self._torn:
+            return
+        self._torn = True
+        self.closing = True
+        sessions = [*self.consumers.values(), *self.retired]
+        self.consumers.clear()
+        self.retired.clear()
+        for session in sessions:
+            self.ctx.consumers.get(session.queue.name, set()).discard(session)
+            await session.close()
+        pulled = [u.receipt for u in self.unacked.values() if u.session is None and u.receipt]
+        self.unacked.clear()
+        self.release_later(pulled)
+        with contextlib.suppress(Exception):
+            await self.settled()
+
+
+def _ids(method: Any) -> tuple[int, int]:
+    index = int(getattr(method, "index", 0))
+    return index >> 16, index & 0xFFFF

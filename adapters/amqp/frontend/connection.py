@@ -1,0 +1,389 @@
+"""One AMQP 0-9-1 connection: the protocol header, negotiation (SASL PLAIN / AMQPLAIN, tuning,
+the virtual host), heartbeats, the channel table and the close handshakes.
+
+A protocol error on a channel closes that channel (`Channel.Close`); a hard error closes the
+connection (`Connection.Close` with the code, the text and the failing method), after which
+every frame but `Connection.Close` / `Close-Ok` is discarded, as the specification says. Nothing
+a client sends raises out of here: what is not a protocol error is logged and answered with
+INTERNAL_ERROR, and the gateway goes on serving everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import structlog
+from pamqp import commands
+
+from adapters.amqp.frontend import framing, sasl
+from adapters.amqp.frontend.channel import Channel
+from adapters.amqp.frontend.context import Context
+from adapters.amqp.frontend.errors import (
+    ACCESS_REFUSED,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    CONNECTION_FORCED,
+    INTERNAL_ERROR,
+    NOT_ALLOWED,
+    NOT_IMPLEMENTED,
+    UNEXPECTED_FRAME,
+    AMQPError,
+    short,
+)
+from adapters.amqp.frontend.framing import FrameReader
+from adapters.amqp.frontend.queues import drop_exclusive
+from gateway.errors import GatewayError
+
+log = structlog.get_logger(__name__)
+
+SERVER_PROPERTIES: dict[str, Any] = {
+    "product": "retry-gateway",
+    "platform": "Python/asyncio",
+    "information": "AMQP 0-9-1 front end of retry-gateway",
+    "capabilities": {
+        "publisher_confirms": True,
+        "exchange_exchange_bindings": True,
+        "basic.nack": True,
+        "consumer_cancel_notify": True,
+        "per_consumer_qos": True,
+        "authentication_failure_close": True,
+    },
+}
+VHOST = "/"
+HANDSHAKE_FRAME_MAX = 65_536
+"""Frames before tuning may be this large (a client's properties; the spec's floor is 4096)."""
+FRAME_MIN = 4096
+
+AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, ctx: Context, on_lost: Any) -> None:
+        self.ctx = ctx
+        self.id = next(ctx.connection_ids)
+        self.limits = ctx.limits
+        self._on_lost = on_lost
+        self.transport: asyncio.Transport | None = None
+        self.state = AWAIT_HEADER
+        self.reader = FrameReader(HANDSHAKE_FRAME_MAX)
+        self.frame_max = ctx.limits.frame_max
+        self.channel_max = ctx.limits.channel_max
+        self.heartbeat_s = 0
+        self.channels: dict[int, Channel] = {}
+        self.principal: Any = None
+        self.user = ""
+        self.cancel_notify = False
+        self.peer = ""
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.last_read = self.last_write = time.monotonic()
+        self.pending_publish_bytes = 0
+        self._reading_paused = False
+        self._header = bytearray()
+        self._timers: list[asyncio.TimerHandle] = []
+        self._heartbeat: asyncio.Task[None] | None = None
+        self.closed = asyncio.Event()
+        self._teardown: asyncio.Task[None] | None = None
+        self.refuse = False
+        """Set by the listener when it serves its most connections already."""
+        self.settle_guard: Any = None
+        """The principal's check for settling (None while authentication is off)."""
+
+    # ------------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self.refuse:
+            self.state = CLOSED
+            transport.close()
+            return
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        loop = asyncio.get_running_loop()
+        self._timers.append(loop.call_later(self.limits.handshake_timeout_s, self._handshake_due))
+
+    def _handshake_due(self) -> None:
+        if self.state < OPEN:
+            log.info("amqp handshake timed out", peer=self.peer)
+            self.abort()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and self.state != CLOSED:
+            transport.write(data)
+            self.last_write = time.monotonic()
+
+    def writelines(self, parts: list[bytes]) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing() and self.state != CLOSED:
+            transport.writelines(parts)
+            self.last_write = time.monotonic()
+
+    def send(self, channel: int, method: Any) -> None:
+        self.write(framing.method_frame(channel, method))
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state = CLOSED
+        self.writable.set()
+        for timer in self._timers:
+            timer.cancel()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        self._teardown = asyncio.ensure_future(self._tear_down())
+
+    async def _tear_down(self) -> None:
+        try:
+            for channel in list(self.channels.values()):
+                await channel.tear_down()
+            self.channels.clear()
+            await drop_exclusive(self.ctx, self.id)
+        except Exception as exc:
+            log.error("amqp connection teardown failed", error=str(exc), exc_info=True)
+        finally:
+            self.closed.set()
+            self._on_lost(self)
+
+    # ------------------------------------------------------------------ reading
+    def data_received(self, data: bytes) -> None:
+        self.last_read = time.monotonic()
+        if self.state >= CLOSED:
+            return
+        try:
+            if self.state == AWAIT_HEADER:
+                data = self._protocol_header(data)
+                if not data:
+                    return
+            for incoming in self.reader.feed(data):
+                self._frame(incoming)
+                if self.state == CLOSED:
+                    return
+        except AMQPError as exc:
+            self.fail(exc)
+        except Exception as exc:  # a bug, not the client's fault: say so, serve on
+            log.error("amqp frame handling failed", peer=self.peer, error=str(exc),
+                      exc_info=True)
+            self.fail(AMQPError(INTERNAL_ERROR, type(exc).__name__))
+        self._flow_check()
+
+    def _protocol_header(self, data: bytes) -> bytes:
+        self._header += data
+        if len(self._header) < 8:
+            return b""
+        got, rest = bytes(self._header[:8]), bytes(self._header[8:])
+        self._header.clear()
+        if got != framing.PROTOCOL_HEADER:
+            # The specification: answer with the protocol we speak, then close.
+            self.write(framing.PROTOCOL_HEADER)
+            self.state = CLOSED
+            if self.transport is not None:
+                self.transport.close()
+            return b""
+        self.state = AWAIT_START_OK
+        self.send(0, commands.Connection.Start(
+            version_major=0, version_minor=9, server_properties=SERVER_PROPERTIES,
+            mechanisms=" ".join(sasl.MECHANISMS), locales="en_US"))
+        return rest
+
+    def _flow_check(self) -> None:
+        """Stop reading while too many published bytes wait to be stored; read on after."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        over = self.pending_publish_bytes > self.limits.pending_publish_bytes
+        if over and not self._reading_paused:
+            transport.pause_reading()
+            self._reading_paused = True
+        elif not over and self._reading_paused:
+            transport.resume_reading()
+            self._reading_paused = False
+
+    def published(self, size: int) -> None:
+        """`size` published bytes were stored (or given up): read on if reading was paused."""
+        self.pending_publish_bytes = max(self.pending_publish_bytes - size, 0)
+        self._flow_check()
+
+    def _frame(self, incoming: framing.Incoming) -> None:
+        if isinstance(incoming, framing.Heartbeat):
+            return
+        if self.state == CLOSING:
+            if isinstance(incoming, framing.Method) and incoming.channel == 0 and isinstance(
+                incoming.method, commands.Connection.Close | commands.Connection.CloseOk
+            ):
+                self._closed_by_peer(incoming.method)
+            return
+        channel = incoming.channel
+        if channel == 0:
+            if not isinstance(incoming, framing.Method):
+                raise AMQPError(UNEXPECTED_FRAME, "a content frame on channel 0")
+            self._connection_method(incoming.method)
+            return
+        if self.state != OPEN:
+            raise AMQPError(CHANNEL_ERROR, "no channel may be used before connection.open")
+        if channel > self.channel_max:
+            raise AMQPError(CHANNEL_ERROR, f"channel {channel} is beyond channel_max "
+                                           f"{self.channel_max}")
+        open_channel = self.channels.get(channel)
+        if isinstance(incoming, framing.Method) and isinstance(incoming.method,
+                                                               commands.Channel.Open):
+            if open_channel is not None:
+                raise AMQPError(CHANNEL_ERROR, "second 'channel.open' seen", (20, 10))
+            self.channels[channel] = Channel(self, self.ctx, channel)
+            self.send(channel, commands.Channel.OpenOk())
+            return
+        if open_channel is None:
+            ids = _ids(incoming.method) if isinstance(incoming, framing.Method) else (0, 0)
+            raise AMQPError(CHANNEL_ERROR, "expected 'channel.open'", ids)
+        open_channel.frame(incoming)
+
+    # ------------------------------------------------------------------ negotiation
+    def _connection_method(self, method: Any) -> None:
+        if isinstance(method, commands.Connection.Close):
+            self._closed_by_peer(method)
+        elif isinstance(method, commands.Connection.CloseOk):
+            raise AMQPError(COMMAND_INVALID, "connection.close-ok without a close", (10, 51))
+        elif isinstance(method, commands.Connection.StartOk) and self.state == AWAIT_START_OK:
+            self._start_ok(method)
+        elif isinstance(method, commands.Connection.TuneOk) and self.state == AWAIT_TUNE_OK:
+            self._tune_ok(method)
+        elif isinstance(method, commands.Connection.Open) and self.state == AWAIT_OPEN:
+            self._open(method)
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            raise AMQPError(NOT_IMPLEMENTED, "connection.update-secret", (10, 70))
+        elif isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
+            return  # a client's own flow notices: nothing to do
+        else:
+            raise AMQPError(COMMAND_INVALID if self.state == OPEN else CHANNEL_ERROR,
+                            f"unexpected method {method.name} in connection state "
+                            f"{_STATES[self.state]}", _ids(method))
+
+    def _start_ok(self, method: commands.Connection.StartOk) -> None:
+        capabilities = (method.client_properties or {}).get("capabilities")
+        if isinstance(capabilities, dict):
+            self.cancel_notify = bool(capabilities.get("consumer_cancel_notify", False))
+        user, password = sasl.credentials(method.mechanism, method.response)
+        self.user = user
+        authorizer = self.ctx.authorizer
+        if authorizer is not None:
+            try:
+                principal = authorizer.authenticate(password)
+            except GatewayError:
+                principal = None
+            if principal is None or principal.name != user:
+                log.info("amqp login refused", peer=self.peer, user=short(user))
+                raise AMQPError(ACCESS_REFUSED, f"login refused for user {short(user)}: the "
+                                                "password must be that principal's token",
+                                (10, 11))
+            self.principal = principal
+            self.settle_guard = authorizer.settle_guard(principal)
+        self.state = AWAIT_TUNE_OK
+        self.send(0, commands.Connection.Tune(
+            channel_max=self.limits.channel_max, frame_max=self.limits.frame_max,
+            heartbeat=self.limits.heartbeat_s))
+
+    def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        frame_max = method.frame_max or self.limits.frame_max
+        if not FRAME_MIN <= frame_max <= self.limits.frame_max:
+            raise AMQPError(NOT_ALLOWED, f"frame_max={frame_max}: allowed {FRAME_MIN}.."
+                                         f"{self.limits.frame_max}", (10, 31))
+        channel_max = method.channel_max or self.limits.channel_max
+        if channel_max > self.limits.channel_max:
+            raise AMQPError(NOT_ALLOWED, f"channel_max={channel_max}: allowed 1.."
+                                         f"{self.limits.channel_max}", (10, 31))
+        self.frame_max = frame_max
+        self.channel_max = channel_max
+        self.reader.frame_max = frame_max
+        self.heartbeat_s = method.heartbeat
+        self.state = AWAIT_OPEN
+
+    def _open(self, method: commands.Connection.Open) -> None:
+        if method.virtual_host not in (VHOST, ""):
+            raise AMQPError(NOT_ALLOWED, f"vhost {short(method.virtual_host)} not found: the "
+                                         "gateway serves the virtual host '/' only", (10, 40))
+        self.state = OPEN
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        self.send(0, commands.Connection.OpenOk())
+        if self.heartbeat_s:
+            self._heartbeat = asyncio.ensure_future(self._beat())
+        log.info("amqp connection open", peer=self.peer, user=self.user, connection=self.id)
+
+    async def _beat(self) -> None:
+        """Send a heartbeat when nothing else went out for half the interval; drop a peer
+        that sent nothing for two intervals."""
+        interval = self.heartbeat_s
+        while self.state == OPEN:
+            await asyncio.sleep(interval / 2)
+            now = time.monotonic()
+            if now - self.last_read > 2 * interval:
+                log.info("amqp heartbeat missed: closing", peer=self.peer)
+                self.abort()
+                return
+            if now - self.last_write >= interval / 2:
+                self.write(framing.HEARTBEAT_FRAME)
+
+    # ------------------------------------------------------------------ closing
+    def fail(self, exc: AMQPError) -> None:
+        """Close the connection for a hard error (or the channel, for a soft one on it)."""
+        if self.state in (CLOSING, CLOSED):
+            return
+        log.info("amqp connection error", peer=self.peer, code=exc.code, text=exc.text)
+        class_id, method_id = exc.method
+        self.send(0, commands.Connection.Close(reply_code=exc.code, reply_text=exc.reply_text,
+                                               class_id=class_id, method_id=method_id))
+        self._closing()
+
+    def close(self, code: int = CONNECTION_FORCED, text: str = "the gateway is shutting down"
+              ) -> None:
+        """Close from the server's side (shutdown)."""
+        if self.state == OPEN:
+            self.fail(AMQPError(code, text))
+        elif self.state != CLOSED:
+            self.abort()
+
+    def _closing(self) -> None:
+        self.state = CLOSING
+        for channel in self.channels.values():
+            channel.stop()
+        loop = asyncio.get_running_loop()
+        self._timers.append(loop.call_later(self.limits.close_timeout_s, self.abort))
+
+    def _closed_by_peer(self, method: Any) -> None:
+        if isinstance(method, commands.Connection.Close):
+            self.send(0, commands.Connection.CloseOk())
+        self.state = CLOSED
+        for channel in self.channels.values():
+            channel.stop()
+        if self.transport is not None:
+            self.transport.close()
+
+    def channel_closed(self, number: int) -> None:
+        self.channels.pop(number, None)
+
+    async def wait_closed(self) -> None:
+        await self.closed.wait()
+        if self._teardown is not None:
+            with contextlib.suppress(Exception):
+                await self._teardown
+
+
+_STATES = {AWAIT_HEADER: "header", AWAIT_START_OK: "start", AWAIT_TUNE_OK: "tune",
+           AWAIT_OPEN: "open", OPEN: "running", CLOSING: "closing", CLOSED: "closed"}
+
+
+def _ids(method: Any) -> tuple[int, int]:
+    index = int(getattr(method, "index", 0))
+    return index >> 16, index & 0xFFFF

@@ -1,0 +1,182 @@
+"""Consumers: `basic.consume` as an engine push consumer, `basic.get` as a pull receive, and
+`basic.recover`.
+
+A consumer's engine credit follows its prefetch: it holds at most `prefetch` unacknowledged
+deliveries (the channel's global prefetch bounds them all together); without a prefetch, or with
+no-ack, credit stays `WINDOW` ahead of what was sent, and sending waits while the socket's
+buffer is full. A delivery counts as redelivered from its second attempt on; its failed
+deliveries so far are in the `x-delivery-count` header. A message whose TTL (per message
+`expiration`, or the queue's `x-message-ttl`) passed before it could be delivered is not
+delivered: it is dead-lettered with reason `expired` (or discarded without a dead-letter
+exchange), as RabbitMQ does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+from pamqp import commands
+from pamqp.base import Frame
+
+from adapters.amqp.dialect import EXPIRED
+from adapters.amqp.frontend import framing, messages
+from adapters.amqp.frontend.state import ChannelState, Unacked
+from adapters.amqp.frontend.topology import Queue
+from gateway.engine.api import Delivery, SettleAction, Settlement
+from gateway.engine.port import ConsumerPort
+from gateway.errors import GatewayError, Unavailable
+
+log = structlog.get_logger(__name__)
+
+WINDOW = 1000
+"""Credit kept ahead of a consumer that has no prefetch limit."""
+BATCH = 256
+
+
+def expired(delivery: Delivery, queue: Queue, now_ms: int) -> bool:
+    """Whether a message's time to live passed before it could be delivered."""
+    ttl = messages.expiration_ms(delivery.properties)
+    queue_ttl = queue.settings.message_ttl_ms
+    if queue_ttl is not None:
+        ttl = queue_ttl if ttl is None else min(ttl, queue_ttl)
+    return ttl is not None and delivery.publish_ms + ttl <= now_ms
+
+
+def frames_for(channel: ChannelState, method: Frame, delivery: Delivery) -> list[bytes]:
+    """The method frame, content header and body frames of one delivery to this channel."""
+    try:
+        properties = messages.delivery_properties(delivery)
+        content = framing.content_frames(channel.number, properties, delivery.body,
+                                         channel.conn.frame_max)
+    except (ValueError, TypeError) as exc:
+        # Properties another front end set that AMQP cannot carry: deliver the body.
+        log.warning("amqp delivery properties dropped", error=str(exc))
+        content = framing.content_frames(channel.number, commands.Basic.Properties(),
+                                         delivery.body, channel.conn.frame_max)
+    return [framing.method_frame(channel.number, method), *content]
+
+
+def route_of(delivery: Delivery) -> tuple[str, str]:
+    """The exchange and routing key a delivery is shown with."""
+    exchange = delivery.properties.get(messages.EXCHANGE, "")
+    routing_key = delivery.properties.get(messages.ROUTING_KEY, delivery.original_topic)
+    return messages.shortstr(exchange), messages.shortstr(routing_key)
+
+
+class ConsumerSession:
+    """One `basic.consume`: pumps the engine consumer's deliveries to the client."""
+
+    def __init__(self, channel: ChannelState, tag: str, queue: Queue, consumer: ConsumerPort, *,
+                 no_ack: bool, prefetch: int, exclusive: bool) -> None:
+        self.channel = channel
+        self.tag = tag
+        self.queue = queue
+        self.consumer = consumer
+        self.no_ack = no_ack
+        self.prefetch = prefetch
+        self.exclusive = exclusive
+        self.held = 0
+        """Deliveries sent and not yet acknowledged."""
+        self.credit = 0
+        """Engine credit given and not yet used."""
+        self.cancelled = False
+        self._pending: list[Delivery] = []
+        self._task = asyncio.ensure_future(self._pump())
+
+    def want(self) -> int:
+        if self.cancelled:
+            return 0
+        if self.no_ack or not self.prefetch:
+            return WINDOW - self.credit
+        return self.prefetch - self.held - self.credit
+
+    def grant(self, n: int) -> None:
+        self.credit += n
+        self.consumer.add_credit(n)
+
+    async def _pump(self) -> None:
+        channel = self.channel
+        conn = channel.conn
+        try:
+            while True:
+                batch = await self.consumer.next_batch(BATCH)
+                self.credit = max(self.credit - len(batch), 0)
+                self._pending = batch
+                if not channel.flow.is_set():
+                    await channel.flow.wait()
+                if not conn.writable.is_set():
+                    await conn.writable.wait()
+                self._send(batch)
+                self._pending = []
+                channel.top_up()
+        except (Unavailable, ConnectionError):
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("amqp delivery pump stopped", error=str(exc), exc_info=True)
+
+    def _send(self, batch: list[Delivery]) -> None:
+        channel = self.channel
+        now = channel.ctx.engine.now_ms()
+        frames: list[bytes] = []
+        acks: list[str] = []
+        dead: list[Settlement] = []
+        for delivery in batch:
+            if expired(delivery, self.queue, now):
+                dead.append(Settlement(delivery.receipt, SettleAction.DEAD_LETTER,
+                                       reason=EXPIRED))
+                continue
+            tag = channel.next_tag()
+            if self.no_ack:
+                acks.append(delivery.receipt)
+            else:
+                channel.unacked[tag] = Unacked(delivery.receipt, self)
+                self.held += 1
+            exchange, routing_key = route_of(delivery)
+            frames.extend(frames_for(channel, framing.reply(commands.Basic.Deliver,
+                consumer_tag=self.tag, delivery_tag=tag, redelivered=delivery.attempt > 1,
+                exchange=exchange, routing_key=routing_key), delivery))
+        channel.conn.writelines(frames)
+        channel.settle_later(acks, dead)
+
+    async def cancel(self) -> None:
+        """No more deliveries; what was sent stays the client's to acknowledge."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        await _stop(self._task)
+        pending = [d.receipt for d in self._pending]
+        self._pending = []
+        try:
+            await self.consumer.cancel()
+        except GatewayError as exc:
+            log.warning("amqp consumer cancel failed", error=exc.message)
+        self.channel.release_later(pending)
+
+    async def server_cancel(self) -> None:
+        """The queue is gone: stop, and tell the client when it asked to be told."""
+        channel = self.channel
+        channel.consumers.pop(self.tag, None)
+        await self.close()
+        if channel.conn.cancel_notify and not channel.closing:
+            channel.send(framing.reply(commands.Basic.Cancel, consumer_tag=self.tag,
+                                       nowait=True))
+
+    async def close(self) -> None:
+        """Stop; everything unacknowledged goes back to the queue (its consumer is gone)."""
+        self.cancelled = True
+        await _stop(self._task)
+        self._pending = []
+        try:
+            await self.consumer.close()
+        except GatewayError as exc:
+            log.warning("amqp consumer close failed", error=exc.message)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task

@@ -1,0 +1,132 @@
+"""What every connection of the AMQP front end shares: the engine, the authorizer, the topology
+and its journal, the consumers of each queue, the limits."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from adapters.amqp.frontend.edge import QueueSettings
+from adapters.amqp.frontend.journal import Journal
+from adapters.amqp.frontend.ports import ConsumerPort, RouterPort
+from adapters.amqp.frontend.topology import Change, Queue, Topology
+from gateway.engine.api import ConsumerType, SubscriptionSpec
+from gateway.engine.port import EnginePort, EngineQueries
+
+POLICY = "rabbitmq"
+"""Every AMQP queue consumes under document 001's policy."""
+NAMING = "amqp"
+"""The naming scheme of AMQP queues: dead letters go to a topic the queue's dead-letter router
+takes them from (`adapters.amqp.naming.AMQP_FRONT_END`)."""
+DEFAULT_EXCHANGE_OPTION = "amq.default"
+"""The policy option value that stands for the default exchange ("" as a dead-letter exchange
+is the default exchange, but an empty option would mean none)."""
+NEGATIVE_CACHE_S = 1.0
+"""How long a name is known not to be a topic before the back end is asked again."""
+
+
+class AuthorizerPort(Protocol):
+    """Token authentication and permissions (`gateway.server.auth.Authorizer`)."""
+
+    def authenticate(self, token: str | None) -> Any: ...
+
+    def principal(self, name: str) -> Any: ...
+
+    def check_publish(self, principal: Any, topic: str) -> None: ...
+
+    def check_consume(self, principal: Any, topic: str, group: str) -> None: ...
+
+    def settle_guard(self, principal: Any) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The AMQP listener's limits (README, "Limits and guarantees")."""
+
+    frame_max: int = 131_072
+    """Largest frame the server proposes and accepts (RabbitMQ's default)."""
+    channel_max: int = 2047
+    heartbeat_s: int = 60
+    """The heartbeat the server proposes; a client may choose another, or 0 for none."""
+    handshake_timeout_s: float = 10.0
+    max_connections: int = 1000
+    max_consumers_per_channel: int = 1000
+    pending_publish_bytes: int = 64 << 20
+    """Published bytes of one connection not yet stored; beyond it the connection is not read
+    from until they are (flow control)."""
+    max_message_bytes: int = 4 << 20
+    close_timeout_s: float = 5.0
+    """How long a connection the server closed waits for the client's close-ok."""
+
+
+def queue_spec(queue: Queue) -> SubscriptionSpec:
+    """The engine subscription an AMQP queue consumes through."""
+    return spec_for(queue.name, queue.settings)
+
+
+def spec_for(name: str, settings: QueueSettings) -> SubscriptionSpec:
+    options: dict[str, str] = {}
+    if settings.retry_interval_s is not None:
+        options["x_retry_interval_s"] = str(settings.retry_interval_s)
+    if settings.dead_letter_exchange is not None:
+        options["x_dead_letter_exchange"] = settings.dead_letter_exchange or \
+            DEFAULT_EXCHANGE_OPTION
+    return SubscriptionSpec(
+        topic=name, group=settings.group, policy=POLICY, options=options, naming=NAMING,
+        consumer_type=ConsumerType.FAILOVER if settings.single_active else ConsumerType.SHARED,
+    )
+
+
+@dataclass
+class Context:
+    engine: EnginePort
+    queries: EngineQueries
+    authorizer: AuthorizerPort | None
+    topology: Topology
+    journal: Journal
+    limits: Limits
+    consumers: dict[str, set[ConsumerPort]] = field(default_factory=dict)
+    """The AMQP consumers of each queue, on every connection."""
+    router: RouterPort | None = None
+    connection_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _topics: set[str] = field(default_factory=set)
+    _topics_at: float = 0.0
+
+    async def record(self, changes: Change | list[Change] | None) -> None:
+        """Keep topology changes durably (the journal), before they are answered."""
+        if changes is None:
+            return
+        await self.journal.append(changes if isinstance(changes, list) else [changes])
+
+    async def is_topic(self, name: str) -> bool:
+        """Whether `name` is a queue to AMQP clients: a declared queue, or a gateway topic (it
+        holds messages or has a subscription) that was not deleted over AMQP. Through the
+        default exchange, a message to a name that is neither is unroutable, as RabbitMQ's
+        default exchange does with unknown queues."""
+        if name in self.topology.queues:
+            return True
+        if name in self.topology.tombstones:
+            return False
+        if name in self._topics:
+            return True
+        if any(g.topic == name for g in self.queries.groups()):
+            self._topics.add(name)
+            return True
+        now = time.monotonic()
+        if now - self._topics_at >= NEGATIVE_CACHE_S:
+            self._topics_at = now
+            self._topics.update(await self.queries.admin.topics())
+        return name in self._topics
+
+    def forget_topic(self, name: str) -> None:
+        self._topics.discard(name)
+
+    def consumer_count(self, queue: str) -> int:
+        return len(self.consumers.get(queue, ()))
+
+    def implicit_queue(self, name: str) -> Queue:
+        """A gateway topic no AMQP client declared, as a queue: consumed by the group of its
+        name under the policy's defaults."""
+        return Queue(name, True, False, {}, QueueSettings(group=name))

@@ -1,0 +1,169 @@
+"""Every value an AMQP client sends, checked in one place before the topology, the engine or the
+store sees it: names, queue and exchange arguments, binding arguments, message properties.
+
+Errors are `AMQPError`s with the reply code the specification gives, naming the field and the
+allowed range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from adapters.amqp.dialect import RETRY_INTERVAL_RANGE_S
+from adapters.amqp.frontend.errors import (
+    ACCESS_REFUSED,
+    PRECONDITION_FAILED,
+    AMQPError,
+    short,
+)
+from adapters.amqp.frontend.routing import MATCH_MODES, X_MATCH
+from adapters.amqp.frontend.values import FieldValue, as_int, as_str
+from gateway.limits import MAX_NAME_BYTES, too_long
+
+RESERVED_PREFIX = "amq."
+"""Queue and exchange names clients may not declare (the server's own)."""
+GROUP_ARGUMENT = "x-consumer-group"
+"""Queue argument: the gateway group the queue consumes its topic in (default: its name)."""
+RETRY_INTERVAL = "x-retry-interval"
+DLX = "x-dead-letter-exchange"
+DLRK = "x-dead-letter-routing-key"
+MESSAGE_TTL = "x-message-ttl"
+QUEUE_TYPE = "x-queue-type"
+SINGLE_ACTIVE = "x-single-active-consumer"
+QUEUE_TYPES = ("classic", "quorum")
+UNSUPPORTED_QUEUE_ARGUMENTS = {
+    "x-expires": "queues do not expire",
+    "x-max-length": "queues have no length limit",
+    "x-max-length-bytes": "queues have no length limit",
+    "x-overflow": "queues have no length limit",
+    "x-max-priority": "messages are not reordered by priority",
+    "x-delivery-limit": "the retry limit is document 001's 16 retries",
+    "x-dead-letter-strategy": "dead letters are routed at least once",
+    "x-max-age": "streams are not served",
+    "x-stream-max-segment-size-bytes": "streams are not served",
+    "x-initial-cluster-size": "streams are not served",
+}
+"""RabbitMQ queue arguments the gateway does not carry out: declaring one is refused rather
+than silently ignored. Other arguments are kept and ignored, as RabbitMQ does with those it
+does not know."""
+MAX_TTL_MS = 2**32 - 1
+ALTERNATE_EXCHANGE = "alternate-exchange"
+
+
+def check_name(field: str, name: str, *, allow_empty: bool = False) -> str:
+    """A queue, exchange or consumer name (a shortstr: at most 255 bytes), printable."""
+    if not name:
+        if allow_empty:
+            return name
+        raise AMQPError(PRECONDITION_FAILED, f"{field} must not be empty")
+    if too_long(name, MAX_NAME_BYTES) or not name.isprintable():
+        raise AMQPError(PRECONDITION_FAILED, f"{field}={short(name)}: at most {MAX_NAME_BYTES} "
+                                             "bytes of printable characters")
+    return name
+
+
+def check_declarable(kind: str, name: str) -> None:
+    """Names starting with `amq.` belong to the server."""
+    if name.startswith(RESERVED_PREFIX):
+        raise AMQPError(ACCESS_REFUSED, f"{kind} name {short(name)} contains reserved prefix "
+                                        f"'{RESERVED_PREFIX}*'")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """What a queue's arguments ask of the gateway."""
+
+    group: str
+    retry_interval_s: int | None = None
+    """`x-retry-interval` (document 001), seconds; None: the policy's default."""
+    dead_letter_exchange: str | None = None
+    """`x-dead-letter-exchange`; "" is the default exchange; None: exhausted messages are
+    discarded."""
+    dead_letter_routing_key: str | None = None
+    message_ttl_ms: int | None = None
+    single_active: bool = False
+
+
+def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSettings:
+    """Check a queue's arguments (PRECONDITION_FAILED naming the argument and the range)."""
+    for key, why in UNSUPPORTED_QUEUE_ARGUMENTS.items():
+        if key in arguments:
+            raise AMQPError(PRECONDITION_FAILED, f"queue argument {key} is not supported by the "
+                                                 f"gateway ({why})")
+    group = name
+    if GROUP_ARGUMENT in arguments:
+        raw = as_str(arguments[GROUP_ARGUMENT])
+        if raw is None:
+            raise AMQPError(PRECONDITION_FAILED, f"{GROUP_ARGUMENT} must be a string")
+        group = check_name(GROUP_ARGUMENT, raw)
+    interval = None
+    if RETRY_INTERVAL in arguments:
+        interval = as_int(arguments[RETRY_INTERVAL])
+        low, high = RETRY_INTERVAL_RANGE_S
+        if interval is None or not low <= interval <= high:
+            raise AMQPError(PRECONDITION_FAILED,
+                            f"invalid arg '{RETRY_INTERVAL}' for queue {short(name)}: "
+                            f"{short(arguments[RETRY_INTERVAL])}; allowed: an integer number of "
+                            f"seconds, {low}..{high}")
+    dlx = None
+    if DLX in arguments:
+        dlx = as_str(arguments[DLX])
+        if dlx is None:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{DLX}': an exchange name")
+        check_name(DLX, dlx, allow_empty=True)
+    dlrk = None
+    if DLRK in arguments:
+        dlrk = as_str(arguments[DLRK])
+        if dlrk is None:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{DLRK}': a routing key")
+        check_name(DLRK, dlrk, allow_empty=True)
+        if dlx is None:
+            raise AMQPError(PRECONDITION_FAILED, f"{DLRK} defined, but {DLX} is not defined")
+    ttl = None
+    if MESSAGE_TTL in arguments:
+        ttl = as_int(arguments[MESSAGE_TTL])
+        if ttl is None or not 0 <= ttl <= MAX_TTL_MS:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{MESSAGE_TTL}': "
+                                                 f"{short(arguments[MESSAGE_TTL])}; allowed: "
+                                                 f"0..{MAX_TTL_MS} ms")
+    if QUEUE_TYPE in arguments and as_str(arguments[QUEUE_TYPE]) not in QUEUE_TYPES:
+        raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{QUEUE_TYPE}': "
+                                             f"{short(arguments[QUEUE_TYPE])}; allowed: "
+                                             f"{', '.join(QUEUE_TYPES)}")
+    single = False
+    if SINGLE_ACTIVE in arguments:
+        value = arguments[SINGLE_ACTIVE]
+        if not isinstance(value, bool):
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{SINGLE_ACTIVE}': a boolean")
+        single = value
+    return QueueSettings(group, interval, dlx, dlrk, ttl, single)
+
+
+def exchange_alternate(arguments: Mapping[str, FieldValue]) -> str | None:
+    """An exchange's `alternate-exchange` argument, checked."""
+    if ALTERNATE_EXCHANGE not in arguments:
+        return None
+    name = as_str(arguments[ALTERNATE_EXCHANGE])
+    if name is None:
+        raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{ALTERNATE_EXCHANGE}': an exchange "
+                                             "name")
+    return check_name(ALTERNATE_EXCHANGE, name)
+
+
+def check_binding_arguments(kind: str, arguments: Mapping[str, FieldValue]) -> None:
+    """A headers binding's `x-match` is one of the modes."""
+    if kind == "headers" and X_MATCH in arguments:
+        mode = as_str(arguments[X_MATCH])
+        if mode not in MATCH_MODES:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid x-match field value "
+                                                 f"{short(arguments[X_MATCH])}; allowed: "
+                                                 f"{', '.join(MATCH_MODES)}")
+
+
+def check_expiration(value: str) -> int:
+    """A message's `expiration` property: milliseconds as decimal digits."""
+    if not value.isdigit() or not value.isascii() or int(value) > MAX_TTL_MS:
+        raise AMQPError(PRECONDITION_FAILED, f"invalid expiration {short(value)}: "
+                                             f"milliseconds, 0..{MAX_TTL_MS}")
+    return int(value)

@@ -1,0 +1,72 @@
+"""What the parts of the AMQP front end need of each other, as protocols, so that the modules
+depend downwards only: the connection (`ConnectionPort`), a consumer (`ConsumerPort`), the
+dead-letter router (`RouterPort`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from adapters.amqp.frontend.topology import Queue
+
+
+class ConnectionPort(Protocol):
+    """What a channel uses of its connection."""
+
+    id: int
+    principal: Any
+    """The authenticated principal (None without authentication)."""
+    settle_guard: Any
+    cancel_notify: bool
+    """The client announced `consumer_cancel_notify`: tell it when the server cancels."""
+    frame_max: int
+    writable: asyncio.Event
+    """Set while the socket's send buffer has room."""
+    pending_publish_bytes: int
+    """Published bytes read and not yet stored (flow control)."""
+
+    def send(self, channel: int, method: Any) -> None: ...
+
+    def writelines(self, parts: list[bytes]) -> None: ...
+
+    def published(self, size: int) -> None: ...
+
+    def fail(self, exc: Any) -> None: ...
+
+    def channel_closed(self, number: int) -> None: ...
+
+
+class ConsumerPort(Protocol):
+    """A `basic.consume` as its channel and queue see it."""
+
+    tag: str
+    queue: Queue
+    exclusive: bool
+    no_ack: bool
+    prefetch: int
+    held: int
+    """Deliveries sent and not yet acknowledged."""
+    credit: int
+    """Engine credit given and not yet used."""
+
+    def want(self) -> int: ...
+
+    def grant(self, n: int) -> None: ...
+
+    async def cancel(self) -> None: ...
+
+    async def server_cancel(self) -> None:
+        """The queue was deleted: stop, and tell the client."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class RouterPort(Protocol):
+    """The dead-letter router (`deadletters.DeadLetterRouter`)."""
+
+    def ensure(self, queue: Queue) -> None: ...
+
+    def forget(self, name: str) -> None: ...
+
+    async def close(self) -> None: ...

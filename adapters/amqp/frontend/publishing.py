@@ -1,0 +1,159 @@
+"""Publishing: route each message of a run of publishes, check it, store the run as one batch
+per topic, then answer (returns for unroutable mandatory messages, then publisher confirms).
+
+A message is stored in every queue's topic its exchange routes it to. Through the default
+exchange that is the topic its routing key names, when that is a declared queue or a topic the
+gateway holds; a message that reaches no queue is dropped, or returned (`basic.return`, 312
+NO_ROUTE) when published `mandatory`. A confirm (`basic.ack`) means the message is durable in
+every topic it was routed to; `basic.nack` means it may not be (the back end failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from pamqp import commands
+
+from adapters.amqp.frontend import edge, framing, messages
+from adapters.amqp.frontend.errors import (
+    ACCESS_REFUSED,
+    NO_ROUTE,
+    RESOURCE_ERROR,
+    AMQPError,
+    from_gateway,
+    short,
+)
+from adapters.amqp.frontend.state import ChannelState
+from gateway.backend.base import OutMessage
+from gateway.errors import GatewayError
+from gateway.limits import MAX_BATCH, MAX_NAME_BYTES, check_message, too_long
+
+PUBLISH = (60, 40)
+
+
+@dataclass(slots=True)
+class Publish:
+    method: commands.Basic.Publish
+    properties: commands.Basic.Properties
+    body: bytes
+
+
+@dataclass(slots=True)
+class _Routed:
+    item: Publish
+    seq: int
+    topics: list[str]
+
+
+async def publish_batch(channel: ChannelState, batch: list[Publish]) -> None:
+    size = sum(len(item.body) for item in batch)
+    try:
+        await _publish(channel, batch)
+    finally:
+        channel.conn.published(size)
+
+
+async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
+    routed: list[_Routed] = []
+    by_topic: dict[str, list[OutMessage]] = {}
+    error: AMQPError | None = None
+    for item in batch:
+        seq = 0
+        if channel.confirming:
+            channel.publish_seq += 1
+            seq = channel.publish_seq
+        try:
+            topics, message = await _route(channel, item)
+        except AMQPError as exc:
+            error = exc.at(PUBLISH)
+            break
+        except GatewayError as exc:
+            error = from_gateway(exc, PUBLISH)
+            break
+        routed.append(_Routed(item, seq, topics))
+        for topic in topics:
+            by_topic.setdefault(topic, []).append(message)
+    failed = await _store(channel, by_topic)
+    _answer(channel, routed, failed)
+    if failed and not channel.confirming:
+        reason = next(iter(failed.values()))
+        raise AMQPError(RESOURCE_ERROR, f"messages could not be stored: {reason}", PUBLISH,
+                        hard=False)
+    if error is not None:
+        raise error
+
+
+async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMessage]:
+    ctx = channel.ctx
+    method = item.method
+    name = edge.check_name("exchange", method.exchange, allow_empty=True)
+    exchange = ctx.topology.exchange(name)
+    if exchange.internal:
+        raise AMQPError(ACCESS_REFUSED, f"cannot publish to internal exchange {short(name)}")
+    headers = item.properties.headers or {}
+    routing_key = method.routing_key
+    topics: list[str] = []
+    for queue in sorted(ctx.topology.route(exchange, routing_key, headers)):
+        if queue in ctx.topology.queues or (
+            queue.isprintable() and not too_long(queue, MAX_NAME_BYTES)
+            and await ctx.is_topic(queue)
+        ):
+            topics.append(queue)
+    message = messages.out_message(item.properties, item.body, name, routing_key)
+    check_message(message, 0, ctx.engine.now_ms(), ctx.limits.max_message_bytes)
+    authorizer = ctx.authorizer
+    if authorizer is not None:
+        for topic in topics:
+            authorizer.check_publish(channel.conn.principal, topic)
+    return topics, message
+
+
+async def _store(channel: ChannelState, by_topic: dict[str, list[OutMessage]]) -> dict[str, str]:
+    """Publish every topic's messages (in batches of at most MAX_BATCH); the topics that
+    failed, with why."""
+    engine = channel.ctx.engine
+    calls = [(topic, msgs[i:i + MAX_BATCH]) for topic, msgs in by_topic.items()
+             for i in range(0, len(msgs), MAX_BATCH)]
+    if not calls:
+        return {}
+    results = await asyncio.gather(*(engine.publish(topic, msgs) for topic, msgs in calls),
+                                   return_exceptions=True)
+    failed: dict[str, str] = {}
+    for (topic, _), result in zip(calls, results, strict=True):
+        if isinstance(result, GatewayError):
+            failed[topic] = result.message
+        elif isinstance(result, BaseException):
+            failed[topic] = type(result).__name__
+    return failed
+
+
+def _answer(channel: ChannelState, routed: list[_Routed], failed: dict[str, str]) -> None:
+    conn = channel.conn
+    frames: list[bytes] = []
+    for r in routed:
+        if not r.topics and r.item.method.mandatory:
+            frames.append(framing.method_frame(channel.number, framing.reply(commands.Basic.Return,
+                reply_code=NO_ROUTE, reply_text="NO_ROUTE", exchange=r.item.method.exchange,
+                routing_key=r.item.method.routing_key)))
+            frames.extend(framing.content_frames(channel.number, r.item.properties, r.item.body,
+                                                 conn.frame_max))
+    if channel.confirming:
+        acked_upto = 0
+        for r in routed:
+            if failed and any(t in failed for t in r.topics):
+                if acked_upto:
+                    frames.append(_ack(channel.number, acked_upto))
+                    acked_upto = 0
+                frames.append(framing.method_frame(channel.number, commands.Basic.Nack(
+                    delivery_tag=r.seq, multiple=False, requeue=False)))
+            else:
+                acked_upto = r.seq
+        if acked_upto:
+            frames.append(_ack(channel.number, acked_upto))
+    if frames:
+        conn.writelines(frames)
+
+
+def _ack(channel: int, tag: int) -> bytes:
+    return framing.method_frame(channel, commands.Basic.Ack(delivery_tag=tag, multiple=True))

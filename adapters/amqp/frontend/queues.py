@@ -1,0 +1,169 @@
+"""queue.declare, bind, unbind, purge and delete; and removing queues when their owner or last
+consumer goes (exclusive, auto-delete)."""
+
+from __future__ import annotations
+
+import structlog
+from pamqp import commands
+
+from adapters.amqp.frontend import access, edge, framing
+from adapters.amqp.frontend.context import Context
+from adapters.amqp.frontend.errors import (
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_ERROR,
+    AMQPError,
+    short,
+)
+from adapters.amqp.frontend.state import ChannelState
+from adapters.amqp.frontend.topology import Binding, Queue
+from gateway.errors import GatewayError
+
+log = structlog.get_logger(__name__)
+
+DECLARE, BIND, PURGE, DELETE, UNBIND = (50, 10), (50, 20), (50, 30), (50, 40), (50, 50)
+
+
+async def find(channel: ChannelState, name: str, method: tuple[int, int]) -> Queue:
+    """The queue a method names ("" is the channel's last declared queue): a declared queue, or
+    a gateway topic no AMQP client declared (consumed by the group of its name)."""
+    name = name or channel.last_queue
+    if not name:
+        raise AMQPError(NOT_FOUND, "no queue named and none declared on this channel", method)
+    edge.check_name("queue", name)
+    ctx = channel.ctx
+    queue = ctx.topology.queues.get(name)
+    if queue is None:
+        if not await ctx.is_topic(name):
+            raise AMQPError(NOT_FOUND, f"no queue {short(name)} in vhost '/'", method)
+        return ctx.implicit_queue(name)
+    ctx.topology.check_owner(queue, channel.conn.id)
+    return queue
+
+
+async def ready_count(ctx: Context, queue: Queue) -> int:
+    """Messages ready for the queue's group (0 when the back end cannot tell now)."""
+    try:
+        view = await ctx.queries.admin.describe(queue.name, queue.settings.group)
+    except GatewayError:
+        return 0
+    return max(view.ready, 0)
+
+
+async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.Queue.DeclareOk:
+    ctx = channel.ctx
+    conn = channel.conn
+    if m.passive:
+        queue = await find(channel, m.queue, DECLARE)
+        access.consume(channel, queue, DECLARE)
+    else:
+        name = m.queue
+        if not name:
+            name = ctx.topology.server_name()
+        else:
+            edge.check_name("queue", name)
+            existing = ctx.topology.queues.get(name)
+            if existing is None or existing.owner != conn.id:
+                edge.check_declarable("queue", name)
+        settings = edge.queue_settings(name, m.arguments or {})
+        access.consume(channel, Queue(name, m.durable, m.auto_delete, {}, settings), DECLARE)
+        known = name in ctx.topology.queues
+        queue, change = ctx.topology.declare_queue(
+            name, connection=conn.id, durable=m.durable, exclusive=m.exclusive,
+            auto_delete=m.auto_delete, arguments=m.arguments or {},
+            principal=getattr(conn.principal, "name", ""))
+        try:
+            await ctx.record(change)
+        except OSError as exc:
+            if not known:
+                ctx.topology.queues.pop(name, None)
+            raise AMQPError(RESOURCE_ERROR, f"cannot keep queue {short(name)}: {exc.strerror}",
+                            DECLARE, hard=False) from None
+        if ctx.router is not None:
+            ctx.router.ensure(queue)
+    channel.last_queue = queue.name
+    return framing.reply(commands.Queue.DeclareOk, queue=queue.name,
+                                    message_count=await ready_count(ctx, queue),
+                                    consumer_count=ctx.consumer_count(queue.name))
+
+
+async def bind(channel: ChannelState, m: commands.Queue.Bind | commands.Queue.Unbind,
+               method: tuple[int, int]) -> None:
+    ctx = channel.ctx
+    queue = await find(channel, m.queue, method)
+    if queue.name not in ctx.topology.queues:
+        raise AMQPError(NOT_FOUND, f"no queue {short(queue.name)} in vhost '/' (a topic no "
+                                   "AMQP client declared: declare it to bind it)", method)
+    edge.check_name("exchange", m.exchange, allow_empty=True)
+    access.consume(channel, queue, method)
+    access.read_exchange(channel, m.exchange, queue, method)
+    binding = Binding(m.exchange, queue.name, True, m.routing_key, dict(m.arguments or {}))
+    try:
+        if isinstance(m, commands.Queue.Bind):
+            await ctx.record(ctx.topology.bind(binding))
+        else:
+            await ctx.record(ctx.topology.unbind(binding))
+    except AMQPError as exc:
+        raise exc.at(method) from None
+    except OSError as exc:
+        raise AMQPError(RESOURCE_ERROR, f"cannot keep the binding: {exc.strerror}", method,
+                        hard=False) from None
+
+
+async def purge(channel: ChannelState, m: commands.Queue.Purge) -> commands.Queue.PurgeOk:
+    queue = await find(channel, m.queue, PURGE)
+    access.consume(channel, queue, PURGE)
+    count = await channel.ctx.queries.admin.purge(queue.name, queue.settings.group)
+    return commands.Queue.PurgeOk(message_count=count)
+
+
+async def delete(channel: ChannelState, m: commands.Queue.Delete) -> commands.Queue.DeleteOk:
+    ctx = channel.ctx
+    name = m.queue or channel.last_queue
+    edge.check_name("queue", name)
+    queue = ctx.topology.queues.get(name)
+    if queue is None:
+        return commands.Queue.DeleteOk(message_count=0)  # as RabbitMQ: nothing to delete
+    ctx.topology.check_owner(queue, channel.conn.id)
+    access.consume(channel, queue, DELETE)
+    if m.if_unused and ctx.consumer_count(name):
+        raise AMQPError(PRECONDITION_FAILED, f"queue {short(name)} in vhost '/' in use", DELETE)
+    if m.if_empty and await ready_count(ctx, queue):
+        raise AMQPError(PRECONDITION_FAILED, f"queue {short(name)} in vhost '/' is not empty",
+                        DELETE)
+    count = await remove(ctx, queue)
+    return commands.Queue.DeleteOk(message_count=count)
+
+
+async def remove(ctx: Context, queue: Queue) -> int:
+    """Delete a queue: its consumers are cancelled (with notice to clients that asked for it),
+    its messages purged, its bindings and record removed. The messages purged."""
+    for session in list(ctx.consumers.pop(queue.name, set())):
+        await session.server_cancel()
+    changes = ctx.topology.delete_queue(queue.name)
+    if ctx.router is not None:
+        ctx.router.forget(queue.name)
+    try:
+        count = await ctx.queries.admin.purge(queue.name, queue.settings.group)
+    except GatewayError as exc:
+        log.warning("amqp queue delete: purge failed", queue=queue.name, error=exc.message)
+        count = 0
+    try:
+        await ctx.record(changes)
+    except OSError as exc:
+        log.error("amqp queue delete not kept", queue=queue.name, error=exc.strerror)
+    return count
+
+
+async def drop_exclusive(ctx: Context, connection: int) -> None:
+    """A closed connection's exclusive queues go with it."""
+    for queue in [q for q in ctx.topology.queues.values() if q.owner == connection]:
+        await remove(ctx, queue)
+
+
+async def consumer_gone(ctx: Context, queue: Queue) -> None:
+    """An auto-delete queue goes when its last consumer does."""
+    if queue.auto_delete and queue.had_consumers and not ctx.consumer_count(queue.name) and (
+        ctx.topology.queues.get(queue.name) is queue
+    ):
+        await remove(ctx, queue)

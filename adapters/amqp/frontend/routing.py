@@ -1,0 +1,97 @@
+"""How an exchange matches a message to its bindings (pure).
+
+* direct: the routing key equals the binding key;
+* fanout: every binding;
+* topic: the binding key's words (split at `.`) match the routing key's, `*` standing for exactly
+  one word and `#` for zero or more;
+* headers: the binding's arguments against the message's headers, `x-match` = `all` (the
+  default) or `any`, and `all-with-x` / `any-with-x` that also compare the `x-` arguments; an
+  argument without a value (void) matches any value of that header.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+DIRECT = "direct"
+FANOUT = "fanout"
+TOPIC = "topic"
+HEADERS = "headers"
+TYPES = (DIRECT, FANOUT, TOPIC, HEADERS)
+X_MATCH = "x-match"
+MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
+
+
+@functools.lru_cache(maxsize=4096)
+def _words(key: str) -> tuple[str, ...]:
+    return tuple(key.split("."))
+
+
+def topic_matches(pattern: str, routing_key: str) -> bool:
+    """Whether a topic binding key matches a routing key."""
+    if pattern == "#":
+        return True
+    return _match(_words(pattern), _words(routing_key))
+
+
+@functools.lru_cache(maxsize=65536)
+def _match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
+    # reachable[j]: the pattern so far can consume exactly the first j words.
+    reachable = [True] + [False] * len(words)
+    for token in pattern:
+        nxt = [False] * (len(words) + 1)
+        if token == "#":
+            seen = False
+            for j in range(len(words) + 1):
+                seen = seen or reachable[j]
+                nxt[j] = seen
+        else:
+            for j in range(len(words)):
+                if reachable[j] and (token == "*" or token == words[j]):
+                    nxt[j + 1] = True
+        reachable = nxt
+        if not any(reachable):
+            return False
+    return reachable[-1]
+
+
+def headers_match(arguments: Mapping[str, object], headers: Mapping[str, object]) -> bool:
+    """Whether a headers binding (its arguments) matches a message's headers."""
+    mode = arguments.get(X_MATCH, "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode("utf-8", "replace")
+    with_x = mode in ("all-with-x", "any-with-x")
+    wanted = [(k, v) for k, v in arguments.items()
+              if k != X_MATCH and (with_x or not k.startswith("x-"))]
+    if mode in ("any", "any-with-x"):
+        return any(_one(k, v, headers) for k, v in wanted)
+    return all(_one(k, v, headers) for k, v in wanted)
+
+
+def _one(name: str, value: object, headers: Mapping[str, object]) -> bool:
+    if name not in headers:
+        return False
+    return value is None or _same(value, headers[name])
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, bytes) and isinstance(b, str):
+        return a == b.encode()
+    if isinstance(a, str) and isinstance(b, bytes):
+        return a.encode() == b
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return a == b
+
+
+def binding_matches(kind: str, binding_key: str, arguments: Mapping[str, object],
+                    routing_key: str, headers: Mapping[str, object]) -> bool:
+    """Whether a binding of an exchange of `kind` takes a message."""
+    if kind == DIRECT:
+        return binding_key == routing_key
+    if kind == FANOUT:
+        return True
+    if kind == TOPIC:
+        return topic_matches(binding_key, routing_key)
+    return headers_match(arguments, headers)

@@ -1,0 +1,154 @@
+"""A channel's state and the bookkeeping its methods share: delivery tags and what is
+unacknowledged, acknowledgements on their way to the engine, consumers' credit under prefetch.
+
+`channel.Channel` adds the protocol (frames, the ordered worker, closing) on top; the method
+modules (`handlers`, `queues`, `publishing`, `consumers`) work on this state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from adapters.amqp.frontend.context import Context
+from adapters.amqp.frontend.errors import PRECONDITION_FAILED, AMQPError
+from adapters.amqp.frontend.ports import ConnectionPort, ConsumerPort
+from gateway.engine.api import SettleAction, Settlement
+from gateway.errors import GatewayError
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(slots=True)
+class Unacked:
+    receipt: str
+    """"" for a no-ack delivery (nothing to settle)."""
+    session: ConsumerPort | None
+    """The consumer it went to; None for a `basic.get`."""
+
+
+class ChannelState:
+    def __init__(self, conn: ConnectionPort, ctx: Context, number: int) -> None:
+        self.conn = conn
+        self.ctx = ctx
+        self.number = number
+        self.closing = False
+        """A Channel.Close was sent or received: frames are discarded until the handshake ends."""
+        self.confirming = False
+        self.publish_seq = 0
+        self._tag = 0
+        self.unacked: dict[int, Unacked] = {}
+        self.consumers: dict[str, ConsumerPort] = {}
+        self.retired: list[ConsumerPort] = []
+        """Cancelled consumers whose deliveries may still be acknowledged (closed with the
+        channel)."""
+        self.prefetch = 0
+        """Per-consumer prefetch for consumers started from now on (basic.qos global=false)."""
+        self.channel_prefetch = 0
+        """Unacknowledged deliveries on the whole channel (basic.qos global=true); 0: none."""
+        self.flow = asyncio.Event()
+        self.flow.set()
+        self.last_queue = ""
+        self._acks: list[str] = []
+        self._settles: list[Settlement] = []
+        self._settler: asyncio.Task[None] | None = None
+        self._rr = 0
+
+    def send(self, method: Any) -> None:
+        self.conn.send(self.number, method)
+
+    # ------------------------------------------------------------------ deliveries
+    def next_tag(self) -> int:
+        self._tag += 1
+        return self._tag
+
+    def settle_tags(self, tag: int, multiple: bool, requeue: bool | None,
+                    method: tuple[int, int]) -> None:
+        """Ack (`requeue` None), or nack / reject: requeue=true is a failure retried after the
+        queue's interval (document 001); requeue=false dead-letters at once."""
+        taken = self._take(tag, multiple, method)
+        acks: list[str] = []
+        settles: list[Settlement] = []
+        for unacked in taken:
+            if unacked.session is not None:
+                unacked.session.held -= 1
+            if not unacked.receipt:
+                continue  # a no-ack delivery: nothing to settle
+            if requeue is None:
+                acks.append(unacked.receipt)
+            elif requeue:
+                settles.append(Settlement(unacked.receipt, SettleAction.FAIL))
+            else:
+                settles.append(Settlement(unacked.receipt, SettleAction.DEAD_LETTER,
+                                          reason="rejected"))
+        self.settle_later(acks, settles)
+        self.top_up()
+
+    def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
+        unacked = self.unacked
+        if multiple:
+            tags = [t for t in unacked if t <= tag] if tag else list(unacked)
+            if not tags and tag:
+                raise AMQPError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
+            return [unacked.pop(t) for t in tags]
+        found = unacked.pop(tag, None)
+        if found is None:
+            raise AMQPError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
+        return [found]
+
+    def release_later(self, receipts: list[str]) -> None:
+        """Give deliveries back unprocessed (no failure counted)."""
+        self.settle_later([], [Settlement(r, SettleAction.RELEASE) for r in receipts])
+
+    def settle_later(self, acks: list[str], settlements: list[Settlement]) -> None:
+        """Acks and settlements for the engine, sent by the channel's settler in batches."""
+        if not acks and not settlements:
+            return
+        self._acks.extend(acks)
+        self._settles.extend(settlements)
+        if self._settler is None or self._settler.done():
+            self._settler = asyncio.ensure_future(self._settle_pending())
+
+    async def _settle_pending(self) -> None:
+        engine = self.ctx.engine
+        guard = self.conn.settle_guard
+        while self._acks or self._settles:
+            acks, self._acks = self._acks, []
+            settles, self._settles = self._settles, []
+            try:
+                if acks:
+                    failed = await engine.ack(acks, guard=guard)
+                    for result in failed.values():
+                        log.debug("amqp ack not applied", error=result.error)
+                if settles:
+                    for result in await engine.settle(settles, guard=guard):
+                        if not result.ok:
+                            log.debug("amqp settle not applied", error=result.error)
+            except GatewayError as exc:
+                # Not settled: the deliveries time out and come again (at least once).
+                log.warning("amqp settle failed", error=exc.message)
+
+    async def settled(self) -> None:
+        """Wait until the settler has sent everything queued."""
+        if self._settler is not None:
+            await self._settler
+
+    def top_up(self) -> None:
+        """Give consumers engine credit as far as their prefetch and the channel's allow."""
+        if self.closing or not self.flow.is_set() or not self.consumers:
+            return
+        sessions = list(self.consumers.values())
+        room = None
+        if self.channel_prefetch:
+            room = self.channel_prefetch - len(self.unacked) - sum(s.credit for s in sessions)
+        start = self._rr = (self._rr + 1) % len(sessions)
+        for session in sessions[start:] + sessions[:start]:
+            want = session.want()
+            grant = want if room is None else min(want, room)
+            if grant > 0:
+                session.grant(grant)
+                if room is not None:
+                    room -= grant

@@ -1,0 +1,398 @@
+"""Exchanges, queues and bindings, and how a published message is routed (pure: no I/O).
+
+Every change a client asks for is checked here against the rules of AMQP 0-9-1 as RabbitMQ
+applies them (reserved `amq.` names, equivalent redeclaration, exclusive ownership, `if-unused`
+and `if-empty`), raising `AMQPError` with the specification's reply code. A change to a durable
+entity is returned as a record (`Change`) for the journal; `apply` replays one.
+
+A queue is a gateway topic (of the queue's name) consumed by one group (the queue's name unless
+`x-consumer-group` names another). The default exchange routes a message to the topic its routing
+key names; `route` returns the names and the caller decides which exist.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters.amqp.frontend import edge
+from adapters.amqp.frontend.edge import QueueSettings
+from adapters.amqp.frontend.errors import (
+    ACCESS_REFUSED,
+    COMMAND_INVALID,
+    NOT_FOUND,
+    PRECONDITION_FAILED,
+    RESOURCE_ERROR,
+    RESOURCE_LOCKED,
+    AMQPError,
+    short,
+)
+from adapters.amqp.frontend.routing import DIRECT, FANOUT, HEADERS, TOPIC, TYPES, binding_matches
+from adapters.amqp.frontend.values import FieldValue, table_from_text, table_to_text
+
+DEFAULT = ""
+BUILTIN = {"amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC,
+           "amq.headers": HEADERS, "amq.match": HEADERS}
+MAX_QUEUES = 10_000
+MAX_EXCHANGES = 10_000
+MAX_BINDINGS = 100_000
+MAX_TOMBSTONES = 10_000
+Change = dict[str, Any]
+"""One change to a durable entity, as the journal keeps it (JSON)."""
+
+
+@dataclass(slots=True)
+class Queue:
+    name: str
+    durable: bool
+    auto_delete: bool
+    arguments: dict[str, FieldValue]
+    settings: QueueSettings
+    owner: int | None = None
+    """The connection of an exclusive queue."""
+    declared_by: str = ""
+    """The principal that declared it ("" without authentication)."""
+    consumers: int = 0
+    had_consumers: bool = False
+
+
+@dataclass(slots=True)
+class Binding:
+    source: str
+    destination: str
+    to_queue: bool
+    key: str
+    arguments: dict[str, FieldValue]
+
+    def same(self, other: Binding) -> bool:
+        return (self.source, self.destination, self.to_queue, self.key) == (
+            other.source, other.destination, other.to_queue, other.key
+        ) and table_to_text(self.arguments) == table_to_text(other.arguments)
+
+
+@dataclass(slots=True)
+class Exchange:
+    name: str
+    kind: str
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, FieldValue] = field(default_factory=dict)
+    alternate: str | None = None
+    builtin: bool = False
+    bindings: list[Binding] = field(default_factory=list)
+    had_bindings: bool = False
+
+
+def _inequivalent(kind: str, name: str, what: str, got: object, have: object) -> AMQPError:
+    return AMQPError(PRECONDITION_FAILED, f"inequivalent arg '{what}' for {kind} {short(name)} "
+                                          f"in vhost '/': received {got!r} but current is "
+                                          f"{have!r}")
+
+
+class Topology:
+    """The server's exchanges, queues and bindings."""
+
+    def __init__(self) -> None:
+        self.exchanges: dict[str, Exchange] = {
+            DEFAULT: Exchange(DEFAULT, DIRECT, builtin=True),
+            **{name: Exchange(name, kind, builtin=True) for name, kind in BUILTIN.items()},
+        }
+        self.queues: dict[str, Queue] = {}
+        self.binding_count = 0
+        self.tombstones: dict[str, None] = {}
+        """Queues deleted over AMQP (oldest first): their topics may still hold messages for
+        other groups, but they are no queue to AMQP clients until declared again."""
+
+    # ------------------------------------------------------------------ lookups
+    def exchange(self, name: str) -> Exchange:
+        found = self.exchanges.get(name)
+        if found is None:
+            raise AMQPError(NOT_FOUND, f"no exchange {short(name)} in vhost '/'")
+        return found
+
+    def queue(self, name: str, connection: int | None = None) -> Queue:
+        found = self.queues.get(name)
+        if found is None:
+            raise AMQPError(NOT_FOUND, f"no queue {short(name)} in vhost '/'")
+        if connection is not None:
+            self.check_owner(found, connection)
+        return found
+
+    @staticmethod
+    def check_owner(queue: Queue, connection: int) -> None:
+        if queue.owner is not None and queue.owner != connection:
+            raise AMQPError(RESOURCE_LOCKED, f"cannot obtain exclusive access to locked queue "
+                                             f"{short(queue.name)} in vhost '/'")
+
+    # ------------------------------------------------------------------ exchanges
+    def declare_exchange(self, name: str, kind: str, *, passive: bool, durable: bool,
+                         auto_delete: bool, internal: bool,
+                         arguments: Mapping[str, FieldValue]) -> Change | None:
+        edge.check_name("exchange", name, allow_empty=True)
+        if passive:
+            self.exchange(name)
+            return None
+        if not name:
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if kind not in TYPES:
+            raise AMQPError(COMMAND_INVALID, f"unknown exchange type {short(kind)}; "
+                                             f"allowed: {', '.join(TYPES)}")
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            for what, got, have in (("type", kind, existing.kind),
+                                    ("durable", durable, existing.durable),
+                                    ("auto_delete", auto_delete, existing.auto_delete),
+                                    ("internal", internal, existing.internal)):
+                if got != have:
+                    raise _inequivalent("exchange", name, what, got, have)
+            return None
+        edge.check_declarable("exchange", name)
+        alternate = edge.exchange_alternate(arguments)
+        if len(self.exchanges) >= MAX_EXCHANGES + len(BUILTIN) + 1:
+            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_EXCHANGES} exchanges", hard=False)
+        self.exchanges[name] = Exchange(name, kind, durable, auto_delete, internal,
+                                        dict(arguments), alternate)
+        if not durable:
+            return None
+        return {"op": "exchange", "name": name, "kind": kind, "auto_delete": auto_delete,
+                "internal": internal, "arguments": table_to_text(arguments)}
+
+    def delete_exchange(self, name: str, *, if_unused: bool) -> list[Change]:
+        edge.check_name("exchange", name, allow_empty=True)
+        if not name or name in BUILTIN:
+            raise AMQPError(ACCESS_REFUSED, f"operation not permitted on exchange "
+                                            f"{short(name or '(AMQP default)')}")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return []  # RabbitMQ: deleting an exchange that is not there succeeds
+        inbound = [b for e in self.exchanges.values() for b in e.bindings
+                   if not b.to_queue and b.destination == name]
+        if if_unused and (exchange.bindings or inbound):
+            raise AMQPError(PRECONDITION_FAILED, f"exchange {short(name)} in use")
+        changes: list[Change] = []
+        for binding in [*exchange.bindings, *inbound]:
+            changes.extend(self._unbind(binding))
+        del self.exchanges[name]
+        if exchange.durable:
+            changes.append({"op": "unexchange", "name": name})
+        return changes
+
+    # ------------------------------------------------------------------ queues
+    def declare_queue(self, name: str, *, connection: int, durable: bool, exclusive: bool,
+                      auto_delete: bool, arguments: Mapping[str, FieldValue],
+                      principal: str = "") -> tuple[Queue, Change | None]:
+        """A new or an equivalent existing queue (its name: `server_name` for "")."""
+        existing = self.queues.get(name)
+        settings = edge.queue_settings(name, arguments)
+        if existing is not None:
+            self.check_owner(existing, connection)
+            for what, got, have in (("durable", durable, existing.durable),
+                                    ("exclusive", exclusive, existing.owner is not None),
+                                    ("auto_delete", auto_delete, existing.auto_delete)):
+                if got != have:
+                    raise _inequivalent("queue", name, what, got, have)
+            if settings != existing.settings:
+                raise _inequivalent("queue", name, "arguments", _shown(settings),
+                                    _shown(existing.settings))
+            return existing, None
+        if len(self.queues) >= MAX_QUEUES:
+            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_QUEUES} queues", hard=False)
+        queue = Queue(name, durable, auto_delete, dict(arguments), settings,
+                      owner=connection if exclusive else None, declared_by=principal)
+        self.queues[name] = queue
+        self.tombstones.pop(name, None)
+        if not durable or exclusive:
+            return queue, None
+        return queue, {"op": "queue", "name": name, "auto_delete": auto_delete,
+                       "arguments": table_to_text(arguments), "principal": principal}
+
+    @staticmethod
+    def server_name() -> str:
+        return "amq.gen-" + secrets.token_urlsafe(16)
+
+    def delete_queue(self, name: str) -> list[Change]:
+        queue = self.queues.pop(name, None)
+        if queue is None:
+            return []
+        self._bury(name)
+        changes: list[Change] = []
+        for exchange in list(self.exchanges.values()):
+            for binding in [b for b in exchange.bindings if b.to_queue and b.destination == name]:
+                changes.extend(self._unbind(binding))
+        changes.append({"op": "unqueue", "name": name})
+        return changes
+
+    def _bury(self, name: str) -> None:
+        self.tombstones.pop(name, None)
+        self.tombstones[name] = None
+        while len(self.tombstones) > MAX_TOMBSTONES:
+            del self.tombstones[next(iter(self.tombstones))]
+
+    # ------------------------------------------------------------------ bindings
+    def bind(self, binding: Binding) -> Change | None:
+        source = self.exchange(binding.source)
+        if not binding.source:
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if binding.to_queue:
+            destination_durable = self.queue(binding.destination).durable
+        else:
+            destination_durable = self.exchange(binding.destination).durable
+        edge.check_binding_arguments(source.kind, binding.arguments)
+        if any(b.same(binding) for b in source.bindings):
+            return None
+        if self.binding_count >= MAX_BINDINGS:
+            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_BINDINGS} bindings", hard=False)
+        source.bindings.append(binding)
+        source.had_bindings = True
+        self.binding_count += 1
+        if not (source.durable and destination_durable):
+            return None
+        return {"op": "bind", **_binding_record(binding)}
+
+    def unbind(self, binding: Binding) -> list[Change]:
+        source = self.exchange(binding.source)
+        if not binding.source:
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if binding.to_queue:
+            self.queue(binding.destination)
+        else:
+            self.exchange(binding.destination)
+        found = next((b for b in source.bindings if b.same(binding)), None)
+        if found is None:
+            return []  # RabbitMQ: removing a binding that is not there succeeds
+        return self._unbind(found)
+
+    def _unbind(self, binding: Binding) -> list[Change]:
+        source = self.exchanges.get(binding.source)
+        if source is None or binding not in source.bindings:
+            return []
+        source.bindings.remove(binding)
+        self.binding_count -= 1
+        changes: list[Change] = [{"op": "unbind", **_binding_record(binding)}]
+        if source.auto_delete and source.had_bindings and not source.bindings and not (
+            source.builtin
+        ):
+            changes.extend(self.delete_exchange(source.name, if_unused=False))
+        return changes
+
+    # ------------------------------------------------------------------ routing
+    def route(self, exchange: Exchange, routing_key: str,
+              headers: Mapping[str, FieldValue]) -> set[str]:
+        """The queue names a message reaches (exchange-to-exchange bindings and alternate
+        exchanges followed, each exchange once). Through the default exchange: the routing key
+        itself."""
+        if not exchange.name:
+            return {routing_key} if routing_key else set()
+        found: set[str] = set()
+        seen: set[str] = set()
+        todo = [exchange]
+        while todo:
+            current = todo.pop()
+            if current.name in seen:
+                continue
+            seen.add(current.name)
+            matched = False
+            for b in current.bindings:
+                if not binding_matches(current.kind, b.key, b.arguments, routing_key, headers):
+                    continue
+                matched = True
+                if b.to_queue:
+                    found.add(b.destination)
+                elif b.destination in self.exchanges:
+                    todo.append(self.exchanges[b.destination])
+            if not matched and current.alternate in self.exchanges:
+                todo.append(self.exchanges[current.alternate])
+        return found
+
+    # ------------------------------------------------------------------ journal
+    def apply(self, change: Change) -> None:
+        """Replay one journal record (at start-up)."""
+        op = change["op"]
+        if op == "exchange":
+            arguments = table_from_text(change["arguments"])
+            self.exchanges[change["name"]] = Exchange(
+                change["name"], change["kind"], True, bool(change["auto_delete"]),
+                bool(change["internal"]), arguments, edge.exchange_alternate(arguments))
+        elif op == "unexchange":
+            self.exchanges.pop(change["name"], None)
+        elif op == "queue":
+            arguments = table_from_text(change["arguments"])
+            name = change["name"]
+            self.queues[name] = Queue(name, True, bool(change["auto_delete"]), arguments,
+                                      edge.queue_settings(name, arguments),
+                                      declared_by=change.get("principal", ""))
+            self.tombstones.pop(name, None)
+        elif op == "unqueue":
+            self.queues.pop(change["name"], None)
+            self._bury(change["name"])
+        elif op == "bind":
+            binding = _binding_of(change)
+            source = self.exchanges.get(binding.source)
+            if source is not None and not any(b.same(binding) for b in source.bindings):
+                source.bindings.append(binding)
+                source.had_bindings = True
+                self.binding_count += 1
+        elif op == "unbind":
+            binding = _binding_of(change)
+            source = self.exchanges.get(binding.source)
+            if source is not None:
+                for b in source.bindings:
+                    if b.same(binding):
+                        source.bindings.remove(b)
+                        self.binding_count -= 1
+                        break
+        else:
+            raise ValueError(f"unknown journal record {op!r}")
+
+    def snapshot(self) -> list[Change]:
+        """Records that rebuild every durable entity (for compacting the journal)."""
+        out: list[Change] = []
+        for e in self.exchanges.values():
+            if e.durable and not e.builtin:
+                out.append({"op": "exchange", "name": e.name, "kind": e.kind,
+                            "auto_delete": e.auto_delete, "internal": e.internal,
+                            "arguments": table_to_text(e.arguments)})
+        for q in self.queues.values():
+            if q.durable and q.owner is None:
+                out.append({"op": "queue", "name": q.name, "auto_delete": q.auto_delete,
+                            "arguments": table_to_text(q.arguments),
+                            "principal": q.declared_by})
+        for e in self.exchanges.values():
+            for b in e.bindings:
+                if self._durable_binding(b):
+                    out.append({"op": "bind", **_binding_record(b)})
+        out.extend({"op": "unqueue", "name": name} for name in self.tombstones)
+        return out
+
+    def _durable_binding(self, b: Binding) -> bool:
+        source = self.exchanges.get(b.source)
+        if source is None or not source.durable:
+            return False
+        if b.to_queue:
+            queue = self.queues.get(b.destination)
+            return queue is not None and queue.durable and queue.owner is None
+        target = self.exchanges.get(b.destination)
+        return target is not None and target.durable
+
+
+def _shown(settings: QueueSettings) -> dict[str, object]:
+    return {k: v for k, v in (("x-consumer-group", settings.group),
+                              ("x-retry-interval", settings.retry_interval_s),
+                              ("x-dead-letter-exchange", settings.dead_letter_exchange),
+                              ("x-dead-letter-routing-key", settings.dead_letter_routing_key),
+                              ("x-message-ttl", settings.message_ttl_ms),
+                              ("x-single-active-consumer", settings.single_active))
+            if v is not None and v is not False}
+
+
+def _binding_record(b: Binding) -> dict[str, Any]:
+    return {"source": b.source, "destination": b.destination, "to_queue": b.to_queue,
+            "key": b.key, "arguments": table_to_text(b.arguments)}
+
+
+def _binding_of(change: Change) -> Binding:
+    return Binding(change["source"], change["destination"], bool(change["to_queue"]),
+                   change["key"], table_from_text(change["arguments"]))

@@ -1,0 +1,162 @@
+"""Test support for the AMQP 0-9-1 front end: a gateway serving AMQP (in this process, on a free
+port), and a raw AMQP connection that sends exactly the frames a test writes (pamqp encodes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pamqp import commands, frame, header
+
+from gateway.server.app import GatewayApp, running_gateway
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+
+
+def unique(prefix: str = "q") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AmqpGateway:
+    """A gateway with the AMQP front end; restartable on the same data dir and port."""
+
+    def __init__(self, data_dir: Path, **settings: Any) -> None:
+        self.data_dir = data_dir
+        self.settings = settings
+        self.port = free_port()
+        self.app: GatewayApp | None = None
+        self._exit: contextlib.AsyncExitStack | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    def url_for(self, user: str, password: str) -> str:
+        return f"amqp://{user}:{password}@127.0.0.1:{self.port}/"
+
+    async def start(self) -> GatewayApp:
+        self._exit = contextlib.AsyncExitStack()
+        settings = {"time_scale": 0.01, **self.settings}
+        self.app = await self._exit.enter_async_context(running_gateway(
+            self.data_dir, amqp_listen=f"127.0.0.1:{self.port}", **settings))
+        return self.app
+
+    async def stop(self) -> None:
+        if self._exit is not None:
+            await self._exit.aclose()
+            self._exit = None
+            self.app = None
+
+    async def restart(self) -> GatewayApp:
+        await self.stop()
+        return await self.start()
+
+
+@contextlib.asynccontextmanager
+async def amqp_gateway(data_dir: Path, **settings: Any) -> AsyncIterator[AmqpGateway]:
+    gw = AmqpGateway(data_dir, **settings)
+    await gw.start()
+    try:
+        yield gw
+    finally:
+        await gw.stop()
+
+
+def raw_frame(kind: int, channel: int, payload: bytes, end: int = 0xCE) -> bytes:
+    return struct.pack(">BHI", kind, channel, len(payload)) + payload + bytes([end])
+
+
+class RawAmqp:
+    """One AMQP connection over a plain socket: the frames the test sends, exactly."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.buffer = b""
+
+    @classmethod
+    async def connect(cls, port: int, *, user: str = "guest", password: str = "guest",
+                      open_channel: int | None = 1) -> RawAmqp:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        conn = cls(reader, writer)
+        writer.write(PROTOCOL_HEADER)
+        start = await conn.expect(commands.Connection.Start)
+        assert b"PLAIN" in str(start.mechanisms).encode()
+        conn.send(0, commands.Connection.StartOk(
+            client_properties={"capabilities": {"consumer_cancel_notify": True}},
+            mechanism="PLAIN", response=f"\x00{user}\x00{password}", locale="en_US"))
+        tune = await conn.expect(commands.Connection.Tune)
+        conn.send(0, commands.Connection.TuneOk(channel_max=tune.channel_max,
+                                                frame_max=tune.frame_max, heartbeat=0))
+        conn.send(0, commands.Connection.Open(virtual_host="/"))
+        await conn.expect(commands.Connection.OpenOk)
+        if open_channel is not None:
+            conn.send(open_channel, commands.Channel.Open())
+            await conn.expect(commands.Channel.OpenOk)
+        return conn
+
+    def send(self, channel: int, method: Any) -> None:
+        self.writer.write(frame.marshal(method, channel))
+
+    def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    def publish(self, channel: int, body: bytes, routing_key: str, exchange: str = "",
+                properties: commands.Basic.Properties | None = None) -> None:
+        self.send(channel, commands.Basic.Publish(exchange=exchange, routing_key=routing_key))
+        self.writer.write(frame.marshal(header.ContentHeader(
+            0, len(body), properties or commands.Basic.Properties()), channel))
+        if body:
+            self.writer.write(raw_frame(3, channel, body))
+
+    async def read(self, timeout: float = 5.0) -> tuple[int, Any]:
+        """The next frame (channel, decoded frame); EOFError when the server closed."""
+        while True:
+            if len(self.buffer) >= 7:
+                size = struct.unpack_from(">I", self.buffer, 3)[0]
+                if len(self.buffer) >= size + 8:
+                    used, channel, decoded = frame.unmarshal(self.buffer)
+                    self.buffer = self.buffer[used:]
+                    return channel, decoded
+            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            if not data:
+                raise EOFError("the server closed the connection")
+            self.buffer += data
+
+    async def expect(self, kind: type, timeout: float = 5.0) -> Any:
+        channel, got = await self.read(timeout)
+        assert isinstance(got, kind), f"expected {kind.__name__}, got {got!r} on {channel}"
+        return got
+
+    async def closed_with(self, timeout: float = 5.0) -> tuple[int, Any]:
+        """Read until a Channel.Close or Connection.Close; returns (channel, the close)."""
+        while True:
+            channel, got = await self.read(timeout)
+            if isinstance(got, commands.Channel.Close | commands.Connection.Close):
+                return channel, got
+
+    async def eof(self, timeout: float = 5.0) -> bool:
+        """Whether the server closes the socket within `timeout` (reading what comes first)."""
+        try:
+            while True:
+                data = await asyncio.wait_for(self.reader.read(65536), timeout)
+                if not data:
+                    return True
+        except (TimeoutError, ConnectionError):
+            return False
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()

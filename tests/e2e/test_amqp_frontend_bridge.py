@@ -1,0 +1,123 @@
+"""AMQP clients share topics with the gateway's other clients: a RocketMQ SDK producer to an
+aio-pika consumer, an aio-pika publisher to a pulsar-client consumer, and the gRPC API both
+ways; bodies and mapped properties intact (README, "AMQP clients")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aio_pika
+import pulsar
+import pytest
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+from gateway.client import GatewayClient
+from tests.amqp_front import AmqpGateway, amqp_gateway, free_port, unique
+
+QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+
+
+@pytest.fixture
+async def gw(tmp_path: Path) -> AsyncIterator[AmqpGateway]:
+    async with amqp_gateway(tmp_path / "data",
+                            pulsar_listen=f"127.0.0.1:{free_port()}") as gateway:
+        yield gateway
+
+
+def send_with_rocketmq(endpoint: str, topic: str) -> None:
+    producer = Producer(ClientConfiguration(endpoint, Credentials("", "")), (topic,))
+    producer.startup()
+    try:
+        message = Message()
+        message.topic = topic
+        message.body = b"from-rocketmq"
+        message.tag = "TagA"
+        message.keys = "order-7"
+        message.add_property("order", "7")
+        producer.send(message)
+    finally:
+        producer.shutdown()
+
+
+async def test_rocketmq_sdk_producer_to_an_aio_pika_consumer(gw: AmqpGateway) -> None:
+    assert gw.app is not None
+    topic = unique("rmq")
+    await asyncio.to_thread(send_with_rocketmq, f"127.0.0.1:{gw.app.grpc_port}", topic)
+    connection = await aio_pika.connect(gw.url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(topic, durable=True)
+        message = await queue.get(timeout=5)
+        assert message.body == b"from-rocketmq"
+        assert message.headers["order"] == "7" and message.headers["KEYS"] == "order-7"
+        assert message.routing_key == topic and not message.redelivered
+        await message.ack()
+    finally:
+        await connection.close()
+
+
+def receive_with_pulsar(url: str, topic: str, ready: asyncio.Event,
+                        loop: asyncio.AbstractEventLoop) -> pulsar.Message:
+    client = pulsar.Client(url, logger=QUIET)
+    try:
+        consumer = client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
+        loop.call_soon_threadsafe(ready.set)
+        message = consumer.receive(timeout_millis=10_000)
+        consumer.acknowledge(message)
+        return message
+    finally:
+        client.close()
+
+
+async def test_aio_pika_publisher_to_a_pulsar_client_consumer(gw: AmqpGateway) -> None:
+    assert gw.app is not None
+    topic = unique("pls")
+    url = f"pulsar://127.0.0.1:{gw.app.front_ends['pulsar'].port}"  # type: ignore[attr-defined]
+    ready = asyncio.Event()
+    receiving = asyncio.ensure_future(asyncio.to_thread(
+        receive_with_pulsar, url, topic, ready, asyncio.get_running_loop()))
+    await asyncio.wait_for(ready.wait(), 10)
+    connection = await aio_pika.connect(gw.url)
+    try:
+        channel = await connection.channel()
+        await channel.default_exchange.publish(aio_pika.Message(
+            b"from-amqp", content_type="application/json", correlation_id="c-1",
+            headers={"order": "7", "traceparent":
+                     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}),
+            routing_key=topic)
+    finally:
+        await connection.close()
+    message = await asyncio.wait_for(receiving, 15)
+    assert message.data() == b"from-amqp"
+    props = message.properties()
+    assert props["order"] == "7"
+    assert props["amqp.content-type"] == "application/json"
+    assert props["amqp.correlation-id"] == "c-1"
+    assert props["traceparent"].startswith("00-4bf92f35")
+
+
+async def test_grpc_and_amqp_both_ways(gw: AmqpGateway) -> None:
+    assert gw.app is not None
+    to_amqp, to_grpc = unique("g2a"), unique("a2g")
+    async with GatewayClient(f"127.0.0.1:{gw.app.grpc_port}") as client:
+        await client.publish(to_amqp, [b"from-grpc"], properties={"source": "grpc"})
+        connection = await aio_pika.connect(gw.url)
+        try:
+            channel = await connection.channel()
+            queue = await channel.declare_queue(to_amqp, passive=True)  # the topic exists
+            message = await queue.get(timeout=5)
+            assert (message.body, message.headers) == (b"from-grpc", {"source": "grpc"})
+            await message.ack()
+            async with client.consume(to_grpc, "g", policy="rabbitmq") as stream:
+                await asyncio.sleep(0.1)  # subscribed: the topic now has a group
+                await channel.default_exchange.publish(
+                    aio_pika.Message(b"from-amqp", headers={"n": 1}), routing_key=to_grpc)
+                async for delivery in stream:
+                    assert delivery.body == b"from-amqp"
+                    assert delivery.properties["n"] == "1"
+                    await delivery.ack()
+                    break
+        finally:
+            await connection.close()

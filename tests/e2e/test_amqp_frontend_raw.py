@@ -1,0 +1,142 @@
+"""AMQP methods clients seldom expose, with exactly the frames a test writes: channel.flow,
+server-named queues, transactions refused, basic.recover, channel-wide prefetch, heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pamqp import commands
+
+from tests.amqp_front import AmqpGateway, RawAmqp, amqp_gateway, unique
+
+
+@pytest.fixture
+async def gw(tmp_path: Path) -> AsyncIterator[AmqpGateway]:
+    async with amqp_gateway(tmp_path / "data", amqp_heartbeat_s=1) as gateway:
+        yield gateway
+
+
+@pytest.fixture
+async def raw(gw: AmqpGateway) -> AsyncIterator[RawAmqp]:
+    conn = await RawAmqp.connect(gw.port)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+async def declared(raw: RawAmqp, name: str = "", **kw: object) -> str:
+    raw.send(1, commands.Queue.Declare(queue=name, **kw))  # type: ignore[arg-type]
+    ok = await raw.expect(commands.Queue.DeclareOk)
+    return str(ok.queue)
+
+
+async def deliveries(raw: RawAmqp, count: int,
+                     timeout: float = 3.0) -> list[commands.Basic.Deliver]:
+    out = []
+    while len(out) < count:
+        _, got = await raw.read(timeout)
+        if isinstance(got, commands.Basic.Deliver):
+            out.append(got)
+    return out
+
+
+async def test_server_named_queue(raw: RawAmqp) -> None:
+    name = await declared(raw, exclusive=True)
+    assert name.startswith("amq.gen-")
+    assert await declared(raw, name, passive=True) == name
+
+
+async def test_channel_flow_pauses_deliveries(raw: RawAmqp) -> None:
+    name = await declared(raw, unique())
+    raw.send(1, commands.Channel.Flow(active=False))
+    assert (await raw.expect(commands.Channel.FlowOk)).active is False
+    raw.send(1, commands.Basic.Consume(queue=name, consumer_tag="c", no_ack=True))
+    await raw.expect(commands.Basic.ConsumeOk)
+    raw.publish(1, b"held back", name)
+    with pytest.raises(TimeoutError):
+        await deliveries(raw, 1, timeout=0.5)
+    raw.send(1, commands.Channel.Flow(active=True))
+    assert (await raw.expect(commands.Channel.FlowOk)).active is True
+    (deliver,) = await deliveries(raw, 1)
+    assert deliver.consumer_tag == "c"
+
+
+async def test_transactions_are_refused_with_not_implemented(raw: RawAmqp) -> None:
+    raw.send(1, commands.Tx.Select())
+    channel, close = await raw.closed_with()
+    assert (channel, close.reply_code) == (0, 540)
+    assert "tx" in close.reply_text
+
+
+async def test_recover_requeues_every_unacknowledged_delivery(raw: RawAmqp) -> None:
+    name = await declared(raw, unique(), arguments={"x-retry-interval": 10})
+    for body in (b"a", b"b"):
+        raw.publish(1, body, name)
+    raw.send(1, commands.Basic.Consume(queue=name, consumer_tag="c"))
+    await raw.expect(commands.Basic.ConsumeOk)
+    first = await deliveries(raw, 2)
+    assert not any(d.redelivered for d in first)
+    raw.send(1, commands.Basic.Recover(requeue=True))
+    again = await deliveries(raw, 2)  # after the interval: 10 s at time scale 0.01
+    assert all(d.redelivered for d in again)
+    raw.send(1, commands.Basic.Ack(delivery_tag=again[-1].delivery_tag, multiple=True))
+    raw.send(1, commands.Basic.Recover(requeue=False))
+    channel, close = await raw.closed_with()
+    assert (channel, close.reply_code) == (0, 540)
+
+
+async def test_channel_wide_prefetch_bounds_every_consumer_together(raw: RawAmqp) -> None:
+    one, two = await declared(raw, unique()), await declared(raw, unique())
+    for i in range(5):
+        raw.publish(1, b"%d" % i, one)
+        raw.publish(1, b"%d" % i, two)
+    raw.send(1, commands.Basic.Qos(prefetch_count=3, global_=True))
+    await raw.expect(commands.Basic.QosOk)
+    for queue, tag in ((one, "c1"), (two, "c2")):
+        raw.send(1, commands.Basic.Consume(queue=queue, consumer_tag=tag))
+    got = await deliveries(raw, 3)  # (the consume-oks come between them)
+    with pytest.raises(TimeoutError):
+        await deliveries(raw, 1, timeout=0.5)  # three unacknowledged on the channel: no more
+    raw.send(1, commands.Basic.Ack(delivery_tag=got[0].delivery_tag))
+    (more,) = await deliveries(raw, 1)
+    assert more.delivery_tag > got[-1].delivery_tag
+
+
+async def test_heartbeats_flow_and_a_silent_peer_is_dropped(gw: AmqpGateway) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    conn = RawAmqp(reader, writer)
+    writer.write(b"AMQP\x00\x00\x09\x01")
+    await conn.expect(commands.Connection.Start)
+    conn.send(0, commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
+                                             response="\x00guest\x00guest", locale="en_US"))
+    tune = await conn.expect(commands.Connection.Tune)
+    assert tune.heartbeat == 1
+    conn.send(0, commands.Connection.TuneOk(channel_max=0, frame_max=0, heartbeat=1))
+    conn.send(0, commands.Connection.Open(virtual_host="/"))
+    await conn.expect(commands.Connection.OpenOk)
+    # The server sends heartbeats; a peer that sends nothing for two intervals is dropped.
+    assert await conn.eof(timeout=5.0)
+
+
+async def test_a_handshake_that_never_finishes_is_closed(tmp_path: Path) -> None:
+    async with amqp_gateway(tmp_path / "hs") as gw:
+        assert gw.app is not None
+        front = gw.app.front_ends["amqp"]
+        front.front.ctx.limits = type(front.front.ctx.limits)(  # type: ignore[attr-defined]
+            handshake_timeout_s=0.3)
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(b"AMQP\x00\x00\x09\x01")
+        conn = RawAmqp(reader, writer)
+        assert await conn.eof(timeout=3.0)
+
+
+async def test_wrong_protocol_header_gets_ours_and_a_close(gw: AmqpGateway) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    writer.write(b"AMQP\x01\x01\x00\x0a")
+    data = await asyncio.wait_for(reader.read(100), 3)
+    assert data == b"AMQP\x00\x00\x09\x01"
+    assert await asyncio.wait_for(reader.read(100), 3) == b""

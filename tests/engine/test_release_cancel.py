@@ -1,0 +1,70 @@
+"""Giving deliveries back: a RELEASE settlement (a protocol's requeue without a failure) and a
+push consumer that cancels, keeps what it took settleable and gives back only what it did not
+take."""
+
+from __future__ import annotations
+
+from gateway.engine.api import SettleAction
+
+from .harness import Harness, idle
+from .semantics import SECOND
+
+
+async def test_release_makes_a_pull_delivery_visible_at_once_without_counting(h: Harness) -> None:
+    spec = h.spec("rabbitmq", {"x_retry_interval_s": 10})
+    await h.publish(b"x")
+    first = await h.one(spec)
+    assert (await h.settle(first.receipt, SettleAction.RELEASE)).ok
+    again = await h.one(spec)  # no retry interval: visible again at once
+    assert (again.message_id, again.attempt, again.retries) == (first.message_id, 2, 0)
+    stale = await h.settle(first.receipt, SettleAction.RELEASE)
+    assert not stale.ok and stale.error_code == "FAILED_PRECONDITION"
+
+
+async def test_release_is_not_a_failure_towards_the_limit(h: Harness) -> None:
+    spec = h.spec("rabbitmq", {"x_retry_interval_s": 10})
+    await h.publish(b"x")
+    for _ in range(20):  # more than the 16 retries of the policy
+        assert (await h.settle((await h.one(spec)).receipt, SettleAction.RELEASE)).ok
+    last = await h.one(spec)
+    assert last.retries == 0 and (await h.ack(last)).ok
+    await h.nothing_more([spec])
+
+
+async def test_a_cancelled_consumer_keeps_what_it_took_and_gives_back_the_rest(
+    h: Harness,
+) -> None:
+    spec = h.spec("rabbitmq", {"x_retry_interval_s": 10})
+    first = await h.open(spec, credit=4)
+    await h.publish(b"a", b"b", b"c", b"d")
+    taken = await first.next_batch(2)
+    assert [d.body for d in taken] == [b"a", b"b"]
+    await first.cancel()
+    await idle()
+    second = await h.open(spec, credit=10)
+    # The two it never took went to the other consumer at once; the taken two did not.
+    assert sorted(d.body for d in h.pushed(second)) == [b"c", b"d"]
+    first.add_credit(5)  # no credit after a cancel
+    await h.publish(b"e")
+    assert [d.body for d in h.pushed(second)] == [b"e"]
+    assert list(first.outbox) == []
+    # What it took is still its to settle, and is not delivered again.
+    assert (await h.ack(taken[0])).ok
+    await first.close()  # closing gives back what is still unsettled
+    await idle()
+    (back,) = h.pushed(second)
+    assert back.body == b"b" and back.attempt == 2 and back.retries == 0
+
+
+async def test_a_cancelled_consumers_deliveries_still_time_out(h: Harness) -> None:
+    spec = h.spec("rabbitmq", {"x_retry_interval_s": 10})
+    consumer = await h.open(spec, credit=1)
+    await h.publish(b"slow")
+    (taken,) = await consumer.next_batch(1)
+    await consumer.cancel()
+    await h.advance(60 * SECOND)  # the 1-minute ack timeout is a failure
+    await h.advance(10 * SECOND)
+    again = await h.one(spec)
+    assert (again.body, again.retries) == (b"slow", 1)
+    late = await h.ack(taken)
+    assert not late.ok and late.error_code == "FAILED_PRECONDITION"
