@@ -24,7 +24,8 @@ from gateway.engine.engine import Engine
 from gateway.engine.observe import Observer
 from gateway.errors import InvalidArgument
 from gateway.product import AnyProduct, FrontEnd, Host, build_registry, installed
-from gateway.server.api import AdminService, GatewayService
+from gateway.server.admin_api import AdminService
+from gateway.server.api import GatewayService
 from gateway.server.auth import AuthInterceptor, Authorizer, load_principals
 from gateway.server.config import (
     EMBEDDED,
@@ -36,6 +37,8 @@ from gateway.server.config import (
 )
 from gateway.server.errors import DecodeGuard, ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size
+from gateway.server.timeline import SpoolTimeline
+from gateway.server.totals import GroupTotals
 from gateway.telemetry.spool import Spool
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
@@ -102,7 +105,8 @@ class GatewayApp:
         from gateway.server.metrics import Metrics
 
         self.metrics = Metrics()
-        hooks: list[Observer] = [*observers, self.metrics]
+        self.totals = GroupTotals()
+        hooks: list[Observer] = [*observers, self.metrics, self.totals]
         self.spool: Spool | None = None
         if config.telemetry:
             self.spool = Spool(Path(config.data_dir) / "telemetry", gateway_id=config.gateway_id)
@@ -162,7 +166,9 @@ class GatewayApp:
             ],
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayService(self.engine), server)
-        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.engine), server)
+        timeline = SpoolTimeline(self.spool) if self.spool is not None else None
+        admin_pb2_grpc.add_AdminServicer_to_server(
+            AdminService(self.engine, self.totals, timeline), server)
         for front in self.front_ends.values():
             front.mount(server)
         for extra in self.extra_services:
