@@ -14,6 +14,7 @@ from aiohttp import web
 
 from gateway.console import forms, views
 from gateway.console.server import SESSION, see_other
+from gateway.console.views import plural
 from gateway.preview import duration, iso_ms, preview
 
 if TYPE_CHECKING:
@@ -185,7 +186,8 @@ class Pages:
             if not ids:
                 raise forms.BadInput("id", "", "tick at least one dead letter")
             count = await client.resend(scope.topic, scope.group, ids)
-        return self._done(request, f"Resent {count} message(s) to their original topic.", back)
+        text = f"Resent {plural(count, 'message')} to the original topic."
+        return self._done(request, text, back)
 
     async def delete(self, request: web.Request) -> web.StreamResponse:
         values, ids = await self._form(request)
@@ -195,11 +197,12 @@ class Pages:
         if not ids:
             raise forms.BadInput("id", "", "tick at least one dead letter")
         if values.get("confirm") != "yes":
-            return self._confirm(request, values, ids, f"Delete {len(ids)} dead letter(s) of "
-                                 f"group {scope.group} on {scope.topic}? They cannot be resent "
+            return self._confirm(request, values, ids,
+                                 f"Delete {plural(len(ids), 'dead letter')} of group "
+                                 f"{scope.group} on {scope.topic}? They cannot be resent "
                                  "afterwards.", "Delete", back)
         count = await self.console.client(request).delete(scope.topic, scope.group, ids)
-        return self._done(request, f"Deleted {count} dead letter(s).",
+        return self._done(request, f"Deleted {plural(count, 'dead letter')}.",
                           _back({}, scope) if values.get("from") == "message" else back)
 
     async def purge_dead(self, request: web.Request) -> web.StreamResponse:
@@ -210,13 +213,13 @@ class Pages:
         if values.get("confirm") != "yes":
             view = await client.describe(scope.topic, scope.group)
             what = ("the dead letters that match the filter" if scope.filtered
-                    else f"all {view.dead_letters} dead letter(s)")
+                    else f"all {plural(view.dead_letters, 'dead letter')}")
             return self._confirm(request, values, [], f"Purge {what} of group {scope.group} "
                                  f"on {scope.topic}? They are deleted and cannot be resent.",
                                  "Purge", back)
         count = await client.delete(scope.topic, scope.group, [],
                                     scope.where if scope.filtered else None, everything=True)
-        return self._done(request, f"Purged {count} dead letter(s).", back)
+        return self._done(request, f"Purged {plural(count, 'dead letter')}.", back)
 
     async def purge_group(self, request: web.Request) -> web.StreamResponse:
         values, _ = await self._form(request)
@@ -226,11 +229,12 @@ class Pages:
         if values.get("confirm") != "yes":
             view = await client.describe(topic, group)
             waiting = view.ready + view.delayed + view.waiting_retry
-            return self._confirm(request, values, [], f"Drop the {waiting} message(s) of group "
-                                 f"{group} on {topic} that wait for delivery (ready, delayed, "
+            return self._confirm(request, values, [],
+                                 f"Drop the {plural(waiting, 'message')} of group {group} "
+                                 f"on {topic} that wait for delivery (ready, delayed, "
                                  "waiting retry)? Dead letters are kept.", "Drop them", back)
         count = await client.purge(topic, group)
-        return self._done(request, f"Dropped {count} waiting message(s).", back)
+        return self._done(request, f"Dropped {plural(count, 'waiting message')}.", back)
 
 
 def _fragment(request: web.Request) -> bool:

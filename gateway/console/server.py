@@ -136,7 +136,7 @@ class Console:
         headers["Content-Security-Policy"] = CSP
         headers["X-Content-Type-Options"] = "nosniff"
         headers["X-Frame-Options"] = "DENY"
-        headers["Referrer-Policy"] = "no-referrer"
+        headers["Referrer-Policy"] = "same-origin"  # "no-referrer" makes browsers send Origin: null
         headers.setdefault("Cache-Control", "no-store")
         if isinstance(response, web.HTTPException):
             raise response

@@ -130,7 +130,14 @@ def rate_text(value: float | None) -> str:
         return "–"
     if value == 0:
         return "0"
-    return f"{value:.1f}/s" if value >= 0.1 else f"{value * 60:.1f}/min"
+    if value >= 10:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if value >= 0.1 else f"{value:.2f}"
+
+
+def plural(n: int, word: str) -> str:
+    """`1 message`, `2 messages`, `1 dead letter`, `3 dead letters`."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def in_text(due_ms: int, now_ms: int | None = None) -> str:
@@ -141,5 +148,5 @@ def in_text(due_ms: int, now_ms: int | None = None) -> str:
     return "due now" if due_ms <= now else "in " + duration(due_ms - now)
 
 
-__all__ = ["Bar", "Rates", "Step", "bars", "in_text", "iso_ms", "rate_text", "summary",
-           "timeline"]
+__all__ = ["Bar", "Rates", "Step", "bars", "in_text", "iso_ms", "plural", "rate_text",
+           "summary", "timeline"]
