@@ -14,7 +14,7 @@ from gateway.v1 import admin_pb2 as pb
 MAX_NAME_BYTES = 255
 """Topics, groups, message ids and filter texts (the admin API's limit)."""
 MAX_ATTEMPT = 1_000_000
-MAX_SELECTED = 1000
+MAX_SELECTED = 500
 """Dead letters one action may name."""
 _TOKEN = re.compile(r"[0-9]{1,16}")
 _WHEN = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?")
