@@ -1,4 +1,5 @@
-"""The `gateway` command: `plan`, `serve`, `report`."""
+"""The `gateway` command: `plan`, `serve`, `report`, `export`, and the admin commands (`topics`,
+`groups`, `describe`, `retries`, `purge`, `dlq`; see `gateway.cli.admin_cmd`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from gateway.errors import GatewayError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gateway.cli import plan_cmd, serve_cmd
+    from gateway.cli import admin_cmd, plan_cmd, serve_cmd
 
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["report"]:
@@ -27,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_cmd.add_parser(sub)
     serve_cmd.add_parser(sub)
     _add_report(sub)
+    admin_cmd.add_parsers(sub)
     args = parser.parse_args(args_list)
     try:
         code: int = args.run(args)

@@ -16,8 +16,8 @@ from gateway.product import installed, settings_of
 from gateway.server.config import ServeConfig, backends, load
 
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
-             "max_message_bytes", "log_level", "admin_listen", "tokens_file", "tls_cert",
-             "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry",
+             "max_message_bytes", "log_level", "admin_listen", "console_listen", "tokens_file",
+             "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry",
              "broadcast_idle_s", "max_unacked", "max_rpcs")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
@@ -57,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--log-level", dest="log_level")
     p.add_argument("--admin-listen", dest="admin_listen",
                    help="Prometheus metrics on HOST:PORT (/metrics)")
+    p.add_argument("--console-listen", dest="console_listen",
+                   help="serve the web console on HOST:PORT (off unless given; loopback only "
+                        "without --tokens-file)")
     p.add_argument("--tokens-file", dest="tokens_file",
                    help="bearer tokens and permissions (TOML); turns authentication on")
     p.add_argument("--telemetry", action="store_const", const=True,
@@ -118,6 +121,10 @@ async def serve(config: ServeConfig) -> int:
     tune_gc()
     print(f"gateway listening on {config.listen.rsplit(':', 1)[0]}:{app.grpc_port}",
           file=sys.stderr, flush=True)
+    if config.console_listen:
+        scheme = "https" if config.tls_cert else "http"
+        print(f"gateway console on {scheme}://{config.console_listen.rsplit(':', 1)[0]}:"
+              f"{app.console_port}/", file=sys.stderr, flush=True)
     ends = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(app.lost.wait())]
     await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
     for end in ends:

@@ -1,4 +1,5 @@
-"""Admin verbs over a group: describe, list and resend dead letters, purge, list topics.
+"""Admin verbs over a group: describe, list, find, resend and delete dead letters, waiting
+retries by attempt, purge, list topics and groups.
 
 `GroupAdmin` works on the engine's back end (the engine gives it at construction) and learns what
 the engine itself holds through its read-only queries (`gateway.engine.port.EngineQueries`).
@@ -6,14 +7,33 @@ the engine itself holds through its read-only queries (`gateway.engine.port.Engi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 from gateway.backend import Backend, OutMessage, StoredMessage
+from gateway.core.destinations import Destinations
 from gateway.core.naming import NamingScheme
-from gateway.core.properties import DEAD_AT, DEAD_REASON, ORIGIN_TOPIC, visible_properties
-from gateway.engine.api import DeadLetterView, GroupView
+from gateway.core.properties import ORIGIN_TOPIC, visible_properties
+from gateway.engine.admin_scan import (
+    MAX_SCAN,
+    MAX_WAITING_SCAN,
+    PEEK_CHUNK,
+    by_attempt,
+    destination_groups,
+    matches,
+    pages,
+    view_of,
+)
+from gateway.engine.api import (
+    ConsumerView,
+    DeadLetterFilter,
+    DeadLetterPage,
+    DeadLetterView,
+    GroupView,
+    WaitingRetries,
+)
 from gateway.engine.port import EngineQueries
-from gateway.errors import InvalidArgument
+from gateway.errors import InvalidArgument, NotFound
 
 
 def _check(topic: str, group: str) -> None:
@@ -32,6 +52,7 @@ class GroupAdmin:
         self._backend = backend
         self._engine = engine
         self._now_ms = now_ms
+        self._destinations = Destinations(engine.naming_schemes())
 
     async def topics(self) -> list[str]:
         """Every topic the back end holds."""
@@ -52,6 +73,15 @@ class GroupAdmin:
                 return scheme
         return schemes[0]
 
+    async def groups(self, known: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+        """Every (topic, group) the engine runs, those in `known`, and those whose retry or
+        dead-letter topics the back end holds; sorted."""
+        found = {(g.topic, g.group) for g in self._engine.groups()}
+        found.update(known)
+        found |= await destination_groups(self._backend, self._destinations,
+                                          await self._backend.topics())
+        return sorted(found)
+
     async def describe(self, topic: str, group: str) -> GroupView:
         _check(topic, group)
         scheme = await self.naming_of(topic, group)
@@ -65,6 +95,16 @@ class GroupAdmin:
         unsettled = self._engine.unsettled(topic, group)
         held = sum(1 for u in unsettled if u.held)
         next_times = [t for t in (main.next_visible_ms, retry.next_visible_ms) if t]
+        state = self._engine.group_state(topic, group)
+        consumers: tuple[ConsumerView, ...] = ()
+        policy, max_retries = "", -1
+        if state is not None:
+            policy = state.policy.name
+            limit = state.policy.max_retries
+            max_retries = -1 if limit is None else limit
+            holding = Counter(u.consumer_id for u in unsettled if not u.held)
+            consumers = tuple(ConsumerView(cid, holding.get(cid, 0))
+                              for cid in state.consumer_ids)
         return GroupView(
             ready=main.ready + retry.ready,
             delayed=main.delayed,
@@ -76,60 +116,139 @@ class GroupAdmin:
             next_retry_ms=min(next_times, default=0),
             retry_topic=retry_topic,
             dead_letter_topic=dlq_topic,
+            policy=policy,
+            naming=scheme.name,
+            max_retries=max_retries,
+            consumers=consumers,
         )
 
-    async def dead_letters(
-        self, topic: str, group: str, limit: int, after: int
-    ) -> tuple[list[DeadLetterView], int]:
-        """A page of dead letters and the position to continue after (-1 at the end)."""
+    async def _dlq(self, topic: str, group: str) -> str:
         _check(topic, group)
+        scheme = await self.naming_of(topic, group)
+        return scheme.dead_letter_topic(topic, group)
+
+    async def dead_letters(
+        self, topic: str, group: str, limit: int, after: int,
+        where: DeadLetterFilter | None = None,
+    ) -> DeadLetterPage:
+        """A page of dead letters after position `after`. With a filter, the page holds those
+        that match among the next `MAX_SCAN` at most (it may hold fewer than `limit` with more
+        to come)."""
         if not 1 <= limit <= 1000:
             raise InvalidArgument("limit", limit, "1..1000")
-        scheme = await self.naming_of(topic, group)
-        dlq = scheme.dead_letter_topic(topic, group)
-        page = await self._backend.peek(dlq, group, limit + 1, after)
-        more = len(page) > limit
-        page = page[:limit]
-        views = [
-            DeadLetterView(
-                message=m,
-                original_topic=m.properties.get(ORIGIN_TOPIC, topic),
-                reason=m.properties.get(DEAD_REASON, ""),
-                dead_lettered_ms=int(m.properties.get(DEAD_AT, "0") or 0),
-                properties=dict(visible_properties(m.properties)),
-            )
-            for m in page
-        ]
-        return views, (page[-1].lease.position if more and page else -1)
+        dlq = await self._dlq(topic, group)
+        if where is None or where.empty():
+            page = await self._backend.peek(dlq, group, limit + 1, after)
+            more = len(page) > limit
+            page = page[:limit]
+            return DeadLetterPage(tuple(view_of(m, topic) for m in page),
+                                  page[-1].lease.position if more and page else -1, len(page))
+        views: list[DeadLetterView] = []
+        scanned, last, ended = 0, after, True
+        async for chunk in pages(self._backend, dlq, group, after, MAX_SCAN + 1):
+            for m in chunk:
+                if len(views) == limit or scanned == MAX_SCAN:
+                    ended = False
+                    break
+                scanned += 1
+                last = m.lease.position
+                view = view_of(m, topic)
+                if matches(view, where):
+                    views.append(view)
+            if not ended:
+                break
+        return DeadLetterPage(tuple(views), -1 if ended else last, scanned)
 
-    async def resend(self, topic: str, group: str, message_ids: list[str]) -> int:
-        """Publish dead letters back to their original topic as fresh messages; remove them."""
-        _check(topic, group)
-        scheme = await self.naming_of(topic, group)
-        dlq = scheme.dead_letter_topic(topic, group)
+    async def dead_letter(self, topic: str, group: str, message_id: str) -> DeadLetterView:
+        """One dead letter by message id (the latest, should the id be there twice)."""
+        dlq = await self._dlq(topic, group)
+        found: StoredMessage | None = None
+        async for chunk in pages(self._backend, dlq, group):
+            for m in chunk:
+                if m.message_id == message_id:
+                    found = m
+        if found is None:
+            raise NotFound(f"group {group!r} of topic {topic!r} has no dead letter "
+                           f"{message_id!r}")
+        return view_of(found, topic)
+
+    async def _chosen(
+        self, dlq: str, topic: str, group: str, message_ids: Sequence[str],
+        where: DeadLetterFilter | None,
+    ) -> list[StoredMessage]:
         wanted = set(message_ids)
         chosen: list[StoredMessage] = []
-        after = -1
+        async for chunk in pages(self._backend, dlq, group):
+            for m in chunk:
+                if wanted and m.message_id not in wanted:
+                    continue
+                if where is not None and not where.empty() and not matches(view_of(m, topic),
+                                                                           where):
+                    continue
+                chosen.append(m)
+        return chosen
+
+    async def resend(
+        self, topic: str, group: str, message_ids: Sequence[str],
+        where: DeadLetterFilter | None = None,
+    ) -> int:
+        """Publish dead letters back to their original topic as fresh messages; remove them.
+        No ids: every dead letter (matching `where`)."""
+        dlq = await self._dlq(topic, group)
+        chosen = await self._chosen(dlq, topic, group, message_ids, where)
         backend = self._backend
-        while True:
-            page = await backend.peek(dlq, group, 500, after)
-            if not page:
-                break
-            chosen.extend(m for m in page if not wanted or m.message_id in wanted)
-            after = page[-1].lease.position
-        if not chosen:
-            return 0
-        by_topic: dict[str, list[OutMessage]] = {}
-        for m in chosen:
-            origin = m.properties.get(ORIGIN_TOPIC, topic)
-            by_topic.setdefault(origin, []).append(
-                OutMessage(m.body, dict(visible_properties(m.properties)), m.key, m.tag, 0,
-                           m.message_id)
-            )
-        for origin, messages in by_topic.items():
-            await backend.publish(origin, messages)
-        await backend.remove([m.lease for m in chosen])
+        for start in range(0, len(chosen), PEEK_CHUNK):
+            part = chosen[start:start + PEEK_CHUNK]
+            by_topic: dict[str, list[OutMessage]] = {}
+            for m in part:
+                origin = m.properties.get(ORIGIN_TOPIC, topic)
+                by_topic.setdefault(origin, []).append(
+                    OutMessage(m.body, dict(visible_properties(m.properties)), m.key, m.tag, 0,
+                               m.message_id)
+                )
+            for origin, messages in by_topic.items():
+                await backend.publish(origin, messages)
+            await backend.remove([m.lease for m in part])
         return len(chosen)
+
+    async def delete(
+        self, topic: str, group: str, message_ids: Sequence[str],
+        where: DeadLetterFilter | None = None,
+    ) -> int:
+        """Remove dead letters (by id, matching `where`; no ids: every one matching)."""
+        dlq = await self._dlq(topic, group)
+        chosen = await self._chosen(dlq, topic, group, message_ids, where)
+        removed = 0
+        for start in range(0, len(chosen), PEEK_CHUNK):
+            part = chosen[start:start + PEEK_CHUNK]
+            removed += await self._backend.remove([m.lease for m in part])
+        return removed
+
+    async def waiting_retries(self, topic: str, group: str) -> WaitingRetries:
+        """Retry copies of the group's messages of `topic` that wait on its retry topic, and
+        ordered retries the engine holds, by attempt number (the first MAX_WAITING_SCAN)."""
+        _check(topic, group)
+        scheme = await self.naming_of(topic, group)
+        retry_topic = scheme.retry_topic(topic, group)
+        now = self._now_ms()
+        waiting: list[tuple[int, int]] = [
+            (u.attempt, 0) for u in self._engine.unsettled(topic, group) if u.held
+        ]
+        complete = True
+        if retry_topic != topic:
+            async for chunk in pages(self._backend, retry_topic, group, -1,
+                                     MAX_WAITING_SCAN + 1):
+                for m in chunk:
+                    if m.deliver_at_ms <= now:
+                        continue
+                    if m.properties.get(ORIGIN_TOPIC, topic) != topic:
+                        continue
+                    if len(waiting) >= MAX_WAITING_SCAN:
+                        complete = False
+                        break
+                    waiting.append((m.attempt, m.deliver_at_ms))
+        buckets, next_due, total = by_attempt(waiting)
+        return WaitingRetries(tuple(buckets), next_due, total, complete)
 
     async def purge(self, topic: str, group: str) -> int:
         """Remove the group's ready, delayed and waiting-retry messages (not those in flight)."""

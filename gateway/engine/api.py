@@ -112,6 +112,15 @@ SettleGuard = Callable[[str, str], None]
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerView:
+    """A push consumer open on a group."""
+
+    consumer_id: str
+    unsettled: int
+    """Deliveries it holds unsettled."""
+
+
+@dataclass(frozen=True, slots=True)
 class GroupView:
     """Where a group's messages are: counts by state, and its retry and dead-letter topics."""
 
@@ -124,6 +133,67 @@ class GroupView:
     next_retry_ms: int
     retry_topic: str
     dead_letter_topic: str
+    policy: str = ""
+    """The policy of the subscription the engine runs for the group ("" when it runs none)."""
+    naming: str = ""
+    """The naming scheme of its retry and dead-letter topics."""
+    max_retries: int = -1
+    """The policy's retry limit (-1: unlimited, or no subscription runs)."""
+    consumers: tuple[ConsumerView, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterFilter:
+    """Which dead letters an admin verb means; an empty filter matches every one. Text fields
+    match case-insensitively as substrings; 0 means no bound."""
+
+    reason: str = ""
+    min_attempt: int = 0
+    max_attempt: int = 0
+    since_ms: int = 0
+    until_ms: int = 0
+    text: str = ""
+    """Matched against the message id, key, tag, property keys and values, and the body."""
+
+    def empty(self) -> bool:
+        return self == _NO_FILTER
+
+
+_NO_FILTER = DeadLetterFilter()
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRetries:
+    """A group's waiting retries of one attempt number."""
+
+    attempt: int
+    """Deliveries the messages had so far."""
+    count: int
+    next_due_ms: int
+    """When the earliest of them becomes ready (wall-clock ms)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingRetries:
+    """A group's waiting retries by attempt number."""
+
+    by_attempt: tuple[AttemptRetries, ...]
+    next_due_ms: int
+    """When the earliest waiting retry becomes ready (0: none waits)."""
+    total: int
+    complete: bool
+    """False when only the first `gateway.engine.admin.MAX_WAITING_SCAN` were counted."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPage:
+    """A page of dead letters."""
+
+    views: tuple[DeadLetterView, ...]
+    next_after: int
+    """The position to continue after; -1 at the end."""
+    scanned: int
+    """Dead letters looked at (matching or not)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,7 +129,8 @@ class Engine(Delivering):
         """The deliveries of `group`'s subscription to `topic` the engine waits on."""
         return [
             Unsettled(inf.receipt, inf.stored.message_id,
-                      inf.consumer.id if inf.consumer is not None else "", inf.held)
+                      inf.consumer.id if inf.consumer is not None else "", inf.held,
+                      inf.record.attempt)
             for inf in list(self.inflight.values())
             if inf.sub.spec.topic == topic and inf.sub.group == group
         ]
@@ -139,11 +140,13 @@ class Engine(Delivering):
         sub = self.subscriptions.get((topic, group))
         if sub is None:
             return None
-        return GroupState(sub.topic, sub.group, sub.policy, len(sub.consumers))
+        return GroupState(sub.topic, sub.group, sub.policy, len(sub.consumers),
+                          tuple(c.id for c in sub.consumers))
 
     def groups(self) -> list[GroupState]:
         """Every subscription the engine runs."""
-        return [GroupState(sub.topic, sub.group, sub.policy, len(sub.consumers))
+        return [GroupState(sub.topic, sub.group, sub.policy, len(sub.consumers),
+                           tuple(c.id for c in sub.consumers))
                 for sub in list(self.subscriptions.values())]
 
     def naming_schemes(self) -> list[NamingScheme]:

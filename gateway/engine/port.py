@@ -24,6 +24,8 @@ from gateway.core.naming import NamingScheme
 from gateway.core.policy import RetryPolicy
 from gateway.core.registry import Registry
 from gateway.engine.api import (
+    DeadLetterFilter,
+    DeadLetterPage,
     DeadLetterView,
     Delivery,
     GroupView,
@@ -31,6 +33,7 @@ from gateway.engine.api import (
     Settlement,
     SettleResult,
     SubscriptionSpec,
+    WaitingRetries,
 )
 from gateway.engine.clock import TimeBase
 from gateway.engine.config import EngineConfig
@@ -147,6 +150,8 @@ class Unsettled:
     """The push consumer it went to ("" for a pull delivery)."""
     held: bool
     """An ordered retry the engine holds until its interval passes (not with a consumer)."""
+    attempt: int = 0
+    """Deliveries the message had (a held retry waits for delivery number attempt + 1)."""
 
 
 @value
@@ -158,6 +163,8 @@ class GroupState:
     policy: RetryPolicy
     consumers: int
     """Push consumers open on it."""
+    consumer_ids: tuple[str, ...] = ()
+    """Their ids."""
 
 
 class AdminPort(Protocol):
@@ -167,18 +174,43 @@ class AdminPort(Protocol):
         """Every topic the back end holds."""
         ...
 
+    async def groups(self, known: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+        """Every (topic, group) the engine runs, those in `known`, and those whose retry or
+        dead-letter topics the back end holds; sorted."""
+        ...
+
     async def describe(self, topic: str, group: str) -> GroupView:
         """Counts of the group's messages by state; its retry and dead-letter topics."""
         ...
 
     async def dead_letters(
-        self, topic: str, group: str, limit: int, after: int
-    ) -> tuple[list[DeadLetterView], int]:
-        """A page of dead letters and the position to continue after (-1 at the end)."""
+        self, topic: str, group: str, limit: int, after: int,
+        where: DeadLetterFilter | None = None,
+    ) -> DeadLetterPage:
+        """A page of dead letters (those matching `where`) after position `after`."""
         ...
 
-    async def resend(self, topic: str, group: str, message_ids: list[str]) -> int:
-        """Publish dead letters back to their original topic as fresh messages; remove them."""
+    async def dead_letter(self, topic: str, group: str, message_id: str) -> DeadLetterView:
+        """One dead letter by message id; `NotFound` when the group has none such."""
+        ...
+
+    async def resend(
+        self, topic: str, group: str, message_ids: Sequence[str],
+        where: DeadLetterFilter | None = None,
+    ) -> int:
+        """Publish dead letters back to their original topic as fresh messages; remove them.
+        No ids: every dead letter (matching `where`)."""
+        ...
+
+    async def delete(
+        self, topic: str, group: str, message_ids: Sequence[str],
+        where: DeadLetterFilter | None = None,
+    ) -> int:
+        """Remove dead letters (by id, matching `where`; no ids: every one matching)."""
+        ...
+
+    async def waiting_retries(self, topic: str, group: str) -> WaitingRetries:
+        """The group's waiting retries by attempt number."""
         ...
 
     async def purge(self, topic: str, group: str) -> int:

@@ -1,4 +1,4 @@
-"""The gateway.v1 Gateway and Admin services over the engine."""
+"""The gateway.v1 Gateway service over the engine (the Admin service: `admin_api`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 from gateway.engine.api import SettleResult
-from gateway.engine.port import ConsumerPort, EnginePort, EngineQueries
+from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
 from gateway.limits import MAX_CREDIT
 from gateway.server import convert, validate
 from gateway.server.auth import current_settle_guard
-from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
+from gateway.v1 import gateway_pb2, gateway_pb2_grpc
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
 Outbox: TypeAlias = asyncio.Queue[gateway_pb2.ConsumeResponse | Exception | None]
@@ -191,67 +191,6 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 await outbox.put(response)
         except Unavailable:
             await outbox.put(None)
-
-
-class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, engine: EngineQueries) -> None:
-        self.admin = engine.admin
-
-    async def DescribeGroup(self, request: admin_pb2.DescribeGroupRequest, context: Ctx) -> Any:
-        validate.group(request)
-        view = await self.admin.describe(request.topic, request.group)
-        return admin_pb2.DescribeGroupResponse(
-            ready=view.ready,
-            delayed=view.delayed,
-            inflight=view.inflight,
-            waiting_retry=view.waiting_retry,
-            dead_letters=view.dead_letters,
-            oldest_ready_ms=view.oldest_ready_ms,
-            next_retry_ms=view.next_retry_ms,
-            retry_topic=view.retry_topic,
-            dead_letter_topic=view.dead_letter_topic,
-        )
-
-    async def ListDeadLetters(
-        self, request: admin_pb2.ListDeadLettersRequest, context: Ctx
-    ) -> Any:
-        limit, after = validate.list_dead_letters(request)
-        views, next_after = await self.admin.dead_letters(request.topic, request.group, limit,
-                                                          after)
-        return admin_pb2.ListDeadLettersResponse(
-            dead_letters=[
-                admin_pb2.DeadLetterMessage(
-                    message_id=v.message.message_id,
-                    original_topic=v.original_topic,
-                    body=v.message.body,
-                    properties=v.properties,
-                    attempt=v.message.attempt,
-                    reason=v.reason,
-                    dead_lettered_ms=v.dead_lettered_ms,
-                    position=v.message.lease.position,
-                    key=v.message.key,
-                    tag=v.message.tag,
-                )
-                for v in views
-            ],
-            next_page_token=str(next_after) if next_after >= 0 else "",
-        )
-
-    async def ResendDeadLetters(
-        self, request: admin_pb2.ResendDeadLettersRequest, context: Ctx
-    ) -> Any:
-        validate.resend(request)
-        count = await self.admin.resend(request.topic, request.group, list(request.message_ids))
-        return admin_pb2.ResendDeadLettersResponse(resent=count)
-
-    async def Purge(self, request: admin_pb2.PurgeRequest, context: Ctx) -> Any:
-        validate.group(request)
-        return admin_pb2.PurgeResponse(
-            purged=await self.admin.purge(request.topic, request.group)
-        )
-
-    async def ListTopics(self, request: admin_pb2.ListTopicsRequest, context: Ctx) -> Any:
-        return admin_pb2.ListTopicsResponse(topics=sorted(await self.admin.topics()))
 
 
 def _add_credit(consumer: ConsumerPort, n: int, field: str) -> None:

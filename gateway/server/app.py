@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import ssl
+import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +27,8 @@ from gateway.engine.engine import Engine
 from gateway.engine.observe import Observer
 from gateway.errors import InvalidArgument
 from gateway.product import AnyProduct, FrontEnd, Host, build_registry, installed
-from gateway.server.api import AdminService, GatewayService
+from gateway.server.admin_api import AdminService
+from gateway.server.api import GatewayService
 from gateway.server.auth import AuthInterceptor, Authorizer, load_principals
 from gateway.server.config import (
     EMBEDDED,
@@ -37,6 +40,8 @@ from gateway.server.config import (
 )
 from gateway.server.errors import DecodeGuard, ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size
+from gateway.server.timeline import SpoolTimeline
+from gateway.server.totals import GroupTotals
 from gateway.telemetry.spool import Spool
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
@@ -103,7 +108,8 @@ class GatewayApp:
         from gateway.server.metrics import Metrics
 
         self.metrics = Metrics()
-        hooks: list[Observer] = [*observers, self.metrics]
+        self.totals = GroupTotals()
+        hooks: list[Observer] = [*observers, self.metrics, self.totals]
         self.spool: Spool | None = None
         if config.telemetry:
             self.spool = Spool(Path(config.data_dir) / "telemetry", gateway_id=config.gateway_id)
@@ -111,6 +117,10 @@ class GatewayApp:
         registry = build_registry(self.products)
         self.engine = Engine(self.backend, registry, self.clock, engine_config, hooks)
         self.metrics_port = 0
+        self.console: Any = None
+        """The web console (`gateway.console.Console`) when `console_listen` is set."""
+        self.console_port = 0
+        self._console_dir = ""
         self.extra_services = list(extra_services)
         self.server: grpc.aio.Server | None = None
         self.grpc_port = 0
@@ -165,7 +175,9 @@ class GatewayApp:
             ],
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayService(self.engine), server)
-        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.engine), server)
+        timeline = SpoolTimeline(self.spool) if self.spool is not None else None
+        admin_pb2_grpc.add_AdminServicer_to_server(
+            AdminService(self.engine, self.totals, timeline), server)
         for front in self.front_ends.values():
             front.mount(server)
         for extra in self.extra_services:
@@ -190,10 +202,17 @@ class GatewayApp:
 
             raise Unavailable(f"cannot listen on {cfg.listen}")
         self.grpc_port = bound
+        if cfg.console_listen:
+            # The console calls the admin API over a Unix socket in a directory only this user
+            # may enter: the same API and checks as the network port, without its TLS.
+            self._console_dir = tempfile.mkdtemp(prefix="gateway-console-")
+            server.add_insecure_port(f"unix:{self._console_dir}/admin.sock")
         await server.start()
         self.server = server
         for front in self.front_ends.values():
             await front.start()
+        if cfg.console_listen:
+            await self._start_console()
         if cfg.admin_listen:
             ahost, aport = check_listener("admin_listen", cfg.admin_listen, cfg)
             self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
@@ -208,10 +227,32 @@ class GatewayApp:
                     if address and name not in LISTENERS},
                  metrics=f"{cfg.admin_listen.rsplit(':', 1)[0]}:{self.metrics_port}"
                  if cfg.admin_listen else None,
+                 console=f"{cfg.console_listen.rsplit(':', 1)[0]}:{self.console_port}"
+                 if cfg.console_listen else None,
                  tls="mtls" if cfg.tls_client_ca else ("tls" if cfg.tls_cert else "off"),
                  auth=("bearer tokens" if cfg.tokens_file else
                        "none: without a tokens file the gateway accepts every caller"
                        + ("" if cfg.allow_remote_unauthenticated else " on loopback only")))
+
+    async def _start_console(self) -> None:
+        from gateway.console.server import Console, ConsoleSettings
+
+        cfg = self.config
+        host, port = check_listener("console_listen", cfg.console_listen, cfg)
+        channel = grpc.aio.insecure_channel(f"unix:{self._console_dir}/admin.sock")
+        self.console = Console(ConsoleSettings(auth=bool(cfg.tokens_file), tls_cert=cfg.tls_cert,
+                                               tls_key=cfg.tls_key,
+                                               tls_client_ca=cfg.tls_client_ca), channel)
+        self.console_port = await self.console.start(host, port)
+
+    async def _stop_console(self) -> None:
+        if self.console is not None:
+            await self.console.stop()
+            await self.console.channel.close()
+            self.console = None
+        if self._console_dir:
+            shutil.rmtree(self._console_dir, ignore_errors=True)
+            self._console_dir = ""
 
     def _tls(self) -> Any:
         cfg = self.config
@@ -275,6 +316,7 @@ class GatewayApp:
             await asyncio.sleep(0.05)
         for front in self.front_ends.values():
             await front.stop()
+        await self._stop_console()
         await self.server.stop(min(grace, 1.0))
         await self.engine.close()
         self.metrics.close()

@@ -51,6 +51,8 @@ class ServeConfig:
     gateway_id: str = "gateway"
     admin_listen: str = ""
     """Prometheus metrics endpoint HOST:PORT (/metrics); "" leaves it off."""
+    console_listen: str = ""
+    """The web console on HOST:PORT (`gateway.console`); "" leaves it off."""
     tokens_file: str = ""
     """Bearer tokens and permissions (TOML, see gateway.server.auth); "" turns auth off."""
     principals: tuple[Mapping[str, Any], ...] = ()
@@ -113,7 +115,7 @@ class ServeConfig:
         raise KeyError(key)
 
 
-LISTENERS = ("listen", "admin_listen")
+LISTENERS = ("listen", "admin_listen", "console_listen")
 """The gateway's own listeners; products declare theirs (`setting(listener=True)`). RocketMQ
 SDKs, for one, share the gRPC `listen` port."""
 
@@ -149,8 +151,8 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
-               "gateway_id", "telemetry", "admin_listen", "broadcast_idle_s", "max_unacked",
-               "max_rpcs"},
+               "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
+               "max_unacked", "max_rpcs"},
     "store": {"backend", "data_dir", "cache_mb"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},

@@ -41,6 +41,10 @@ MAX_POSITION = (1 << 53) - 1
 """Largest position a page token may name: beyond any position a back end hands out (the
 embedded store's are below 2**40), and far enough below 2**63 that a store's arithmetic on it
 (its topic's base plus the position) stays an int64."""
+MAX_ATTEMPT = 1_000_000
+"""Largest attempt count a filter may name."""
+MAX_TIME_MS = 253_402_300_799_999
+"""Latest instant a filter may name: the end of year 9999 UTC."""
 _TOKEN = re.compile(r"[0-9]{1,16}")
 
 
@@ -165,7 +169,9 @@ def receipt(field: str, value: str) -> None:
 # -------------------------------------------------------------------------------- Admin
 
 
-def group(request: admin.DescribeGroupRequest | admin.PurgeRequest) -> None:
+def group(
+    request: admin.DescribeGroupRequest | admin.PurgeRequest | admin.ListWaitingRetriesRequest,
+) -> None:
     check_name("topic", request.topic)
     check_name("group", request.group)
 
@@ -175,7 +181,46 @@ def list_dead_letters(request: admin.ListDeadLettersRequest) -> tuple[int, int]:
     check_name("topic", request.topic)
     check_name("group", request.group)
     _range("limit", request.limit, 0, MAX_PAGE, f"(0: {DEFAULT_PAGE})")
+    dead_letter_filter(request.filter)
     return request.limit or DEFAULT_PAGE, page_token(request.page_token)
+
+
+def dead_letter_filter(where: admin.DeadLetterFilter) -> None:
+    for name in ("reason", "text"):
+        if too_long(getattr(where, name), MAX_NAME_BYTES):
+            raise InvalidArgument(f"filter.{name}", getattr(where, name),
+                                  f"at most {MAX_NAME_BYTES} bytes (UTF-8)")
+    _range("filter.min_attempt", where.min_attempt, 0, MAX_ATTEMPT, "(0: no bound)")
+    _range("filter.max_attempt", where.max_attempt, 0, MAX_ATTEMPT, "(0: no bound)")
+    if where.max_attempt and where.max_attempt < where.min_attempt:
+        raise InvalidArgument("filter.max_attempt", where.max_attempt,
+                              f"0 (no bound) or at least min_attempt ({where.min_attempt})")
+    _range("filter.since_ms", where.since_ms, 0, MAX_TIME_MS, "ms since the Unix epoch")
+    _range("filter.until_ms", where.until_ms, 0, MAX_TIME_MS, "ms since the Unix epoch")
+    if where.until_ms and where.until_ms <= where.since_ms:
+        raise InvalidArgument("filter.until_ms", where.until_ms,
+                              f"0 (no bound) or after since_ms ({where.since_ms})")
+
+
+def one_message(
+    request: admin.GetDeadLetterRequest | admin.GetTimelineRequest,
+) -> None:
+    check_name("topic", request.topic)
+    check_name("group", request.group)
+    _message_id("message_id", request.message_id)
+
+
+def _message_id(field: str, value: str) -> None:
+    if not value or too_long(value, MAX_NAME_BYTES):
+        raise InvalidArgument(field, value, f"a message id of 1..{MAX_NAME_BYTES} bytes")
+
+
+def delete(request: admin.DeleteDeadLettersRequest) -> None:
+    resend(request)
+    if not (request.message_ids or request.all or (request.HasField("filter")
+            and request.filter != admin.DeadLetterFilter())):
+        raise InvalidArgument("all", False, "message_ids, a non-empty filter, or all = true "
+                                            "(to delete every dead letter of the group)")
 
 
 def page_token(token: str) -> int:
@@ -186,13 +231,12 @@ def page_token(token: str) -> int:
     return int(token)
 
 
-def resend(request: admin.ResendDeadLettersRequest) -> None:
+def resend(request: admin.ResendDeadLettersRequest | admin.DeleteDeadLettersRequest) -> None:
     check_name("topic", request.topic)
     check_name("group", request.group)
     ids = request.message_ids
     if len(ids) > MAX_BATCH:
         raise InvalidArgument("message_ids", f"{len(ids)} ids", f"at most {MAX_BATCH}")
     for i, message_id in enumerate(ids):
-        if not message_id or too_long(message_id, MAX_NAME_BYTES):
-            raise InvalidArgument(f"message_ids[{i}]", message_id,
-                                  f"a message id of 1..{MAX_NAME_BYTES} bytes")
+        _message_id(f"message_ids[{i}]", message_id)
+    dead_letter_filter(request.filter)

@@ -14,8 +14,30 @@ class DescribeGroupRequest(_message.Message):
     group: str
     def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
+class GroupConsumer(_message.Message):
+    __slots__ = ("consumer_id", "unsettled")
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
+    UNSETTLED_FIELD_NUMBER: _ClassVar[int]
+    consumer_id: str
+    unsettled: int
+    def __init__(self, consumer_id: _Optional[str] = ..., unsettled: _Optional[int] = ...) -> None: ...
+
+class GroupTotals(_message.Message):
+    __slots__ = ("delivered", "committed", "retried", "dead_lettered", "discarded")
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    RETRIED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    delivered: int
+    committed: int
+    retried: int
+    dead_lettered: int
+    discarded: int
+    def __init__(self, delivered: _Optional[int] = ..., committed: _Optional[int] = ..., retried: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., discarded: _Optional[int] = ...) -> None: ...
+
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("ready", "delayed", "inflight", "waiting_retry", "dead_letters", "oldest_ready_ms", "next_retry_ms", "retry_topic", "dead_letter_topic")
+    __slots__ = ("ready", "delayed", "inflight", "waiting_retry", "dead_letters", "oldest_ready_ms", "next_retry_ms", "retry_topic", "dead_letter_topic", "policy", "naming", "consumers", "totals", "max_retries")
     READY_FIELD_NUMBER: _ClassVar[int]
     DELAYED_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +47,11 @@ class DescribeGroupResponse(_message.Message):
     NEXT_RETRY_MS_FIELD_NUMBER: _ClassVar[int]
     RETRY_TOPIC_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    NAMING_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    TOTALS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
     ready: int
     delayed: int
     inflight: int
@@ -34,19 +61,42 @@ class DescribeGroupResponse(_message.Message):
     next_retry_ms: int
     retry_topic: str
     dead_letter_topic: str
-    def __init__(self, ready: _Optional[int] = ..., delayed: _Optional[int] = ..., inflight: _Optional[int] = ..., waiting_retry: _Optional[int] = ..., dead_letters: _Optional[int] = ..., oldest_ready_ms: _Optional[int] = ..., next_retry_ms: _Optional[int] = ..., retry_topic: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...
+    policy: str
+    naming: str
+    consumers: _containers.RepeatedCompositeFieldContainer[GroupConsumer]
+    totals: GroupTotals
+    max_retries: int
+    def __init__(self, ready: _Optional[int] = ..., delayed: _Optional[int] = ..., inflight: _Optional[int] = ..., waiting_retry: _Optional[int] = ..., dead_letters: _Optional[int] = ..., oldest_ready_ms: _Optional[int] = ..., next_retry_ms: _Optional[int] = ..., retry_topic: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ..., policy: _Optional[str] = ..., naming: _Optional[str] = ..., consumers: _Optional[_Iterable[_Union[GroupConsumer, _Mapping]]] = ..., totals: _Optional[_Union[GroupTotals, _Mapping]] = ..., max_retries: _Optional[int] = ...) -> None: ...
+
+class DeadLetterFilter(_message.Message):
+    __slots__ = ("reason", "min_attempt", "max_attempt", "since_ms", "until_ms", "text")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MIN_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    min_attempt: int
+    max_attempt: int
+    since_ms: int
+    until_ms: int
+    text: str
+    def __init__(self, reason: _Optional[str] = ..., min_attempt: _Optional[int] = ..., max_attempt: _Optional[int] = ..., since_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
-    __slots__ = ("topic", "group", "limit", "page_token")
+    __slots__ = ("topic", "group", "limit", "page_token", "filter")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     group: str
     limit: int
     page_token: str
-    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    filter: DeadLetterFilter
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., filter: _Optional[_Union[DeadLetterFilter, _Mapping]] = ...) -> None: ...
 
 class DeadLetterMessage(_message.Message):
     __slots__ = ("message_id", "original_topic", "body", "properties", "attempt", "reason", "dead_lettered_ms", "position", "key", "tag")
@@ -80,22 +130,26 @@ class DeadLetterMessage(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., original_topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ..., dead_lettered_ms: _Optional[int] = ..., position: _Optional[int] = ..., key: _Optional[str] = ..., tag: _Optional[str] = ...) -> None: ...
 
 class ListDeadLettersResponse(_message.Message):
-    __slots__ = ("dead_letters", "next_page_token")
+    __slots__ = ("dead_letters", "next_page_token", "scanned")
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SCANNED_FIELD_NUMBER: _ClassVar[int]
     dead_letters: _containers.RepeatedCompositeFieldContainer[DeadLetterMessage]
     next_page_token: str
-    def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetterMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    scanned: int
+    def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetterMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., scanned: _Optional[int] = ...) -> None: ...
 
 class ResendDeadLettersRequest(_message.Message):
-    __slots__ = ("topic", "group", "message_ids")
+    __slots__ = ("topic", "group", "message_ids", "filter")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     group: str
     message_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    filter: DeadLetterFilter
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[DeadLetterFilter, _Mapping]] = ...) -> None: ...
 
 class ResendDeadLettersResponse(_message.Message):
     __slots__ = ("resent",)
@@ -126,3 +180,129 @@ class ListTopicsResponse(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     topics: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GroupSummary(_message.Message):
+    __slots__ = ("topic", "group", "view")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    view: DescribeGroupResponse
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., view: _Optional[_Union[DescribeGroupResponse, _Mapping]] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups", "truncated")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupSummary]
+    truncated: bool
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupSummary, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class ListWaitingRetriesRequest(_message.Message):
+    __slots__ = ("topic", "group")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class AttemptRetries(_message.Message):
+    __slots__ = ("attempt", "count", "next_due_ms")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    count: int
+    next_due_ms: int
+    def __init__(self, attempt: _Optional[int] = ..., count: _Optional[int] = ..., next_due_ms: _Optional[int] = ...) -> None: ...
+
+class ListWaitingRetriesResponse(_message.Message):
+    __slots__ = ("by_attempt", "next_due_ms", "total", "complete")
+    BY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    by_attempt: _containers.RepeatedCompositeFieldContainer[AttemptRetries]
+    next_due_ms: int
+    total: int
+    complete: bool
+    def __init__(self, by_attempt: _Optional[_Iterable[_Union[AttemptRetries, _Mapping]]] = ..., next_due_ms: _Optional[int] = ..., total: _Optional[int] = ..., complete: _Optional[bool] = ...) -> None: ...
+
+class GetDeadLetterRequest(_message.Message):
+    __slots__ = ("topic", "group", "message_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    message_id: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class GetDeadLetterResponse(_message.Message):
+    __slots__ = ("dead_letter",)
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    dead_letter: DeadLetterMessage
+    def __init__(self, dead_letter: _Optional[_Union[DeadLetterMessage, _Mapping]] = ...) -> None: ...
+
+class GetTimelineRequest(_message.Message):
+    __slots__ = ("topic", "group", "message_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    message_id: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class TimelineEvent(_message.Message):
+    __slots__ = ("ts_ms", "from_state", "to_state", "attempt", "delay_ms", "reason", "destination")
+    TS_MS_FIELD_NUMBER: _ClassVar[int]
+    FROM_STATE_FIELD_NUMBER: _ClassVar[int]
+    TO_STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    ts_ms: int
+    from_state: str
+    to_state: str
+    attempt: int
+    delay_ms: int
+    reason: str
+    destination: str
+    def __init__(self, ts_ms: _Optional[int] = ..., from_state: _Optional[str] = ..., to_state: _Optional[str] = ..., attempt: _Optional[int] = ..., delay_ms: _Optional[int] = ..., reason: _Optional[str] = ..., destination: _Optional[str] = ...) -> None: ...
+
+class GetTimelineResponse(_message.Message):
+    __slots__ = ("events", "source", "complete")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[TimelineEvent]
+    source: str
+    complete: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[TimelineEvent, _Mapping]]] = ..., source: _Optional[str] = ..., complete: _Optional[bool] = ...) -> None: ...
+
+class DeleteDeadLettersRequest(_message.Message):
+    __slots__ = ("topic", "group", "message_ids", "filter", "all")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    filter: DeadLetterFilter
+    all: bool
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., message_ids: _Optional[_Iterable[str]] = ..., filter: _Optional[_Union[DeadLetterFilter, _Mapping]] = ..., all: _Optional[bool] = ...) -> None: ...
+
+class DeleteDeadLettersResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: int
+    def __init__(self, deleted: _Optional[int] = ...) -> None: ...

@@ -59,6 +59,31 @@ class AdminStub:
                 request_serializer=gateway_dot_v1_dot_admin__pb2.ListTopicsRequest.SerializeToString,
                 response_deserializer=gateway_dot_v1_dot_admin__pb2.ListTopicsResponse.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/gateway.v1.Admin/ListGroups',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.ListWaitingRetries = channel.unary_unary(
+                '/gateway.v1.Admin/ListWaitingRetries',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.ListWaitingRetriesRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.ListWaitingRetriesResponse.FromString,
+                _registered_method=True)
+        self.GetDeadLetter = channel.unary_unary(
+                '/gateway.v1.Admin/GetDeadLetter',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.GetDeadLetterRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.GetDeadLetterResponse.FromString,
+                _registered_method=True)
+        self.GetTimeline = channel.unary_unary(
+                '/gateway.v1.Admin/GetTimeline',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.GetTimelineRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.GetTimelineResponse.FromString,
+                _registered_method=True)
+        self.DeleteDeadLetters = channel.unary_unary(
+                '/gateway.v1.Admin/DeleteDeadLetters',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -101,6 +126,44 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroups(self, request, context):
+        """Every group the gateway knows, with its counts, policy and naming scheme: the subscriptions
+        it runs, the groups that moved messages since it started, and the groups whose retry or
+        dead-letter topics it holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWaitingRetries(self, request, context):
+        """A group's waiting retries by attempt number, with the next due.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDeadLetter(self, request, context):
+        """One dead letter by message id; NOT_FOUND when the group has no such dead letter.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTimeline(self, request, context):
+        """Every transition of one message for one group, with times: from the telemetry spool when
+        the gateway runs with telemetry, else what the dead letter itself records.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteDeadLetters(self, request, context):
+        """Removes dead letters without publishing them again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -128,6 +191,31 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListTopics,
                     request_deserializer=gateway_dot_v1_dot_admin__pb2.ListTopicsRequest.FromString,
                     response_serializer=gateway_dot_v1_dot_admin__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.ListGroupsRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'ListWaitingRetries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWaitingRetries,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.ListWaitingRetriesRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.ListWaitingRetriesResponse.SerializeToString,
+            ),
+            'GetDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDeadLetter,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.GetDeadLetterRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.GetDeadLetterResponse.SerializeToString,
+            ),
+            'GetTimeline': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTimeline,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.GetTimelineRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.GetTimelineResponse.SerializeToString,
+            ),
+            'DeleteDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteDeadLetters,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -265,6 +353,141 @@ class Admin:
             '/gateway.v1.Admin/ListTopics',
             gateway_dot_v1_dot_admin__pb2.ListTopicsRequest.SerializeToString,
             gateway_dot_v1_dot_admin__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/ListGroups',
+            gateway_dot_v1_dot_admin__pb2.ListGroupsRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWaitingRetries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/ListWaitingRetries',
+            gateway_dot_v1_dot_admin__pb2.ListWaitingRetriesRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.ListWaitingRetriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/GetDeadLetter',
+            gateway_dot_v1_dot_admin__pb2.GetDeadLetterRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.GetDeadLetterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTimeline(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/GetTimeline',
+            gateway_dot_v1_dot_admin__pb2.GetTimelineRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.GetTimelineResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/DeleteDeadLetters',
+            gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersResponse.FromString,
             options,
             channel_credentials,
             insecure,

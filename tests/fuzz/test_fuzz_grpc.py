@@ -345,6 +345,13 @@ TEMPLATES: dict[str, Message] = {
     "ResendDeadLetters": admin_pb2.ResendDeadLettersRequest(topic="t1", group="g1"),
     "Purge": admin_pb2.PurgeRequest(topic="t1", group="g1"),
     "ListTopics": admin_pb2.ListTopicsRequest(),
+    "ListGroups": admin_pb2.ListGroupsRequest(),
+    "ListWaitingRetries": admin_pb2.ListWaitingRetriesRequest(topic="t1", group="g1"),
+    "GetDeadLetter": admin_pb2.GetDeadLetterRequest(topic="t1", group="g1", message_id="m1"),
+    "GetTimeline": admin_pb2.GetTimelineRequest(topic="t1", group="g1", message_id="m1"),
+    "DeleteDeadLetters": admin_pb2.DeleteDeadLettersRequest(
+        topic="t1", group="g1", message_ids=["m1"],
+        filter=admin_pb2.DeadLetterFilter(reason="r", min_attempt=1, max_attempt=3, text="x")),
     "Consume": gateway_pb2.ConsumeRequest(subscribe=SUBSCRIBE),
 }
 """A valid request of each method, for mutants that reach the engine and the store."""

@@ -90,9 +90,14 @@ def test_services_and_methods() -> None:
     }
     admin = _methods("Admin")
     assert sorted(admin) == [
+        "DeleteDeadLetters",
         "DescribeGroup",
+        "GetDeadLetter",
+        "GetTimeline",
         "ListDeadLetters",
+        "ListGroups",
         "ListTopics",
+        "ListWaitingRetries",
         "Purge",
         "ResendDeadLetters",
     ]

@@ -1,0 +1,154 @@
+"""A client of the gateway's public admin API (`gateway.v1.Admin`) over gRPC, for the admin
+commands of the CLI and for the web console: any other tool can do what they do the same way.
+
+`connect(target)` opens a channel (plain, TLS, or mTLS with a client certificate); `AdminClient`
+calls the Admin service with a bearer token when one is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from gateway.errors import InvalidArgument
+from gateway.v1 import admin_pb2 as pb
+from gateway.v1 import admin_pb2_grpc
+
+DEFAULT_TIMEOUT_S = 30.0
+MAX_RECEIVE_BYTES = 256 * 1024 * 1024
+"""A page of 1000 dead letters of up to 4 MiB each would not fit; pages that big are refused
+by the channel with RESOURCE_EXHAUSTED (ask for smaller pages)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the gateway is and how to reach it."""
+
+    address: str = "127.0.0.1:50051"
+    """HOST:PORT, or `unix:PATH` for a Unix socket."""
+    tls: bool = False
+    """Use TLS (implied by any of the files below)."""
+    ca_file: str = ""
+    """PEM roots to check the gateway's certificate with ("" = the system's)."""
+    cert_file: str = ""
+    """PEM client certificate, for a gateway that requires one (mTLS)."""
+    key_file: str = ""
+    server_name: str = ""
+    """The name the gateway's certificate must carry when it differs from the address's host."""
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise InvalidArgument("tls_key", self.key_file, "a client certificate and its key "
+                                                            "together (--tls-cert, --tls-key)")
+        if not self.address:
+            raise InvalidArgument("target", self.address, "HOST:PORT of the gateway")
+
+    @property
+    def secure(self) -> bool:
+        return self.tls or bool(self.ca_file or self.cert_file)
+
+
+def _read(field: str, path: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgument(field, path, f"a readable PEM file ({exc.strerror})") from None
+
+
+def connect(target: Target) -> grpc.aio.Channel:
+    """A channel to the gateway (not yet connected: the first call connects)."""
+    options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)]
+    if not target.secure:
+        return grpc.aio.insecure_channel(target.address, options=options)
+    if target.server_name:
+        options.append(("grpc.ssl_target_name_override", target.server_name))
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read("tls_ca", target.ca_file),
+        private_key=_read("tls_key", target.key_file),
+        certificate_chain=_read("tls_cert", target.cert_file),
+    )
+    return grpc.aio.secure_channel(target.address, credentials, options=options)
+
+
+class AdminClient:
+    """The Admin service's calls, each with the caller's bearer token (if any)."""
+
+    def __init__(self, channel: grpc.aio.Channel, token: str = "",
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self._stub = admin_pb2_grpc.AdminStub(channel)
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._timeout_s = timeout_s
+
+    async def _call(self, method: str, request: Any) -> Any:
+        return await getattr(self._stub, method)(request, metadata=self._metadata,
+                                                 timeout=self._timeout_s)
+
+    async def topics(self) -> list[str]:
+        response = await self._call("ListTopics", pb.ListTopicsRequest())
+        return list(response.topics)
+
+    async def groups(self) -> pb.ListGroupsResponse:
+        response: pb.ListGroupsResponse = await self._call("ListGroups", pb.ListGroupsRequest())
+        return response
+
+    async def describe(self, topic: str, group: str) -> pb.DescribeGroupResponse:
+        response: pb.DescribeGroupResponse = await self._call(
+            "DescribeGroup", pb.DescribeGroupRequest(topic=topic, group=group))
+        return response
+
+    async def waiting_retries(self, topic: str, group: str) -> pb.ListWaitingRetriesResponse:
+        response: pb.ListWaitingRetriesResponse = await self._call(
+            "ListWaitingRetries", pb.ListWaitingRetriesRequest(topic=topic, group=group))
+        return response
+
+    async def dead_letters(
+        self, topic: str, group: str, *, limit: int = 0, page_token: str = "",
+        where: pb.DeadLetterFilter | None = None,
+    ) -> pb.ListDeadLettersResponse:
+        response: pb.ListDeadLettersResponse = await self._call(
+            "ListDeadLetters",
+            pb.ListDeadLettersRequest(topic=topic, group=group, limit=limit,
+                                      page_token=page_token, filter=where))
+        return response
+
+    async def dead_letter(self, topic: str, group: str, message_id: str) -> pb.DeadLetterMessage:
+        response = await self._call(
+            "GetDeadLetter",
+            pb.GetDeadLetterRequest(topic=topic, group=group, message_id=message_id))
+        found: pb.DeadLetterMessage = response.dead_letter
+        return found
+
+    async def timeline(self, topic: str, group: str, message_id: str) -> pb.GetTimelineResponse:
+        response: pb.GetTimelineResponse = await self._call(
+            "GetTimeline",
+            pb.GetTimelineRequest(topic=topic, group=group, message_id=message_id))
+        return response
+
+    async def resend(
+        self, topic: str, group: str, message_ids: list[str] | None = None,
+        where: pb.DeadLetterFilter | None = None,
+    ) -> int:
+        response = await self._call(
+            "ResendDeadLetters",
+            pb.ResendDeadLettersRequest(topic=topic, group=group, message_ids=message_ids or [],
+                                        filter=where))
+        return int(response.resent)
+
+    async def delete(
+        self, topic: str, group: str, message_ids: list[str] | None = None,
+        where: pb.DeadLetterFilter | None = None, everything: bool = False,
+    ) -> int:
+        response = await self._call(
+            "DeleteDeadLetters",
+            pb.DeleteDeadLettersRequest(topic=topic, group=group, message_ids=message_ids or [],
+                                        filter=where, all=everything))
+        return int(response.deleted)
+
+    async def purge(self, topic: str, group: str) -> int:
+        response = await self._call("Purge", pb.PurgeRequest(topic=topic, group=group))
+        return int(response.purged)
