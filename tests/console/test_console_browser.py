@@ -168,19 +168,23 @@ def test_console_end_to_end(gw: Gateway, artifacts: Path) -> None:
 
         # Purge asks first; Cancel keeps everything; confirming deletes.
         driver.get(gw.console + f"/dead-letters?topic={topic}&group={group}")
+        # Two are left; on a loaded machine the resent one may have timed out in the receiver
+        # (the 1 min push timeout is 60 ms at this time scale) and be a dead letter again.
+        left = len(driver.find_elements(By.CSS_SELECTOR, "table.letters tbody tr"))
+        assert left in (2, 3)
         driver.find_element(By.ID, "purge").click()
         wait(driver).until(ec.presence_of_element_located((By.ID, "confirm")))
-        assert "Purge all 2 dead letters" in driver.find_element(By.CSS_SELECTOR,
-                                                                   ".question").text
+        assert f"Purge all {left} dead letters" in driver.find_element(By.CSS_SELECTOR,
+                                                                         ".question").text
         shot("purge-confirm")
         driver.find_element(By.ID, "cancel").click()
         wait(driver).until(ec.presence_of_element_located((By.ID, "filters")))
-        assert len(driver.find_elements(By.CSS_SELECTOR, "table.letters tbody tr")) == 2
+        assert len(driver.find_elements(By.CSS_SELECTOR, "table.letters tbody tr")) == left
         driver.find_element(By.ID, "purge").click()
         wait(driver).until(ec.presence_of_element_located((By.ID, "confirm"))).click()
         wait(driver).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".notice.ok")))
-        assert "Purged 2 dead letters" in driver.find_element(By.CSS_SELECTOR,
-                                                                ".notice.ok").text
+        assert f"Purged {left} dead letters" in driver.find_element(By.CSS_SELECTOR,
+                                                                      ".notice.ok").text
         assert not driver.find_elements(By.CSS_SELECTOR, "table.letters tbody tr")
         shot("purged")
 
