@@ -296,11 +296,24 @@ def load(
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument("config", path, f"valid TOML ({exc})") from None
     environ = os.environ if env is None else env
+    from_env: set[str] = set()
     for name in keys.kinds:
-        key = f"GATEWAY_{name.upper()}"
+        key = env_name(name)
         if key in environ:
             values[name] = environ[key]
+            from_env.add(name)
     for name, value in (flags or {}).items():
         if value is not None:
             values[name] = value
-    return build(values, products)
+            from_env.discard(name)
+    try:
+        return build(values, products)
+    except InvalidArgument as exc:
+        if exc.field in from_env:  # name the variable the user set, not the internal key
+            raise InvalidArgument(env_name(exc.field), exc.value, exc.allowed) from None
+        raise
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a setting's flat key: `GATEWAY_<KEY>`."""
+    return f"GATEWAY_{key.upper()}"
