@@ -244,8 +244,9 @@ def _coerce(name: str, value: Any, kind: object) -> Any:
                 return False
             raise ValueError(text)
     except ValueError:
-        kind_name = kind.__name__ if isinstance(kind, type) else str(kind)
-        raise InvalidArgument(name, value, f"a {kind_name}") from None
+        kind_name = {int: "an integer", float: "a number", bool: "a boolean (true, false, 1, 0, "
+                     "yes, no, on, off)"}.get(kind, str(kind))  # type: ignore[call-overload]
+        raise InvalidArgument(name, value, kind_name) from None
     return text
 
 

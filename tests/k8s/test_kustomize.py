@@ -38,5 +38,5 @@ def test_a_broken_kustomization_fails_with_kubectls_message(tmp_path: Path) -> N
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
         "resources:\n  - missing.yaml\n"
     )
-    with pytest.raises(RuntimeError, match="missing.yaml"):
+    with pytest.raises(RuntimeError, match=r"missing\.yaml"):
         kustomize(tmp_path)
