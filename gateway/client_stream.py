@@ -11,12 +11,20 @@ What happens to deliveries in flight when a stream is lost: their receipts die w
 Deliveries received but not yet handed out are dropped. Settling a delivery of the lost stream
 (also after a resubscription) answers at once, without reaching the gateway, with a not-ok
 UNAVAILABLE result; so does every settlement that was sent and not answered yet, which the
-gateway may or may not have applied. The gateway delivers each unsettled message again (its
-attempt count rises): at once to the group's consumers when only the stream was lost and the
-gateway lives on; after a gateway restart, once the delivery's deadline passes, which the
-durable store kept: the policy's delivery timeout counted from the delivery (RocketMQ push 15
-min, Pulsar the ack timeout, multiplied by `--time-scale`), or at once where the policy has no
-timeout. Handling must therefore be idempotent: at least once, never lost.
+gateway may or may not have applied. The gateway delivers each unsettled message again:
+
+- the gateway lives on and sees the stream end (the client went away, the connection was
+  reset): at once, to whichever consumer of the group has credit (this one once it has
+  resubscribed), as the next attempt;
+- the gateway lives on but never sees the end (a network that drops packets without a reset):
+  once the delivery's deadline passes, i.e. the policy's delivery timeout counted from the
+  delivery (RocketMQ push 15 min, the Pulsar ack timeout, ...; times `--time-scale`);
+- the gateway was killed or restarted: as soon as the restarted gateway serves the group. The
+  embedded store does not record deliveries in flight, so the message comes with the attempt
+  number it had before; on the RabbitMQ and Pulsar back ends the broker gives back what the
+  gateway had not acked.
+
+Handling must therefore be idempotent: at least once, never lost.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ from gateway.v1 import gateway_pb2, gateway_pb2_grpc
 
 CLOSE_WAIT_S = 5.0
 """How long leaving a consume stream waits for the answers to settlements already given."""
+SEND_RACE_TRIES = 3
+"""Attempts at a subscription that ended INTERNAL before subscribing (see `_subscribe`)."""
 
 
 class ConsumeStream:
@@ -102,7 +112,21 @@ class ConsumeStream:
 
     async def _subscribe(self) -> None:
         """Open a stream and wait for its Subscribed; a refusal raises the call's AioRpcError,
-        an end before it StreamFailed."""
+        an end before it StreamFailed.
+
+        A gateway that refuses the call outright (a bad token) may end it while the client is
+        still sending the subscription; gRPC's client then reports INTERNAL ("Internal error
+        from Core") instead of the gateway's status. Nothing was subscribed, so such an attempt
+        is made again at once, up to SEND_RACE_TRIES times, to get the gateway's own answer."""
+        for _ in range(SEND_RACE_TRIES - 1):
+            try:
+                return await self._subscribe_once()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() != grpc.StatusCode.INTERNAL:
+                    raise
+        await self._subscribe_once()
+
+    async def _subscribe_once(self) -> None:
         requests: asyncio.Queue[gateway_pb2.ConsumeRequest | None] = asyncio.Queue()
         requests.put_nowait(gateway_pb2.ConsumeRequest(subscribe=self.subscribe))
         call = self.stub.Consume(_request_iter(requests), metadata=self.metadata or None)
