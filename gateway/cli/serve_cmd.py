@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--config", help="TOML config file (default: none, every setting from "
                    "flags, environment and defaults)")
     own = _OwnFlags(p)
-    own.add("--listen", "listen", "gRPC API (and RocketMQ SDKs) on HOST:PORT")
+    own.add("--listen", "listen", "the gRPC API on HOST:PORT (and the gRPC services of the "
+            "products that mount theirs)")
     own.add("--data-dir", "data_dir", "embedded store directory")
     *others, last = backends(installed())
     own.add("--backend", "backend",
