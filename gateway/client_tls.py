@@ -69,7 +69,8 @@ def bearer_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     """The call metadata that carries `token` (none without one)."""
     if token is None:
         return ()
-    if not token or token != token.strip() or any(c in token for c in "\r\n"):
-        raise ValueError("token: a non-empty bearer token without surrounding spaces or line "
-                         "breaks is required")
+    if not token or token != token.strip() or not (token.isascii() and token.isprintable()):
+        raise ValueError("token: a non-empty bearer token of printable ASCII characters, "
+                         "without surrounding spaces, is required (gRPC metadata carries no "
+                         "other)")
     return (("authorization", f"Bearer {token}"),)

@@ -172,6 +172,6 @@ def test_bad_client_settings_are_refused_before_connecting(tmp_path: Path) -> No
         ClientTLS(cert=b"pem")
     with pytest.raises(ValueError, match=r"ClientTLS\.ca: cannot read"):
         GatewayClient("127.0.0.1:1", tls=ClientTLS(ca=tmp_path / "missing.pem"))
-    for token in ("", " padded", "line\nbreak"):
+    for token in ("", " padded", "line\nbreak", "tök", "nul\x00"):
         with pytest.raises(ValueError, match="bearer token"):
             GatewayClient("127.0.0.1:1", token=token)
