@@ -7,14 +7,17 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
+import ssl
 import sys
 from dataclasses import fields
 
 import structlog
 
+from gateway.errors import InvalidArgument
 from gateway.product import installed, settings_of
-from gateway.server.config import ServeConfig, backends, load
+from gateway.server.config import ServeConfig, backends, env_name, load
 
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
              "max_message_bytes", "log_level", "admin_listen", "console_listen", "tokens_file",
@@ -187,5 +190,41 @@ def tune_gc() -> None:
 def run(args: argparse.Namespace) -> int:
     flags = {name: getattr(args, name) for name in FLAGS}
     config = load(args.config, flags=flags)
-    configure_logging(config.log_level)
-    return asyncio.run(serve(config))
+    try:
+        check_files(config)
+        configure_logging(config.log_level)
+        return asyncio.run(serve(config))
+    except InvalidArgument as exc:
+        # A setting refused once serving began: name the variable when that is where it came
+        # from (`load` does the same for the values it checks).
+        variable = env_name(exc.field)
+        if flags.get(exc.field) is None and variable in os.environ:
+            raise InvalidArgument(variable, exc.value, exc.allowed) from None
+        raise
+
+
+def check_files(config: ServeConfig) -> None:
+    """The files the settings name are readable, and the TLS ones hold what TLS needs, so that
+    a wrong path is one line naming the setting, not a traceback from deep inside start-up."""
+    for key in ("tokens_file", "tls_cert", "tls_key", "tls_client_ca"):
+        path = getattr(config, key)
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                raise InvalidArgument(key, path, f"a readable file ({exc.strerror})") from None
+    if config.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(config.tls_cert, config.tls_key)
+        except ssl.SSLError as exc:
+            raise InvalidArgument("tls_cert", config.tls_cert, "a PEM certificate chain whose "
+                                  f"key is tls_key ({exc.reason or exc})") from None
+    if config.tls_client_ca:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_verify_locations(config.tls_client_ca)
+        except ssl.SSLError as exc:
+            raise InvalidArgument("tls_client_ca", config.tls_client_ca,
+                                  f"PEM CA certificates ({exc.reason or exc})") from None

@@ -161,3 +161,24 @@ def test_a_telemetry_command_without_the_extra_is_one_line_and_exit_2(command: s
     assert line.startswith(f"gateway: error: `gateway {command}` needs the telemetry extra ")
     assert line.endswith("pip install 'retry-gateway[telemetry]'")
     assert run.stdout == ""
+
+
+def test_a_missing_file_from_a_variable_is_one_line_naming_it(tmp_path: Path) -> None:
+    run = _gateway("serve", "--data-dir", str(tmp_path / "data"),
+                   env={"GATEWAY_TOKENS_FILE": str(tmp_path / "missing.toml")})
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("gateway: error: GATEWAY_TOKENS_FILE=")
+    assert "a readable file (No such file or directory)" in line
+
+
+@pytest.mark.parametrize("content", ["", "not a certificate\n"])
+def test_an_unusable_tls_file_is_one_line_not_a_traceback(tmp_path: Path, content: str) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text(content)
+    run = _gateway("serve", "--data-dir", str(tmp_path / "data"), "--tls-cert", str(junk),
+                   "--tls-key", str(junk))
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("gateway: error: tls_cert=")
+    assert "a PEM certificate chain whose key is tls_key" in line
