@@ -8,22 +8,21 @@
 
 FROM python:3.11-slim AS builder
 
-# Back-end extras baked into the image (see pyproject.toml).
-ARG EXTRAS=rabbitmq,pulsar,rocketmq
-
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
+# gateway/v1/*.proto link to protos/: the wheel ships the API's .proto files.
+COPY protos ./protos
 COPY gateway ./gateway
 COPY adapters ./adapters
-RUN python -m pip wheel --wheel-dir /wheels ".[${EXTRAS}]"
+# Every front end and back end is in the base dependencies; the telemetry exporter (Spark) is
+# an extra and stays out of the image.
+RUN python -m pip wheel --wheel-dir /wheels .
 
 
 FROM python:3.11-slim AS runtime
-
-ARG EXTRAS=rabbitmq,pulsar,rocketmq
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -32,7 +31,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 # The wheels are bind-mounted from the builder, so they never become a layer of this image.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    python -m pip install --no-index --find-links=/wheels "retry-gateway[${EXTRAS}]"
+    python -m pip install --no-index --find-links=/wheels retry-gateway
 
 RUN groupadd --system --gid 10001 gateway \
     && useradd --system --uid 10001 --gid 10001 --no-create-home \

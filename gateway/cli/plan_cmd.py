@@ -17,7 +17,8 @@ DEFAULT_INVISIBLE_S = 30
 
 def option_flags() -> tuple[OptionFlag, ...]:
     """`--max-retries` and every flag the installed products declare, each flag once."""
-    flags: dict[str, OptionFlag] = {"--max-retries": OptionFlag("--max-retries", "max_retries")}
+    flags: dict[str, OptionFlag] = {"--max-retries": OptionFlag(
+        "--max-retries", "max_retries", "retries before the dead letter (default: the policy's)")}
     for product in installed():
         for flag in product.plan_flags:
             known = flags.setdefault(flag.flag, flag)
@@ -35,30 +36,39 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     registry = build_registry(installed())
     p = sub.add_parser("plan", help="print the retry timeline a policy gives a failing message")
     p.add_argument("--policy", required=True, help=", ".join(registry.policies))
-    p.add_argument("--topic", default="topic")
-    p.add_argument("--group", default="group", help="consumer group / subscription")
+    p.add_argument("--topic", default="topic",
+                   help="topic the destinations are named after (default topic)")
+    p.add_argument("--group", default="group",
+                   help="consumer group / subscription (default group)")
     p.add_argument("--naming", default="", help="naming scheme (" + ", ".join(registry.schemes)
-                   + ")")
+                   + "; default: the policy's)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="any policy option, repeatable")
+                   help="any policy option, repeatable (default: none)")
     flags = option_flags()
     for flag in flags:
+        text = flag.help or f"the policy option {flag.option}"
         if flag.switch:
             p.add_argument(flag.flag, dest=_dest(flag), action="store_true",
-                           help=flag.help or None)
+                           help=f"{text} (default off)")
         else:
-            p.add_argument(flag.flag, dest=_dest(flag), help=flag.help or None)
+            default = "" if "default" in text else " (default: the policy's)"
+            p.add_argument(flag.flag, dest=_dest(flag), help=text + default)
     p.add_argument("--invisible-s", type=int, default=None,
                    help="invisible duration per receive, for policies that have one "
                         f"(default {DEFAULT_INVISIBLE_S})")
-    p.add_argument("--processing-ms", type=int, default=0, help="time each attempt takes to fail")
+    p.add_argument("--processing-ms", type=int, default=0,
+                   help="time each attempt takes to fail (default 0)")
     p.add_argument("--pickup-ms", type=int, default=0,
-                   help="time a READY message waits before a consumer takes it")
-    p.add_argument("--delay-ms", type=int, default=None, help="delay asked for on every failure")
-    p.add_argument("--delay-s", type=int, default=None, help="the same in seconds")
-    p.add_argument("--level", type=int, default=None, help="delay level asked for on every failure")
+                   help="time a READY message waits before a consumer takes it (default 0)")
+    p.add_argument("--delay-ms", type=int, default=None,
+                   help="delay asked for on every failure (default: none, the policy's back-off)")
+    p.add_argument("--delay-s", type=int, default=None,
+                   help="the same in seconds (default: none)")
+    p.add_argument("--level", type=int, default=None,
+                   help="delay level asked for on every failure (default: none)")
     p.add_argument("--limit", type=int, default=200, help="attempts listed at most (default 200)")
-    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object on stdout (default off: a table)")
     p.set_defaults(run=run, option_flags=flags)
 
 

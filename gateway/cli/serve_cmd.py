@@ -7,13 +7,17 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
+import ssl
 import sys
+from dataclasses import fields
 
 import structlog
 
+from gateway.errors import InvalidArgument
 from gateway.product import installed, settings_of
-from gateway.server.config import ServeConfig, backends, load
+from gateway.server.config import ServeConfig, backends, env_name, load
 
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
              "max_message_bytes", "log_level", "admin_listen", "console_listen", "tokens_file",
@@ -34,45 +38,79 @@ EXIT_BACKEND_LOST = 75
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help="run the gateway (embedded store by default)")
-    p.add_argument("--config", help="TOML config file")
-    p.add_argument("--listen", help="gRPC HOST:PORT (default 127.0.0.1:50051)")
-    p.add_argument("--data-dir", dest="data_dir", help="embedded store directory (default ./data)")
+    p = sub.add_parser("serve", help="run the gateway (embedded store by default)",
+                       description="Run the gateway. Each setting comes from its flag, else the "
+                       "environment variable GATEWAY_<KEY> named in its help, else the --config "
+                       "file, else its default.")
+    p.add_argument("--config", help="TOML config file (default: none, every setting from "
+                   "flags, environment and defaults)")
+    own = _OwnFlags(p)
+    own.add("--listen", "listen", "the gRPC API on HOST:PORT (and the gRPC services of the "
+            "products that mount theirs)")
+    own.add("--data-dir", "data_dir", "embedded store directory")
     *others, last = backends(installed())
-    p.add_argument("--backend", help=f"{', '.join(others)} or {last}" if others else last)
-    p.add_argument("--cache-mb", dest="cache_mb", type=int,
-                   help="embedded store: MiB of recently published messages kept in memory "
-                        "(default 64; 0 reads every message from disk)")
-    p.add_argument("--grace-s", dest="grace_s", type=float, help="drain period on SIGTERM")
-    p.add_argument("--broadcast-idle-s", dest="broadcast_idle_s", type=float,
-                   help="keep a broadcast consumer's own group this long after it leaves, so "
-                        "the same consumer id resumes (default 3600; 0 drops it at once)")
-    p.add_argument("--time-scale", dest="time_scale", type=float,
-                   help="multiply every policy wait (tests and demos; default 1)")
-    p.add_argument("--max-message-bytes", dest="max_message_bytes", type=int)
-    p.add_argument("--max-unacked", dest="max_unacked", type=int,
-                   help="most deliveries one consumer holds unsettled (default 50000)")
-    p.add_argument("--max-rpcs", dest="max_rpcs", type=int,
-                   help="calls and open streams served at once (default 10000)")
-    p.add_argument("--log-level", dest="log_level")
-    p.add_argument("--admin-listen", dest="admin_listen",
-                   help="Prometheus metrics on HOST:PORT (/metrics)")
-    p.add_argument("--console-listen", dest="console_listen",
-                   help="serve the web console on HOST:PORT (off unless given; loopback only "
-                        "without --tokens-file)")
-    p.add_argument("--tokens-file", dest="tokens_file",
-                   help="bearer tokens and permissions (TOML); turns authentication on")
-    p.add_argument("--telemetry", action="store_const", const=True,
-                   help="spool every retry transition to DATA_DIR/telemetry for `gateway export`")
-    p.add_argument("--tls-cert", dest="tls_cert")
-    p.add_argument("--tls-key", dest="tls_key")
-    p.add_argument("--tls-client-ca", dest="tls_client_ca",
-                   help="require client certificates signed by this CA (mTLS)")
-    p.add_argument("--allow-remote-unauthenticated", dest="allow_remote_unauthenticated",
-                   action="store_const", const=True,
-                   help="listen beyond loopback without authentication")
+    own.add("--backend", "backend",
+            f"where messages are kept: {', '.join(others)} or {last}" if others else last)
+    own.add("--cache-mb", "cache_mb", "embedded store: MiB of recently published messages kept "
+            "in memory (0 reads every message from disk)", int)
+    own.add("--grace-s", "grace_s", "drain period on SIGTERM: settles are accepted this long",
+            float)
+    own.add("--broadcast-idle-s", "broadcast_idle_s", "keep a broadcast consumer's own group "
+            "this long after it leaves, so the same consumer id resumes (0 drops it at once)",
+            float)
+    own.add("--time-scale", "time_scale", "multiply every policy wait (tests and demos)", float)
+    own.add("--max-message-bytes", "max_message_bytes", "largest message body accepted", int)
+    own.add("--max-unacked", "max_unacked", "most deliveries one consumer holds unsettled", int)
+    own.add("--max-rpcs", "max_rpcs", "calls and open streams served at once", int)
+    own.add("--log-level", "log_level", "debug, info, warning or error")
+    own.add("--admin-listen", "admin_listen", "Prometheus metrics on HOST:PORT (/metrics)")
+    own.add("--console-listen", "console_listen", "serve the web console on HOST:PORT (loopback "
+            "only without --tokens-file)")
+    own.add("--tokens-file", "tokens_file", "bearer tokens and permissions (TOML); turns "
+            "authentication on")
+    own.switch("--telemetry", "telemetry", "spool every retry transition to DATA_DIR/telemetry "
+               "for `gateway export`")
+    own.add("--tls-cert", "tls_cert", "PEM certificate chain of the gateway: turns TLS on for "
+            "every listener (with --tls-key)")
+    own.add("--tls-key", "tls_key", "PEM private key of --tls-cert")
+    own.add("--tls-client-ca", "tls_client_ca", "require client certificates signed by this CA "
+            "(mTLS)")
+    own.switch("--allow-remote-unauthenticated", "allow_remote_unauthenticated",
+               "listen beyond loopback without authentication")
     _add_product_flags(p)
     p.set_defaults(run=run)
+
+
+def describe_default(value: object) -> str:
+    """How a default reads in a flag's help."""
+    if value == "" or value == ():
+        return "none"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def flag_help(text: str, key: str, default: object) -> str:
+    """A serve flag's help: what it does, its default, its environment variable."""
+    return f"{text} (default {describe_default(default)}; env GATEWAY_{key.upper()})"
+
+
+class _OwnFlags:
+    """Adds the gateway's own serve flags, each help naming the default and the variable."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+        self.defaults = {f.name: f.default for f in fields(ServeConfig)}
+
+    def add(self, flag: str, key: str, text: str, kind: type = str) -> None:
+        self.parser.add_argument(flag, dest=key, type=kind, metavar=key.upper(),
+                                 help=flag_help(text, key, self.defaults[key]))
+
+    def switch(self, flag: str, key: str, text: str) -> None:
+        self.parser.add_argument(flag, dest=key, action="store_const", const=True,
+                                 help=flag_help(text, key, self.defaults[key]))
 
 
 def _add_product_flags(p: argparse.ArgumentParser) -> None:
@@ -81,14 +119,18 @@ def _add_product_flags(p: argparse.ArgumentParser) -> None:
         for spec in settings_of(product.config_type):
             if not spec.setting.flag:
                 continue
-            help_text = spec.setting.help or None
+            section, _, key = spec.setting.toml.partition(".")
+            text = spec.setting.help or f"sets [{section}] {key} of the config file"
+            help_text = flag_help(text, spec.key, spec.default)
             if spec.kind is bool:
                 p.add_argument(spec.setting.flag, dest=spec.key, action="store_const",
                                const=True, help=help_text)
             elif spec.kind in (int, float):
-                p.add_argument(spec.setting.flag, dest=spec.key, type=spec.kind, help=help_text)
+                p.add_argument(spec.setting.flag, dest=spec.key, type=spec.kind, help=help_text,
+                               metavar=spec.key.upper())
             else:  # text; a list is comma-separated, as in the environment
-                p.add_argument(spec.setting.flag, dest=spec.key, help=help_text)
+                p.add_argument(spec.setting.flag, dest=spec.key, help=help_text,
+                               metavar=spec.key.upper())
 
 
 def configure_logging(level: str) -> None:
@@ -148,5 +190,41 @@ def tune_gc() -> None:
 def run(args: argparse.Namespace) -> int:
     flags = {name: getattr(args, name) for name in FLAGS}
     config = load(args.config, flags=flags)
-    configure_logging(config.log_level)
-    return asyncio.run(serve(config))
+    try:
+        check_files(config)
+        configure_logging(config.log_level)
+        return asyncio.run(serve(config))
+    except InvalidArgument as exc:
+        # A setting refused once serving began: name the variable when that is where it came
+        # from (`load` does the same for the values it checks).
+        variable = env_name(exc.field)
+        if flags.get(exc.field) is None and variable in os.environ:
+            raise InvalidArgument(variable, exc.value, exc.allowed) from None
+        raise
+
+
+def check_files(config: ServeConfig) -> None:
+    """The files the settings name are readable, and the TLS ones hold what TLS needs, so that
+    a wrong path is one line naming the setting, not a traceback from deep inside start-up."""
+    for key in ("tokens_file", "tls_cert", "tls_key", "tls_client_ca"):
+        path = getattr(config, key)
+        if path:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                raise InvalidArgument(key, path, f"a readable file ({exc.strerror})") from None
+    if config.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(config.tls_cert, config.tls_key)
+        except ssl.SSLError as exc:
+            raise InvalidArgument("tls_cert", config.tls_cert, "a PEM certificate chain whose "
+                                  f"key is tls_key ({exc.reason or exc})") from None
+    if config.tls_client_ca:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_verify_locations(config.tls_client_ca)
+        except ssl.SSLError as exc:
+            raise InvalidArgument("tls_client_ca", config.tls_client_ca,
+                                  f"PEM CA certificates ({exc.reason or exc})") from None

@@ -244,8 +244,9 @@ def _coerce(name: str, value: Any, kind: object) -> Any:
                 return False
             raise ValueError(text)
     except ValueError:
-        kind_name = kind.__name__ if isinstance(kind, type) else str(kind)
-        raise InvalidArgument(name, value, f"a {kind_name}") from None
+        kind_name = {int: "an integer", float: "a number", bool: "a boolean (true, false, 1, 0, "
+                     "yes, no, on, off)"}.get(kind, str(kind))  # type: ignore[call-overload]
+        raise InvalidArgument(name, value, kind_name) from None
     return text
 
 
@@ -296,11 +297,24 @@ def load(
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument("config", path, f"valid TOML ({exc})") from None
     environ = os.environ if env is None else env
+    from_env: set[str] = set()
     for name in keys.kinds:
-        key = f"GATEWAY_{name.upper()}"
+        key = env_name(name)
         if key in environ:
             values[name] = environ[key]
+            from_env.add(name)
     for name, value in (flags or {}).items():
         if value is not None:
             values[name] = value
-    return build(values, products)
+            from_env.discard(name)
+    try:
+        return build(values, products)
+    except InvalidArgument as exc:
+        if exc.field in from_env:  # name the variable the user set, not the internal key
+            raise InvalidArgument(env_name(exc.field), exc.value, exc.allowed) from None
+        raise
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a setting's flat key: `GATEWAY_<KEY>`."""
+    return f"GATEWAY_{key.upper()}"

@@ -186,18 +186,23 @@ def start_export(
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="gateway-telemetry-export",
+        prog="gateway export",
         description="Stream spooled retry transition events into a Delta or Parquet data lake.",
     )
     p.add_argument("--spool", required=True, help="spool directory (segment files)")
     p.add_argument("--table", required=True, help="lake table directory")
     p.add_argument("--checkpoint", required=True, help="streaming checkpoint directory")
-    p.add_argument("--format", choices=("delta", "parquet"), default="delta")
+    p.add_argument("--format", choices=("delta", "parquet"), default="delta",
+                   help="table format of the lake (default delta)")
     trig = p.add_mutually_exclusive_group()
     trig.add_argument("--available-now", action="store_true", help="catch up, then stop (default)")
-    trig.add_argument("--processing-time", metavar="INTERVAL", help='e.g. "10 seconds"')
-    p.add_argument("--master", default="local[*]")
-    p.add_argument("--max-files-per-trigger", type=int, default=64)
+    trig.add_argument("--processing-time", metavar="INTERVAL",
+                      help='keep running, one micro-batch per INTERVAL, e.g. "10 seconds" '
+                           "(default: off, --available-now)")
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master URL (default local[*]: every core of this machine)")
+    p.add_argument("--max-files-per-trigger", type=int, default=64,
+                   help="spool segment files read per micro-batch, at least 1 (default 64)")
     args = p.parse_args(argv)
     if args.max_files_per_trigger < 1:
         p.error("--max-files-per-trigger must be >= 1")

@@ -13,7 +13,7 @@ from typing import Any
 from gateway.cli import serve_cmd
 from gateway.server.config import ServeConfig, load
 
-from .kustomize import Resource, render
+from .kubectl import Resource, kustomize
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
@@ -35,7 +35,7 @@ def target_dir(target: str) -> Path:
 
 @functools.cache
 def _rendered(target: str) -> tuple[Resource, ...]:
-    return tuple(render(target_dir(target)))
+    return tuple(kustomize(target_dir(target)))
 
 
 def rendered(target: str) -> list[Resource]:

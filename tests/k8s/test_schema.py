@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import all_versions
 
-from .kustomize import load_documents, load_kustomization
+from .kubectl import load_documents, load_kustomization
 from .manifests import BASE, TARGETS, find, rendered
 
 # The newest release whose schemas kubernetes-validate ships (1.37.0 in kubernetes-validate
