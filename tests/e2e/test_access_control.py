@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -235,3 +236,29 @@ async def test_overlong_names_are_refused_briefly_under_auth(app: GatewayApp) ->
                 await call
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert len(err.value.details() or "") < 500
+
+
+@pytest.mark.parametrize("token", [None, "wrong", "billing-secret"])
+async def test_a_refused_stream_always_gets_its_own_status(app: GatewayApp,
+                                                          token: str | None) -> None:
+    """A Consume stream refused before the handler runs (no token, a wrong one, a group not
+    allowed) answers UNAUTHENTICATED / PERMISSION_DENIED every time, never INTERNAL: the gateway
+    reads the subscription before it answers, so the client is not cut off mid-send."""
+    expected = (grpc.StatusCode.PERMISSION_DENIED if token == "billing-secret"
+                else grpc.StatusCode.UNAUTHENTICATED)
+    gw, _, channel = stubs(app.grpc_port, None)
+    async with channel:
+        async def requests():  # type: ignore[no-untyped-def]
+            yield gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+                topic="orders", group="other", policy="rocketmq", prefetch=1))
+            await asyncio.Event().wait()  # a consumer keeps its side open
+
+        codes = []
+        for _ in range(60):
+            call = gw.Consume(requests(), metadata=meta(token))
+            try:
+                async for _ in call:
+                    pass
+            except grpc.aio.AioRpcError as err:
+                codes.append(err.code())
+        assert set(codes) == {expected}, codes
