@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from gateway.client_errors import interceptors, typed
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
 
 CLOSE_WAIT_S = 5.0
@@ -167,7 +168,10 @@ class ConsumeStream:
     async def __aenter__(self) -> ConsumeStream:
         await self._requests.put(gateway_pb2.ConsumeRequest(subscribe=self.subscribe))
         self._call = self.client.stub.Consume(self._request_iter())
-        first = await self._call.read()
+        try:
+            first = await self._call.read()
+        except grpc.aio.AioRpcError as exc:
+            raise typed(exc) from None
         if first is grpc.aio.EOF:
             raise RuntimeError("stream closed before subscribing")
         self.subscribed = first.subscribed
@@ -402,7 +406,8 @@ class GatewayClient:
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
         ]
-        self.channel = grpc.aio.insecure_channel(target, options=options)
+        self.channel = grpc.aio.insecure_channel(target, options=options,
+                                                interceptors=interceptors())
         self.stub = gateway_pb2_grpc.GatewayStub(self.channel)
         self.admin = admin_pb2_grpc.AdminStub(self.channel)
 
