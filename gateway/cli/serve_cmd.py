@@ -18,7 +18,7 @@ from gateway.server.config import ServeConfig, backends, load
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
              "max_message_bytes", "log_level", "admin_listen", "console_listen", "tokens_file",
              "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry",
-             "broadcast_idle_s", "max_unacked", "max_rpcs")
+             "broadcast_idle_s", "max_unacked", "max_rpcs", "tracing", "tracing_endpoint")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
                           for spec in settings_of(product.config_type) if spec.setting.flag)
@@ -64,6 +64,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="bearer tokens and permissions (TOML); turns authentication on")
     p.add_argument("--telemetry", action="store_const", const=True,
                    help="spool every retry transition to DATA_DIR/telemetry for `gateway export`")
+    p.add_argument("--tracing", action="store_const", const=True,
+                   help="OpenTelemetry spans of every message over OTLP ([tracing] in the file)")
+    p.add_argument("--tracing-endpoint", dest="tracing_endpoint",
+                   help="OTLP collector URL (default: the exporter's, OTEL_EXPORTER_OTLP_*)")
     p.add_argument("--tls-cert", dest="tls_cert")
     p.add_argument("--tls-key", dest="tls_key")
     p.add_argument("--tls-client-ca", dest="tls_client_ca",

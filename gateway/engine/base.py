@@ -25,6 +25,7 @@ import structlog
 from gateway.backend import Backend, Lease, OutMessage, Release
 from gateway.core.machine import REDELIVER, Decision
 from gateway.core.policy import RetryPolicy
+from gateway.core.properties import TRACEPARENT, TRACESTATE
 from gateway.core.record import Record
 from gateway.core.registry import Registry
 from gateway.core.states import INFLIGHT, WAITING_RETRY, State
@@ -222,10 +223,12 @@ class EngineBase:
                 tally[key] = tally.get(key, 0) + 1
         if not full:
             return
+        props = inf.stored.properties
         transition = Transition(
             ts_ms, policy.dialect, policy.name, self._config.backend_name, record.topic,
             record.group, record.message_id, record.attempt, before._value_, to_name,
             decision.delay_ms, decision.reason, decision.destination or "",
+            props.get(TRACEPARENT, ""), props.get(TRACESTATE, ""),
         )
         if self._trace_debug:
             self._trace.debug("transition", message_id=record.message_id, topic=record.topic,

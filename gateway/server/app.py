@@ -114,6 +114,12 @@ class GatewayApp:
         if config.telemetry:
             self.spool = Spool(Path(config.data_dir) / "telemetry", gateway_id=config.gateway_id)
             hooks.append(self.spool)
+        self.tracing: Any = None
+        if config.tracing:
+            from gateway.tracing.setup import open_tracing
+
+            self.tracing = open_tracing(config)
+            hooks.append(self.tracing)
         registry = build_registry(self.products)
         self.engine = Engine(self.backend, registry, self.clock, engine_config, hooks)
         self.metrics_port = 0
@@ -322,6 +328,8 @@ class GatewayApp:
         self.metrics.close()
         if self.spool is not None:
             self.spool.close()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.close)
         log.info("gateway stopped")
 
 

@@ -63,6 +63,16 @@ class ServeConfig:
     """With a client CA, clients must present a certificate it signed (mTLS)."""
     allow_remote_unauthenticated: bool = False
     """Without auth the gateway listens on loopback only unless this is set."""
+    tracing: bool = False
+    """OpenTelemetry spans of every message (`gateway.tracing.spans`), exported over OTLP."""
+    tracing_endpoint: str = ""
+    """The OTLP collector (`http://host:4317` for gRPC, `http://host:4318/v1/traces` for
+    HTTP); "" takes the exporter's default and the `OTEL_EXPORTER_OTLP_*` variables."""
+    tracing_protocol: str = "grpc"
+    """`grpc` or `http/protobuf`."""
+    tracing_sample_ratio: float = 1.0
+    """The share of traces kept (0..1) for messages without a sampled parent."""
+    tracing_service_name: str = "retry-gateway"
     sections: Mapping[str, object] = field(default_factory=dict)
     """Each product's settings by product name, a value of its `config_type` (`build` fills in
     every installed product; `section` gives defaults for one missing here)."""
@@ -83,6 +93,18 @@ class ServeConfig:
             raise InvalidArgument("tls_key", self.tls_key, "tls_cert and tls_key together")
         if self.tls_client_ca and not self.tls_cert:
             raise InvalidArgument("tls_client_ca", self.tls_client_ca, "only with tls_cert")
+        if self.tracing_protocol not in TRACING_PROTOCOLS:
+            raise InvalidArgument("tracing_protocol", self.tracing_protocol,
+                                  ", ".join(TRACING_PROTOCOLS))
+        if not 0 <= self.tracing_sample_ratio <= 1:
+            raise InvalidArgument("tracing_sample_ratio", self.tracing_sample_ratio, "0..1")
+        if self.tracing_endpoint and not self.tracing_endpoint.startswith(
+                ("http://", "https://")):
+            raise InvalidArgument("tracing_endpoint", self.tracing_endpoint,
+                                  "an http:// or https:// URL")
+        if not 1 <= len(self.tracing_service_name) <= 255:
+            raise InvalidArgument("tracing_service_name", self.tracing_service_name,
+                                  "1..255 characters")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise InvalidArgument("log_level", self.log_level, "debug, info, warning, error")
 
@@ -115,6 +137,7 @@ class ServeConfig:
         raise KeyError(key)
 
 
+TRACING_PROTOCOLS = ("grpc", "http/protobuf")
 LISTENERS = ("listen", "admin_listen", "console_listen")
 """The gateway's own listeners; products declare theirs (`setting(listener=True)`). RocketMQ
 SDKs, for one, share the gRPC `listen` port."""
@@ -158,6 +181,10 @@ SECTIONS = {
              "allow_remote_unauthenticated"},
 }
 """The gateway's own TOML keys by section (each is also the flat key)."""
+TRACING_KEYS = {"enabled": "tracing", "endpoint": "tracing_endpoint",
+                "protocol": "tracing_protocol", "sample_ratio": "tracing_sample_ratio",
+                "service_name": "tracing_service_name"}
+"""The `[tracing]` table's keys -> their flat keys (`GATEWAY_TRACING`, `--tracing`, ...)."""
 _PRINCIPALS = object()
 """Kind of `principals`: a list of tables, passed through as it is."""
 _TYPES: dict[str, object] = {"str": str, "int": int, "float": float, "bool": bool}
@@ -198,6 +225,7 @@ def _keys(products: Sequence[AnyProduct]) -> _Keys:
             owners[spec.key] = product.name
             allowed[spec.key] = spec.setting.allowed or "a list of strings"
     toml["auth"] = auth
+    toml["tracing"] = dict(TRACING_KEYS)
     return _Keys(toml, kinds, owners, allowed)
 
 
