@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -15,6 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gateway.backend.base import OutMessage
 from gateway.engine.config import EngineConfig
 from gateway.engine.engine import Engine
+from gateway.errors import InvalidArgument
+from gateway.server.config import load
 from gateway.tracing.context import carry, from_metadata, parse, with_carrier
 from gateway.tracing.spans import Tracing
 from tests.engine.harness import GROUP, TOPIC, Harness, idle
@@ -180,3 +183,33 @@ def test_tracing_off_imports_no_sdk(tmp_path: object) -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# ------------------------------------------------------------------ configuration
+def test_tracing_section_of_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "g.toml"
+    path.write_text('[tracing]\nenabled = true\nendpoint = "http://collector:4317"\n'
+                    'protocol = "http/protobuf"\nsample_ratio = 0.25\nservice_name = "gw"\n')
+    config = load(str(path), env={})
+    assert (config.tracing, config.tracing_endpoint, config.tracing_protocol,
+            config.tracing_sample_ratio, config.tracing_service_name) == (
+        True, "http://collector:4317", "http/protobuf", 0.25, "gw")
+    assert not load(None, env={}).tracing
+    assert load(None, env={"GATEWAY_TRACING": "true"}).tracing
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ('protocol = "thrift"', "tracing_protocol"),
+    ("sample_ratio = 1.5", "tracing_sample_ratio"),
+    ("sample_ratio = -0.1", "tracing_sample_ratio"),
+    ('endpoint = "collector:4317"', "tracing_endpoint"),
+    ('service_name = ""', "tracing_service_name"),
+    ("colour = 1", "tracing.colour"),
+    ('enabled = "maybe"', "tracing"),
+])
+def test_bad_tracing_settings_are_refused(tmp_path: Path, text: str, field: str) -> None:
+    path = tmp_path / "g.toml"
+    path.write_text(f"[tracing]\n{text}\n")
+    with pytest.raises(InvalidArgument) as err:
+        load(str(path), env={})
+    assert err.value.field == field
