@@ -18,7 +18,8 @@ from gateway.server.config import ServeConfig, backends, load
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
              "max_message_bytes", "log_level", "admin_listen", "console_listen", "tokens_file",
              "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry",
-             "broadcast_idle_s", "max_unacked", "max_rpcs", "tracing", "tracing_endpoint")
+             "broadcast_idle_s", "max_unacked", "max_rpcs", "tracing", "tracing_endpoint",
+             "metrics_label_cap")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
                           for spec in settings_of(product.config_type) if spec.setting.flag)
@@ -57,6 +58,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--log-level", dest="log_level")
     p.add_argument("--admin-listen", dest="admin_listen",
                    help="Prometheus metrics on HOST:PORT (/metrics)")
+    p.add_argument("--metrics-label-cap", dest="metrics_label_cap", type=int,
+                   help="topics and groups labelled by name in /metrics (default 100; the "
+                        "rest are _other)")
     p.add_argument("--console-listen", dest="console_listen",
                    help="serve the web console on HOST:PORT (off unless given; loopback only "
                         "without --tokens-file)")

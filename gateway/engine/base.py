@@ -208,12 +208,17 @@ class EngineBase:
             return
         observers = self.observers
         full = observers.full or self._trace_debug
-        if not full and not observers.counters:
+        if not full and not observers.counters and not observers.settle_timers:
             return
         policy = inf.sub.policy
         if outcome is REDELIVER and to_state is INFLIGHT:
             to_state = WAITING_RETRY
         to_name: str = to_state._value_
+        if before is INFLIGHT and observers.settle_timers:
+            # How long the delivery was out, in real time (delivered_at_ms is policy time).
+            t = self._time
+            out_ms = ts_ms - t.anchor_ms - int((record.delivered_at_ms - t.anchor_ms) * t.scale)
+            observers.settled(policy.name, to_name, max(0, out_ms) / 1000)
         if observers.counters:
             tally = self._tally
             if tally is None:

@@ -58,6 +58,16 @@ class TransitionCounter(Protocol):
     ) -> None: ...
 
 
+class SettleTimer(Protocol):
+    """An observer that offers `observe_settle` is told how long each settled delivery was out:
+    from its delivery to its settlement (or deadline), in real seconds, with the state the
+    settlement led to."""
+
+    def on_transition(self, transition: Transition) -> None: ...
+
+    def observe_settle(self, policy: str, to_state: str, seconds: float) -> None: ...
+
+
 PublishDone = Callable[[Sequence[str] | None], None]
 """Told the ids of a published batch once it is durable, or None when publishing failed."""
 
@@ -81,6 +91,8 @@ class Observers:
         """Observers that need the whole `Transition`."""
         self.counters: list[TransitionCounter] = []
         """Observers served by `count_transition`."""
+        self.settle_timers: list[SettleTimer] = []
+        """Observers told each settlement's latency (`observe_settle`)."""
         self.publishing: list[PublishObserver] = []
         """Observers that watch publishes too (`on_publish`)."""
         for observer in observers:
@@ -88,6 +100,8 @@ class Observers:
 
     def add(self, observer: Observer) -> None:
         self.observers.append(observer)
+        if callable(getattr(observer, "observe_settle", None)):
+            self.settle_timers.append(cast(SettleTimer, observer))
         if callable(getattr(observer, "on_publish", None)):
             self.publishing.append(cast(PublishObserver, observer))
         if callable(getattr(observer, "count_transition", None)):
@@ -118,6 +132,14 @@ class Observers:
                 callback(ids)
             except Exception:  # observers never break message flow
                 log.exception("observer failed", observer="publish")
+
+    def settled(self, policy: str, to_state: str, seconds: float) -> None:
+        """Tell the settle timers how long a settled delivery was out."""
+        for timer in self.settle_timers:
+            try:
+                timer.observe_settle(policy, to_state, seconds)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(timer).__name__)
 
     def emit(self, transition: Transition) -> None:
         """Give `transition` to every observer."""

@@ -107,7 +107,7 @@ class GatewayApp:
         )
         from gateway.server.metrics import Metrics
 
-        self.metrics = Metrics()
+        self.metrics = Metrics(label_cap=config.metrics_label_cap)
         self.totals = GroupTotals()
         hooks: list[Observer] = [*observers, self.metrics, self.totals]
         self.spool: Spool | None = None

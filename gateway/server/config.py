@@ -51,6 +51,9 @@ class ServeConfig:
     gateway_id: str = "gateway"
     admin_listen: str = ""
     """Prometheus metrics endpoint HOST:PORT (/metrics); "" leaves it off."""
+    metrics_label_cap: int = 100
+    """Distinct topics, and distinct groups, that get labels of their own in /metrics; later
+    ones are counted under `_other` (1..100000)."""
     console_listen: str = ""
     """The web console on HOST:PORT (`gateway.console`); "" leaves it off."""
     tokens_file: str = ""
@@ -83,6 +86,8 @@ class ServeConfig:
         for name, address in self.listeners():
             if address or name == "listen":
                 check_listener(name, address, self)
+        if not 1 <= self.metrics_label_cap <= 100_000:
+            raise InvalidArgument("metrics_label_cap", self.metrics_label_cap, "1..100000")
         if not 0 <= self.cache_mb <= 65536:
             raise InvalidArgument("cache_mb", self.cache_mb, "0..65536 MiB")
         if not 0 <= self.grace_s <= 3600:
@@ -175,7 +180,7 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
-               "max_unacked", "max_rpcs"},
+               "max_unacked", "max_rpcs", "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},
