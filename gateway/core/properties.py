@@ -49,9 +49,9 @@ this prefix and restored on the way back."""
 # The W3C trace context (https://www.w3.org/TR/trace-context/), kept under its own names.
 TRACEPARENT = "traceparent"
 """A message's W3C `traceparent` (`00-<trace id>-<parent id>-<flags>`). Not reserved: it keeps
-its W3C name so that every broker and native client (a Pulsar property, an AMQP header) carries
-it as it is. Each front end maps its own carrier into it (gRPC metadata, RocketMQ's
-`trace_context`) and back out on delivery; retry and dead-letter copies keep it."""
+its W3C name so that every broker and native client carries it as it is (as a message property
+or a header). Each front end maps its own carrier into it (call metadata, a protocol's own
+trace field) and back out on delivery; retry and dead-letter copies keep it."""
 TRACESTATE = "tracestate"
 """A message's W3C `tracestate`, beside its `traceparent`."""
 

@@ -248,10 +248,14 @@ class _ConsumerCollector(Collector):
         family = GaugeMetricFamily("gateway_consumers", "Push consumers connected",
                                    labels=["topic", "group"])
         sums: dict[tuple[str, str], int] = {}
+        states: list[Any] = []
         if self.engine is not None:
-            for state in self.engine.groups():
-                key = (self.metrics.topics(state.topic), self.metrics.groups(state.group))
-                sums[key] = sums.get(key, 0) + state.consumers
+            # Read from the scrape thread while the event loop runs: a copy of the table.
+            with contextlib.suppress(RuntimeError):
+                states = self.engine.groups()
+        for state in states:
+            key = (self.metrics.topics(state.topic), self.metrics.groups(state.group))
+            sums[key] = sums.get(key, 0) + state.consumers
         for (topic, group), n in sums.items():
             family.add_metric([topic, group], n)
         yield family

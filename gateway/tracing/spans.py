@@ -25,6 +25,7 @@ Spans of the engine's transitions are instants at the transition's time.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -76,6 +77,19 @@ class _Ids(IdGenerator):
 
     def is_trace_id_random(self) -> bool:
         return not self._last_forced
+
+
+_MEMBER = re.compile(r"[a-z0-9][a-z0-9_\-*/@]{0,255}=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}"
+                     r"[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
+
+
+def _well_formed(tracestate: str) -> bool:
+    """A `tracestate` whose list members are all W3C-shaped (OpenTelemetry logs a warning for
+    each one that is not: a client must not be able to fill the log)."""
+    if not tracestate or len(tracestate) > 512:
+        return False
+    members = [m.strip(" \t") for m in tracestate.split(",")]
+    return all(_MEMBER.fullmatch(m) for m in members if m)
 
 
 def _hash(size: int, *parts: object) -> int:
@@ -135,7 +149,7 @@ class Tracing:
             trace_id = _hash(16, "trace", message_id)
             sampled = (trace_id & TraceIdRatioBased.TRACE_ID_LIMIT) < self._bound
             return trace_id, 0, TraceFlags(TraceFlags.SAMPLED if sampled else 0), None
-        state = TraceState.from_header([tracestate]) if tracestate else None
+        state = TraceState.from_header([tracestate]) if _well_formed(tracestate) else None
         span_context = SpanContext(int(parent.trace_id, 16), int(parent.span_id, 16),
                                    is_remote=True, trace_flags=TraceFlags(parent.flags),
                                    trace_state=state)

@@ -213,3 +213,19 @@ def test_bad_tracing_settings_are_refused(tmp_path: Path, text: str, field: str)
     with pytest.raises(InvalidArgument) as err:
         load(str(path), env={})
     assert err.value.field == field
+
+
+async def test_a_malformed_tracestate_logs_nothing(
+    traced: tuple[Harness, InMemorySpanExporter], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stored tracestate that is not W3C-shaped is left out of the spans' context: no
+    OpenTelemetry warning per transition for a client to fill the log with."""
+    h, exporter = traced
+    await h.backend.publish(TOPIC, [OutMessage(b"x", {"traceparent": PARENT,
+                                                      "tracestate": "NOT VALID" * 10})])
+    spec = h.spec("rocketmq")
+    with caplog.at_level("WARNING", logger="opentelemetry"):
+        d = await h.one(spec)
+        assert (await h.ack(d)).ok
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+    assert {f"{s.context.trace_id:032x}" for s in exporter.get_finished_spans()} == {TRACE}
