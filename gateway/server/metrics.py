@@ -80,10 +80,13 @@ class Metrics:
         r = self.registry
         self.topics = LabelCap(label_cap)
         self.groups = LabelCap(label_cap)
+        self._topic_names = self.topics.kept
+        self._group_names = self.groups.kept
         self._counts: dict[tuple[str, str, str, str, int], int] = {}
         """Transitions by (to state, topic, group, policy, attempt or 0), labels capped."""
         self._settles: dict[tuple[str, str], list[float]] = {}
-        """Settle latencies by (policy, outcome): a count per bucket (+Inf last), then the sum."""
+        """Settle latencies by (policy, state the settle led to): a count per bucket (+Inf
+        last), then the sum."""
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
@@ -114,16 +117,18 @@ class Metrics:
             attempt = 0
         elif attempt > ATTEMPT_CAP:
             attempt = -1
-        key = (to_state, self.topics(topic), self.groups(group), policy, attempt)
+        # The caps' dicts read inline: a method call per label costs as much as the rest.
+        topic = self._topic_names.get(topic) or self.topics(topic)
+        group = self._group_names.get(group) or self.groups(group)
+        key = (to_state, topic, group, policy, attempt)
         counts = self._counts
         counts[key] = counts.get(key, 0) + n
 
     def observe_settle(self, policy: str, to_state: str, seconds: float) -> None:
         """A delivery settled after `seconds` (the engine's settle-latency hook)."""
-        key = (policy, SETTLE_OUTCOMES.get(to_state, to_state.lower()))
-        row = self._settles.get(key)
+        row = self._settles.get((policy, to_state))
         if row is None:
-            row = self._settles[key] = [0.0] * (len(SETTLE_BUCKETS) + 2)
+            row = self._settles[(policy, to_state)] = [0.0] * (len(SETTLE_BUCKETS) + 2)
         row[bisect.bisect_left(SETTLE_BUCKETS, seconds)] += 1
         row[-1] += seconds
 
@@ -278,8 +283,13 @@ class _SettleCollector(Collector):
 
     def collect(self) -> Iterator[Any]:
         family = self._family()
-        for (policy, outcome), row in list(self._settles.items()):
-            row = list(row)
+        merged: dict[tuple[str, str], list[float]] = {}
+        for (policy, to_state), row in list(self._settles.items()):
+            key = (policy, SETTLE_OUTCOMES.get(to_state, to_state.lower()))
+            total = merged.setdefault(key, [0.0] * len(row))
+            for i, n in enumerate(list(row)):
+                total[i] += n
+        for (policy, outcome), row in merged.items():
             buckets, running = [], 0.0
             for bound, n in zip((*map(str, SETTLE_BUCKETS), "+Inf"), row[:-1], strict=True):
                 running += n
