@@ -234,3 +234,32 @@ async def test_retried_twice_then_dead_lettered_is_one_trace(
                       key=lambda s: s.attributes["retry_gateway.attempt"])
     first = delivers[0].context.span_id
     assert [[link.context.span_id for link in s.links] for s in delivers] == [[], [first], [first]]
+
+
+@pytest.mark.parametrize("app", [False], indirect=True, ids=["tracing-off"])
+async def test_grpc_carriers_message_first_metadata_checked(app: GatewayApp) -> None:
+    """A message's own `traceparent` property wins over the call's metadata; metadata that is
+    not a valid traceparent is ignored (nothing added, nothing refused)."""
+    own = f"00-{'1' * 32}-{'2' * 16}-01"
+    topic = unique("carriers")
+    async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
+        await client.stub.Publish(
+            gateway_pb2.PublishRequest(topic=topic, messages=[
+                gateway_pb2.Message(body=b"own", properties={"traceparent": own}),
+                gateway_pb2.Message(body=b"none")]),
+            metadata=(("traceparent", PARENT), ("tracestate", "v=1")))
+        for bad in ("garbage", f"ff-{TRACE}-00f067aa0ba902b7-01", "00-" + "a" * 3000):
+            await client.stub.Publish(
+                gateway_pb2.PublishRequest(topic=topic, messages=[
+                    gateway_pb2.Message(body=bad.encode()[:40])]),
+                metadata=(("traceparent", bad),))
+        async with client.consume(topic, "g", policy="rocketmq") as stream:
+            got = {}
+            for _ in range(5):
+                msg = await stream.next(WAIT_S)
+                assert msg is not None
+                got[msg.body] = msg.properties
+                await msg.ack()
+    assert got[b"own"] == {"traceparent": own}
+    assert got[b"none"] == {"traceparent": PARENT, "tracestate": "v=1"}
+    assert [props for body, props in got.items() if body not in (b"own", b"none")] == [{}] * 3
