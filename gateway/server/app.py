@@ -70,6 +70,8 @@ def make_backend(
     raise InvalidArgument("backend", config.backend, "one of " + ", ".join(backends(products)))
 
 
+TRACING_FLUSH_S = 5.0
+"""How long stopping waits for the last spans to reach the OTLP collector."""
 STREAMS_PER_CONNECTION = 1000
 """Concurrent calls one HTTP/2 connection may carry (more wait for the client's next stream)."""
 HANDSHAKE_TIMEOUT_MS = 10_000
@@ -329,8 +331,18 @@ class GatewayApp:
         if self.spool is not None:
             self.spool.close()
         if self.tracing is not None:
-            await asyncio.to_thread(self.tracing.close)
+            await self._close_tracing()
         log.info("gateway stopped")
+
+
+    async def _close_tracing(self) -> None:
+        """Export the spans still pending, for at most TRACING_FLUSH_S (a collector that is
+        away must not hold the exit up)."""
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.tracing.close), TRACING_FLUSH_S)
+        except TimeoutError:
+            log.warning("tracing: pending spans not exported before exit",
+                        waited_s=TRACING_FLUSH_S)
 
 
 @contextlib.asynccontextmanager
