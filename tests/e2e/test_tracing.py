@@ -6,6 +6,8 @@ then dead-lettered form one trace (the SDK's in-memory exporter)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -18,8 +20,16 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
-from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    MessageListener,
+    PushConsumer,
+    SimpleConsumer,
+)
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.model import message as sdk_message
 
 from gateway.client import GatewayClient
@@ -263,3 +273,57 @@ async def test_grpc_carriers_message_first_metadata_checked(app: GatewayApp) -> 
     assert got[b"own"] == {"traceparent": own}
     assert got[b"none"] == {"traceparent": PARENT, "tracestate": "v=1"}
     assert [props for body, props in got.items() if body not in (b"own", b"none")] == [{}] * 3
+
+
+async def test_a_rocketmq_push_consumer_retried_twice_then_dead_lettered_is_one_trace(
+    tmp_path: Path, seen_by_sdk: dict[bytes, Any],
+) -> None:
+    """A RocketMQ SDK push consumer fails a message a gRPC publisher traced: every delivery
+    carries the trace as `trace_context`, and the gateway's spans (3 deliveries, the retries,
+    the dead letter) form one trace."""
+    from adapters.rocketmq.frontend import FrontendSettings
+
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(processor=SimpleSpanProcessor(exporter))
+    settings = FrontendSettings(long_polling_timeout_s=2, renew_interval_ms=50,
+                                max_delivery_attempts=3)
+    topic, group = unique("push"), unique("g")
+    attempts: queue.Queue[int] = queue.Queue()
+
+    class Failing(MessageListener):  # type: ignore[misc]
+        def consume(self, message: Any) -> Any:
+            attempts.put(message.delivery_attempt)
+            return ConsumeResult.FAILURE
+
+    async with running_gateway(tmp_path / "data", time_scale=0.001, observers=[tracing],
+                               front_end_settings={"rocketmq": settings}) as app:
+        config = ClientConfiguration(f"127.0.0.1:{app.grpc_port}", Credentials("", ""))
+        consumer = PushConsumer(config, group, Failing(), {topic: FilterExpression("*")})
+        await asyncio.to_thread(consumer.startup)
+        try:
+            body = b"push-" + uuid.uuid4().hex.encode()
+            await publish_traced(app, topic, body)
+            got = [await asyncio.to_thread(attempts.get, True, WAIT_S) for _ in range(3)]
+            assert got == [1, 2, 3]
+            for _ in range(300):
+                if spans(exporter, "dead-lettered"):
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await asyncio.to_thread(consumer.shutdown)
+            # Flush the consumer's own metrics to the gateway now, not at interpreter exit.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(consumer.client_metrics.reset_metrics,
+                                        definition_pb2.Metric(on=False))
+    tracing.close()
+    assert parse(seen_by_sdk[body].system_properties.trace_context).trace_id == TRACE  # type: ignore[union-attr]
+    ours = [s for s in exporter.get_finished_spans()
+            if s.attributes.get("messaging.destination.name") == topic]
+    assert {f"{s.context.trace_id:032x}" for s in ours} == {TRACE}
+    delivers = sorted(spans(exporter, "deliver"),
+                      key=lambda s: s.attributes["retry_gateway.attempt"])
+    assert [s.attributes["retry_gateway.attempt"] for s in delivers] == [1, 2, 3]
+    first = delivers[0].context.span_id
+    assert [[link.context.span_id for link in s.links] for s in delivers] == [[], [first], [first]]
+    assert len(spans(exporter, "retry scheduled")) == 2
+    assert len(spans(exporter, "dead-lettered")) == 1
