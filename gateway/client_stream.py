@@ -38,6 +38,7 @@ from typing import Any
 
 import grpc
 
+from gateway.client_errors import typed
 from gateway.client_message import STALE_GENERATION, Message, ended_result
 from gateway.client_reconnect import Reconnect, StreamFailed
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
@@ -131,7 +132,10 @@ class ConsumeStream:
         requests.put_nowait(gateway_pb2.ConsumeRequest(subscribe=self.subscribe))
         call = self.stub.Consume(_request_iter(requests), metadata=self.metadata or None)
         try:
-            first = await call.read()
+            try:
+                first = await call.read()
+            except grpc.aio.AioRpcError as exc:
+                raise typed(exc) from None
             if first is grpc.aio.EOF:
                 code = await call.code()
                 raise StreamFailed(code, (await call.details()) or

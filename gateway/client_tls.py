@@ -11,6 +11,8 @@ from typing import Any
 
 import grpc
 
+from gateway.client_errors import interceptors
+
 RECONNECT_BACKOFF_MS = (100, 5_000)
 """The channel's own reconnection back-off (first, longest): gRPC's defaults (1 s, 120 s) would
 keep a client away for up to two minutes after a gateway restart."""
@@ -59,10 +61,11 @@ def open_channel(target: str, tls: ClientTLS | None,
             ("grpc.min_reconnect_backoff_ms", first),
             ("grpc.max_reconnect_backoff_ms", longest)]
     if tls is None:
-        return grpc.aio.insecure_channel(target, options=full)
+        return grpc.aio.insecure_channel(target, options=full, interceptors=interceptors())
     if tls.server_name:
         full.append(("grpc.ssl_target_name_override", tls.server_name))
-    return grpc.aio.secure_channel(target, tls.credentials(), options=full)
+    return grpc.aio.secure_channel(target, tls.credentials(), options=full,
+                                   interceptors=interceptors())
 
 
 def bearer_metadata(token: str | None) -> tuple[tuple[str, str], ...]:

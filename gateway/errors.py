@@ -11,6 +11,8 @@ ECHO_CHARS = 200
 length), so an error stays far below a client's metadata limit whatever the input."""
 MESSAGE_CHARS = 1024
 """Longest error message, whatever it holds."""
+ERROR_DOMAIN = "retry-gateway"
+"""The domain of every error reason the gateway gives (`GatewayError.reason`)."""
 
 
 def shorten(value: object, limit: int = ECHO_CHARS) -> str:
@@ -19,7 +21,10 @@ def shorten(value: object, limit: int = ECHO_CHARS) -> str:
     if isinstance(value, str | bytes) and len(value) > limit:
         length = f" ({len(value)} {'bytes' if isinstance(value, bytes) else 'characters'})"
         value = value[:limit]
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python converts to text
+        text = f"<{type(value).__name__} too long to show>"
     if len(text) > limit:
         text = text[:limit]
         length = length or " (cut)"
@@ -35,6 +40,10 @@ class GatewayError(Exception):
     """Base of every error the gateway raises on purpose."""
 
     code = "INTERNAL"
+    reason = "INTERNAL"
+    """A stable name for what went wrong (UPPER_SNAKE_CASE, never reworded): gRPC callers read
+    it in the status's `google.rpc.ErrorInfo` (domain `ERROR_DOMAIN`); the README lists every
+    reason."""
 
     def __init__(self, message: str) -> None:
         message = cut(message, MESSAGE_CHARS)
@@ -46,6 +55,7 @@ class InvalidArgument(GatewayError):
     """A request or configuration value is missing, unknown or out of range."""
 
     code = "INVALID_ARGUMENT"
+    reason = "INVALID_ARGUMENT"
 
     def __init__(self, field: str, value: object, allowed: str) -> None:
         super().__init__(f"{cut(field)}={shorten(value)} is not allowed: "
@@ -59,6 +69,7 @@ class IllegalTransition(GatewayError):
     """An event that the retry state machine does not allow in the record's state."""
 
     code = "FAILED_PRECONDITION"
+    reason = "ILLEGAL_TRANSITION"
 
     def __init__(self, state: str, event: str, why: str = "") -> None:
         text = f"event {event} is not allowed in state {state}"
@@ -71,6 +82,7 @@ class StaleReceipt(GatewayError):
     """A receipt handle that is unknown, already settled, or from an earlier delivery."""
 
     code = "FAILED_PRECONDITION"
+    reason = "STALE_RECEIPT"
 
     def __init__(self, receipt: str, why: str = "unknown, expired or already settled") -> None:
         super().__init__(f"receipt handle {shorten(receipt)} is {why}")
@@ -81,18 +93,22 @@ class FailedPrecondition(GatewayError):
     """The request is well formed but not allowed in the current state (of a stream, say)."""
 
     code = "FAILED_PRECONDITION"
+    reason = "FAILED_PRECONDITION"
 
 
 class NotFound(GatewayError):
     code = "NOT_FOUND"
+    reason = "NOT_FOUND"
 
 
 class AlreadyExists(GatewayError):
     code = "ALREADY_EXISTS"
+    reason = "ALREADY_EXISTS"
 
 
 class MessageTooLarge(GatewayError):
     code = "RESOURCE_EXHAUSTED"
+    reason = "MESSAGE_TOO_LARGE"
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"message of {size} bytes exceeds the maximum size of {limit} bytes")
@@ -104,18 +120,25 @@ class Unavailable(GatewayError):
     """The back end cannot take the request now (broker down, shutting down)."""
 
     code = "UNAVAILABLE"
+    reason = "UNAVAILABLE"
+    retry_after_ms = 1000
+    """How long a caller should wait before trying again (gRPC: `google.rpc.RetryInfo`): the
+    store's writer restarts, and a broker back end reconnects, within about a second."""
 
 
 class Unauthenticated(GatewayError):
     code = "UNAUTHENTICATED"
+    reason = "UNAUTHENTICATED"
 
 
 class PermissionDenied(GatewayError):
     code = "PERMISSION_DENIED"
+    reason = "PERMISSION_DENIED"
 
 
 class Unimplemented(GatewayError):
     code = "UNIMPLEMENTED"
+    reason = "UNIMPLEMENTED"
 
 
 class MissingExtra(GatewayError):
@@ -123,3 +146,4 @@ class MissingExtra(GatewayError):
     the message names the pip extra to install."""
 
     code = "FAILED_PRECONDITION"
+    reason = "MISSING_EXTRA"

@@ -22,7 +22,8 @@ from gateway.server.config import ServeConfig, backends, env_name, load
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
              "max_message_bytes", "log_level", "admin_listen", "console_listen", "tokens_file",
              "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry",
-             "broadcast_idle_s", "max_unacked", "max_rpcs")
+             "broadcast_idle_s", "max_unacked", "max_rpcs", "tracing", "tracing_endpoint",
+             "metrics_label_cap")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
                           for spec in settings_of(product.config_type) if spec.setting.flag)
@@ -64,12 +65,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     own.add("--max-rpcs", "max_rpcs", "calls and open streams served at once", int)
     own.add("--log-level", "log_level", "debug, info, warning or error")
     own.add("--admin-listen", "admin_listen", "Prometheus metrics on HOST:PORT (/metrics)")
+    own.add("--metrics-label-cap", "metrics_label_cap", "topics and groups labelled by name in "
+            "/metrics (the rest are _other)", int)
     own.add("--console-listen", "console_listen", "serve the web console on HOST:PORT (loopback "
             "only without --tokens-file)")
     own.add("--tokens-file", "tokens_file", "bearer tokens and permissions (TOML); turns "
             "authentication on")
     own.switch("--telemetry", "telemetry", "spool every retry transition to DATA_DIR/telemetry "
                "for `gateway export`")
+    own.switch("--tracing", "tracing", "OpenTelemetry spans of every message over OTLP "
+               "([tracing] in the config file)")
+    own.add("--tracing-endpoint", "tracing_endpoint", "OTLP collector URL (empty: the "
+            "exporter's default and OTEL_EXPORTER_OTLP_*)")
     own.add("--tls-cert", "tls_cert", "PEM certificate chain of the gateway: turns TLS on for "
             "every listener (with --tls-key)")
     own.add("--tls-key", "tls_key", "PEM private key of --tls-cert")

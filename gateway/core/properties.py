@@ -46,6 +46,15 @@ CARRIED_PREFIX = "x-gateway-carried-"
 """A message property that collides with a header the broker itself writes is carried under
 this prefix and restored on the way back."""
 
+# The W3C trace context (https://www.w3.org/TR/trace-context/), kept under its own names.
+TRACEPARENT = "traceparent"
+"""A message's W3C `traceparent` (`00-<trace id>-<parent id>-<flags>`). Not reserved: it keeps
+its W3C name so that every broker and native client carries it as it is (as a message property
+or a header). Each front end maps its own carrier into it (call metadata, a protocol's own
+trace field) and back out on delivery; retry and dead-letter copies keep it."""
+TRACESTATE = "tracestate"
+"""A message's W3C `tracestate`, beside its `traceparent`."""
+
 RESERVED = frozenset({
     ORIGIN_TOPIC, DEAD_REASON, DEAD_AT, ATTEMPT, RETRIES, PUBLISH_MS, DELIVER_AT_MS,
     DEATH_REASON, ORIGINAL_QUEUE, DEAD_LETTER_ROUTE,

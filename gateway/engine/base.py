@@ -25,6 +25,7 @@ import structlog
 from gateway.backend import Backend, Lease, OutMessage, Release
 from gateway.core.machine import REDELIVER, Decision
 from gateway.core.policy import RetryPolicy
+from gateway.core.properties import TRACEPARENT, TRACESTATE
 from gateway.core.record import Record
 from gateway.core.registry import Registry
 from gateway.core.states import INFLIGHT, WAITING_RETRY, State
@@ -207,12 +208,17 @@ class EngineBase:
             return
         observers = self.observers
         full = observers.full or self._trace_debug
-        if not full and not observers.counters:
+        if not full and not observers.counters and not observers.settle_timers:
             return
         policy = inf.sub.policy
         if outcome is REDELIVER and to_state is INFLIGHT:
             to_state = WAITING_RETRY
         to_name: str = to_state._value_
+        if before is INFLIGHT and observers.settle_timers:
+            # How long the delivery was out, in real time (delivered_at_ms is policy time).
+            t = self._time
+            out_ms = ts_ms - t.anchor_ms - int((record.delivered_at_ms - t.anchor_ms) * t.scale)
+            observers.settled(policy.name, to_name, max(0, out_ms) / 1000)
         if observers.counters:
             tally = self._tally
             if tally is None:
@@ -222,10 +228,12 @@ class EngineBase:
                 tally[key] = tally.get(key, 0) + 1
         if not full:
             return
+        props = inf.stored.properties
         transition = Transition(
             ts_ms, policy.dialect, policy.name, self._config.backend_name, record.topic,
             record.group, record.message_id, record.attempt, before._value_, to_name,
             decision.delay_ms, decision.reason, decision.destination or "",
+            props.get(TRACEPARENT, ""), props.get(TRACESTATE, ""),
         )
         if self._trace_debug:
             self._trace.debug("transition", message_id=record.message_id, topic=record.topic,

@@ -112,7 +112,21 @@ class Engine(Delivering):
         for i, message in enumerate(messages):
             check_message(message, i, now, limit)
         await self._check_topic(topic)
+        if self.observers.publishing:
+            return await self._publish_observed(topic, messages)
         ids = await self.backend.publish(topic, messages)
+        self._known_topics.add(topic)
+        return ids
+
+    async def _publish_observed(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
+        """`publish` with the publish observers told before and after (tracing)."""
+        messages, done = self.observers.before_publish(topic, messages)
+        try:
+            ids = await self.backend.publish(topic, messages)
+        except BaseException:
+            self.observers.published(done, None)
+            raise
+        self.observers.published(done, ids)
         self._known_topics.add(topic)
         return ids
 

@@ -5,11 +5,12 @@ Observers must not slow the hot path; their failures are logged, never raised.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
 import structlog
 
+from gateway.backend import OutMessage
 from gateway.values import value
 
 log = structlog.get_logger("gateway.engine")
@@ -33,6 +34,9 @@ class Transition:
     delay_ms: int = 0
     reason: str = ""
     destination: str = ""
+    traceparent: str = ""
+    """The message's W3C trace context (`gateway.core.properties.TRACEPARENT`; "" for none)."""
+    tracestate: str = ""
 
 
 Tally = dict[tuple[str, str, str, str, int], int]
@@ -54,6 +58,30 @@ class TransitionCounter(Protocol):
     ) -> None: ...
 
 
+class SettleTimer(Protocol):
+    """An observer that offers `observe_settle` is told how long each settled delivery was out:
+    from its delivery to its settlement (or deadline), in real seconds, with the state the
+    settlement led to."""
+
+    def on_transition(self, transition: Transition) -> None: ...
+
+    def observe_settle(self, policy: str, to_state: str, seconds: float) -> None: ...
+
+
+PublishDone = Callable[[Sequence[str] | None], None]
+"""Told the ids of a published batch once it is durable, or None when publishing failed."""
+
+
+class PublishObserver(Protocol):
+    """An observer that also watches publishes offers `on_publish`: called before a batch is
+    stored, it may return the messages with properties added (a trace context, say; never
+    other changes) and a callback for the outcome."""
+
+    def on_publish(
+        self, topic: str, messages: Sequence[OutMessage]
+    ) -> tuple[Sequence[OutMessage], PublishDone]: ...
+
+
 class Observers:
     """Fans transitions out to observers, logging (never raising) their failures."""
 
@@ -63,15 +91,55 @@ class Observers:
         """Observers that need the whole `Transition`."""
         self.counters: list[TransitionCounter] = []
         """Observers served by `count_transition`."""
+        self.settle_timers: list[SettleTimer] = []
+        """Observers told each settlement's latency (`observe_settle`)."""
+        self.publishing: list[PublishObserver] = []
+        """Observers that watch publishes too (`on_publish`)."""
         for observer in observers:
             self.add(observer)
 
     def add(self, observer: Observer) -> None:
         self.observers.append(observer)
+        if callable(getattr(observer, "observe_settle", None)):
+            self.settle_timers.append(cast(SettleTimer, observer))
+        if callable(getattr(observer, "on_publish", None)):
+            self.publishing.append(cast(PublishObserver, observer))
         if callable(getattr(observer, "count_transition", None)):
             self.counters.append(cast(TransitionCounter, observer))
         else:
             self.full.append(observer)
+
+    def before_publish(
+        self, topic: str, messages: Sequence[OutMessage]
+    ) -> tuple[Sequence[OutMessage], list[PublishDone]]:
+        """Give a batch about to be stored to the publish observers: the messages to store and
+        the callbacks to tell the outcome (`published`)."""
+        done: list[PublishDone] = []
+        for observer in self.publishing:
+            try:
+                messages, callback = observer.on_publish(topic, messages)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(observer).__name__)
+                continue
+            done.append(callback)
+        return messages, done
+
+    @staticmethod
+    def published(done: list[PublishDone], ids: Sequence[str] | None) -> None:
+        """Tell the publish observers the outcome of their batch (ids; None: it failed)."""
+        for callback in done:
+            try:
+                callback(ids)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer="publish")
+
+    def settled(self, policy: str, to_state: str, seconds: float) -> None:
+        """Tell the settle timers how long a settled delivery was out."""
+        for timer in self.settle_timers:
+            try:
+                timer.observe_settle(policy, to_state, seconds)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(timer).__name__)
 
     def emit(self, transition: Transition) -> None:
         """Give `transition` to every observer."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any, TypeAlias
 
 from gateway.engine.api import SettleResult
@@ -13,6 +14,7 @@ from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
 from gateway.limits import MAX_CREDIT
 from gateway.server import convert, validate
 from gateway.server.auth import current_settle_guard
+from gateway.tracing.context import from_metadata, with_carrier
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
@@ -31,6 +33,10 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         now = self.engine.now_ms()
         validate.publish(request, now)
         messages = [convert.out_message(m, now) for m in request.messages]
+        traceparent, tracestate = from_metadata(context.invocation_metadata())
+        if traceparent:  # the call's trace context, for messages without one of their own
+            messages = [replace(m, properties=with_carrier(m.properties, traceparent, tracestate))
+                        for m in messages]
         ids = await self.engine.publish(request.topic, messages)
         return gateway_pb2.PublishResponse(message_ids=ids)
 

@@ -70,6 +70,8 @@ def make_backend(
     raise InvalidArgument("backend", config.backend, "one of " + ", ".join(backends(products)))
 
 
+TRACING_FLUSH_S = 5.0
+"""How long stopping waits for the last spans to reach the OTLP collector."""
 STREAMS_PER_CONNECTION = 1000
 """Concurrent calls one HTTP/2 connection may carry (more wait for the client's next stream)."""
 HANDSHAKE_TIMEOUT_MS = 10_000
@@ -107,13 +109,19 @@ class GatewayApp:
         )
         from gateway.server.metrics import Metrics
 
-        self.metrics = Metrics()
+        self.metrics = Metrics(label_cap=config.metrics_label_cap)
         self.totals = GroupTotals()
         hooks: list[Observer] = [*observers, self.metrics, self.totals]
         self.spool: Spool | None = None
         if config.telemetry:
             self.spool = Spool(Path(config.data_dir) / "telemetry", gateway_id=config.gateway_id)
             hooks.append(self.spool)
+        self.tracing: Any = None
+        if config.tracing:
+            from gateway.tracing.setup import open_tracing
+
+            self.tracing = open_tracing(config)
+            hooks.append(self.tracing)
         registry = build_registry(self.products)
         self.engine = Engine(self.backend, registry, self.clock, engine_config, hooks)
         self.metrics_port = 0
@@ -322,7 +330,19 @@ class GatewayApp:
         self.metrics.close()
         if self.spool is not None:
             self.spool.close()
+        if self.tracing is not None:
+            await self._close_tracing()
         log.info("gateway stopped")
+
+
+    async def _close_tracing(self) -> None:
+        """Export the spans still pending, for at most TRACING_FLUSH_S (a collector that is
+        away must not hold the exit up)."""
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.tracing.close), TRACING_FLUSH_S)
+        except TimeoutError:
+            log.warning("tracing: pending spans not exported before exit",
+                        waited_s=TRACING_FLUSH_S)
 
 
 @contextlib.asynccontextmanager

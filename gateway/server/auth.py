@@ -38,7 +38,7 @@ from gateway.core.destinations import MAX_NAME_CHARS, Destinations
 from gateway.core.naming import NamingScheme
 from gateway.engine.api import SettleGuard
 from gateway.errors import GatewayError, InvalidArgument, PermissionDenied, Unauthenticated
-from gateway.server.errors import status_of
+from gateway.server.errors import abort_error
 from gateway.server.handlers import Behaviour, inner_behaviour, rebuild, responses
 
 PROTECTED_PREFIX = "/gateway.v1."
@@ -285,7 +285,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             principal = self.authorizer.authenticate(bearer(details.invocation_metadata))
         except Unauthenticated as exc:
-            return rebuild(handler, *_refuse(grpc.StatusCode.UNAUTHENTICATED, exc.message))
+            return rebuild(handler, *_refuse(exc))
         check = self._check_for(method, principal)
         guard = self.authorizer.settle_guard(principal) if method in SETTLING_METHODS else None
         return rebuild(handler, *_guarded(handler, check, guard))
@@ -308,12 +308,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 
-def _refuse(code: grpc.StatusCode, message: str) -> tuple[Behaviour, Behaviour]:
+def _refuse(error: GatewayError) -> tuple[Behaviour, Behaviour]:
     async def unary(request: Any, context: Any) -> Any:
-        await context.abort(code, message)
+        await abort_error(context, error)
 
     async def stream(request: Any, context: Any) -> Any:
-        await context.abort(code, message)
+        await abort_error(context, error)
         yield None  # pragma: no cover
 
     return unary, stream
@@ -327,7 +327,7 @@ def _guarded(
     inner = inner_behaviour(handler)
 
     async def denied(context: Any, exc: GatewayError) -> None:
-        await context.abort(status_of(exc), exc.message)
+        await abort_error(context, exc)
 
     async def unary(request: Any, context: Any) -> Any:
         _SETTLE_GUARD.set(guard)

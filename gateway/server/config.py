@@ -51,6 +51,9 @@ class ServeConfig:
     gateway_id: str = "gateway"
     admin_listen: str = ""
     """Prometheus metrics endpoint HOST:PORT (/metrics); "" leaves it off."""
+    metrics_label_cap: int = 100
+    """Distinct topics, and distinct groups, that get labels of their own in /metrics; later
+    ones are counted under `_other` (1..100000)."""
     console_listen: str = ""
     """The web console on HOST:PORT (`gateway.console`); "" leaves it off."""
     tokens_file: str = ""
@@ -63,6 +66,16 @@ class ServeConfig:
     """With a client CA, clients must present a certificate it signed (mTLS)."""
     allow_remote_unauthenticated: bool = False
     """Without auth the gateway listens on loopback only unless this is set."""
+    tracing: bool = False
+    """OpenTelemetry spans of every message (`gateway.tracing.spans`), exported over OTLP."""
+    tracing_endpoint: str = ""
+    """The OTLP collector (`http://host:4317` for gRPC, `http://host:4318/v1/traces` for
+    HTTP); "" takes the exporter's default and the `OTEL_EXPORTER_OTLP_*` variables."""
+    tracing_protocol: str = "grpc"
+    """`grpc` or `http/protobuf`."""
+    tracing_sample_ratio: float = 1.0
+    """The share of traces kept (0..1) for messages without a sampled parent."""
+    tracing_service_name: str = "retry-gateway"
     sections: Mapping[str, object] = field(default_factory=dict)
     """Each product's settings by product name, a value of its `config_type` (`build` fills in
     every installed product; `section` gives defaults for one missing here)."""
@@ -73,6 +86,8 @@ class ServeConfig:
         for name, address in self.listeners():
             if address or name == "listen":
                 check_listener(name, address, self)
+        if not 1 <= self.metrics_label_cap <= 100_000:
+            raise InvalidArgument("metrics_label_cap", self.metrics_label_cap, "1..100000")
         if not 0 <= self.cache_mb <= 65536:
             raise InvalidArgument("cache_mb", self.cache_mb, "0..65536 MiB")
         if not 0 <= self.grace_s <= 3600:
@@ -83,6 +98,18 @@ class ServeConfig:
             raise InvalidArgument("tls_key", self.tls_key, "tls_cert and tls_key together")
         if self.tls_client_ca and not self.tls_cert:
             raise InvalidArgument("tls_client_ca", self.tls_client_ca, "only with tls_cert")
+        if self.tracing_protocol not in TRACING_PROTOCOLS:
+            raise InvalidArgument("tracing_protocol", self.tracing_protocol,
+                                  ", ".join(TRACING_PROTOCOLS))
+        if not 0 <= self.tracing_sample_ratio <= 1:
+            raise InvalidArgument("tracing_sample_ratio", self.tracing_sample_ratio, "0..1")
+        if self.tracing_endpoint and not self.tracing_endpoint.startswith(
+                ("http://", "https://")):
+            raise InvalidArgument("tracing_endpoint", self.tracing_endpoint,
+                                  "an http:// or https:// URL")
+        if not 1 <= len(self.tracing_service_name) <= 255:
+            raise InvalidArgument("tracing_service_name", self.tracing_service_name,
+                                  "1..255 characters")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise InvalidArgument("log_level", self.log_level, "debug, info, warning, error")
 
@@ -115,6 +142,7 @@ class ServeConfig:
         raise KeyError(key)
 
 
+TRACING_PROTOCOLS = ("grpc", "http/protobuf")
 LISTENERS = ("listen", "admin_listen", "console_listen")
 """The gateway's own listeners; products declare theirs (`setting(listener=True)`). RocketMQ
 SDKs, for one, share the gRPC `listen` port."""
@@ -152,12 +180,16 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
-               "max_unacked", "max_rpcs"},
+               "max_unacked", "max_rpcs", "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},
 }
 """The gateway's own TOML keys by section (each is also the flat key)."""
+TRACING_KEYS = {"enabled": "tracing", "endpoint": "tracing_endpoint",
+                "protocol": "tracing_protocol", "sample_ratio": "tracing_sample_ratio",
+                "service_name": "tracing_service_name"}
+"""The `[tracing]` table's keys -> their flat keys (`GATEWAY_TRACING`, `--tracing`, ...)."""
 _PRINCIPALS = object()
 """Kind of `principals`: a list of tables, passed through as it is."""
 _TYPES: dict[str, object] = {"str": str, "int": int, "float": float, "bool": bool}
@@ -198,6 +230,7 @@ def _keys(products: Sequence[AnyProduct]) -> _Keys:
             owners[spec.key] = product.name
             allowed[spec.key] = spec.setting.allowed or "a list of strings"
     toml["auth"] = auth
+    toml["tracing"] = dict(TRACING_KEYS)
     return _Keys(toml, kinds, owners, allowed)
 
 

@@ -9,8 +9,10 @@ from typing import Any
 from rocketmq.grpc_protocol import definition_pb2
 
 from gateway.backend.base import OutMessage
+from gateway.core.properties import TRACEPARENT, TRACESTATE
 from gateway.engine.api import Delivery
 from gateway.errors import GatewayError, InvalidArgument
+from gateway.tracing.context import carry
 
 Code = definition_pb2.Code
 MessageType = definition_pb2.MessageType
@@ -113,6 +115,8 @@ def out_message(message: Any, now_ms: int) -> OutMessage:
     properties = dict(message.user_properties)
     if props.keys:
         properties[KEYS_PROPERTY] = " ".join(props.keys)
+    if props.HasField("trace_context"):  # the SDK's W3C traceparent (valid ones only)
+        carry(properties, props.trace_context, properties.get(TRACESTATE, ""))
     return OutMessage(
         body=bytes(message.body),
         properties=properties,
@@ -138,8 +142,11 @@ def sdk_message(delivery: Delivery, topic: Any, kind: str, invisible_ms: int, ho
     msg.body = delivery.body
     properties = dict(delivery.properties)
     keys = properties.pop(KEYS_PROPERTY, "")
+    traceparent = properties.pop(TRACEPARENT, "")
     msg.user_properties.update(properties)
     sp = msg.system_properties
+    if traceparent:  # a RocketMQ consumer reads the trace context here, not in user properties
+        sp.trace_context = traceparent
     sp.message_id = delivery.message_id
     if delivery.tag:
         sp.tag = delivery.tag
