@@ -1,5 +1,5 @@
-"""The `gateway` command: `plan`, `serve`, `report`, `export`, and the admin commands (`topics`,
-`groups`, `describe`, `retries`, `purge`, `dlq`; see `gateway.cli.admin_cmd`)."""
+"""The `gateway` command: `plan`, `serve`, `report`, `export`, `migrate`, and the admin commands
+(`topics`, `groups`, `describe`, `retries`, `purge`, `dlq`; see `gateway.cli.admin_cmd`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from gateway.errors import GatewayError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from gateway.cli import admin_cmd, plan_cmd, serve_cmd
+    from gateway.cli import admin_cmd, migrate_cmd, plan_cmd, serve_cmd
 
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["report"]:
@@ -29,7 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_parser(sub)
     _add_report(sub)
     admin_cmd.add_parsers(sub)
-    args = parser.parse_args(args_list)
+    migrate_cmd.add_parser(sub)
+    # A command that reads its own words (`takes_extra`) gets them all as `argv`.
+    args, extra = parser.parse_known_args(args_list)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = args_list
     try:
         code: int = args.run(args)
     except GatewayError as exc:
