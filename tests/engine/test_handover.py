@@ -223,3 +223,26 @@ async def test_an_ordered_retry_held_for_one_consumer_goes_to_the_next(h: Harnes
     await h.advance(1)
     (again,) = h.pushed(pulsar)
     assert (again.body, again.attempt, again.retries) == (b"1", 2, 1)
+
+
+async def test_an_amqp_queue_to_rocketmq_keeps_the_queues_interval(h: Harness) -> None:
+    """Document 001 -> RocketMQ: a retry waiting in place for the queue's x-retry-interval
+    comes to the RocketMQ consumer of the group at that time; its next failure follows
+    RocketMQ's table from the carried count (retry 2: 30 s on %RETRY%G)."""
+    amqp = h.spec("rabbitmq", {"x_retry_interval_s": 60})
+    await h.publish(b"m")
+    assert (await h.fail(await h.one(amqp))).ok
+    rocket = h.spec("rocketmq")
+    await h.advance(MINUTE - 1)
+    assert await h.receive(rocket) == []
+    await h.advance(1)
+    d2 = await h.one(rocket)
+    assert (d2.attempt, d2.retries, d2.topic) == (2, 1, TOPIC)
+    assert (await h.fail(d2)).ok
+    await h.advance(30 * SECOND - 1)
+    assert await h.receive(rocket) == []
+    await h.advance(1)
+    d3 = await h.one(rocket)
+    assert (d3.attempt, d3.retries, d3.topic) == (3, 2, ROCKETMQ_RETRY)
+    assert (await h.ack(d3)).ok
+    await h.nothing_more([rocket, amqp])
