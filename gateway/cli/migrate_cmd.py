@@ -12,7 +12,8 @@ import argparse
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
         "migrate", help="plan a move between products (and move what a group holds)",
-        description=__doc__,
+        description="Move a consumer group from one product to another: see what changes, "
+                    "then move what the group holds (docs/migration.md).",
     )
     subcommands = parser.add_subparsers(dest="migrate_command", required=True,
                                         metavar="SUBCOMMAND")

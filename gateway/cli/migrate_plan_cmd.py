@@ -27,6 +27,9 @@ from gateway.product import build_registry, installed
 FORMAT = "gateway.migrate.plan/1"
 """The JSON layout's name and version; a change that breaks readers changes the version."""
 SIDES = {"--from": "from", "--to": "to"}
+MAX_LIMIT = 10_000
+"""Most deliveries listed per timeline (each side is planned several times for the
+suggestion)."""
 
 
 def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -92,6 +95,8 @@ def parse(words: Sequence[str], registry: Registry) -> tuple[argparse.Namespace,
         common_parser.error(f"unrecognized arguments before --from/--to: {' '.join(extra)}")
     for side, (_, side_words) in sides.items():
         _, rest[side] = common_parser.parse_known_args(side_words, common)
+    if not 1 <= common.limit <= MAX_LIMIT:
+        raise InvalidArgument("limit", common.limit, f"1..{MAX_LIMIT}")
     parsed: dict[str, argparse.Namespace] = {}
     for side, (policy, _) in sides.items():
         side_parser = argparse.ArgumentParser(prog=f"gateway migrate plan --{side} {policy}",

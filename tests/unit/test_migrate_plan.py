@@ -215,6 +215,11 @@ def test_table_output(capsys):
     (["--from", "pulsar", "--to", "rocketmq-orderly", "--suspend-ms", "9"],
      "to.suspend_ms", "10..30000 ms"),
     (["--from", "pulsar", "--to", "pulsar", "--level", "19"], "to.delay_level", "1..18"),
+    (["--from", "rocketmq", "--to", "pulsar", "--limit", "0"], "limit", "1..10000"),
+    (["--from", "rocketmq", "--to", "pulsar", "--limit", "10001"], "limit", "1..10000"),
+    (["--from", "rocketmq", "--processing-ms", "-1", "--to", "pulsar"], "from.processing_ms",
+     "0 or more"),
+    (["--from", "rocketmq", "--from", "pulsar", "--to", "pulsar"], "from", "--from once"),
 ])
 def test_bad_values_name_the_field_and_range(capsys, args, field, allowed):
     assert main(["migrate", "plan", *args]) == 2
