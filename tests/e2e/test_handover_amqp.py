@@ -6,6 +6,7 @@ wherever they wait, the count carries over in each client's terms, and nothing c
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,9 @@ import aio_pika
 import pytest
 from aio_pika.abc import AbstractIncomingMessage
 
+from adapters.amqp.backend import RabbitMQBackend
 from gateway.client import GatewayClient
+from gateway.engine.clock import SystemClock
 from tests.amqp_front import AmqpGateway, amqp_gateway, unique
 
 pytestmark = pytest.mark.slow
@@ -23,11 +26,17 @@ SCALE = 0.1
 """Policy time runs 10 times faster: the queue's 10 s interval takes 1 s."""
 INTERVAL_S = 10
 WAIT_S = 30.0
+RABBITMQ_URL = os.environ.get("GATEWAY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
-@pytest.fixture
-async def gw(tmp_path: Path) -> AsyncIterator[AmqpGateway]:
-    async with amqp_gateway(tmp_path / "data", time_scale=SCALE) as gateway:
+@pytest.fixture(params=["embedded", "rabbitmq"])
+async def gw(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[AmqpGateway]:
+    """The same handover on the embedded store and on a real RabbitMQ behind the gateway
+    (retry waits held by the broker's delay queues)."""
+    settings: dict[str, object] = {}
+    if request.param == "rabbitmq":
+        settings["backend"] = RabbitMQBackend(RABBITMQ_URL, clock=SystemClock())
+    async with amqp_gateway(tmp_path / "data", time_scale=SCALE, **settings) as gateway:
         yield gateway
 
 
