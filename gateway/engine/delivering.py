@@ -160,7 +160,8 @@ class Delivering(Expiring):
         n, receipt = self._new_receipt()
         decision = decide(record, ev.Deliver(receipt, invisible_ms), policy, now)
         new = decision.record
-        inf = InFlight(receipt, new, stored, sub, consumer, policy, timer=n)
+        inf = InFlight(receipt, new, stored, sub, consumer, policy, timer=n,
+                       blocks=sub.policy.blocks_queue)
         self.inflight[receipt] = inf
         deadline = self._arm(n, receipt, new, now, real)
         self._emit(inf, READY, decision, real)
@@ -302,7 +303,8 @@ class Delivering(Expiring):
         n, receipt = self._new_receipt()
         at = max(now, record.visible_at_ms)
         decision = decide(record, ev.Deliver(receipt), policy, at)
-        new = InFlight(receipt, decision.record, inf.stored, sub, consumer, policy, timer=n)
+        new = InFlight(receipt, decision.record, inf.stored, sub, consumer, policy, timer=n,
+                       blocks=inf.blocks)
         self.inflight[receipt] = new
         deadline = self._arm(n, receipt, decision.record, now, real)
         self._emit(new, READY, decision, real)

@@ -35,6 +35,9 @@ class InFlight:
     """Ordered queue: failed and waiting in the engine for its in-place retry."""
     timer: int = 0
     """The engine's timer key for its deadline (0: none); cancelled when it is settled."""
+    blocks: bool = False
+    """Its key is blocked on its account (it was fetched while the group consumed in order):
+    settling it frees the key, whichever policy it is settled under."""
 
 
 class Consumer:

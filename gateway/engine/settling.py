@@ -171,7 +171,8 @@ class Settling(EngineBase):
         self._disarm(inf)
         if outcome is EXTEND:
             self.inflight.pop(inf.receipt, None)
-            moved = InFlight(record.receipt, record, stored, sub, inf.consumer, policy)
+            moved = InFlight(record.receipt, record, stored, sub, inf.consumer, policy,
+                             blocks=inf.blocks)
             self.inflight[record.receipt] = moved
             if inf.consumer is not None:
                 inf.consumer.receipts.discard(inf.receipt)
@@ -184,7 +185,7 @@ class Settling(EngineBase):
             # Pushed or pulled alike: the key stays blocked until this retry goes out.
             self._hold(inf, decision)
             return
-        if policy.blocks_queue or sub.policy.blocks_queue:
+        if inf.blocks:
             sub.blocked_keys.discard(stored.key)
             sub.wake.set()
         if outcome is COMMIT or outcome is DISCARD:
@@ -227,7 +228,7 @@ class Settling(EngineBase):
         """Ordered queue: keep the failed message (and its key blocked) until its retry is due."""
         n, receipt = self._new_receipt()
         held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, inf.policy,
-                        held=True, timer=n)
+                        held=True, timer=n, blocks=inf.blocks)
         self.inflight[receipt] = held
         self._timer_receipts[n] = receipt
         self.timers.schedule(self._time.real_after(decision.delay_ms), n)

@@ -246,3 +246,23 @@ async def test_an_amqp_queue_to_rocketmq_keeps_the_queues_interval(h: Harness) -
     assert (d3.attempt, d3.retries, d3.topic) == (3, 2, ROCKETMQ_RETRY)
     assert (await h.ack(d3)).ok
     await h.nothing_more([rocket, amqp])
+
+
+async def test_a_key_blocked_under_an_ordered_setting_is_freed_under_another(h: Harness) -> None:
+    """A message fetched while the group consumed in order blocks its key; settling it frees
+    the key even when the group's setting changed meanwhile, so the key's next message comes
+    once the group is ordered again."""
+    nack = h.spec("pulsar-nack")
+    orderly = h.spec("rocketmq-orderly")
+    pushed = await h.open(nack, credit=0)
+    assert await h.receive(orderly) == []  # subscribes last: the group consumes in order
+    await h.publish_keyed(("k", b"1"))
+    pushed.add_credit(1)
+    await idle()
+    (one,) = h.pushed(pushed)
+    assert await h.receive(nack) == []  # the group's setting is unordered again
+    assert (await h.ack(one)).ok
+    await pushed.close()
+    await h.publish_keyed(("k", b"2"))
+    (two,) = await h.receive(orderly)
+    assert two.body == b"2"
