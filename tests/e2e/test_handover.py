@@ -261,3 +261,34 @@ def test_pulsar_client_to_rocketmq_sdk(gateway: Gateway, clients: list[Any]) -> 
     with pytest.raises(queue.Empty):
         listener.seen.get(timeout=3)
     _nothing_pending(gateway, topic, group)
+
+
+def test_rocketmq_sdk_to_pulsar_client_across_a_restart(tmp_path: Path,
+                                                         clients: list[Any]) -> None:
+    """The gateway restarts between the two kinds of consumer: the retry RocketMQ left on
+    %RETRY%G (on disk) still reaches the Pulsar subscription, on time and with its count."""
+    topic, group = _names()
+    first = Gateway(tmp_path / "data")
+    try:
+        _rocketmq_send(clients, first, topic, b"first")
+        listener = Listener(failing=frozenset({b"first"}))
+        rocket = _push(clients, first, group, topic, listener)
+        failures = listener.take(2)
+        rocket.shutdown()
+        clients.remove(rocket)
+    finally:
+        first.stop()
+    second = Gateway(tmp_path / "data")
+    try:
+        client = _pulsar(clients, second)
+        consumer = client.subscribe(f"persistent://public/default/{topic}", group,
+                                    consumer_type=pulsar.ConsumerType.Shared)
+        msg = consumer.receive(timeout_millis=int(WAIT_S * 1000))
+        assert (msg.data(), msg.redelivery_count()) == (b"first", 2)
+        assert time.monotonic() - failures[1].at >= 0.8 * 30 * TIME_SCALE
+        consumer.acknowledge(msg)
+        with pytest.raises(pulsar.Timeout):
+            consumer.receive(timeout_millis=3000)
+        _nothing_pending(second, topic, group)
+    finally:
+        second.stop()
