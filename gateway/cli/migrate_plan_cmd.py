@@ -138,11 +138,12 @@ def _side(side: str, ns: argparse.Namespace, registry: Registry) -> Side:
 def run(args: argparse.Namespace) -> int:
     words = list(args.argv)
     start = words.index("plan") + 1 if "plan" in words else len(words)
-    result = build(words[start:])
+    registry = build_registry(installed())
+    result = build(words[start:], registry)
     if args.json:
-        print(json.dumps(as_json(result, build_registry(installed()))))
+        print(json.dumps(as_json(result, registry)))
     else:
-        print(as_table(result))
+        print(as_table(result, registry.schemes))
     return 0
 
 

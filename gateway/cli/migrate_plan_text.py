@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gateway.core.backoff import format_ms
+from gateway.core.naming import NamingScheme
 from gateway.core.plan import Plan, PlannedAttempt
 from gateway.core.policy import Placement
 from gateway.migrate.plan import MigrationPlan, Side
@@ -57,10 +60,15 @@ def _describe(label: str, side: Side, topic: str, group: str) -> list[str]:
     return lines
 
 
-def as_table(result: MigrationPlan) -> str:
+def as_table(result: MigrationPlan, schemes: Mapping[str, NamingScheme]) -> str:
     source, target, s = result.source, result.target, result.suggestion
     topic, group = result.topic, result.group
     lines = [*_describe("from", source, topic, group), *_describe("to", target, topic, group)]
+    lines.append("names under each naming scheme:")
+    width = max((len(name) for name in schemes), default=0)
+    lines.extend(f"  {name:<{width}}  retries {scheme.retry_topic(topic, group)}, dead letters "
+                 f"{scheme.dead_letter_topic(topic, group)}"
+                 for name, scheme in sorted(schemes.items()))
     lines.append("")
     lines.append(f"{'':>8}  {'from':^21}  {'to (as given)':^21}  {'to (suggested)':^21}")
     lines.append(f"{'delivery':>8}  " + "  ".join(f"{'wait':>8} {'elapsed':>12}"
