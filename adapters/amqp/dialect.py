@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from adapters.amqp.counters import DELIVERY_COUNT_HEADER
 from adapters.amqp.naming import AMQP_FRONT_END, RABBITMQ
 from gateway.core.backoff import FixedBackoff
 from gateway.core.naming import NamingScheme
@@ -17,6 +18,7 @@ from gateway.core.options import OptionReader
 from gateway.core.policy import MINUTE_MS, SECOND_MS, Placement, RetryPolicy
 from gateway.core.properties import DEAD_LETTER_ROUTE, DEATH_REASON, ORIGINAL_QUEUE, RETRIES
 from gateway.core.registry import Registry
+from gateway.core.traits import CountName, DeadLetterOption, IntervalOption, PolicyTraits
 
 DIALECT = "rabbitmq"
 RETRY_INTERVAL_RANGE_S = (10, 1800)
@@ -100,8 +102,28 @@ def death_reason(reason: str) -> str:
     return REJECTED
 
 
+def traits() -> PolicyTraits:
+    """How AMQP clients see the policy and what tunes it (`gateway migrate plan`)."""
+    low, high = RETRY_INTERVAL_RANGE_S
+    return PolicyTraits(
+        count=(
+            CountName(DELIVERY_COUNT_HEADER, "header", 0, "failed deliveries so far; absent on the "
+                      "first delivery"),
+            CountName("redelivered", "flag", 0, "true on every retried delivery"),
+            CountName("x-death", "header", 0, "on dead letters: a count per queue and reason"),
+        ),
+        dead_letter_properties=("x-death", FIRST_DEATH_REASON, FIRST_DEATH_QUEUE),
+        knobs=(
+            IntervalOption("x_retry_interval_s", low, high, SECOND_MS, "x-retry-interval"),
+            DeadLetterOption("x_dead_letter_exchange", "{topic}.dlx", "x-dead-letter-exchange"),
+        ),
+        delivery_timeout="1 min acknowledgement timeout (fixed)",
+    )
+
+
 def register(registry: Registry) -> None:
     registry.add_scheme(RABBITMQ)
     registry.add_scheme(AMQP_FRONT_END)
     registry.add_dialect(RabbitMQDialect())
     registry.add_policy("rabbitmq", policy)
+    registry.add_traits("rabbitmq", traits())

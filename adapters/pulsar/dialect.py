@@ -17,6 +17,15 @@ from gateway.core.naming import NamingScheme
 from gateway.core.options import OptionReader
 from gateway.core.policy import SECOND_MS, Placement, RetryMode, RetryPolicy
 from gateway.core.registry import SUBSCRIPTION_TYPE, Registry
+from gateway.core.traits import (
+    CountName,
+    DelayRequest,
+    IntervalOption,
+    LevelRequest,
+    PolicyTraits,
+    RetriesOption,
+    TimeoutOption,
+)
 
 DIALECT = "pulsar"
 DELAY_RANGE_MS = (1 * SECOND_MS, 864_000 * SECOND_MS)
@@ -116,6 +125,46 @@ class PulsarDialect:
         return out
 
 
+REDELIVERY_COUNT = CountName("getRedeliveryCount()", "field", 0,
+                             "rises for Shared and Key_Shared, stays 0 for Exclusive and Failover")
+RETRIES = RetriesOption("max_retries", 0, INT_MAX, "deadLetterPolicy.maxRedeliverCount")
+ACK_TIMEOUT = TimeoutOption("ack_timeout_ms", 1_000, INT_MAX, 1, "ackTimeout")
+COUNT_RESETS = ("on a Pulsar cluster the redelivery count goes back to 0 when every consumer of "
+                "the subscription goes offline, and stays 0 on Exclusive and Failover "
+                "subscriptions")
+
+
+def traits() -> dict[str, PolicyTraits]:
+    """How Pulsar clients see each policy and what tunes it (`gateway migrate plan`)."""
+    return {
+        "pulsar": PolicyTraits(
+            count=(CountName(PROP_RECONSUMETIMES, "property", 0, "on retry-letter copies"),),
+            retry_properties=(PROP_REAL_TOPIC, PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC,
+                              PROP_RECONSUMETIMES),
+            dead_letter_properties=(PROP_REAL_TOPIC, PROP_ORIGIN_MESSAGE_ID),
+            knobs=(
+                LevelRequest(DELAY_LEVELS_MS, "consumer.reconsumeLater(msg, {level})"),
+                DelayRequest(DELAY_RANGE_MS[0], DELAY_RANGE_MS[1], SECOND_MS,
+                             "consumer.reconsumeLater(msg, {delay}, TimeUnit.SECONDS)"),
+                RETRIES,
+                ACK_TIMEOUT,
+            ),
+            delivery_timeout="ackTimeout (off unless set)",
+        ),
+        "pulsar-nack": PolicyTraits(
+            count=(REDELIVERY_COUNT,),
+            dead_letter_properties=(PROP_REAL_TOPIC, PROP_ORIGIN_MESSAGE_ID),
+            knobs=(
+                IntervalOption("nack_delay_ms", 0, INT_MAX, 1, "negativeAckRedeliveryDelay"),
+                RETRIES,
+                ACK_TIMEOUT,
+            ),
+            count_resets=COUNT_RESETS,
+            delivery_timeout="ackTimeout (off unless set)",
+        ),
+    }
+
+
 def register(registry: Registry) -> None:
     for scheme in SCHEMES:
         registry.add_scheme(scheme)
@@ -123,3 +172,5 @@ def register(registry: Registry) -> None:
     registry.add_retry_table(DIALECT, DELAY_LEVELS_MS)
     registry.add_policy("pulsar", retry_letter, takes_subscription_type=True)
     registry.add_policy("pulsar-nack", negative_ack, takes_subscription_type=True)
+    for name, declared in traits().items():
+        registry.add_traits(name, declared)

@@ -15,6 +15,14 @@ from gateway.core.naming import NamingScheme
 from gateway.core.options import OptionReader
 from gateway.core.policy import HOUR_MS, MINUTE_MS, SECOND_MS, Placement, RetryMode, RetryPolicy
 from gateway.core.registry import Registry
+from gateway.core.traits import (
+    CountName,
+    DeadLetterOption,
+    IntervalOption,
+    LevelRequest,
+    PolicyTraits,
+    RetriesOption,
+)
 
 DIALECT = "rocketmq"
 FIRST_RETRY_LEVEL = 3
@@ -168,6 +176,60 @@ class RocketMQDialect:
         return out
 
 
+RECONSUME_TIMES = CountName("reconsumeTimes", "field", 0, "MessageExt.getReconsumeTimes() (4.x)")
+RECONSUME_PROPERTY = CountName(PROP_RECONSUME_TIMES, "property", 0,
+                               "on retry copies and dead letters")
+DELIVERY_ATTEMPT = CountName("delivery_attempt", "field", 1,
+                             "5.x SDKs: MessageView.getDeliveryAttempt()")
+DEAD_LETTER_ON = DeadLetterOption("dead_letter", "true", "dead-letter queue enabled", "false")
+PUSH_TIMEOUT = "consume timeout (1 min, fixed for push consumers)"
+
+
+def traits() -> dict[str, PolicyTraits]:
+    """How RocketMQ clients see each policy and what tunes it (`gateway migrate plan`)."""
+    push_retries = RetriesOption("max_retries", 0, MAX_RETRIES_5X, "maxReconsumeTimes")
+    return {
+        "rocketmq": PolicyTraits(
+            count=(RECONSUME_TIMES, RECONSUME_PROPERTY, DELIVERY_ATTEMPT),
+            retry_properties=(PROP_RETRY_TOPIC, PROP_ORIGIN_MESSAGE_ID, PROP_RECONSUME_TIMES),
+            dead_letter_properties=(PROP_DLQ_ORIGIN_TOPIC, PROP_DLQ_ORIGIN_MESSAGE_ID,
+                                    PROP_RECONSUME_TIMES),
+            knobs=(
+                LevelRequest(DELAY_LEVELS_MS, "context.setDelayLevelWhenNextConsume({level})"),
+                push_retries,
+                DEAD_LETTER_ON,
+            ),
+            broadcast=True,
+            ordered_policy="rocketmq-orderly",
+            delivery_timeout=PUSH_TIMEOUT,
+        ),
+        "rocketmq-orderly": PolicyTraits(
+            count=(RECONSUME_TIMES, DELIVERY_ATTEMPT),
+            dead_letter_properties=(PROP_DLQ_ORIGIN_TOPIC, PROP_DLQ_ORIGIN_MESSAGE_ID,
+                                    PROP_RECONSUME_TIMES),
+            knobs=(
+                IntervalOption("suspend_ms", SUSPEND_RANGE_MS[0], SUSPEND_RANGE_MS[1], 1,
+                               "suspendTimeMillis"),
+                RetriesOption("max_retries", 0, INT_MAX, "maxReconsumeTimes"),
+                DEAD_LETTER_ON,
+            ),
+            ordered_policy="rocketmq-orderly",
+            delivery_timeout=PUSH_TIMEOUT,
+        ),
+        "rocketmq-simple": PolicyTraits(
+            count=(DELIVERY_ATTEMPT,),
+            dead_letter_properties=(PROP_DLQ_ORIGIN_TOPIC, PROP_DLQ_ORIGIN_MESSAGE_ID,
+                                    PROP_RECONSUME_TIMES),
+            knobs=(push_retries, DEAD_LETTER_ON),
+            delivery_timeout="invisible duration, chosen per receive (10 s..12 h)",
+        ),
+        "rocketmq-http": PolicyTraits(
+            count=(DELIVERY_ATTEMPT,),
+            delivery_timeout="the retry interval (1 min ordered, 5 min unordered)",
+        ),
+    }
+
+
 def register(registry: Registry) -> None:
     registry.add_scheme(ROCKETMQ)
     registry.add_dialect(RocketMQDialect())
@@ -176,3 +238,5 @@ def register(registry: Registry) -> None:
     registry.add_policy("rocketmq-orderly", orderly)
     registry.add_policy("rocketmq-simple", simple)
     registry.add_policy("rocketmq-http", http)
+    for name, declared in traits().items():
+        registry.add_traits(name, declared)

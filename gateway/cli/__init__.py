@@ -1,5 +1,5 @@
-"""The `gateway` command: `plan`, `serve`, `report`, `export`, and the admin commands (`topics`,
-`groups`, `describe`, `retries`, `purge`, `dlq`; see `gateway.cli.admin_cmd`)."""
+"""The `gateway` command: `plan`, `serve`, `report`, `export`, `migrate`, and the admin commands
+(`topics`, `groups`, `describe`, `retries`, `purge`, `dlq`; see `gateway.cli.admin_cmd`)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _telemetry(command: str, argv: list[str]) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The `gateway` command's parser, with every subcommand."""
-    from gateway.cli import admin_cmd, plan_cmd, serve_cmd
+    from gateway.cli import admin_cmd, migrate_cmd, plan_cmd, serve_cmd
 
     p = argparse.ArgumentParser(prog="gateway", description=__doc__)
     p.add_argument("--version", action="version", version=f"gateway ({DISTRIBUTION}) {version()}",
@@ -77,11 +77,17 @@ def parser() -> argparse.ArgumentParser:
     serve_cmd.add_parser(sub)
     _add_report(sub)
     admin_cmd.add_parsers(sub)
+    migrate_cmd.add_parser(sub)
     return p
 
 
 def _main(args_list: list[str]) -> int:
-    args = parser().parse_args(args_list)
+    # A command that reads its own words (`takes_extra`) gets them all as `argv`.
+    p = parser()
+    args, extra = p.parse_known_args(args_list)
+    if extra and not getattr(args, "takes_extra", False):
+        p.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = args_list
     code: int = args.run(args)
     return code
 

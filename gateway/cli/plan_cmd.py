@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.core.backoff import format_ms
 from gateway.core.plan import Plan, plan
+from gateway.core.policy import RetryPolicy
 from gateway.core.registry import Registry
 from gateway.errors import InvalidArgument
 from gateway.product import OptionFlag, build_registry, installed
@@ -40,6 +41,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="topic the destinations are named after (default topic)")
     p.add_argument("--group", default="group",
                    help="consumer group / subscription (default group)")
+    flags = add_policy_arguments(p, registry)
+    add_timing_arguments(p)
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object on stdout (default off: a table)")
+    p.set_defaults(run=run, option_flags=flags)
+
+
+def add_policy_arguments(
+    p: argparse.ArgumentParser, registry: Registry
+) -> tuple[OptionFlag, ...]:
+    """The flags that choose a policy's options and what its consumer asks for on failure
+    (`gateway plan`, and each side of `gateway migrate plan`); returns the product flags."""
     p.add_argument("--naming", default="", help="naming scheme (" + ", ".join(registry.schemes)
                    + "; default: the policy's)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -56,20 +69,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--invisible-s", type=int, default=None,
                    help="invisible duration per receive, for policies that have one "
                         f"(default {DEFAULT_INVISIBLE_S})")
-    p.add_argument("--processing-ms", type=int, default=0,
-                   help="time each attempt takes to fail (default 0)")
-    p.add_argument("--pickup-ms", type=int, default=0,
-                   help="time a READY message waits before a consumer takes it (default 0)")
     p.add_argument("--delay-ms", type=int, default=None,
                    help="delay asked for on every failure (default: none, the policy's back-off)")
     p.add_argument("--delay-s", type=int, default=None,
                    help="the same in seconds (default: none)")
     p.add_argument("--level", type=int, default=None,
                    help="delay level asked for on every failure (default: none)")
+    return flags
+
+
+def add_timing_arguments(p: argparse.ArgumentParser) -> None:
+    """How long each attempt takes and how many attempts are listed."""
+    p.add_argument("--processing-ms", type=int, default=0,
+                   help="time each attempt takes to fail (default 0)")
+    p.add_argument("--pickup-ms", type=int, default=0,
+                   help="time a READY message waits before a consumer takes it (default 0)")
     p.add_argument("--limit", type=int, default=200, help="attempts listed at most (default 200)")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object on stdout (default off: a table)")
-    p.set_defaults(run=run, option_flags=flags)
 
 
 def policy_options(args: argparse.Namespace) -> dict[str, str]:
@@ -96,16 +111,38 @@ def _with_invisible_duration(registry: Registry) -> list[str]:
             if registry.policy(name).invisible_range_ms is not None]
 
 
-def build(args: argparse.Namespace) -> Plan:
-    registry = build_registry(installed())
+def build(args: argparse.Namespace, registry: Registry | None = None) -> Plan:
+    """The plan `args` ask for (`--policy` and the flags of `add_policy_arguments` and
+    `add_timing_arguments`)."""
+    registry = registry or build_registry(installed())
     policy = registry.policy(args.policy, policy_options(args), args.naming)
+    return plan(
+        policy,
+        topic=args.topic,
+        group=args.group,
+        processing_ms=args.processing_ms,
+        pickup_ms=args.pickup_ms,
+        invisible_ms=invisible_ms(args, policy, registry),
+        delay_ms=requested_delay_ms(args),
+        delay_level=args.level,
+        limit=args.limit,
+    )
+
+
+def requested_delay_ms(args: argparse.Namespace) -> int | None:
+    """`--delay-ms` or `--delay-s` (not both), in ms."""
     if args.delay_ms is not None and args.delay_s is not None:
         raise InvalidArgument("delay_s", args.delay_s, "not together with --delay-ms")
-    delay_ms = args.delay_s * 1000 if args.delay_s is not None else args.delay_ms
-    invisible_ms = None
+    return int(args.delay_s) * 1000 if args.delay_s is not None else args.delay_ms
+
+
+def invisible_ms(args: argparse.Namespace, policy: RetryPolicy, registry: Registry) -> int | None:
+    """The invisible duration of each receive for policies that have one; checks the timing
+    flags too."""
+    chosen = None
     if policy.invisible_range_ms is not None:
         invisible_s = args.invisible_s if args.invisible_s is not None else DEFAULT_INVISIBLE_S
-        invisible_ms = invisible_s * 1000
+        chosen = invisible_s * 1000
     elif args.invisible_s is not None:
         names = ", ".join(_with_invisible_duration(registry))
         raise InvalidArgument("invisible_s", args.invisible_s, f"only for {names}, "
@@ -115,17 +152,7 @@ def build(args: argparse.Namespace) -> Plan:
             raise InvalidArgument(name, getattr(args, name), "0 or more ms")
     if args.limit < 1:
         raise InvalidArgument("limit", args.limit, "1 or more")
-    return plan(
-        policy,
-        topic=args.topic,
-        group=args.group,
-        processing_ms=args.processing_ms,
-        pickup_ms=args.pickup_ms,
-        invisible_ms=invisible_ms,
-        delay_ms=delay_ms,
-        delay_level=args.level,
-        limit=args.limit,
-    )
+    return chosen
 
 
 def as_json(result: Plan) -> dict[str, Any]:

@@ -5,11 +5,12 @@ Pure: it drives `decide` with a simulated clock. `gateway plan` prints it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gateway.core.events import Deliver, Fail, RetryDue
 from gateway.core.machine import Outcome, decide
-from gateway.core.policy import RetryMode, RetryPolicy
+from gateway.core.policy import RetryMode, RetryPolicy, RetryRequest
 from gateway.core.record import Record
 from gateway.core.states import State
 
@@ -40,6 +41,9 @@ class Plan:
     total_attempts: int | None
     """Deliveries in all before the disposition; None when unlimited."""
     truncated: bool
+    ended_ms: int | None = None
+    """When the disposition happened (the last failure), counted from the first delivery; None
+    when the timeline is truncated."""
 
 
 def plan(
@@ -53,8 +57,12 @@ def plan(
     delay_ms: int | None = None,
     delay_level: int | None = None,
     limit: int = 200,
+    requests: Sequence[RetryRequest] = (),
 ) -> Plan:
-    """Simulate deliveries failing after `processing_ms`, picked up `pickup_ms` after READY."""
+    """Simulate deliveries failing after `processing_ms`, picked up `pickup_ms` after READY.
+
+    Every failure asks for `delay_ms` / `delay_level`; or, with `requests`, failure k asks for
+    `requests[k-1]` (the last one for every failure past them)."""
     record = Record(message_id="planned", topic=topic, group=group)
     attempts: list[PlannedAttempt] = []
     source = topic
@@ -76,11 +84,17 @@ def plan(
         failed_at = now + processing_ms
         if record.deadline_ms and failed_at > record.deadline_ms:
             failed_at = record.deadline_ms
-        decision = decide(record, Fail(receipt, delay_ms, delay_level), policy, failed_at)
+        if requests:
+            asked = requests[min(len(attempts), len(requests)) - 1]
+            fail = Fail(receipt, asked.delay_ms, asked.delay_level)
+        else:
+            fail = Fail(receipt, delay_ms, delay_level)
+        decision = decide(record, fail, policy, failed_at)
         record = decision.record
         if decision.outcome in (Outcome.DEAD_LETTER, Outcome.DISCARD):
             kind = "dlq" if decision.outcome is Outcome.DEAD_LETTER else "discard"
-            return Plan(policy, tuple(attempts), kind, decision.destination, record.attempt, False)
+            return Plan(policy, tuple(attempts), kind, decision.destination, record.attempt, False,
+                        failed_at - first_delivery)
         if decision.outcome is Outcome.RETRY and decision.destination:
             source = decision.destination
         delay = decision.delay_ms

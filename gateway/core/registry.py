@@ -12,6 +12,7 @@ from typing import Protocol
 
 from gateway.core.naming import NamingScheme
 from gateway.core.policy import RetryPolicy
+from gateway.core.traits import NO_TRAITS, PolicyTraits
 from gateway.errors import InvalidArgument
 
 
@@ -64,6 +65,9 @@ class Registry:
     retry_tables: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """By dialect: the waits of its default policy's retries (retry k waits entry k, the last
     entry after that), for reports that compare what they observe with what the policy says."""
+    traits: dict[str, PolicyTraits] = field(default_factory=dict)
+    """By policy: how its clients see it and what tunes it (`gateway.core.traits`), for
+    `gateway migrate plan`."""
 
     def add_policy(
         self, name: str, factory: PolicyFactory, *, takes_subscription_type: bool = False
@@ -79,6 +83,14 @@ class Registry:
         if not table_ms:
             raise ValueError(f"the retry table of {dialect!r} is empty")
         self.retry_tables[dialect] = tuple(table_ms)
+
+    def add_traits(self, policy: str, traits: PolicyTraits) -> None:
+        """Declare how `policy`'s clients see it and what tunes it (see `traits`)."""
+        self.traits[policy] = traits
+
+    def traits_of(self, policy: str) -> PolicyTraits:
+        """The traits of `policy`; empty ones when its dialect declared none."""
+        return self.traits.get(policy, NO_TRAITS)
 
     def add_scheme(self, scheme: NamingScheme) -> None:
         self.schemes[scheme.name] = scheme

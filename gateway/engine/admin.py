@@ -59,11 +59,15 @@ class GroupAdmin:
         return list(await self._backend.topics())
 
     async def naming_of(self, topic: str, group: str) -> NamingScheme:
-        """The scheme the group's subscription uses; else the one whose topics exist."""
+        """The scheme the group's subscription uses; else (or while nothing exists under it,
+        as after the group moved to another policy) the one whose topics exist."""
         state = self._engine.group_state(topic, group)
-        if state is not None:
-            return state.policy.naming
         known = set(await self._backend.topics())
+        if state is not None:
+            current = state.policy.naming
+            if {current.dead_letter_topic(topic, group),
+                    current.retry_topic(topic, group)} & known:
+                return current
         schemes = self._engine.naming_schemes()
         for scheme in schemes:
             if scheme.dead_letter_topic(topic, group) in known:
@@ -71,7 +75,7 @@ class GroupAdmin:
         for scheme in schemes:
             if scheme.retry_topic(topic, group) in known:
                 return scheme
-        return schemes[0]
+        return state.policy.naming if state is not None else schemes[0]
 
     async def groups(self, known: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
         """Every (topic, group) the engine runs, those in `known`, and those whose retry or

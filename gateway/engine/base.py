@@ -173,6 +173,7 @@ class EngineBase:
         if batch.empty():
             return
         if batch.copies:
+            self._known_topics.update(batch.copies)
             await asyncio.gather(
                 *(self.backend.publish(topic, msgs) for topic, msgs in batch.copies.items())
             )
@@ -210,7 +211,7 @@ class EngineBase:
         full = observers.full or self._trace_debug
         if not full and not observers.counters and not observers.settle_timers:
             return
-        policy = inf.sub.policy
+        policy = inf.policy
         if outcome is REDELIVER and to_state is INFLIGHT:
             to_state = WAITING_RETRY
         to_name: str = to_state._value_

@@ -53,13 +53,27 @@ class Delivering(Expiring):
         if sub is None:
             sub = Subscription(spec=spec, policy=policy, group=group, own_group=own,
                                anonymous=anonymous)
+            if not own:
+                sub.retry_sources.extend(self._existing_retry_sources(spec.topic, group))
             self.subscriptions[key] = sub
         else:
-            # The last consumer to subscribe sets the group's policy (document 000).
+            # The last consumer to subscribe sets the group's settings (document 000); each
+            # delivery is still settled under the policy of the consumer that took it.
             sub.spec = spec
             sub.policy = policy
+        sub.remember(policy)
         self._keep_group(sub)
         return sub
+
+    def _existing_retry_sources(self, topic: str, group: str) -> list[str]:
+        """The retry destinations of (topic, group), under every naming scheme, that exist: a
+        group that comes back under another policy or client kind finds its waiting retries."""
+        found: list[str] = []
+        for scheme in self._registry.schemes.values():
+            name = scheme.retry_topic(topic, group)
+            if name != topic and name in self._known_topics and name not in found:
+                found.append(name)
+        return found
 
     async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> Consumer:
         """A push consumer on `spec`, with `credit` to start with."""
@@ -74,7 +88,7 @@ class Delivering(Expiring):
         if anonymous:
             spec = replace(spec, consumer_id=consumer_id)
         sub = self._subscription(spec, policy, anonymous)
-        consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked)
+        consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked, policy)
         consumer.on_close = self._consumer_closed
         consumer.on_cancel = self._consumer_cancelled
         sub.consumers.append(consumer)
@@ -118,7 +132,7 @@ class Delivering(Expiring):
             if inf is None or inf.consumer is not consumer or inf.held:
                 continue
             try:
-                decision = decide(inf.record, ev.ConsumerLost(), inf.sub.policy, now)
+                decision = decide(inf.record, ev.ConsumerLost(), inf.policy, now)
             except GatewayError:
                 continue
             self._apply(inf, decision, batch, now, real)
@@ -137,14 +151,17 @@ class Delivering(Expiring):
         invisible_ms: int | None,
         now: int,
         real: int,
+        policy: RetryPolicy,
     ) -> Delivery:
-        """Lease `stored` to a delivery; `now` and `real` are the batch's policy and real times."""
+        """Lease `stored` to a delivery under `policy` (its consumer's); `now` and `real` are
+        the batch's policy and real times."""
         record = Record(stored.message_id, stored.properties.get(ORIGIN_TOPIC, stored.topic),
                         sub.group, READY, stored.attempt, stored.retries, now)
         n, receipt = self._new_receipt()
-        decision = decide(record, ev.Deliver(receipt, invisible_ms), sub.policy, now)
+        decision = decide(record, ev.Deliver(receipt, invisible_ms), policy, now)
         new = decision.record
-        inf = InFlight(receipt, new, stored, sub, consumer, timer=n)
+        inf = InFlight(receipt, new, stored, sub, consumer, policy, timer=n,
+                       blocks=sub.policy.blocks_queue)
         self.inflight[receipt] = inf
         deadline = self._arm(n, receipt, new, now, real)
         self._emit(inf, READY, decision, real)
@@ -255,7 +272,8 @@ class Delivering(Expiring):
                         live = sub.receivers()
                         continue
                     try:
-                        delivery = self._deliver(sub, stored, consumer, None, now, real)
+                        delivery = self._deliver(sub, stored, consumer, None, now, real,
+                                                 consumer.policy)
                     except GatewayError as exc:
                         log.error("delivery refused", error=exc.message,
                                   message_id=stored.message_id)
@@ -268,22 +286,25 @@ class Delivering(Expiring):
             consumer = sub.choose(sub.held[0].stored.key)
             if consumer is None:
                 return
-            consumer.push(self._redeliver_held(sub, consumer))
+            consumer.push(self._redeliver_held(sub, consumer, consumer.policy))
 
-    def _redeliver_held(self, sub: Subscription, consumer: Consumer | None) -> Delivery:
+    def _redeliver_held(
+        self, sub: Subscription, consumer: Consumer | None, policy: RetryPolicy
+    ) -> Delivery:
         """Deliver the first held ordered retry (its interval passed) to `consumer`, or to a pull
-        receive (None)."""
+        receive (None), under `policy` (the receiver's)."""
         inf = sub.held.popleft()
         self.inflight.pop(inf.receipt, None)
         now, real = self._time.both()
         record = inf.record
         if record.state is WAITING_RETRY:
-            record = decide(record, ev.RetryDue(), sub.policy, max(now, record.visible_at_ms)
+            record = decide(record, ev.RetryDue(), inf.policy, max(now, record.visible_at_ms)
                             ).record
         n, receipt = self._new_receipt()
         at = max(now, record.visible_at_ms)
-        decision = decide(record, ev.Deliver(receipt), sub.policy, at)
-        new = InFlight(receipt, decision.record, inf.stored, sub, consumer, timer=n)
+        decision = decide(record, ev.Deliver(receipt), policy, at)
+        new = InFlight(receipt, decision.record, inf.stored, sub, consumer, policy, timer=n,
+                       blocks=inf.blocks)
         self.inflight[receipt] = new
         deadline = self._arm(n, receipt, decision.record, now, real)
         self._emit(new, READY, decision, real)
@@ -321,12 +342,13 @@ class Delivering(Expiring):
         while True:
             if sub.held and not sub.consumers:
                 # Ordered retries due again go out first, before anything behind them.
-                return [self._redeliver_held(sub, None)
+                return [self._redeliver_held(sub, None, policy)
                         for _ in range(min(max_messages, len(sub.held)))]
             got = await self._fetch(sub, max_messages)
             if got:
                 now, real = self._time.both()
-                return [self._deliver(sub, s, None, invisible_ms, now, real) for s in got]
+                return [self._deliver(sub, s, None, invisible_ms, now, real, policy)
+                        for s in got]
             left = give_up - loop.time()
             if left <= 0 or not self._accepting:
                 return []

@@ -28,10 +28,16 @@ class InFlight:
     stored: StoredMessage
     sub: Subscription
     consumer: Consumer | None
+    policy: RetryPolicy
+    """The policy it was delivered under (its consumer's): it is settled, timed out and
+    retried under this one, whatever the group's other consumers run."""
     held: bool = False
     """Ordered queue: failed and waiting in the engine for its in-place retry."""
     timer: int = 0
     """The engine's timer key for its deadline (0: none); cancelled when it is settled."""
+    blocks: bool = False
+    """Its key is blocked on its account (it was fetched while the group consumed in order):
+    settling it frees the key, whichever policy it is settled under."""
 
 
 class Consumer:
@@ -39,9 +45,11 @@ class Consumer:
     (`gateway.engine.port.ConsumerPort`)."""
 
     def __init__(
-        self, sub: Subscription, consumer_id: str, credit: int, max_unacked: int = 50_000
+        self, sub: Subscription, consumer_id: str, credit: int, max_unacked: int = 50_000,
+        policy: RetryPolicy | None = None,
     ) -> None:
         self.sub = sub
+        self._policy = policy
         self.id = consumer_id
         self.credit = credit
         self.max_unacked = max_unacked
@@ -62,8 +70,9 @@ class Consumer:
 
     @property
     def policy(self) -> RetryPolicy:
-        """The policy its subscription runs under."""
-        return self.sub.policy
+        """The policy it consumes under (its own subscribe's), which its deliveries are settled
+        under; its subscription's when none was given."""
+        return self._policy if self._policy is not None else self.sub.policy
 
     async def next_batch(self, max_messages: int = 256) -> list[Delivery]:
         while True:
@@ -146,6 +155,11 @@ class Subscription:
     """The consumer gave no id (the gateway made one up): nobody can resume its group."""
     expiry_key: int = 0
     """The timer key of the group's pending drop, 0 when none is pending."""
+    retry_sources: list[str] = field(default_factory=list)
+    """Retry destinations that may hold this group's retries of this topic besides the current
+    policy's: those of every policy its consumers used, and those of every naming scheme that
+    existed when it was created (a group handed over from one client kind or policy to another
+    keeps its waiting retries)."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
 
     @property
@@ -154,9 +168,20 @@ class Subscription:
 
     @property
     def sources(self) -> list[str]:
-        if self.policy.placement is Placement.COPY and self.policy.retries_enabled:
-            return [self.spec.topic, self.policy.naming.retry_topic(self.spec.topic, self.group)]
-        return [self.spec.topic]
+        """Where the group's messages come from: the topic, the current policy's retry
+        destination, then the other retry destinations it may have retries on."""
+        out = [self.spec.topic]
+        own = retry_source(self.policy, self.spec.topic, self.group)
+        if own:
+            out.append(own)
+        out.extend(s for s in self.retry_sources if s != own)
+        return out
+
+    def remember(self, policy: RetryPolicy) -> None:
+        """A consumer of the group uses `policy`: read its retry destination from now on."""
+        own = retry_source(policy, self.spec.topic, self.group)
+        if own and own not in self.retry_sources:
+            self.retry_sources.append(own)
 
     def credit(self) -> int:
         active = self.receivers()
@@ -188,6 +213,14 @@ class Subscription:
         if not with_credit:
             return None
         return with_credit[next(self._rr) % len(with_credit)]
+
+
+def retry_source(policy: RetryPolicy, topic: str, group: str) -> str:
+    """The destination where `policy` keeps a group's waiting retries as copies, or "" when
+    its retries stay in the topic."""
+    if policy.placement is Placement.COPY and policy.retries_enabled:
+        return policy.naming.retry_topic(topic, group)
+    return ""
 
 
 def matches_all(expression: str) -> bool:

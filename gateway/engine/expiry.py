@@ -76,7 +76,7 @@ class Expiring(Settling):
             policy_now, real = self._time.both()
             now = max(policy_now, inf.record.deadline_ms)
             try:
-                decision = decide(inf.record, ev.DeadlinePassed(), inf.sub.policy, now)
+                decision = decide(inf.record, ev.DeadlinePassed(), inf.policy, now)
             except GatewayError as exc:
                 log.warning("deadline not applied", error=exc.message)
                 continue

@@ -80,7 +80,7 @@ class Settling(EngineBase):
                         raise StaleReceipt(receipt)
                     if guard is not None:
                         guard(inf.sub.spec.topic, inf.sub.spec.group)
-                    decision = decide(inf.record, ev.Ack(receipt), inf.sub.policy, now)
+                    decision = decide(inf.record, ev.Ack(receipt), inf.policy, now)
                     self._apply(inf, decision, batch, now, real)
                 except GatewayError as exc:
                     failed[i] = SettleResult(receipt, False, exc.code, exc.message)
@@ -133,7 +133,7 @@ class Settling(EngineBase):
             new_n, new_receipt = 0, ""
         else:
             event, new_n, new_receipt = self._event(item)
-        return item, inf, decide(inf.record, event, inf.sub.policy, now), new_n, new_receipt
+        return item, inf, decide(inf.record, event, inf.policy, now), new_n, new_receipt
 
     def _carry_out(
         self,
@@ -163,7 +163,7 @@ class Settling(EngineBase):
         record = decision.record
         stored = inf.stored
         sub = inf.sub
-        policy = sub.policy
+        policy = inf.policy
         outcome = decision.outcome
         self._emit(inf, before, decision, real)
         if outcome is NO_CHANGE:
@@ -171,7 +171,8 @@ class Settling(EngineBase):
         self._disarm(inf)
         if outcome is EXTEND:
             self.inflight.pop(inf.receipt, None)
-            moved = InFlight(record.receipt, record, stored, sub, inf.consumer)
+            moved = InFlight(record.receipt, record, stored, sub, inf.consumer, policy,
+                             blocks=inf.blocks)
             self.inflight[record.receipt] = moved
             if inf.consumer is not None:
                 inf.consumer.receipts.discard(inf.receipt)
@@ -184,7 +185,7 @@ class Settling(EngineBase):
             # Pushed or pulled alike: the key stays blocked until this retry goes out.
             self._hold(inf, decision)
             return
-        if policy.blocks_queue:
+        if inf.blocks:
             sub.blocked_keys.discard(stored.key)
             sub.wake.set()
         if outcome is COMMIT or outcome is DISCARD:
@@ -226,8 +227,8 @@ class Settling(EngineBase):
     def _hold(self, inf: InFlight, decision: Decision) -> None:
         """Ordered queue: keep the failed message (and its key blocked) until its retry is due."""
         n, receipt = self._new_receipt()
-        held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer,
-                        held=True, timer=n)
+        held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, inf.policy,
+                        held=True, timer=n, blocks=inf.blocks)
         self.inflight[receipt] = held
         self._timer_receipts[n] = receipt
         self.timers.schedule(self._time.real_after(decision.delay_ms), n)
