@@ -125,3 +125,79 @@ def busiest_message(messages: Mapping[MessageKey, Sequence[Row]]) -> MessageKey 
 def timeline(events: Sequence[Row]) -> list[tuple[int, str]]:
     """(ts_ms, state entered) for one message, in order."""
     return [(int(r["ts_ms"]), str(r["to_state"])) for r in events]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedAttempt:
+    """One delivery of a message, rebuilt from its lake rows (the fields of `gateway plan`)."""
+
+    attempt: int
+    delay_ms: int
+    """The wait the policy set before this delivery's READY time (policy ms; 0 on the first)."""
+    at_ms: int
+    """Delivery time, ms since the message's first delivery (real time)."""
+    ready_ms: int
+    """When it became READY for this delivery, ms since its first READY (real time)."""
+    topic: str
+    """Where this delivery came from: the topic, or the retry destination of the failure
+    before it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """A message's life in one group, rebuilt from its rows."""
+
+    attempts: tuple[ReplayedAttempt, ...]
+    disposition: str
+    """`commit`, `dlq`, `discard`, or "" while the message is still under way."""
+    destination: str
+    """The dead-letter destination (`dlq`), else ""."""
+    waits_ms: tuple[int, ...]
+    """Each WAITING_RETRY -> READY wait observed, in order (real ms)."""
+    complete: bool
+    """True when the rows start with the message's first event ("" -> READY) and every
+    delivery follows a READY row."""
+
+
+_DISPOSITIONS = {"COMMITTED": "commit", "DEAD_LETTERED": "dlq", "DISCARDED": "discard"}
+
+
+def replay(events: Sequence[Row]) -> Replay:
+    """Rebuild one message's timeline from its rows (one group, in order: `by_message`), in the
+    terms `gateway plan` prints, so that a run can be checked against the plan of its policy."""
+    attempts: list[ReplayedAttempt] = []
+    waits: list[int] = []
+    first_ready: int | None = None
+    first_delivery: int | None = None
+    ready_at: int | None = None
+    failed_at: int | None = None
+    delay = 0
+    source = str(events[0]["topic"]) if events else ""
+    disposition, destination = "", ""
+    complete = bool(events) and events[0]["from_state"] == "" and events[0]["to_state"] == "READY"
+    for r in events:
+        ts, to, before = int(r["ts_ms"]), str(r["to_state"]), str(r["from_state"])
+        if to == "READY":
+            if first_ready is None:
+                first_ready = ts
+            if before == "WAITING_RETRY" and failed_at is not None:
+                waits.append(ts - failed_at)
+            elif before == "INFLIGHT":
+                delay = 0  # made READY again at once (a lost consumer, a simple timeout)
+            ready_at = ts
+        elif to == "INFLIGHT" and before == "READY":
+            if ready_at is None or first_ready is None:
+                complete = False
+                ready_at = first_ready = ts if first_ready is None else first_ready
+            first_delivery = ts if first_delivery is None else first_delivery
+            attempts.append(ReplayedAttempt(int(r["attempt"]), delay, ts - first_delivery,
+                                            ready_at - first_ready, source))
+            ready_at = None
+        elif to == "WAITING_RETRY":
+            delay, failed_at = int(r["delay_ms"]), ts
+            if r["destination"]:
+                source = str(r["destination"])
+        elif to in _DISPOSITIONS:
+            disposition = _DISPOSITIONS[to]
+            destination = str(r["destination"]) if to == "DEAD_LETTERED" else ""
+    return Replay(tuple(attempts), disposition, destination, tuple(waits), complete)
