@@ -74,13 +74,19 @@ def time_to_commit_ms(messages: Mapping[MessageKey, list[Row]]) -> dict[str, lis
 
 @dataclass(frozen=True, slots=True)
 class RetryInterval:
-    """One observed wait: from entering WAITING_RETRY (a failure) to READY again."""
+    """One retry: from the failure (entering WAITING_RETRY) to READY again, and to the delivery
+    that followed."""
 
     dialect: str
+    """The lake's `dialect` column: the policy that decided the retry."""
     retry: int
     """1 for the retry after the first failed delivery."""
     observed_ms: int
+    """From the failure to READY again (the retry falling due)."""
     planned_ms: int
+    """The wait the policy set (`delay_ms` of the failure)."""
+    redelivered_ms: int | None = None
+    """From the failure to the next delivery (None when none came)."""
 
 
 def retry_intervals(messages: Mapping[MessageKey, list[Row]]) -> list[RetryInterval]:
@@ -88,20 +94,97 @@ def retry_intervals(messages: Mapping[MessageKey, list[Row]]) -> list[RetryInter
     out: list[RetryInterval] = []
     for events in messages.values():
         entered: Row | None = None
+        due: Row | None = None
         for r in events:
             if r["to_state"] == "WAITING_RETRY":
-                entered = r
+                entered, due = r, None
             elif r["to_state"] == "READY" and r["from_state"] == "WAITING_RETRY" and entered:
-                out.append(
-                    RetryInterval(
-                        dialect=str(entered["dialect"]),
-                        retry=int(entered["attempt"]),
-                        observed_ms=int(r["ts_ms"]) - int(entered["ts_ms"]),
-                        planned_ms=int(entered["delay_ms"]),
-                    )
-                )
-                entered = None
+                due = r
+            elif r["to_state"] == "INFLIGHT" and r["from_state"] == "READY" and entered and due:
+                out.append(_interval(entered, due, r))
+                entered = due = None
+        if entered is not None and due is not None:
+            out.append(_interval(entered, due, None))
     return out
+
+
+def _interval(entered: Row, due: Row, delivered: Row | None) -> RetryInterval:
+    failed = int(entered["ts_ms"])
+    return RetryInterval(
+        dialect=str(entered["dialect"]),
+        retry=int(entered["attempt"]),
+        observed_ms=int(due["ts_ms"]) - failed,
+        planned_ms=int(entered["delay_ms"]),
+        redelivered_ms=None if delivered is None else int(delivered["ts_ms"]) - failed,
+    )
+
+
+def as_planned(interval: RetryInterval, slack_ms: int = 0) -> bool:
+    """True when the retry fell due when its policy said: within 1% of the planned wait, 5 ms
+    or `slack_ms` (a time scale's rounding: 1 real ms is 1 / scale policy ms)."""
+    allowed = max(5, interval.planned_ms // 100, slack_ms)
+    return abs(interval.observed_ms - interval.planned_ms) <= allowed
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFigures:
+    """What one policy (the lake's `dialect` column) did, for the report's table."""
+
+    policy: str
+    retries: int
+    """Retries observed (WAITING_RETRY -> READY)."""
+    as_planned: int
+    """Of those, the ones that fell due when the policy said (`as_planned`)."""
+    dead_lettered: int
+    discarded: int
+    messages: int
+    median_lag_ms: int | None
+    """Median time from a retry falling due to its delivery (None: no retry delivered)."""
+
+
+def policy_figures(
+    rows: Iterable[Row], messages: Mapping[MessageKey, list[Row]],
+    intervals: Sequence[RetryInterval], slack_ms: int = 0,
+) -> list[PolicyFigures]:
+    """Per policy: retries observed, how many fell due as planned, dead letters, discards."""
+    ends: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in rows:
+        ends[str(r["dialect"])][str(r["to_state"])] += 1
+    counted: Counter[str] = Counter(str(events[0]["dialect"]) for events in messages.values()
+                                    if events)
+    out = []
+    for policy in sorted(ends):
+        mine = [i for i in intervals if i.dialect == policy]
+        lags = sorted(i.redelivered_ms - i.observed_ms for i in mine
+                      if i.redelivered_ms is not None)
+        out.append(PolicyFigures(
+            policy, len(mine), sum(as_planned(i, slack_ms) for i in mine),
+            ends[policy]["DEAD_LETTERED"], ends[policy]["DISCARDED"], counted[policy],
+            lags[len(lags) // 2] if lags else None,
+        ))
+    return out
+
+
+def rescale(rows: Iterable[Row], time_scale: float) -> list[Row]:
+    """Rows of a gateway run with `--time-scale` seen in policy time: every time stretched by
+    1 / time_scale from the earliest one (delays are policy ms already)."""
+    if not 0 < time_scale <= 1:
+        raise InvalidArgument("time_scale", time_scale, "greater than 0 and at most 1")
+    rows = list(rows)
+    if time_scale == 1 or not rows:
+        return rows
+    t0 = min(int(r["ts_ms"]) for r in rows)
+    return [{**r, "ts_ms": t0 + round((int(r["ts_ms"]) - t0) / time_scale)} for r in rows]
+
+
+def scale_hint(intervals: Sequence[RetryInterval]) -> float | None:
+    """When the retries fell due at a steady fraction of their planned waits (a gateway run
+    with `--time-scale`, read without it), that fraction; else None."""
+    ratios = sorted(i.observed_ms / i.planned_ms for i in intervals if i.planned_ms >= 1000)
+    if not ratios:
+        return None
+    median = ratios[len(ratios) // 2]
+    return median if median < 0.5 else None
 
 
 def terminal_events(rows: Iterable[Row]) -> dict[str, list[int]]:

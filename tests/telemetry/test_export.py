@@ -1,6 +1,7 @@
 """The Spark exporter against a real local SparkSession: spool -> Delta / Parquet lake.
 
-One SparkSession is shared by the whole module (it takes 10-25 s to start). The crash test runs
+One SparkSession is shared by the telemetry tests (`spark` in conftest: it takes 10-25 s to
+start). The crash test runs
 the exporter as a subprocess, kills it with SIGKILL mid-run and restarts it.
 """
 
@@ -11,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,13 +30,6 @@ from .conftest import ManualClock
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = export.build_spark("local[2]")
-    yield session
-    session.stop()
 
 
 def spool_events(
