@@ -1,5 +1,6 @@
-"""The `gateway` command: `plan`, `serve`, `report`, `export`, and the admin commands (`topics`,
-`groups`, `describe`, `retries`, `purge`, `dlq`; see `gateway.cli.admin_cmd`)."""
+"""The `gateway` command: `plan`, `serve`, `report`, `export`, `maintain`, and the admin
+commands (`topics`, `groups`, `describe`, `retries`, `purge`, `dlq`; see
+`gateway.cli.admin_cmd`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gateway.telemetry import export
 
         return int(export.main(args_list[1:]) or 0)
+    if args_list[:1] == ["maintain"]:
+        from gateway.telemetry import maintain
+
+        return int(maintain.main(args_list[1:]) or 0)
     parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     plan_cmd.add_parser(sub)
@@ -44,6 +49,8 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
                    "(gateway report --table DIR --out DIR)")
     sub.add_parser("export", help="stream the telemetry spool into the lake with PySpark "
                    "(gateway export --spool DIR --table DIR --checkpoint DIR)")
+    sub.add_parser("maintain", help="compact the lake's small files and vacuum old ones "
+                   "(gateway maintain --table DIR)")
 
 
 if __name__ == "__main__":
