@@ -82,7 +82,10 @@ def configure(level: str, stream: TextIO | None = None) -> None:
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
-        root.removeHandler(old)
+        # Ours from an earlier call, and plain ones (`logging.basicConfig`'s); others (a test
+        # runner's capture) stay.
+        if old.get_name() == _ROOT_HANDLER or type(old) is logging.StreamHandler:
+            root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(numeric)
     for name in QUIET:

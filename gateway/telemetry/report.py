@@ -168,6 +168,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--group", default="", help="group of the message whose timeline is drawn")
     p.add_argument("--message", default="", help="message id whose timeline is drawn")
+    p.add_argument("--log-level", default=None,
+                   help="debug, info (default), warning or error; also GATEWAY_LOG_LEVEL")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="the --time-scale the gateway ran with: show times as the policies saw "
                         "them (default 1)")
@@ -179,8 +181,11 @@ def main(
 ) -> int:
     """CLI entry point; returns the process exit code. `tables`: the built-in retry tables by
     dialect (the registry's `retry_tables`), which `--expected` overrides."""
+    from gateway import logs
+
     args = _parse(argv)
     try:
+        logs.configure(logs.level_from(args.log_level))
         expected: dict[str, Sequence[int]] = dict(tables or {})
         expected.update(analysis.parse_expected(spec) for spec in args.expected)
         rows = read_lake(args.table).to_pylist()
@@ -188,7 +193,7 @@ def main(
         page = build_report(rows, Path(args.out), expected=expected, message=message,
                             time_scale=args.time_scale)
     except (GatewayError, FileNotFoundError) as exc:
-        print(f"gateway report: {exc}")
+        log.error("gateway report: %s", exc.message if isinstance(exc, GatewayError) else exc)
         return 2
     print(page)
     return 0

@@ -82,6 +82,7 @@ def test_standard_library_lines_and_warnings_are_json() -> None:
     out = io.StringIO()
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
+    logging.captureWarnings(False)  # an earlier test's capture hooked pytest's own handler
     try:
         logs.configure("info", out)
         logging.getLogger("some.library").warning("disk %s at %d%%", "sda", 93)
