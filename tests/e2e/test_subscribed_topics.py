@@ -1,6 +1,7 @@
 """`Subscribed` names the retry and dead-letter topics the policy really uses (gateway.proto):
 "" for retries kept in place or not made at all (broadcasting), "" for the dead letter when
-exhausted messages are discarded. Over real gRPC, embedded store."""
+exhausted messages are discarded. The admin view of a group the gateway runs says the same.
+Over real gRPC, embedded store."""
 
 from __future__ import annotations
 
@@ -50,3 +51,6 @@ async def test_subscribed_names_the_topics_each_policy_uses(client: GatewayClien
                     dead.format(t=topic, g=group, c=consumer))
             assert (got.retry_topic, got.dead_letter_topic) == want, (policy, options, broadcast)
             assert got.policy == policy
+            if not broadcast:  # the admin view of the group says the same
+                view = await client.describe(topic, group)
+                assert (view.retry_topic, view.dead_letter_topic) == want, (policy, options)
