@@ -205,9 +205,9 @@ def busiest_message(messages: Mapping[MessageKey, Sequence[Row]]) -> MessageKey 
     return min(messages, key=lambda k: (-len(messages[k]), k))
 
 
-def timeline(events: Sequence[Row]) -> list[tuple[int, str]]:
-    """(ts_ms, state entered) for one message, in order."""
-    return [(int(r["ts_ms"]), str(r["to_state"])) for r in events]
+def timeline(events: Sequence[Row]) -> list[tuple[int, str, int]]:
+    """(ts_ms, state entered, attempt) for one message, in order."""
+    return [(int(r["ts_ms"]), str(r["to_state"]), int(r["attempt"])) for r in events]
 
 
 @dataclass(frozen=True, slots=True)

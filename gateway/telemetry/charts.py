@@ -146,8 +146,11 @@ def terminal_chart(path: Path, times: Mapping[str, Sequence[int]], buckets: int 
     fig.savefig(path)
 
 
-def timeline_chart(path: Path, label: str, points: Sequence[tuple[int, str]]) -> None:
-    """One message's states over time, as a step chart."""
+def timeline_chart(
+    path: Path, label: str, points: Sequence[tuple[int, str, int]], scaled: bool = False
+) -> None:
+    """One message's states over time, as a step chart; each delivery marked with its
+    attempt. `scaled`: the times are policy time (a report with `--time-scale`)."""
     fig = _figure(9.0, 4.0)
     title = f"Timeline of message {label}"
     if not points:
@@ -156,12 +159,17 @@ def timeline_chart(path: Path, label: str, points: Sequence[tuple[int, str]]) ->
         return
     ax = fig.add_subplot()
     t0 = points[0][0]
-    xs = [(t - t0) / 1000 for t, _ in points]
-    ys = [STATES.index(s) for _, s in points]
+    xs = [(t - t0) / 1000 for t, _, _ in points]
+    ys = [STATES.index(s) for _, s, _ in points]
     ax.step([*xs, xs[-1]], [*ys, ys[-1]], where="post", marker="o", markersize=4)
+    for x, (_, state, attempt) in zip(xs, points, strict=True):
+        if state == "INFLIGHT":
+            ax.annotate(f"#{attempt}", (x, STATES.index(state)), textcoords="offset points",
+                        xytext=(3, 5), fontsize="x-small", color="dimgray")
     ax.set_yticks(range(len(STATES)), list(STATES))
     ax.set_ylim(-0.5, len(STATES) - 0.5)
-    ax.set_xlabel("seconds since the first event of the message")
+    policy_time = " (policy time)" if scaled else ""
+    ax.set_xlabel(f"seconds since the first event of the message{policy_time}; #n: delivery n")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.savefig(path)

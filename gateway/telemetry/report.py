@@ -59,7 +59,8 @@ def build_report(
     charts.terminal_chart(out / "terminal.png", terminal)
     label = f"{key[1]} ({key[0]})" if key else "-"
     charts.timeline_chart(
-        out / "timeline.png", label, analysis.timeline(messages[key]) if key else []
+        out / "timeline.png", label, analysis.timeline(messages[key]) if key else [],
+        scaled=time_scale != 1,
     )
 
     shown = [
