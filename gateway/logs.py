@@ -61,7 +61,7 @@ def configure(level: str, stream: TextIO | None = None) -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=lambda *_args: _Lines(stream),
+        logger_factory=lambda *_args: _Lines(),
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -77,7 +77,7 @@ def configure(level: str, stream: TextIO | None = None) -> None:
             structlog.processors.JSONRenderer(),
         ],
     )
-    handler = _JsonHandler(stream)
+    handler = _JsonHandler()
     handler.set_name(_ROOT_HANDLER)
     handler.setFormatter(formatter)
     root = logging.getLogger()
@@ -107,13 +107,11 @@ def announce(event: str, level: str = "info", **fields: object) -> None:
 
 class _Lines:
     """structlog's logger: one write per line, message and newline together, so that lines of
-    other threads never land inside it."""
-
-    def __init__(self, stream: TextIO | None) -> None:
-        self._stream = stream
+    other threads never land inside it. Writes where `configure` said at each line (loggers
+    are cached: a later `configure` moves them all)."""
 
     def msg(self, message: str) -> None:
-        out = self._stream or sys.stderr
+        out = _STREAM[0] or sys.stderr
         out.write(message + "\n")
         out.flush()
 
@@ -123,14 +121,10 @@ class _Lines:
 class _JsonHandler(logging.Handler):
     """The standard library's lines, rendered by structlog's formatter, written as `_Lines`."""
 
-    def __init__(self, stream: TextIO | None) -> None:
-        super().__init__()
-        self._stream = stream
-
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = self.format(record)
-            out = self._stream or sys.stderr
+            out = _STREAM[0] or sys.stderr
             out.write(line + "\n")
             out.flush()
         except Exception:

@@ -108,6 +108,7 @@ def test_standard_library_lines_and_warnings_are_json() -> None:
         logging.getLogger("py4j.clientserver").debug("Received command")
         assert json_lines(out.getvalue())[0]["logger"] == "py4j.clientserver"
     finally:
+        logs.configure("info")  # back to standard error (cached loggers follow)
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         logging.captureWarnings(False)
