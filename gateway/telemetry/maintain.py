@@ -108,12 +108,14 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--target-size-mb", type=int, default=DEFAULT_TARGET_MB,
                    help=f"size of compacted files (default {DEFAULT_TARGET_MB} MiB)")
     p.add_argument("--retention-hours", type=int, default=DELTA_RETENTION_HOURS,
-                   help=f"keep files versions of the last N hours need "
+                   help=f"keep the files versions of the last N hours need "
                         f"(default {DELTA_RETENTION_HOURS})")
-    p.add_argument("--no-compact", dest="compact", action="store_false")
-    p.add_argument("--no-vacuum", dest="vacuum", action="store_false")
+    p.add_argument("--no-compact", dest="compact", action="store_false",
+                   help="leave small files as they are (default: compact them)")
+    p.add_argument("--no-vacuum", dest="vacuum", action="store_false",
+                   help="delete no files (default: vacuum what the retention allows)")
     p.add_argument("--dry-run", action="store_true",
-                   help="change nothing; count the files vacuum would delete")
+                   help="change nothing; count the files vacuum would delete (default: off)")
     p.add_argument("--log-level", default=None,
                    help="debug, info (default), warning or error; also GATEWAY_LOG_LEVEL")
     return p.parse_args(argv)
