@@ -207,6 +207,7 @@ def test_export_on_a_cluster_master_logs_json_progress_and_a_summary(tmp_path: P
     assert by_id(read_lake(table).to_pylist()) == by_id(expected)
     lines = [json.loads(line) for line in run.stderr.splitlines()]  # fails on a plain line
     assert not [e for e in lines if e["level"] not in ("info",)], lines
+    assert {e.get("logger") for e in lines} == {"gateway.telemetry.export"}  # Spark quiet
     progress = [e for e in lines if str(e["event"]).startswith("export progress")]
     summary = json.loads(run.stdout)
     assert len(progress) == summary["batches"] >= 2
