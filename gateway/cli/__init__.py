@@ -1,5 +1,6 @@
-"""The `gateway` command: `plan`, `serve`, `report`, `export`, `migrate`, and the admin commands
-(`topics`, `groups`, `describe`, `retries`, `purge`, `dlq`; see `gateway.cli.admin_cmd`)."""
+"""The `gateway` command: `plan`, `serve`, `report`, `export`, `maintain`, `migrate`, and the
+admin commands (`topics`, `groups`, `describe`, `retries`, `purge`, `dlq`; see
+`gateway.cli.admin_cmd`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ DISTRIBUTION = "retry-gateway"
 TELEMETRY_MODULES = {
     "report": {"matplotlib": "matplotlib", "pyarrow": "pyarrow", "deltalake": "deltalake"},
     "export": {"pyspark": "pyspark", "pyarrow": "pyarrow", "deltalake": "deltalake"},
+    "maintain": {"pyarrow": "pyarrow", "deltalake": "deltalake"},
 }
 """What `gateway report` and `gateway export` import (module -> distribution): the telemetry
 extra's libraries, which the base install leaves out (Spark alone is hundreds of MB)."""
@@ -44,7 +46,7 @@ def require_extra(command: str, extra: str, modules: Mapping[str, str]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args_list[:1] in (["report"], ["export"]):
+        if args_list[:1] in (["report"], ["export"], ["maintain"]):
             return _telemetry(args_list[0], args_list[1:])
         return _main(args_list)
     except GatewayError as exc:
@@ -62,6 +64,10 @@ def _telemetry(command: str, argv: list[str]) -> int:
         return int(report.main(argv, build_registry(installed()).retry_tables) or 0)
     from gateway.telemetry import export
 
+    if command == "maintain":
+        from gateway.telemetry import maintain
+
+        return int(maintain.main(argv) or 0)
     return int(export.main(argv) or 0)
 
 
@@ -99,6 +105,8 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     sub.add_parser("export", help="stream the telemetry spool into the lake with PySpark "
                    "(gateway export --spool DIR --table DIR --checkpoint DIR; needs the telemetry "
                    "extra)")
+    sub.add_parser("maintain", help="compact the lake's small files and vacuum old ones "
+                   "(gateway maintain --table DIR; needs the telemetry extra)")
 
 
 if __name__ == "__main__":

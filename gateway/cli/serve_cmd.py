@@ -6,16 +6,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import os
 import signal
 import ssl
-import sys
 from dataclasses import fields
 
 import structlog
 
-from gateway.errors import InvalidArgument
+from gateway import logs
+from gateway.errors import GatewayError, InvalidArgument
 from gateway.product import installed, settings_of
 from gateway.server.config import ServeConfig, backends, env_name, load
 
@@ -34,6 +33,8 @@ collection every 700 container allocations, and a gateway allocates several per 
 `python -m bench.gateway` the collector took 9% of the event loop's thread and end-to-end
 throughput rose from 23,600 to 27,500 msgs/s with these. Messages form few reference cycles;
 what they do form is still collected, less often."""
+log = structlog.get_logger("gateway.server")
+
 EXIT_BACKEND_LOST = 75
 """Exit status when the back end cannot recover within the process (EX_TEMPFAIL: try again)."""
 
@@ -141,19 +142,8 @@ def _add_product_flags(p: argparse.ArgumentParser) -> None:
 
 
 def configure_logging(level: str) -> None:
-    numeric = getattr(logging, level.upper(), logging.INFO)
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    """Every line of the gateway's log stream JSON, at `level` (`gateway.logs`)."""
+    logs.configure(level)
 
 
 async def serve(config: ServeConfig) -> int:
@@ -168,12 +158,13 @@ async def serve(config: ServeConfig) -> int:
     app = GatewayApp(config)
     await app.start()
     tune_gc()
-    print(f"gateway listening on {config.listen.rsplit(':', 1)[0]}:{app.grpc_port}",
-          file=sys.stderr, flush=True)
+    grpc_at = f"{config.listen.rsplit(':', 1)[0]}:{app.grpc_port}"
+    logs.announce(f"gateway listening on {grpc_at}", listen=grpc_at)
     if config.console_listen:
         scheme = "https" if config.tls_cert else "http"
-        print(f"gateway console on {scheme}://{config.console_listen.rsplit(':', 1)[0]}:"
-              f"{app.console_port}/", file=sys.stderr, flush=True)
+        console_at = (f"{scheme}://{config.console_listen.rsplit(':', 1)[0]}:"
+                      f"{app.console_port}/")
+        logs.announce(f"gateway console on {console_at}", console=console_at)
     ends = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(app.lost.wait())]
     await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
     for end in ends:
@@ -181,8 +172,8 @@ async def serve(config: ServeConfig) -> int:
     if not app.lost.is_set():
         await app.stop()
         return 0
-    print(f"gateway: exiting with status {EXIT_BACKEND_LOST}: {app.backend.fatal()}",
-          file=sys.stderr, flush=True)
+    logs.announce(f"gateway: exiting with status {EXIT_BACKEND_LOST}: {app.backend.fatal()}",
+                  "error", status=EXIT_BACKEND_LOST)
     await app.stop(grace_s=0.0)  # nothing can be settled: no drain
     return EXIT_BACKEND_LOST
 
@@ -208,6 +199,11 @@ def run(args: argparse.Namespace) -> int:
         if flags.get(exc.field) is None and variable in os.environ:
             raise InvalidArgument(variable, exc.value, exc.allowed) from None
         raise
+    except GatewayError:
+        raise  # a usage error (a missing extra, a bad setting): the CLI says it in one line
+    except Exception:
+        log.exception("gateway failed")
+        return 1
 
 
 def check_files(config: ServeConfig) -> None:

@@ -94,6 +94,8 @@ def _words(e: pb.TimelineEvent) -> tuple[str, str]:
             return "Retry due", "ready for delivery again"
         return "Ready again", reason
     if to == "INFLIGHT":
+        if e.from_state == "INFLIGHT":
+            return "Invisible duration changed", f"invisible for {duration(e.delay_ms)}"
         return f"Delivered (attempt {e.attempt})", ""
     if to == "WAITING_RETRY":
         parts = [f"retry in {duration(e.delay_ms)}" if e.delay_ms else "retry"]

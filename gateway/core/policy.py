@@ -93,6 +93,22 @@ class RetryPolicy:
         """True when a message with `retries` counted failures may not be retried again."""
         return self.max_retries is not None and retries > self.max_retries
 
+    @property
+    def copies_retries(self) -> bool:
+        """True when a failed message waits as a copy on a retry destination; False when the
+        policy keeps it in place or never retries (broadcasting)."""
+        return self.placement is Placement.COPY and self.retries_enabled
+
+    def retry_topic(self, topic: str, group: str) -> str:
+        """The topic holding `group`'s retry copies of `topic`; "" when there is none (retries
+        kept in place, or no retries)."""
+        return self.naming.retry_topic(topic, group) if self.copies_retries else ""
+
+    def dead_letter_topic(self, topic: str, group: str) -> str:
+        """The topic receiving `group`'s dead letters of `topic`; "" when exhausted messages
+        are discarded."""
+        return self.naming.dead_letter_topic(topic, group) if self.dead_letter else ""
+
     def retry_destination(self, record: Record) -> str:
         return self.naming.retry_topic(record.topic, record.group)
 

@@ -118,8 +118,12 @@ class GroupAdmin:
             oldest_ready_ms=min([t for t in (main.oldest_ready_ms, retry.oldest_ready_ms) if t],
                                 default=0),
             next_retry_ms=min(next_times, default=0),
-            retry_topic=retry_topic,
-            dead_letter_topic=dlq_topic,
+            # Where the group's policy really puts them ("" when it keeps retries in place,
+            # or discards); the scheme's names when the gateway runs no subscription for it.
+            retry_topic=(state.policy.retry_topic(topic, group) if state is not None
+                         else retry_topic),
+            dead_letter_topic=(state.policy.dead_letter_topic(topic, group) if state is not None
+                               else dlq_topic),
             policy=policy,
             naming=scheme.name,
             max_retries=max_retries,

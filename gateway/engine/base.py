@@ -22,8 +22,8 @@ from typing import Any
 
 import structlog
 
-from gateway.backend import Backend, Lease, OutMessage, Release
-from gateway.core.machine import REDELIVER, Decision
+from gateway.backend import Backend, Lease, OutMessage, Release, StoredMessage
+from gateway.core.machine import EXTEND, REDELIVER, Decision
 from gateway.core.policy import RetryPolicy
 from gateway.core.properties import TRACEPARENT, TRACESTATE
 from gateway.core.record import Record
@@ -42,6 +42,10 @@ log = structlog.get_logger("gateway.engine")
 
 RECEIPT_POOL = 1024
 """Receipts' random parts drawn per call to the system's random source."""
+DUE_REMEMBERED = 200_000
+"""Retries whose due time the engine keeps for its observers (`_due`), at most: about 200 bytes
+each. Past it the oldest are forgotten; such a retry, delivered again in place, then shows no
+WAITING_RETRY -> READY transition (a retry copy still does: its deliver time says when)."""
 
 
 class Batch:
@@ -95,6 +99,10 @@ class EngineBase:
         self._trace: Any = log.bind()
         """The logger bound once (not per transition), for the per-transition debug line."""
         self._trace_debug = debug_enabled(self._trace)
+        self._due: dict[tuple[str, str], int] = {}
+        """While full observers listen: by (group, message id), the real time at which a failed
+        message's retry falls due, told to observers (WAITING_RETRY -> READY at that time) when
+        the message is delivered again. Bounded by `DUE_REMEMBERED`."""
 
     @property
     def registry(self) -> Registry:
@@ -199,13 +207,17 @@ class EngineBase:
             if tally:
                 self.observers.count_all(tally)
 
-    def _emit(self, inf: InFlight, before: State, decision: Decision, ts_ms: int) -> None:
-        """Tell observers (and the debug log) about a state change made at real time `ts_ms`.
-        Nothing is built when nobody listens."""
+    def _emit(
+        self, inf: InFlight, before: State, decision: Decision, ts_ms: int, now: int = 0
+    ) -> None:
+        """Tell observers (and the debug log) about a state change made at real time `ts_ms`
+        (policy time `now`, needed for a changed invisible duration). Nothing is built when
+        nobody listens."""
         record = decision.record
         to_state = record.state
         outcome = decision.outcome
-        if before is to_state and outcome is not REDELIVER:
+        extend = outcome is EXTEND
+        if before is to_state and outcome is not REDELIVER and not extend:
             return
         observers = self.observers
         full = observers.full or self._trace_debug
@@ -215,12 +227,12 @@ class EngineBase:
         if outcome is REDELIVER and to_state is INFLIGHT:
             to_state = WAITING_RETRY
         to_name: str = to_state._value_
-        if before is INFLIGHT and observers.settle_timers:
+        if before is INFLIGHT and observers.settle_timers and not extend:
             # How long the delivery was out, in real time (delivered_at_ms is policy time).
             t = self._time
             out_ms = ts_ms - t.anchor_ms - int((record.delivered_at_ms - t.anchor_ms) * t.scale)
             observers.settled(policy.name, to_name, max(0, out_ms) / 1000)
-        if observers.counters:
+        if observers.counters and not extend:
             tally = self._tally
             if tally is None:
                 observers.count(to_name, record.topic, record.group, policy.name, record.attempt)
@@ -229,17 +241,73 @@ class EngineBase:
                 tally[key] = tally.get(key, 0) + 1
         if not full:
             return
+        delay_ms = decision.delay_ms
+        reason = decision.reason
+        if extend:
+            # The new invisible period, counted from the call (policy ms, as every delay).
+            delay_ms = max(0, record.deadline_ms - now)
+            reason = "invisible duration changed"
+        elif to_state is WAITING_RETRY:
+            self._remember_due(record.group, record.message_id,
+                               ts_ms + self._time.real_ms(delay_ms))
         props = inf.stored.properties
         transition = Transition(
             ts_ms, policy.dialect, policy.name, self._config.backend_name, record.topic,
             record.group, record.message_id, record.attempt, before._value_, to_name,
-            decision.delay_ms, decision.reason, decision.destination or "",
+            delay_ms, reason, decision.destination or "",
             props.get(TRACEPARENT, ""), props.get(TRACESTATE, ""),
         )
         if self._trace_debug:
             self._trace.debug("transition", message_id=record.message_id, topic=record.topic,
                               group=record.group, attempt=record.attempt, state=to_name)
         observers.emit_full(transition)
+
+    # ------------------------------------------- how a message became READY
+    def _listening(self) -> bool:
+        """True when some observer (or the debug log) takes whole transitions."""
+        return bool(self.observers.full) or self._trace_debug
+
+    def _remember_due(self, group: str, message_id: str, due_real_ms: int) -> None:
+        due = self._due
+        due[(group, message_id)] = due_real_ms
+        if len(due) > DUE_REMEMBERED:
+            del due[next(iter(due))]  # the oldest entry (dicts keep insertion order)
+
+    def _emit_arrival(
+        self, policy: RetryPolicy, stored: StoredMessage, record: Record, real: int
+    ) -> None:
+        """Before delivering `stored` (as `record`, READY): tell observers how it became READY,
+        which the engine learns only now that the back end hands it out. A retry falls due
+        (WAITING_RETRY -> READY at its due time), or a message comes for the first time to
+        this group (its first event, "" -> READY at its publish or deliver time). A message
+        made READY again at once (a lost consumer, a simple consumer's timeout) was told about
+        when it happened."""
+        due = self._due.pop((record.group, record.message_id), None)
+        if due is not None:
+            self._emit_ready(policy, record, WAITING_RETRY, min(due, real), "retry due")
+        elif stored.attempt == 0:
+            published = min(max(stored.publish_ms, stored.deliver_at_ms), real)
+            self._emit_ready(policy, record, None, published, "published")
+        elif stored.deliver_at_ms and stored.topic != record.topic:
+            # A retry copy whose due time this process does not know (written before a
+            # restart, or forgotten): its deliver time is when it fell due.
+            self._emit_ready(policy, record, WAITING_RETRY, min(stored.deliver_at_ms, real),
+                             "retry due")
+
+    def _emit_ready(
+        self, policy: RetryPolicy, record: Record, before: State | None, ts_ms: int, reason: str
+    ) -> None:
+        """Tell the observers that take whole transitions that `record` became READY (`before`
+        None: its first event). Not counted: the counters count deliveries and their ends."""
+        transition = Transition(
+            ts_ms, policy.dialect, policy.name, self._config.backend_name, record.topic,
+            record.group, record.message_id, record.attempt,
+            "" if before is None else before._value_, "READY", 0, reason, "",
+        )
+        if self._trace_debug:
+            self._trace.debug("transition", message_id=record.message_id, topic=record.topic,
+                              group=record.group, attempt=record.attempt, state="READY")
+        self.observers.emit_full(transition)
 
 
 def debug_enabled(logger: Any) -> bool:

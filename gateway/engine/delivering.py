@@ -159,6 +159,8 @@ class Delivering(Expiring):
                         sub.group, READY, stored.attempt, stored.retries, now)
         n, receipt = self._new_receipt()
         decision = decide(record, ev.Deliver(receipt, invisible_ms), policy, now)
+        if self.observers.full or self._trace_debug:
+            self._emit_arrival(policy, stored, record, real)
         new = decision.record
         inf = InFlight(receipt, new, stored, sub, consumer, policy, timer=n,
                        blocks=sub.policy.blocks_queue)
@@ -298,8 +300,14 @@ class Delivering(Expiring):
         now, real = self._time.both()
         record = inf.record
         if record.state is WAITING_RETRY:
-            record = decide(record, ev.RetryDue(), inf.policy, max(now, record.visible_at_ms)
-                            ).record
+            due = record.visible_at_ms
+            record = decide(record, ev.RetryDue(), inf.policy, max(now, due)).record
+            if self._listening():
+                real_due = self._due.pop((record.group, record.message_id), None)
+                if real_due is None:
+                    real_due = real - self._time.real_ms(max(0, now - due))
+                self._emit_ready(inf.policy, record, WAITING_RETRY, min(real_due, real),
+                                 "retry due")
         n, receipt = self._new_receipt()
         at = max(now, record.visible_at_ms)
         decision = decide(record, ev.Deliver(receipt), policy, at)

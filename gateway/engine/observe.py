@@ -19,7 +19,16 @@ log = structlog.get_logger("gateway.engine")
 @value
 class Transition:
     """One state change of one message for one group, as observers see it (built for every
-    delivery and every settle while an observer listens)."""
+    delivery and every settle while an observer listens).
+
+    Every change is told, in order, with the state left: `""` -> READY (the message's first
+    event in the group, at its publish or deliver time), READY -> INFLIGHT (a delivery),
+    INFLIGHT -> WAITING_RETRY (`delay_ms`: the wait set), WAITING_RETRY -> READY (the retry
+    falls due, at its due time, told when the message goes out again), INFLIGHT -> READY (given
+    back at once), INFLIGHT -> INFLIGHT (a changed invisible duration, `delay_ms` the new one),
+    INFLIGHT -> COMMITTED / DEAD_LETTERED / DISCARDED. The READY and INFLIGHT -> INFLIGHT ones
+    go to observers that take whole transitions only; counting observers count deliveries and
+    their ends, as before."""
 
     ts_ms: int
     dialect: str

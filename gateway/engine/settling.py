@@ -165,7 +165,7 @@ class Settling(EngineBase):
         sub = inf.sub
         policy = inf.policy
         outcome = decision.outcome
-        self._emit(inf, before, decision, real)
+        self._emit(inf, before, decision, real, now)
         if outcome is NO_CHANGE:
             return
         self._disarm(inf)

@@ -79,9 +79,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                     consumer_id=consumer.id,
                     policy=policy.name,
                     naming=policy.naming.name,
-                    retry_topic=policy.naming.retry_topic(spec.topic, consumer.group),
-                    dead_letter_topic=policy.naming.dead_letter_topic(spec.topic,
-                                                                      consumer.group),
+                    retry_topic=policy.retry_topic(spec.topic, consumer.group),
+                    dead_letter_topic=policy.dead_letter_topic(spec.topic, consumer.group),
                     max_retries=-1 if policy.max_retries is None else policy.max_retries,
                 )
             )

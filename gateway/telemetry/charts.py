@@ -46,6 +46,7 @@ def attempts_chart(path: Path, by_group: Mapping[str, Counter[int]]) -> None:
             offsets = [x - 0.4 + width * (i + 0.5) for x in xs]
             ax.bar(offsets, [by_group[group][x] for x in xs], width=width, label=group)
         ax.set_xticks(xs)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("deliveries of the message (attempts)")
         ax.set_ylabel("messages")
         ax.set_title(title)
@@ -64,7 +65,8 @@ def commit_time_chart(path: Path, by_group: Mapping[str, Sequence[int]]) -> None
         ax = fig.add_subplot()
         series = {g: [ms / 1000 for ms in v] for g, v in sorted(by_group.items()) if v}
         ax.hist(list(series.values()), bins=30, label=list(series), stacked=True)
-        ax.set_xlabel("seconds from first event to COMMITTED")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("seconds from first event (published) to COMMITTED")
         ax.set_ylabel("messages")
         ax.set_title(title)
         ax.legend(title="group", fontsize="small")
@@ -75,10 +77,11 @@ def commit_time_chart(path: Path, by_group: Mapping[str, Sequence[int]]) -> None
 def retry_interval_chart(
     path: Path, intervals: Sequence[RetryInterval], expected: Mapping[str, Sequence[int]]
 ) -> None:
-    """Observed WAITING_RETRY -> READY waits per retry number, against each policy's table."""
+    """Per policy and retry number: the wait the policy set, when the retry fell due and when it
+    was delivered again (from the failure), against the policy's table where it has one."""
     dialects = sorted({i.dialect for i in intervals})
     fig = _figure(8.0, 3.6 * max(1, len(dialects)))
-    title = "Observed retry intervals against the policy table"
+    title = "Retry intervals"
     if not dialects:
         _empty(fig, title, "no retries observed")
         fig.savefig(path)
@@ -86,32 +89,30 @@ def retry_interval_chart(
     axes = fig.subplots(len(dialects), 1, squeeze=False)[:, 0]
     for ax, dialect in zip(axes, dialects, strict=True):
         mine = [i for i in intervals if i.dialect == dialect]
-        ax.scatter(
-            [i.retry for i in mine],
-            [max(i.observed_ms, 1) / 1000 for i in mine],
-            s=14,
-            alpha=0.6,
-            label="observed",
-        )
         top = max(i.retry for i in mine)
         table = expected.get(dialect)
         if table:
-            ks = list(range(1, top + 3))
-            ax.step(
-                ks,
-                [expected_delay_ms(table, k) / 1000 for k in ks],
-                where="mid",
-                color="tab:red",
-                label=f"{dialect} table",
-            )
-        observed = [max(i.observed_ms, 1) for i in mine]
-        if max(observed) > 20 * min(observed):
+            ks = list(range(1, top + 1))
+            ax.step(ks, [expected_delay_ms(table, k) / 1000 for k in ks], where="mid",
+                    color="tab:red", alpha=0.6, label="policy table")
+        ax.scatter([i.retry for i in mine], [i.planned_ms / 1000 for i in mine], marker="_",
+                   s=400, color="black", label="wait set by the policy")
+        ax.scatter([i.retry - 0.12 for i in mine], [max(i.observed_ms, 1) / 1000 for i in mine],
+                   s=16, alpha=0.6, color="tab:blue", label="fell due (READY)")
+        again = [i for i in mine if i.redelivered_ms is not None]
+        ax.scatter([i.retry + 0.12 for i in again],
+                   [max(i.redelivered_ms or 0, 1) / 1000 for i in again],
+                   s=16, alpha=0.6, color="tab:green", label="delivered again")
+        values = [v for i in mine for v in (i.planned_ms, i.observed_ms) if v > 0]
+        if values and max(values) > 20 * min(values):
             ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+        ax.set_xlim(0.5, top + 0.5)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("retry number")
-        ax.set_ylabel("seconds waiting")
-        suffix = "" if table else " (no table given)"
-        ax.set_title(f"{title}: {dialect}{suffix}")
+        ax.set_ylabel("seconds after the failure")
+        ax.set_title(f"{title}: {dialect} ({len(mine)} retries)")
         ax.legend(fontsize="small")
         ax.grid(alpha=0.3, which="both")
     fig.savefig(path)
@@ -145,8 +146,11 @@ def terminal_chart(path: Path, times: Mapping[str, Sequence[int]], buckets: int 
     fig.savefig(path)
 
 
-def timeline_chart(path: Path, label: str, points: Sequence[tuple[int, str]]) -> None:
-    """One message's states over time, as a step chart."""
+def timeline_chart(
+    path: Path, label: str, points: Sequence[tuple[int, str, int]], scaled: bool = False
+) -> None:
+    """One message's states over time, as a step chart; each delivery marked with its
+    attempt. `scaled`: the times are policy time (a report with `--time-scale`)."""
     fig = _figure(9.0, 4.0)
     title = f"Timeline of message {label}"
     if not points:
@@ -155,12 +159,17 @@ def timeline_chart(path: Path, label: str, points: Sequence[tuple[int, str]]) ->
         return
     ax = fig.add_subplot()
     t0 = points[0][0]
-    xs = [(t - t0) / 1000 for t, _ in points]
-    ys = [STATES.index(s) for _, s in points]
+    xs = [(t - t0) / 1000 for t, _, _ in points]
+    ys = [STATES.index(s) for _, s, _ in points]
     ax.step([*xs, xs[-1]], [*ys, ys[-1]], where="post", marker="o", markersize=4)
+    for x, (_, state, attempt) in zip(xs, points, strict=True):
+        if state == "INFLIGHT":
+            ax.annotate(f"#{attempt}", (x, STATES.index(state)), textcoords="offset points",
+                        xytext=(3, 5), fontsize="x-small", color="dimgray")
     ax.set_yticks(range(len(STATES)), list(STATES))
     ax.set_ylim(-0.5, len(STATES) - 0.5)
-    ax.set_xlabel("seconds since the first event of the message")
+    policy_time = " (policy time)" if scaled else ""
+    ax.set_xlabel(f"seconds since the first event of the message{policy_time}; #n: delivery n")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.savefig(path)

@@ -11,23 +11,29 @@ files per micro-batch) and checkpoints which files it has taken. Two sinks:
 * `parquet`: Spark's own file sink, partitioned by `event_date` and `dialect`; its `_spark_metadata`
   log says which files belong to committed batches (`gateway.telemetry.lake` reads it).
 
-Run `python -m gateway.telemetry.export --spool DIR --table DIR --checkpoint DIR`.
+Run `gateway export --spool DIR --table DIR --checkpoint DIR` (or `python -m
+gateway.telemetry.export ...`): JSON log lines on standard error, one progress line per
+micro-batch, and a JSON summary (events, batches, rows, seconds) on standard output.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
+import tempfile
+import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Literal
 
+from gateway.telemetry import sparklog
 from gateway.telemetry.events import PARTITION_COLUMNS, arrow_schema, spark_schema
 
 __all__ = [
@@ -47,21 +53,34 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Format = Literal["delta", "parquet"]
+MAX_FILE_AGE = "30d"
+"""How much older than the newest segment seen a segment may be and still be read. Spark's file
+source ignores older files after its first batch (default 7 days): segments that reach the
+spool late (restored, copied in from a node that was down) would never reach the lake. Spark
+remembers every file seen within this age, so it is not unbounded."""
 WRITER_ID_FILE = "gateway-writer-id"
 META_WRITER = "gateway.writer_id"
 META_BATCH = "gateway.batch_id"
 
 
 def build_spark(
-    master: str = "local[*]", app_name: str = "gateway-telemetry-export"
+    master: str = "local[*]",
+    app_name: str = "gateway-telemetry-export",
+    *,
+    level: str = "info",
+    conf: Mapping[str, str] | None = None,
+    log_dir: str | None = None,
 ) -> SparkSession:
-    """Start (or join) the local Spark session the exporter runs in."""
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    """Start (or join) the Spark session the exporter runs in: local by default, or on the
+    cluster `master` names (`spark://host:7077`, `k8s://...`, `yarn`). Spark's own log lines
+    are JSON at `sparklog.jvm_level(level)`; `conf` adds Spark settings."""
+    if is_local(master):
+        os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -70,10 +89,19 @@ def build_spark(
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.files.ignoreMissingFiles", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .getOrCreate()
+        .config("spark.driver.extraJavaOptions", sparklog.java_options(level, log_dir))
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(sparklog.jvm_level(level))
     return spark
+
+
+def is_local(master: str) -> bool:
+    """True for Spark's local masters (`local`, `local[4]`, `local[*]`, `local-cluster[...]`):
+    driver and executors on this host, bound to loopback."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
 
 
 def writer_id_for(checkpoint: str | os.PathLike[str]) -> str:
@@ -90,12 +118,32 @@ def writer_id_for(checkpoint: str | os.PathLike[str]) -> str:
         return wid
 
 
+@dataclass(slots=True)
+class ExportStats:
+    """What one run of the exporter did (its summary)."""
+
+    events: int = 0
+    """Events read from the spool."""
+    batches: int = 0
+    """Micro-batches that read events."""
+    rows: int = 0
+    """Rows appended to the lake (a batch replayed after a crash appends none)."""
+    seen: set[int] = field(default_factory=set)
+    """Batch ids counted so far."""
+
+    def as_dict(self, seconds: float) -> dict[str, object]:
+        return {"events": self.events, "batches": self.batches, "rows": self.rows,
+                "seconds": round(seconds, 3)}
+
+
 @dataclass(frozen=True, slots=True)
 class DeltaBatchWriter:
     """`foreachBatch` function: appends one micro-batch to a Delta table at most once."""
 
     table: str
     writer_id: str
+    stats: ExportStats | None = None
+    """Counts the rows appended, when given."""
 
     def committed_version(self) -> int | None:
         """The last batch id this writer committed to the table, or None."""
@@ -116,6 +164,8 @@ class DeltaBatchWriter:
         if data.num_rows == 0:
             return
         self.write_arrow(data, batch_id)
+        if self.stats is not None:
+            self.stats.rows += data.num_rows
 
     def write_arrow(self, data: pa.Table, batch_id: int) -> None:
         """Append an Arrow table of lake rows, recording `batch_id` for this writer."""
@@ -152,13 +202,18 @@ def start_export(
     fmt: Format = "delta",
     processing_time: str | None = None,
     max_files_per_trigger: int = 64,
+    max_file_age: str = MAX_FILE_AGE,
+    stats: ExportStats | None = None,
 ) -> StreamingQuery:
-    """Start the streaming query; `processing_time` None means an availableNow (catch-up) run."""
+    """Start the streaming query; `processing_time` None means an availableNow (catch-up) run.
+    `max_file_age`: segments this much older than the newest one seen are still read (Spark's
+    default, 7 days, would skip them)."""
     from pyspark.sql import functions as F
 
     events = (
         spark.readStream.schema(spark_schema())
         .option("maxFilesPerTrigger", max_files_per_trigger)
+        .option("maxFileAge", max_file_age)
         .option("pathGlobFilter", "events-*.jsonl")
         .option("mode", "DROPMALFORMED")
         .json(spool)
@@ -166,7 +221,7 @@ def start_export(
         .withColumn("event_date", event_date_column())
     )
     if fmt == "delta":
-        writer = DeltaBatchWriter(table, writer_id_for(checkpoint))
+        writer = DeltaBatchWriter(table, writer_id_for(checkpoint), stats)
         stream = events.writeStream.foreachBatch(writer)
     elif fmt == "parquet":
         stream = (
@@ -187,7 +242,9 @@ def start_export(
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="gateway export",
-        description="Stream spooled retry transition events into a Delta or Parquet data lake.",
+        description="Stream spooled retry transition events into a Delta or Parquet data lake. "
+                    "Logs JSON lines on standard error (a progress line per batch) and prints "
+                    "a JSON summary on standard output.",
     )
     p.add_argument("--spool", required=True, help="spool directory (segment files)")
     p.add_argument("--table", required=True, help="lake table directory")
@@ -200,21 +257,70 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                       help='keep running, one micro-batch per INTERVAL, e.g. "10 seconds" '
                            "(default: off, --available-now)")
     p.add_argument("--master", default="local[*]",
-                   help="Spark master URL (default local[*]: every core of this machine)")
+                   help="Spark master: local[*] (default: every core of this machine), "
+                        "spark://HOST:7077, k8s://..., yarn")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting, repeatable (e.g. spark.driver.host=10.0.0.5; "
+                        "default: none)")
     p.add_argument("--max-files-per-trigger", type=int, default=64,
                    help="spool segment files read per micro-batch, at least 1 (default 64)")
+    p.add_argument("--max-file-age", default=MAX_FILE_AGE,
+                   help=f"read segments up to this much older than the newest seen "
+                        f"(default {MAX_FILE_AGE}; Spark's own default of 7d skips older ones)")
+    p.add_argument("--log-level", default=None,
+                   help="debug, info (default), warning or error; also GATEWAY_LOG_LEVEL")
     args = p.parse_args(argv)
     if args.max_files_per_trigger < 1:
         p.error("--max-files-per-trigger must be >= 1")
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            p.error(f"--conf {item!r}: KEY=VALUE expected")
+        conf[key.strip()] = value.strip()
+    args.conf = conf
     return args
+
+
+def report_progress(query: StreamingQuery, stats: ExportStats, started: float) -> None:
+    """One progress line for each micro-batch that read events and was not told yet."""
+    for p in query.recentProgress:
+        batch, rows = int(p["batchId"]), int(p["numInputRows"])
+        if rows <= 0 or batch in stats.seen:
+            continue
+        stats.seen.add(batch)
+        stats.batches += 1
+        stats.events += rows
+        seconds = round(time.monotonic() - started, 3)
+        log.info("export progress: batch %d, %d events (%d in %d batches, %.1f s)", batch, rows,
+                 stats.events, stats.batches, seconds,
+                 extra={"batch": batch, "batch_events": rows, "events": stats.events,
+                        "batches": stats.batches, "seconds": seconds})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the process exit code."""
+    from gateway import logs
+
     args = _parse(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    level = logs.level_from(args.log_level)
+    logs.configure(level)
     Path(args.spool).mkdir(parents=True, exist_ok=True)
-    spark = build_spark(args.master)
+    started = time.monotonic()
+    stats = ExportStats()
+    with tempfile.TemporaryDirectory(prefix="gateway-export-") as log_dir, \
+            sparklog.stderr_as_json(level):
+        spark = build_spark(args.master, level=level, conf=args.conf, log_dir=log_dir)
+        try:
+            return _run(spark, args, stats, started)
+        finally:
+            spark.stop()
+
+
+def _run(spark: SparkSession, args: argparse.Namespace, stats: ExportStats,
+         started: float) -> int:
+    if args.format == "parquet":
+        stats.rows = -1  # counted from the events read (Spark's sink writes each one)
     query = start_export(
         spark,
         spool=args.spool,
@@ -223,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fmt=args.format,
         processing_time=args.processing_time,
         max_files_per_trigger=args.max_files_per_trigger,
+        max_file_age=args.max_file_age,
+        stats=stats,
     )
     stopping: list[int] = []
 
@@ -231,19 +339,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    try:
-        while query.isActive and not stopping:
-            query.awaitTermination(1)
-        if stopping:
-            log.info("signal %d: stopping the export query", stopping[0])
-            query.stop()
-        err = query.exception()
-        if err is not None:
-            log.error("export query failed: %s", err)
-            return 1
-        return 0
-    finally:
-        spark.stop()
+    while query.isActive and not stopping:
+        query.awaitTermination(1)
+        report_progress(query, stats, started)
+    if stopping:
+        log.info("signal %d: stopping the export query", stopping[0])
+        query.stop()
+    report_progress(query, stats, started)
+    if stats.rows < 0:
+        stats.rows = stats.events
+    err = query.exception()
+    summary = stats.as_dict(time.monotonic() - started)
+    if err is not None:
+        log.error("export query failed: %s", err)
+        print(json.dumps({**summary, "error": str(err)}), flush=True)
+        return 1
+    log.info("export finished: %d events in %d batches, %d rows appended, %.1f s",
+             stats.events, stats.batches, stats.rows, summary["seconds"], extra=summary)
+    print(json.dumps(summary), flush=True)
+    return 0
 
 
 if __name__ == "__main__":

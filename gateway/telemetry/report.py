@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import html
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,15 +38,20 @@ def build_report(
     *,
     expected: Mapping[str, Sequence[int]] | None = None,
     message: tuple[str, str] | None = None,
+    time_scale: float = 1.0,
 ) -> Path:
     """Write the charts and `index.html` for `rows` into `out`; returns the page's path.
-    `expected`: retry tables by dialect, drawn against the retry intervals observed."""
+    `expected`: retry tables by dialect, drawn against the retry intervals observed.
+    `time_scale`: the gateway's `--time-scale`; times are shown as the policies saw them."""
     out.mkdir(parents=True, exist_ok=True)
     tables: dict[str, Sequence[int]] = dict(expected or {})
+    rows = analysis.rescale(rows, time_scale)
     messages = analysis.by_message(rows)
     intervals = analysis.retry_intervals(messages)
     terminal = analysis.terminal_events(rows)
     key = _pick_message(messages, message)
+    slack = math.ceil(1 / time_scale)
+    figures = analysis.policy_figures(rows, messages, intervals, slack)
 
     charts.attempts_chart(out / "attempts.png", analysis.attempts_by_group(messages))
     charts.commit_time_chart(out / "time_to_commit.png", analysis.time_to_commit_ms(messages))
@@ -53,17 +59,20 @@ def build_report(
     charts.terminal_chart(out / "terminal.png", terminal)
     label = f"{key[1]} ({key[0]})" if key else "-"
     charts.timeline_chart(
-        out / "timeline.png", label, analysis.timeline(messages[key]) if key else []
+        out / "timeline.png", label, analysis.timeline(messages[key]) if key else [],
+        scaled=time_scale != 1,
     )
 
     shown = [
         Chart("attempts.png", "Deliveries per message", "How many deliveries each message needed."),
-        Chart("time_to_commit.png", "Time to commit", "From a message's first event to COMMITTED."),
+        Chart("time_to_commit.png", "Time to commit",
+              "From a message's first event (published) to COMMITTED."),
         Chart(
             "retry_intervals.png",
             "Retry intervals",
-            "Observed wait from a failure (WAITING_RETRY) to READY, against the policy table "
-            "(retry k waits entry k; past the end, the last entry).",
+            "For each retry: the wait its policy set, when it fell due (WAITING_RETRY to READY) "
+            "and when it was delivered again, measured from the failure; against the policy's "
+            "table where it has one (retry k waits entry k; past the end, the last entry).",
         ),
         Chart("terminal.png", "Dead letters and discards", "Terminal failures over time."),
         Chart("timeline.png", "One message", f"Every transition of message {label}."),
@@ -72,13 +81,21 @@ def build_report(
         "events": len(rows),
         "messages": len(messages),
         "groups": len({k[0] for k in messages}),
-        "dialects": ", ".join(sorted({str(r["dialect"]) for r in rows})) or "-",
+        "policies": ", ".join(sorted({str(r["dialect"]) for r in rows})) or "-",
         "retries observed": len(intervals),
         "dead-lettered": len(terminal["DEAD_LETTERED"]),
         "discarded": len(terminal["DISCARDED"]),
     }
+    if time_scale != 1:
+        summary["time scale"] = f"{time_scale:g} (times shown as the policies saw them)"
+    notes = []
+    hint = analysis.scale_hint(intervals) if time_scale == 1 else None
+    if hint is not None:
+        notes.append(f"Retries fell due after about {hint:.2g} of their planned waits: was the "
+                     f"gateway run with --time-scale {hint:.2g}? Pass the same --time-scale to "
+                     "gateway report to see the times as the policies saw them.")
     page = out / "index.html"
-    page.write_text(_html(summary, shown), encoding="utf-8")
+    page.write_text(_html(summary, figures, notes, shown), encoding="utf-8")
     return page
 
 
@@ -96,25 +113,45 @@ def _pick_message(
     raise NotFound(f"message {message_id!r} (group {group or 'any'!r}) is not in the lake")
 
 
-def _html(summary: Mapping[str, object], shown: Sequence[Chart]) -> str:
-    rows = "\n".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
-        for k, v in summary.items()
+def _html(
+    summary: Mapping[str, object], figures: Sequence[analysis.PolicyFigures],
+    notes: Sequence[str], shown: Sequence[Chart],
+) -> str:
+    e = html.escape
+    rows = "\n".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in summary.items())
+    heads = ("policy", "retries observed", "due as planned", "dead-lettered", "discarded",
+             "messages", "median delivery lag")
+    per_policy = "\n".join(
+        f"<tr><td>{e(f.policy)}</td><td>{f.retries}</td><td>{f.as_planned}</td>"
+        f"<td>{f.dead_lettered}</td><td>{f.discarded}</td><td>{f.messages}</td>"
+        f"<td>{'-' if f.median_lag_ms is None else e(_seconds(f.median_lag_ms))}</td></tr>"
+        for f in figures
     )
+    notes_html = "".join(f'<p class="note">{e(n)}</p>' for n in notes)
     sections = "\n".join(
-        f"<section><h2>{html.escape(c.title)}</h2><p>{html.escape(c.note)}</p>"
-        f'<img src="{html.escape(c.file)}" alt="{html.escape(c.title)}"></section>'
+        f"<section><h2>{e(c.title)}</h2><p>{e(c.note)}</p>"
+        f'<img src="{e(c.file)}" alt="{e(c.title)}"></section>'
         for c in shown
     )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Retry telemetry</title>
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}
-th{{text-align:left;padding-right:1em}}img{{max-width:100%}}</style></head>
+th{{text-align:left;padding-right:1em}}td{{padding-right:1em}}img{{max-width:100%}}
+.note{{background:#fff3cd;padding:.5em}}</style></head>
 <body><h1>Retry telemetry</h1>
+{notes_html}
 <table>{rows}</table>
+<h2>By policy</h2>
+<table class="policies"><tr>{"".join(f"<th>{e(h)}</th>" for h in heads)}</tr>
+{per_policy}
+</table>
 {sections}
 </body></html>
 """
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.3g} s"
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -132,6 +169,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--group", default="", help="group of the message whose timeline is drawn")
     p.add_argument("--message", default="", help="message id whose timeline is drawn")
+    p.add_argument("--log-level", default=None,
+                   help="debug, info (default), warning or error; also GATEWAY_LOG_LEVEL")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="the --time-scale the gateway ran with: show times as the policies saw "
+                        "them (default 1)")
     return p.parse_args(argv)
 
 
@@ -140,15 +182,19 @@ def main(
 ) -> int:
     """CLI entry point; returns the process exit code. `tables`: the built-in retry tables by
     dialect (the registry's `retry_tables`), which `--expected` overrides."""
+    from gateway import logs
+
     args = _parse(argv)
     try:
+        logs.configure(logs.level_from(args.log_level))
         expected: dict[str, Sequence[int]] = dict(tables or {})
         expected.update(analysis.parse_expected(spec) for spec in args.expected)
         rows = read_lake(args.table).to_pylist()
         message = (args.group, args.message) if args.message else None
-        page = build_report(rows, Path(args.out), expected=expected, message=message)
+        page = build_report(rows, Path(args.out), expected=expected, message=message,
+                            time_scale=args.time_scale)
     except (GatewayError, FileNotFoundError) as exc:
-        print(f"gateway report: {exc}")
+        log.error("gateway report: %s", exc.message if isinstance(exc, GatewayError) else exc)
         return 2
     print(page)
     return 0

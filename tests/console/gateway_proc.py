@@ -65,8 +65,8 @@ def start(data_dir: Path, *, tokens: bool = True, extra: tuple[str, ...] = ()) -
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         text = log.read_text()
-        grpc_at = re.search(r"gateway listening on (\S+)", text)
-        console_at = re.search(r"gateway console on (http\S+?)/?\s", text)
+        grpc_at = re.search(r"gateway listening on ([^\s\"]+)", text)
+        console_at = re.search(r"gateway console on (http[^\s\"]+?)/?\"", text)
         if grpc_at and console_at:
             return Gateway(proc, grpc_at.group(1), console_at.group(1), log)
         if proc.poll() is not None:

@@ -27,7 +27,7 @@ def start(data: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     assert proc.stderr is not None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        match = re.search(r"gateway listening on (\S+)", proc.stderr.readline())
+        match = re.search(r"gateway listening on ([^\s\"]+)", proc.stderr.readline())
         if match:
             return proc, match.group(1)
     proc.kill()

@@ -26,7 +26,7 @@ def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
-        match = re.search(r"gateway listening on (\S+)", line)
+        match = re.search(r"gateway listening on ([^\s\"]+)", line)
         if match:
             return proc, match.group(1)
     proc.kill()

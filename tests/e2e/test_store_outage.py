@@ -8,6 +8,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import json
 import os
 import re
 import signal
@@ -44,7 +45,7 @@ def gateway(data_dir: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes]
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            match = re.search(r"gateway listening on (\S+)", log.read_text(errors="replace"))
+            match = re.search(r"gateway listening on ([^\s\"]+)", log.read_text(errors="replace"))
             if match:
                 break
             if proc.poll() is not None:
@@ -246,7 +247,8 @@ async def test_a_killed_writer_under_load_heals_by_itself_and_loses_nothing(
 def failed_commits(log: Path) -> int:
     """How many commits the gateway's log says failed."""
     lines = log.read_text(errors="replace").splitlines()
-    return sum(line.startswith("embedded store commit failed") for line in lines)
+    return sum(str(json.loads(line).get("event", "")).startswith("embedded store commit failed")
+               for line in lines if line.startswith("{"))
 
 
 @contextlib.contextmanager

@@ -296,7 +296,7 @@ def start(data_dir: Path) -> Gateway:
         )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        match = re.search(r"gateway listening on (\S+)", log.read_text())
+        match = re.search(r"gateway listening on ([^\s\"]+)", log.read_text())
         if match:
             return Gateway(proc, match.group(1), log)
         time.sleep(0.1)

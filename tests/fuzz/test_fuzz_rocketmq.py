@@ -75,7 +75,7 @@ class GatewayProcess:
     def _wait_for_listening(self) -> str:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.proc.poll() is None:
-            match = re.search(r"gateway listening on (\S+)", self.log.read_text())
+            match = re.search(r"gateway listening on ([^\s\"]+)", self.log.read_text())
             if match:
                 return match.group(1)
             time.sleep(0.05)

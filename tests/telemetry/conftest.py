@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -42,3 +44,13 @@ def make_event(n: int, *, ts_ms: int = 1_767_225_600_000, reason: str = "") -> T
         to_state="INFLIGHT",
         reason=reason,
     )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for every telemetry test that needs one (slow to start)."""
+    from gateway.telemetry import export
+
+    session = export.build_spark("local[2]")
+    yield session
+    session.stop()

@@ -99,3 +99,38 @@ def test_analysis_counts_and_parsing() -> None:
     for bad in ["pulsar", "=1s", "x=1x", "x=1s,,2s"]:
         with pytest.raises(InvalidArgument):
             analysis.parse_expected(bad)
+
+
+def test_time_scale_hint_and_rescale(lake: Path, tmp_path: Path) -> None:
+    """A run with --time-scale read without it: the page says so; with it, the waits are the
+    policy's again."""
+    rows = read_lake(lake).to_pylist()
+    t0 = min(r["ts_ms"] for r in rows)
+    fast = [{**r, "ts_ms": t0 + (r["ts_ms"] - t0) // 100} for r in rows]
+    page = report.build_report(fast, tmp_path / "fast")
+    assert "--time-scale 0.01" in page.read_text()
+    back = analysis.retry_intervals(analysis.by_message(analysis.rescale(fast, 0.01)))
+    assert back and all(abs(i.observed_ms - i.planned_ms) <= 100 + 50 for i in back)
+    page = report.build_report(fast, tmp_path / "scaled", time_scale=0.01)
+    assert "--time-scale 0.01" not in page.read_text()
+    with pytest.raises(InvalidArgument):
+        analysis.rescale(rows, 0)
+
+
+def test_replay_of_a_lost_delivery_and_a_partial_history() -> None:
+    def row(ts: int, before: str, to: str, attempt: int, **kw: object) -> dict[str, object]:
+        return {"ts_ms": ts, "from_state": before, "to_state": to, "attempt": attempt,
+                "delay_ms": 0, "destination": "", "topic": "t", **kw}
+
+    got = analysis.replay([
+        row(0, "", "READY", 0), row(5, "READY", "INFLIGHT", 1),
+        row(9, "INFLIGHT", "READY", 1), row(12, "READY", "INFLIGHT", 2),
+        row(20, "INFLIGHT", "WAITING_RETRY", 2, delay_ms=1000, destination="t-RETRY"),
+        row(1020, "WAITING_RETRY", "READY", 2), row(1030, "READY", "INFLIGHT", 3),
+        row(1031, "INFLIGHT", "COMMITTED", 3),
+    ])
+    assert got.complete and got.disposition == "commit" and got.waits_ms == (1000,)
+    assert [(a.attempt, a.delay_ms, a.at_ms, a.ready_ms, a.topic) for a in got.attempts] == [
+        (1, 0, 0, 0, "t"), (2, 0, 7, 9, "t"), (3, 1000, 1025, 1020, "t-RETRY")]
+    partial = analysis.replay([row(5, "READY", "INFLIGHT", 1)])
+    assert not partial.complete and partial.disposition == ""

@@ -1,0 +1,131 @@
+"""Logging for every `gateway` command that runs for a while (`serve`, `export`, `report`): one
+JSON object per line on standard error, at one level.
+
+The gateway's own loggers are structlog's; libraries log through the standard library (grpc,
+asyncio, aio-pika, the telemetry spool, py4j). Both go through the same JSON rendering, so no
+plain line reaches the stream: a library's message becomes `{"event": ..., "logger": ...}`,
+warnings of the `warnings` module included. The level comes from `--log-level`, the config file
+(`[server] log_level`, serve only) or `GATEWAY_LOG_LEVEL`, in that order; `info` otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TextIO
+
+import structlog
+
+from gateway.errors import InvalidArgument
+
+LEVELS = ("debug", "info", "warning", "error")
+ENV = "GATEWAY_LOG_LEVEL"
+DEFAULT = "info"
+QUIET = ("py4j",)
+"""Chatty libraries held at warning unless the level is debug (py4j logs every call between
+Python and Spark's JVM at info and debug)."""
+
+_ROOT_HANDLER = "gateway-json"
+_STREAM: list[TextIO | None] = [None]
+"""Where `configure` sends lines (None: standard error as it is at each line)."""
+
+
+def level_from(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The level a command runs at: the flag, else `GATEWAY_LOG_LEVEL`, else info; checked."""
+    environ = os.environ if env is None else env
+    value = (flag or environ.get(ENV) or DEFAULT).strip().lower()
+    if value not in LEVELS:
+        field = "log_level" if flag else ENV
+        raise InvalidArgument(field, flag or environ.get(ENV), ", ".join(LEVELS))
+    return value
+
+
+def configure(level: str, stream: TextIO | None = None) -> None:
+    """Send every log line of this process, as JSON, to `stream` at `level`. Without a stream,
+    to standard error as it is when a line is written (tests capture it)."""
+    if level not in LEVELS:
+        raise InvalidArgument("log_level", level, ", ".join(LEVELS))
+    numeric = getattr(logging, level.upper())
+    _STREAM[0] = stream
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            stamp,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=lambda *_args: _Lines(),
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_log_level,
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.ExtraAdder(),
+            stamp,
+        ],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+    )
+    handler = _JsonHandler()
+    handler.set_name(_ROOT_HANDLER)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        # Ours from an earlier call, and plain ones (`logging.basicConfig`'s); others (a test
+        # runner's capture) stay.
+        if old.get_name() == _ROOT_HANDLER or type(old) is logging.StreamHandler:
+            root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    for name in QUIET:
+        logging.getLogger(name).setLevel(numeric if numeric <= logging.DEBUG else logging.WARNING)
+    logging.captureWarnings(True)
+
+
+
+def announce(event: str, level: str = "info", **fields: object) -> None:
+    """A JSON line shown at every log level: what a supervisor or a script waits for (the
+    address served, why the process exits). Written even before `configure`."""
+    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    line = json.dumps({"event": event, **fields, "level": level, "timestamp": stamp},
+                      default=str)
+    out = _STREAM[0] or sys.stderr
+    out.write(line + "\n")
+    out.flush()
+
+
+class _Lines:
+    """structlog's logger: one write per line, message and newline together, so that lines of
+    other threads never land inside it. Writes where `configure` said at each line (loggers
+    are cached: a later `configure` moves them all)."""
+
+    def msg(self, message: str) -> None:
+        out = _STREAM[0] or sys.stderr
+        out.write(message + "\n")
+        out.flush()
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+class _JsonHandler(logging.Handler):
+    """The standard library's lines, rendered by structlog's formatter, written as `_Lines`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+            out = _STREAM[0] or sys.stderr
+            out.write(line + "\n")
+            out.flush()
+        except Exception:
+            self.handleError(record)
