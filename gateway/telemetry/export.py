@@ -257,8 +257,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                       help='keep running, one micro-batch per INTERVAL, e.g. "10 seconds" '
                            "(default: off, --available-now)")
     p.add_argument("--master", default="local[*]",
-                   help="Spark master: local[*] (default: every core of this machine), "
-                        "spark://HOST:7077, k8s://..., yarn")
+                   help="Spark master URL (default local[*]: every core of this machine; or "
+                        "spark://HOST:7077, k8s://..., yarn)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting, repeatable (e.g. spark.driver.host=10.0.0.5; "
                         "default: none)")
