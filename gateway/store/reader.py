@@ -291,3 +291,15 @@ def count_unacked(conn: sqlite3.Connection, gid: int) -> int:
     """How many scanned positions the group has not acked."""
     (count,) = conn.execute("SELECT count(*) FROM unacked WHERE gid = ?", (gid,)).fetchone()
     return int(count)
+
+
+def copied_keys(conn: sqlite3.Connection, ledger: str, keys: Sequence[str]) -> set[str]:
+    """Which of `keys` the ledger records as copied."""
+    found: set[str] = set()
+    unique = list(dict.fromkeys(keys))
+    for start in range(0, len(unique), _IN_CHUNK):
+        chunk = unique[start:start + _IN_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        found.update(key for (key,) in conn.execute(
+            f"SELECT key FROM copied WHERE ledger = ? AND key IN ({marks})", (ledger, *chunk)))
+    return found
