@@ -29,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_cmd.add_parser(sub)
     _add_report(sub)
     admin_cmd.add_parsers(sub)
+    _add_migrate(sub)
     args = parser.parse_args(args_list)
     try:
         code: int = args.run(args)
@@ -36,6 +37,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gateway: error: {exc.message}", file=sys.stderr)
         return 2
     return code
+
+
+def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`gateway migrate ...` (a minimal hook: `rename` and `copy` from `migrate_move_cmd`)."""
+    from gateway.cli import migrate_move_cmd
+
+    migrate = sub.add_parser("migrate", help="move retries, dead letters and backlogs between "
+                             "naming schemes, gateways and brokers")
+    migrate_move_cmd.add_subcommands(migrate.add_subparsers(dest="migrate_command",
+                                                            required=True))
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
