@@ -75,7 +75,7 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rename.add_argument("--topic", required=True)
     rename.add_argument("--group", required=True)
     rename.add_argument("--from-scheme", dest="from_scheme", required=True,
-                        help="the naming scheme they are under now (pulsar-2.7, rocketmq, ...)")
+                        help="the naming scheme they are under now (gateway plan lists them)")
     rename.add_argument("--to-scheme", dest="to_scheme", required=True,
                         help="the naming scheme to move them to")
     rename.add_argument("--dry-run", action="store_true", help="count; move nothing")
