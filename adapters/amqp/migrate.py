@@ -29,24 +29,14 @@ from collections.abc import Sequence
 from urllib.parse import unquote
 
 import aio_pika
-from aio_pika.abc import (
-    AbstractChannel,
-    AbstractConnection,
-    AbstractIncomingMessage,
-    AbstractQueue,
-)
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 from aio_pika.exceptions import AMQPError, ChannelClosed, ProbableAuthenticationError
+from aiormq.abc import DeliveredMessage
 
 from adapters.amqp.codec import decode
-from adapters.amqp.frontend.messages import (
-    EXCHANGE,
-    NUMBER_PROPERTIES,
-    ROUTING_KEY,
-    TEXT_PROPERTIES,
-    TYPED,
-    delivery_properties,
-)
-from adapters.amqp.frontend.values import as_text, table_to_text
+from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
+from adapters.amqp.frontend.messages import delivery_properties, out_message
+from adapters.amqp.frontend.values import as_text
 from gateway.backend.base import OutMessage
 from gateway.core.properties import ATTEMPT
 from gateway.engine.api import Delivery
@@ -106,44 +96,30 @@ async def _connect(url: Url, side: str) -> AbstractConnection:
         raise error(f"{side} {url.shown}: cannot connect to RabbitMQ: {exc!r}") from None
 
 
-def item_of(message: AbstractIncomingMessage) -> Item:
+def item_of(message: DeliveredMessage) -> Item:
     """A queue message as a copy item (see the module docstring)."""
-    headers = dict(message.headers or {})
+    properties = message.header.properties
+    headers = properties.headers or {}
     body = message.body
     if ATTEMPT in headers:
-        env = decode(headers, message.message_id, message.timestamp, int(time.time() * 1000))
+        env = decode(headers, properties.message_id, properties.timestamp,
+                     int(time.time() * 1000))
         out = OutMessage(body, env.properties, env.key, env.tag, env.deliver_at_ms,
                          env.message_id, env.stated_attempt, env.retries)
     else:
-        props: dict[str, str] = {EXCHANGE: message.exchange or "",
-                                 ROUTING_KEY: message.routing_key or ""}
-        values = {"content_type": message.content_type,
-                  "content_encoding": message.content_encoding,
-                  "correlation_id": message.correlation_id, "reply_to": message.reply_to,
-                  "message_id": message.message_id, "message_type": message.type,
-                  "user_id": message.user_id, "app_id": message.app_id}
-        for attr, name in TEXT_PROPERTIES.items():
-            if values.get(attr):
-                props[name] = str(values[attr])
-        expiration = message.expiration  # seconds, decoded from the milliseconds sent
-        if isinstance(expiration, int | float):
-            props[TEXT_PROPERTIES["expiration"]] = str(round(expiration * 1000))
-        numbers = {"delivery_mode": int(message.delivery_mode) if message.delivery_mode else None,
-                   "priority": message.priority,
-                   "timestamp": int(message.timestamp.timestamp()) if message.timestamp else None}
-        for attr, name in NUMBER_PROPERTIES.items():
-            if numbers.get(attr) is not None:
-                props[name] = str(numbers[attr])
-        typed = {}
-        for key, value in headers.items():
-            props[key] = as_text(value)
-            if not isinstance(value, str):
-                typed[key] = value
-        if typed:
-            props[TYPED] = table_to_text(typed)
-        out = OutMessage(body, props, message_id=message.message_id or "")
-    key = message.message_id or _digest(out)
-    return Item(key, READY, out, message, message_size(out))
+        delivery = message.delivery
+        exchange = getattr(delivery, "exchange", "") or ""
+        routing_key = getattr(delivery, "routing_key", "") or ""
+        try:
+            props = dict(out_message(properties, body, exchange, routing_key).properties)
+        except AMQPFrameError:
+            # What the AMQP front end would refuse from a publisher (a header named like a
+            # basic property's `amqp.*` name, an expiration that is no number): the headers
+            # as they are, as text.
+            props = {k: as_text(v) for k, v in headers.items() if k}
+        out = OutMessage(body, props, message_id=properties.message_id or "")
+    key = properties.message_id or _digest(out)
+    return Item(key, READY, out, message.delivery, message_size(out))
 
 
 def _digest(message: OutMessage) -> str:
@@ -164,7 +140,7 @@ class QueueSource:
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._queue: AbstractQueue | None = None
-        self._buffer: deque[AbstractIncomingMessage] = deque()
+        self._buffer: deque[DeliveredMessage] = deque()
         self._arrived = asyncio.Event()
         self._consuming = False
 
@@ -213,7 +189,7 @@ class QueueSource:
     async def count(self, exact: bool) -> dict[str, int] | None:
         return {READY: await self._ready_count()}
 
-    def _on_message(self, message: AbstractIncomingMessage) -> None:
+    async def _on_message(self, message: DeliveredMessage) -> None:
         self._buffer.append(message)
         self._arrived.set()
 
@@ -222,7 +198,9 @@ class QueueSource:
         try:
             # Two batches may be out at once (one being stored, the next taken): room for three.
             await self._channel.set_qos(prefetch_count=min(65535, 3 * max_items))
-            await self._queue.consume(self._on_message, no_ack=False)  # type: ignore[arg-type]
+            # aiormq's deliveries as they are: no message object per delivery.
+            raw = await self._channel.get_underlay_channel()
+            await raw.basic_consume(self._queue.name, self._on_message, no_ack=False)
         except BROKER_ERRORS as exc:
             raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
         self._consuming = True
@@ -251,11 +229,11 @@ class QueueSource:
     async def ack(self, items: Sequence[Item]) -> None:
         if not items:
             return
-        last = max(items, key=lambda i: i.handle.delivery_tag or 0)  # type: ignore[attr-defined]
-        message = last.handle
-        assert isinstance(message, aio_pika.IncomingMessage)
+        assert self._channel is not None
+        last = max(int(getattr(i.handle, "delivery_tag", 0) or 0) for i in items)
         try:
-            await message.ack(multiple=True)
+            raw = await self._channel.get_underlay_channel()
+            await raw.basic_ack(last, multiple=True)
         except BROKER_ERRORS as exc:
             raise SourceUnavailable(f"source {self.name}: acknowledging failed ({exc!r}); the "
                                     "messages come again on the next run") from None
