@@ -5,6 +5,7 @@ once, the source keeps nothing, and retries keep their due times and attempt cou
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import uuid
@@ -191,5 +192,30 @@ async def test_unreachable_destination_takes_nothing_from_the_source(tmp_path: P
         assert '"ready": 50' in dry.stdout
         assert await _queue_depth(channel, queue) == 50
     finally:
+        await channel.queue_delete(queue)
+        await connection.close()
+
+
+async def test_a_refused_copy_stays_at_the_source(tmp_path: Path) -> None:
+    queue = f"migrate-src-{uuid.uuid4().hex[:10]}"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True)
+    gateway = start_gateway(tmp_path / "small", "--max-message-bytes", "65536")
+    try:
+        for body in (b"fits", b"x" * 100_000, b"after"):
+            await channel.default_exchange.publish(aio_pika.Message(body), queue)
+        result = migrate("copy", "--from", f"{URL}?queue={queue}",
+                         "--to", f"gateway://{gateway.target}/orders", "--batch", "1")
+        assert result.returncode == 7, result.stderr
+        assert "RESOURCE_EXHAUSTED" in result.stderr and "after 1 message(s)" in result.stderr
+        assert [m.body for m in await read_part(gateway.target, "orders", "g", "ready")] == [
+            b"fits"]
+        deadline = time.monotonic() + 10  # the closed connection gives back what it held
+        while await _queue_depth(channel, queue) != 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert await _queue_depth(channel, queue) == 2
+    finally:
+        stop(gateway)
         await channel.queue_delete(queue)
         await connection.close()
