@@ -204,7 +204,9 @@ class Backend(abc.ABC):
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1
     ) -> list[StoredMessage]:
-        """Read unacked messages of `topic` for `group` without leasing them (admin)."""
+        """Read unacked messages of `topic` for `group` without leasing them (admin). A message
+        released to come again later may show that time as its `deliver_at_ms` (the embedded
+        store's does: `migrate copy` keeps a retry in place waiting)."""
 
     @abc.abstractmethod
     async def remove(self, leases: Sequence[Lease]) -> int:

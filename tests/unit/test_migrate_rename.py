@@ -11,7 +11,7 @@ import pytest
 
 from adapters.pulsar.naming import PULSAR_2_7, PULSAR_2_9
 from adapters.rocketmq.naming import ROCKETMQ
-from gateway.backend.base import KeyedCopy, Lease, Move, OutMessage, StoredMessage
+from gateway.backend.base import KeyedCopy, Lease, Move, OutMessage, Release, StoredMessage
 from gateway.backend.memory import InMemoryBackend
 from gateway.core.properties import ORIGIN_TOPIC
 from gateway.errors import FailedPrecondition, InvalidArgument
@@ -146,3 +146,17 @@ async def test_other_back_ends_copy_then_remove_and_keep_no_ledger() -> None:
     assert await backend.peek("old", "g", 10) == []
     with pytest.raises(FailedPrecondition):
         await backend.store_once("l", [KeyedCopy("k", "t", OutMessage(b""))])
+
+
+async def test_peek_shows_when_a_message_released_in_place_is_due(
+        tmp_path: pathlib.Path) -> None:
+    store = await opened(tmp_path)
+    try:
+        await store.publish("t", [OutMessage(b"a"), OutMessage(b"b")])
+        first, second = await store.fetch("t", "g", 2, T0)
+        await store.release([Release(first.lease, T0 + 60_000, 1, 1)])
+        await store.ack([second.lease])
+        (waiting,) = await store.peek("t", "g", 10)
+        assert (waiting.body, waiting.deliver_at_ms, waiting.attempt) == (b"a", T0 + 60_000, 1)
+    finally:
+        await store.close()
