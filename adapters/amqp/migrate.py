@@ -55,9 +55,9 @@ from gateway.migrate.endpoint import (
 
 SCHEMES = ("amqp", "amqps")
 CONNECT_TIMEOUT_S = 10.0
-IDLE_CHECK_S = 0.5
+IDLE_CHECK_S = 0.05
 """With nothing buffered, how long to wait for a delivery before asking whether the queue is
-drained."""
+drained (a passive declare on a channel of its own)."""
 FILL_S = 0.02
 """How long a short batch waits for more deliveries already on their way."""
 LEDGER_SUFFIX = ".migrate-ledger"
@@ -143,6 +143,9 @@ class QueueSource:
         self._buffer: deque[DeliveredMessage] = deque()
         self._arrived = asyncio.Event()
         self._consuming = False
+        self._drained = False
+        self._tag = ""
+        self._probe: AbstractChannel | None = None
 
     @property
     def name(self) -> str:
@@ -173,16 +176,14 @@ class QueueSource:
             raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
 
     async def _ready_count(self) -> int:
+        """Messages ready in the queue (not those delivered and unacknowledged), asked on a
+        channel of its own."""
         assert self._connection is not None
         try:
-            channel = await self._connection.channel(publisher_confirms=False)
-            try:
-                queue = await channel.declare_queue(self.queue_name, passive=True)
-                declared = queue.declaration_result
-                return int(declared.message_count or 0)
-            finally:
-                with contextlib.suppress(*BROKER_ERRORS):
-                    await channel.close()
+            if self._probe is None or self._probe.is_closed:
+                self._probe = await self._connection.channel(publisher_confirms=False)
+            queue = await self._probe.declare_queue(self.queue_name, passive=True)
+            return int(queue.declaration_result.message_count or 0)
         except BROKER_ERRORS as exc:
             raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
 
@@ -200,24 +201,36 @@ class QueueSource:
             await self._channel.set_qos(prefetch_count=min(65535, 3 * max_items))
             # aiormq's deliveries as they are: no message object per delivery.
             raw = await self._channel.get_underlay_channel()
-            await raw.basic_consume(self._queue.name, self._on_message, no_ack=False)
+            ok = await raw.basic_consume(self._queue.name, self._on_message, no_ack=False)
+            self._tag = ok.consumer_tag or ""
         except BROKER_ERRORS as exc:
             raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
         self._consuming = True
+
+    async def _cancel(self) -> None:
+        """Stop the consumer: RabbitMQ sends every delivery before its cancel-ok, so what it
+        delivered is in the buffer once this returns."""
+        assert self._channel is not None
+        try:
+            raw = await self._channel.get_underlay_channel()
+            await raw.basic_cancel(self._tag)
+        except BROKER_ERRORS as exc:
+            raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
+        self._drained = True
 
     async def take(self, max_items: int) -> list[Item]:
         if not self._consuming:
             await self._consume(max_items)
         while not self._buffer:
+            if self._drained:
+                return []
             self._check_alive()
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), IDLE_CHECK_S)
             if not self._buffer and await self._ready_count() == 0:
-                await asyncio.sleep(FILL_S)  # a delivery on its way when the count was taken
-                if not self._buffer:
-                    return []
-        if len(self._buffer) < max_items:
+                await self._cancel()
+        if len(self._buffer) < max_items and not self._drained:
             await asyncio.sleep(FILL_S)
         taken = [self._buffer.popleft() for _ in range(min(max_items, len(self._buffer)))]
         return [item_of(m) for m in taken]
