@@ -8,13 +8,20 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from amqp_node import URL, delete_queues, plain_connection
 from migrate_procs import migrate, read_part, start_gateway, stop
 
+from adapters.amqp.backend import RabbitMQBackend
+from adapters.amqp.queues import queue_name
+from gateway.admin_client import AdminClient, Target, connect
 from gateway.client import GatewayClient
+from gateway.server.app import running_gateway
 
 SCALE = 0.001
 """Policy time 1000x faster: a 1 h retry wait is 3.6 s."""
@@ -122,3 +129,38 @@ async def test_refused_while_consumers_use_the_old_names(tmp_path: Path) -> None
         assert down.returncode == 5
     finally:
         stop(gateway)
+
+
+async def test_on_the_rabbitmq_back_end_copies_then_removes(tmp_path: Path) -> None:
+    """A broker back end: the dead letters are published under the new name, then removed
+    from the old one (RabbitMQ queues `+25DLQ+25G` -> `orders-G-DLQ`)."""
+    topic, group = f"mig-{uuid.uuid4().hex[:8]}", f"g{uuid.uuid4().hex[:6]}"
+    async with running_gateway(tmp_path / "data", backend=RabbitMQBackend(URL),
+                               time_scale=0.01) as app:
+        target = f"127.0.0.1:{app.grpc_port}"
+        try:
+            async with GatewayClient(target) as client:
+                await client.publish(topic, [f"d{i}".encode() for i in range(5)])
+                async with client.consume(topic, group, policy="rocketmq",
+                                          prefetch=10) as stream:
+                    for _ in range(5):
+                        msg = await stream.next(10)
+                        assert msg is not None
+                        assert (await msg.dead_letter("poison")).ok
+            channel = connect(Target(target))
+            try:
+                moved = await AdminClient(channel).rename(topic, group, "rocketmq",
+                                                          "pulsar-2.9")
+            finally:
+                await channel.close()
+            assert (moved.dead_letter_from, moved.dead_letter_to) == (
+                f"%DLQ%{group}", f"{topic}-{group}-DLQ")
+            assert moved.dead_letters == 5
+            new = await read_part(target, topic, group, "dead-letter", "pulsar-2.9")
+            assert sorted(m.body for m in new) == [f"d{i}".encode() for i in range(5)]
+            assert await read_part(target, topic, group, "dead-letter", "rocketmq") == []
+        finally:
+            async with plain_connection() as connection:
+                await delete_queues(connection, queue_name(topic),
+                                    queue_name(f"%DLQ%{group}"), queue_name(f"%RETRY%{group}"),
+                                    queue_name(f"{topic}-{group}-DLQ"))
