@@ -4,7 +4,9 @@ Three measurements on the same machine, each moving `--messages` persistent mess
 `--size` bytes, in `--rounds` rounds (the median is reported):
 
 * floor: plain aio-pika consuming a RabbitMQ queue alone (manual acks, `basic.ack(multiple)` per
-  `--batch`, prefetch 3 x batch): the rate the source allows a consumer on this machine;
+  `--batch`, prefetch 3 x batch): the rate the source allows a consumer on this machine; and
+  the same with aiormq's deliveries as they come (no message object each), which is how the
+  copy's RabbitMQ source consumes;
 * rabbitmq -> embedded: the copy loop (`gateway.migrate.copy`, as `gateway migrate copy` runs it)
   from a RabbitMQ queue into a `gateway serve` process on its embedded store (fsync on), every
   copy recorded in the destination's ledger and every message acknowledged after its batch
@@ -31,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 
 import aio_pika
+from aiormq.abc import DeliveredMessage
 
 from adapters.amqp.migrate import side as amqp_side
 from bench.gateway import proc_stats, start_process, stop_process
@@ -104,6 +107,38 @@ async def floor(args: argparse.Namespace) -> Run:
         await connection.close()
 
 
+async def floor_raw(args: argparse.Namespace) -> Run:
+    """aiormq alone, as the copy's RabbitMQ source consumes (no message object per delivery):
+    what the broker allows a consumer that does no more than the copy's source does."""
+    queue = f"bench.migrate.raw.{uuid.uuid4().hex[:8]}"
+    await fill_queue(args.url, queue, args.messages, args.size)
+    connection = await aio_pika.connect(args.url)
+    try:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=3 * args.batch)
+        raw = await channel.get_underlay_channel()
+        done = asyncio.Event()
+        seen = 0
+
+        async def on_message(message: DeliveredMessage) -> None:
+            nonlocal seen
+            seen += 1
+            if seen % args.batch == 0 or seen == args.messages:
+                await raw.basic_ack(message.delivery_tag or 0, multiple=True)
+            if seen == args.messages:
+                done.set()
+
+        cpu, started = time.process_time(), time.monotonic()
+        ok = await raw.basic_consume(queue, on_message, no_ack=False)
+        await done.wait()
+        run = Run(time.monotonic() - started, time.process_time() - cpu)
+        await raw.basic_cancel(ok.consumer_tag or "")
+        await channel.queue_delete(queue)
+        return run
+    finally:
+        await connection.close()
+
+
 async def start_gateway(data_dir: str) -> tuple[asyncio.subprocess.Process, str]:
     return await start_process([sys.executable, "-m", "gateway.cli", "serve", "--data-dir",
                                 data_dir, "--listen", "127.0.0.1:0", "--log-level", "warning"])
@@ -165,7 +200,7 @@ async def _timed(source: object, dest: object, args: argparse.Namespace,
 
 def report(name: str, runs: list[Run], args: argparse.Namespace) -> float:
     seconds = statistics.median(r.seconds for r in runs)
-    rate = args.messages / seconds
+    rate = float(args.messages / seconds)
     cpu = statistics.median(r.cpu_s for r in runs)
     server = statistics.median(r.server_cpu_s for r in runs)
     rounds = ", ".join(f"{args.messages / r.seconds:,.0f}" for r in runs)
@@ -175,17 +210,19 @@ def report(name: str, runs: list[Run], args: argparse.Namespace) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    runs: dict[str, list[Run]] = {"floor": [], "rabbitmq -> embedded": [],
-                                  "gateway -> gateway": []}
+    runs: dict[str, list[Run]] = {"floor": [], "floor (aiormq)": [],
+                                  "rabbitmq -> embedded": [], "gateway -> gateway": []}
     for _ in range(args.rounds):
         runs["floor"].append(await floor(args))
+        runs["floor (aiormq)"].append(await floor_raw(args))
         runs["rabbitmq -> embedded"].append(await rabbitmq_to_embedded(args))
         runs["gateway -> gateway"].append(await gateway_to_gateway(args))
     print(f"{args.messages} messages of {args.size} bytes, batch {args.batch}, "
           f"{args.rounds} round(s), median:")
     rates = {name: report(name, r, args) for name, r in runs.items()}
     print(f"rabbitmq -> embedded / aio-pika floor: "
-          f"{rates['rabbitmq -> embedded'] / rates['floor']:.2f}")
+          f"{rates['rabbitmq -> embedded'] / rates['floor']:.2f}; / aiormq floor: "
+          f"{rates['rabbitmq -> embedded'] / rates['floor (aiormq)']:.2f}")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
