@@ -219,3 +219,60 @@ async def test_a_refused_copy_stays_at_the_source(tmp_path: Path) -> None:
         stop(gateway)
         await channel.queue_delete(queue)
         await connection.close()
+
+
+def _depth_now(queue: str) -> int:
+    """A queue's ready count, synchronously (pika), for `migrate_killed`'s check."""
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(URL))
+    try:
+        declared = connection.channel().queue_declare(queue, passive=True)
+        return int(declared.method.message_count)
+    finally:
+        connection.close()
+
+
+async def test_gateway_group_into_a_rabbitmq_queue_killed_halfway(tmp_path: Path) -> None:
+    queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True)
+    source = start_gateway(tmp_path / "a")
+    total = 4000
+    try:
+        async with GatewayClient(source.target) as client:
+            for start in range(0, total, 1000):
+                await client.publish("orders", [f"m{start + i}".encode() for i in range(1000)],
+                                     properties={"origin": "gateway"})
+            async with client.consume("orders", "billing", policy="rocketmq",
+                                      prefetch=10) as stream:
+                for _ in range(10):
+                    msg = await stream.next(10)
+                    assert msg is not None
+                    assert (await msg.fail(delay_level=18)).ok
+        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
+                "--to", f"{URL}?queue={queue}", "--batch", "100"]
+        migrate_killed(args, lambda: _depth_now(queue) >= total // 2)
+        done = migrate(*args)
+        assert done.returncode == 0, done.stderr
+        assert await _queue_depth(channel, queue) == total
+        bodies: Counter[bytes] = Counter()
+        counts: dict[bytes, object] = {}
+        declared = await channel.declare_queue(queue, passive=True)
+        while True:
+            message = await declared.get(no_ack=True, fail=False)
+            if message is None:
+                break
+            bodies[message.body] += 1
+            counts[message.body] = (message.headers or {}).get("x-delivery-count")
+            assert (message.headers or {})["origin"] == "gateway"
+        assert bodies == Counter(f"m{i}".encode() for i in range(total))
+        assert sum(1 for c in counts.values() if c == 1) == 10  # the retries' count
+        for part in ("ready", "retry"):
+            assert await read_part(source.target, "orders", "billing", part) == []
+    finally:
+        stop(source)
+        await channel.queue_delete(queue)
+        await channel.queue_delete(queue + ".migrate-ledger")
+        await connection.close()
