@@ -146,6 +146,13 @@ async def _rename(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
         if left:
             out.write(f"{left} message(s) were in flight with a consumer and stayed at the "
                       "old names: run it again once they are settled\n")
+        if rows and not args.dry_run:
+            view = await client.describe(args.topic, args.group)
+            if view.naming == args.from_scheme:
+                out.write(f"consumers of group {args.group!r} now subscribe with naming "
+                          f"{args.to_scheme}; until one does, this gateway's views of the "
+                          f"group (describe, retries, dlq) still show {args.from_scheme}'s "
+                          "names\n")
     return EXIT_LEFT if left and not args.dry_run else EXIT_OK
 
 
