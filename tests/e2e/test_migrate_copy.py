@@ -276,3 +276,34 @@ async def test_gateway_group_into_a_rabbitmq_queue_killed_halfway(tmp_path: Path
         await channel.queue_delete(queue)
         await channel.queue_delete(queue + ".migrate-ledger")
         await connection.close()
+
+
+async def test_a_gateway_with_tokens_takes_an_admin_token_only(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text('[[principal]]\nname = "ops"\ntoken = "ops-secret-1"\nadmin = true\n\n'
+                      '[[principal]]\nname = "app"\ntoken = "app-secret-2"\n'
+                      'publish = ["*"]\nconsume = ["*"]\ngroups = ["*"]\n')
+    (tmp_path / "ops").write_text("ops-secret-1\n")
+    (tmp_path / "app").write_text("app-secret-2\n")
+    queue = f"migrate-src-{uuid.uuid4().hex[:10]}"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True)
+    gateway = start_gateway(tmp_path / "auth", "--tokens-file", str(tokens))
+    try:
+        for i in range(20):
+            await channel.default_exchange.publish(aio_pika.Message(f"t{i}".encode()), queue)
+        args = ["copy", "--from", f"{URL}?queue={queue}",
+                "--to", f"gateway://{gateway.target}/orders"]
+        for refused in ([], ["--to-token-file", str(tmp_path / "app")]):
+            result = migrate(*args, *refused)
+            assert result.returncode == 4, result.stderr
+            assert "secret" not in result.stderr
+            assert await _queue_depth(channel, queue) == 20
+        done = migrate(*args, "--to-token-file", str(tmp_path / "ops"))
+        assert done.returncode == 0, done.stderr
+        assert await _queue_depth(channel, queue) == 0
+    finally:
+        stop(gateway)
+        await channel.queue_delete(queue)
+        await connection.close()
