@@ -192,6 +192,7 @@ def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
             to_token=_token(args.to_token_file, "GATEWAY_TO_TOKEN", "GATEWAY_TOKEN"),
             ca_file=args.tls_ca, timeout_s=args.timeout_s)
         products = _products()
+        cp.check_apart(args.source, args.destination)
         source = cp.open_side(args.source, "source", credentials, products)
         destination = cp.open_side(args.destination, "destination", credentials, products)
     except (GatewayError, MissingExtra) as exc:

@@ -22,6 +22,7 @@ from gateway.migrate.endpoint import (
     Source,
     Url,
     parse_url,
+    same_place,
 )
 from gateway.migrate.gateway_side import SCHEMES, GatewayDestination, GatewaySource
 from gateway.migrate.progress import Progress
@@ -79,6 +80,13 @@ class Credentials:
 
 SideFactory = Callable[[Url, str], object]
 """(url, role "source" / "destination") -> a Source or Destination (a product's)."""
+
+
+def check_apart(source: str, destination: str) -> None:
+    """Refuse a destination that is the source itself."""
+    if same_place(parse_url("from", source), parse_url("to", destination)):
+        raise InvalidArgument("to", destination, "another topic or queue than --from: a "
+                              "place copied onto itself would lose the copies")
 
 
 def open_side(text: str, role: str, credentials: Credentials,

@@ -194,3 +194,17 @@ def parse_url(field: str, text: str) -> Url:
     if not parts.hostname:
         raise InvalidArgument(field, text, "a URL with a host")
     return Url(text, parts.scheme.lower(), parts, single)
+
+
+def same_place(a: Url, b: Url) -> bool:
+    """Whether two URLs name the same topic or queue (same scheme family, host, port, path and
+    `queue`): copying a place onto itself would find its own copies in the ledger and remove
+    them."""
+    def place(url: Url) -> tuple[str, str, int | None, str, str]:
+        host = (url.parts.hostname or "").lower()
+        if host in ("localhost", "::1"):
+            host = "127.0.0.1"
+        family = url.scheme.split("+")[0].rstrip("s")
+        return family, host, url.parts.port, url.path, url.option("queue")
+
+    return place(a) == place(b)

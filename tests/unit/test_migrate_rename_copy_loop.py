@@ -171,3 +171,21 @@ def test_progress_draws_on_a_terminal_only() -> None:
     plain.finish()
     assert quiet.getvalue() == ""
     assert "5 copied" in plain.line()
+
+
+@pytest.mark.parametrize("source, destination, same", [
+    ("gateway://h:1/orders?group=a", "gateway://H:1/orders?group=b", True),
+    ("gateway://localhost:1/orders?group=a", "gateways://127.0.0.1:1/orders", True),
+    ("gateway://h:1/orders?group=a", "gateway://h:1/other?group=a", False),
+    ("gateway://h:1/orders?group=a", "gateway://h:2/orders?group=a", False),
+    ("amqp://u:p@h:5672/?queue=q", "amqps://v@h:5672/?queue=q", True),
+    ("amqp://u:p@h:5672/?queue=q", "amqp://u:p@h:5672/?queue=r", False),
+    ("amqp://u:p@h:5672/?queue=q", "amqp://u:p@h:5672/other?queue=q", False),
+])
+def test_a_place_is_not_copied_onto_itself(source: str, destination: str, same: bool) -> None:
+    if same:
+        with pytest.raises(InvalidArgument) as caught:
+            cp.check_apart(source, destination)
+        assert "onto itself" in caught.value.message
+    else:
+        cp.check_apart(source, destination)
