@@ -6,7 +6,11 @@ is the path, `/` when empty, `%2F` spelled out otherwise, as in RabbitMQ's URI s
 * As a source: every message in the queue, consumed with manual acks; a batch is acknowledged
   (`basic.ack` multiple) only after the destination confirmed its copies. Its key in the
   destination's ledger is its `message_id` property, or, without one, a digest of its body and
-  properties (two identical messages without ids are then one). A message written by a gateway's
+  properties. A message RabbitMQ hands out for the first time (`redelivered` false) cannot have
+  been copied by an earlier run and is stored whatever the ledger says, so identical messages
+  without ids are all copied; only a redelivered one whose key the ledger knows is taken for
+  copied (after a kill, a message identical to one copied before may be taken for it). A
+  message written by a gateway's
   RabbitMQ back end keeps its key, tag, due time and counters (its `x-gateway-*` headers); any
   other message is a ready message whose basic properties travel as `amqp.*` properties and its
   headers as properties, as the gateway's AMQP front end carries them.
@@ -119,7 +123,8 @@ def item_of(message: DeliveredMessage) -> Item:
             props = {k: as_text(v) for k, v in headers.items() if k}
         out = OutMessage(body, props, message_id=properties.message_id or "")
     key = properties.message_id or _digest(out)
-    return Item(key, READY, out, message.delivery, message_size(out))
+    first = not getattr(message.delivery, "redelivered", True)
+    return Item(key, READY, out, message.delivery, message_size(out), first)
 
 
 def _digest(message: OutMessage) -> str:
@@ -312,7 +317,7 @@ class QueueDestination:
     async def put(self, ledger: str, items: Sequence[Item],
                   source_destinations: tuple[str, str]) -> Stored:
         assert self._channel is not None
-        fresh = [i for i in items if (ledger, i.key) not in self._known]
+        fresh = [i for i in items if i.first_delivery or (ledger, i.key) not in self._known]
         if not fresh:
             return Stored(0, len(items))
         exchange = self._channel.default_exchange

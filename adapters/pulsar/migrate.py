@@ -258,7 +258,7 @@ class TopicDestination:
 
     async def put(self, ledger: str, items: Sequence[Item],
                   source_destinations: tuple[str, str]) -> Stored:
-        fresh = [i for i in items if (ledger, i.key) not in self._known]
+        fresh = [i for i in items if i.first_delivery or (ledger, i.key) not in self._known]
         if not fresh:
             return Stored(0, len(items))
         try:

@@ -104,6 +104,8 @@ class KeyedCopy:
     key: str
     topic: str
     message: OutMessage
+    first_delivery: bool = False
+    """Stored even when the ledger records `key`: its source never handed it out before."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,7 +188,8 @@ class MoveVerbs:
                 raise InvalidArgument(f"messages[{i}].part", copy.part, ", ".join(PARTS))
             if not where:
                 raise InvalidArgument("group", group, "a group, for retries and dead letters")
-            keyed.append(KeyedCopy(copy.source_key, where, _imported(copy, topic, renames)))
+            keyed.append(KeyedCopy(copy.source_key, where, _imported(copy, topic, renames),
+                                   copy.first_delivery))
         stored = await self._backend.store_once(ledger, keyed)
         fresh = sum(stored)
         return ImportResult(fresh, len(stored) - fresh, retry_topic, dead_topic)

@@ -224,6 +224,8 @@ class Copy:
     source_key: str
     part: str
     message: OutMessage
+    first_delivery: bool = False
+    """Stored even when the ledger knows `source_key` (see `Backend.store_once`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,10 @@ class Item:
     """What the source needs to acknowledge it."""
     size: int = 0
     """Bytes it carries (body and properties), for the summary."""
+    first_delivery: bool = False
+    """The source hands it out for the first time (RabbitMQ's `redelivered` is false): no
+    earlier run can have copied it, so the destination stores it even when its ledger knows its
+    key (an identical message without an id was copied before)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,7 +234,7 @@ class GatewayDestination(_Side):
                 add(message_id=m.message_id, body=m.body, properties=m.properties, key=m.key,
                     tag=m.tag, deliver_at_ms=m.deliver_at_ms, attempt=m.attempt,
                     retries=m.retries, part=PART_CODES[self.part or item.part],
-                    source_key=item.key)
+                    source_key=item.key, first_delivery=item.first_delivery)
             try:
                 answer = await self.client.import_messages(request)
             except grpc.aio.AioRpcError as exc:

@@ -70,7 +70,7 @@ def _copy(i: int, m: pb.MovedMessage, max_bytes: int) -> Copy:
     size = message_size(out)
     if size > max_bytes:
         raise MessageTooLarge(size, max_bytes)
-    return Copy(m.source_key, part, out)
+    return Copy(m.source_key, part, out, m.first_delivery)
 
 
 def _moved(m: StoredMessage) -> pb.MovedMessage:

@@ -145,7 +145,7 @@ async def store_once(
         stored: list[bool] = []
         fresh: list[KeyedCopy] = []
         for copy in copies:
-            new = copy.key not in known
+            new = copy.first_delivery or copy.key not in known
             stored.append(new)
             if new:
                 known.add(copy.key)

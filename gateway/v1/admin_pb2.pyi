@@ -370,7 +370,7 @@ class ExportMessagesRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., part: _Optional[_Union[MessagePart, str]] = ..., page_token: _Optional[str] = ..., limit: _Optional[int] = ..., naming: _Optional[str] = ...) -> None: ...
 
 class MovedMessage(_message.Message):
-    __slots__ = ("message_id", "body", "properties", "key", "tag", "deliver_at_ms", "attempt", "retries", "position", "part", "source_key")
+    __slots__ = ("message_id", "body", "properties", "key", "tag", "deliver_at_ms", "attempt", "retries", "position", "part", "source_key", "first_delivery")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -389,6 +389,7 @@ class MovedMessage(_message.Message):
     POSITION_FIELD_NUMBER: _ClassVar[int]
     PART_FIELD_NUMBER: _ClassVar[int]
     SOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     body: bytes
     properties: _containers.ScalarMap[str, str]
@@ -400,7 +401,8 @@ class MovedMessage(_message.Message):
     position: int
     part: MessagePart
     source_key: str
-    def __init__(self, message_id: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., key: _Optional[str] = ..., tag: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ..., retries: _Optional[int] = ..., position: _Optional[int] = ..., part: _Optional[_Union[MessagePart, str]] = ..., source_key: _Optional[str] = ...) -> None: ...
+    first_delivery: bool
+    def __init__(self, message_id: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., key: _Optional[str] = ..., tag: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ..., retries: _Optional[int] = ..., position: _Optional[int] = ..., part: _Optional[_Union[MessagePart, str]] = ..., source_key: _Optional[str] = ..., first_delivery: _Optional[bool] = ...) -> None: ...
 
 class ExportMessagesResponse(_message.Message):
     __slots__ = ("messages", "next_page_token", "source_topic")

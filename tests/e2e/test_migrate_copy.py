@@ -169,7 +169,7 @@ async def test_gateway_group_to_another_gateway_killed_halfway(tmp_path: Path) -
 def test_clear_errors_and_exit_statuses(tmp_path: Path, url: str, status: int,
                                         text: str) -> None:
     result = migrate("copy", "--from", url.format(uid=uuid.uuid4().hex),
-                     "--to", "gateway://127.0.0.1:1/orders", timeout_s=60)
+                     "--to", "gateway://127.0.0.1:1/elsewhere", timeout_s=60)
     assert result.returncode == status, (result.stdout, result.stderr)
     assert text in result.stderr
     assert "wrong" not in result.stderr  # a password is never echoed
@@ -303,6 +303,27 @@ async def test_a_gateway_with_tokens_takes_an_admin_token_only(tmp_path: Path) -
         done = migrate(*args, "--to-token-file", str(tmp_path / "ops"))
         assert done.returncode == 0, done.stderr
         assert await _queue_depth(channel, queue) == 0
+    finally:
+        stop(gateway)
+        await channel.queue_delete(queue)
+        await connection.close()
+
+
+async def test_identical_messages_without_ids_are_all_copied(tmp_path: Path) -> None:
+    queue = f"migrate-src-{uuid.uuid4().hex[:10]}"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True)
+    gateway = start_gateway(tmp_path / "dest")
+    try:
+        for body in [b"same"] * 5 + [b"other"] * 2:
+            await channel.default_exchange.publish(aio_pika.Message(body, headers={"h": 1}),
+                                                   queue)
+        done = migrate("copy", "--from", f"{URL}?queue={queue}",
+                       "--to", f"gateway://{gateway.target}/orders")
+        assert done.returncode == 0, done.stderr
+        copies = await read_part(gateway.target, "orders", "check", "ready")
+        assert Counter(m.body for m in copies) == {b"same": 5, b"other": 2}
     finally:
         stop(gateway)
         await channel.queue_delete(queue)

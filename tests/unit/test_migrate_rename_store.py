@@ -109,8 +109,10 @@ async def test_the_ledger_stores_each_copy_once_across_reopen(tmp_path: pathlib.
         again = [*copies, KeyedCopy("k2", "dest", OutMessage(b"twice in one batch"))]
         assert await store.store_once("src", again) == [False, False, True, False]
         assert await store.store_once("other", copies[:1]) == [True]  # another ledger
+        first = KeyedCopy("k0", "dest", OutMessage(b"same again"), first_delivery=True)
+        assert await store.store_once("src", [first]) == [True]  # never handed out before
         bodies = [m.body for m in await store.peek("dest", "g", 10)]
-        assert bodies == [b"c0", b"c1", b"c2", b"c0"]
+        assert bodies == [b"c0", b"c1", b"c2", b"c0", b"same again"]
         with pytest.raises(InvalidArgument):
             await store.store_once("", copies)
         with pytest.raises(InvalidArgument):
