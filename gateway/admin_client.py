@@ -152,3 +152,37 @@ class AdminClient:
     async def purge(self, topic: str, group: str) -> int:
         response = await self._call("Purge", pb.PurgeRequest(topic=topic, group=group))
         return int(response.purged)
+
+    async def rename(
+        self, topic: str, group: str, from_naming: str, to_naming: str, dry_run: bool = False,
+    ) -> pb.RenameDestinationsResponse:
+        response: pb.RenameDestinationsResponse = await self._call(
+            "RenameDestinations",
+            pb.RenameDestinationsRequest(topic=topic, group=group, from_naming=from_naming,
+                                         to_naming=to_naming, dry_run=dry_run))
+        return response
+
+    async def export(
+        self, topic: str, group: str, part: int, page_token: str = "", limit: int = 0,
+        naming: str = "",
+    ) -> pb.ExportMessagesResponse:
+        response: pb.ExportMessagesResponse = await self._call(
+            "ExportMessages",
+            pb.ExportMessagesRequest(topic=topic, group=group, part=part,  # type: ignore[arg-type]
+                                     page_token=page_token, limit=limit, naming=naming))
+        return response
+
+    async def remove_exported(
+        self, topic: str, group: str, part: int, positions: list[int], naming: str = "",
+    ) -> int:
+        response = await self._call(
+            "RemoveExported",
+            pb.RemoveExportedRequest(topic=topic, group=group, part=part,  # type: ignore[arg-type]
+                                     positions=positions, naming=naming))
+        return int(response.removed)
+
+    async def import_messages(
+        self, request: pb.ImportMessagesRequest
+    ) -> pb.ImportMessagesResponse:
+        response: pb.ImportMessagesResponse = await self._call("ImportMessages", request)
+        return response

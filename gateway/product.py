@@ -18,7 +18,9 @@ What a product offers (everything but `name`, `extra` and `register` is optional
   listening on its own;
 * `principal_fields`: extra keys a `[[principal]]` of the tokens file may carry, read back with
   `Principal.extra(key)`;
-* `plan_flags`: `gateway plan` flags that set one of its policies' options.
+* `plan_flags`: `gateway plan` flags that set one of its policies' options;
+* `migration_schemes` and `migration_side()`: the URL schemes of the brokers `gateway migrate
+  copy` can copy from and to through it (a queue, a topic and subscription).
 
 The product module must import without the product's optional dependencies (the pip extra
 `extra`): it imports them where it uses them, after `require()` has named what is missing.
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
     from gateway.engine.port import EnginePort, EngineQueries
+    from gateway.migrate.endpoint import Destination, Source, Url
     from gateway.server.auth import Authorizer
 
 DISTRIBUTION = "retry-gateway"
@@ -187,6 +190,8 @@ class Product(ABC, Generic[S]):
     principal_fields: tuple[str, ...] = ()
     """Keys a `[[principal]]` may carry for this product (string values)."""
     plan_flags: tuple[OptionFlag, ...] = ()
+    migration_schemes: tuple[str, ...] = ()
+    """URL schemes of the `gateway migrate copy` sides it offers (`migration_side`)."""
 
     @abstractmethod
     def register(self, registry: Registry) -> None:
@@ -201,6 +206,12 @@ class Product(ABC, Generic[S]):
         configuration leaves it off. Called before anything starts: refuse bad settings and
         missing dependencies here."""
         return None
+
+    def migration_side(self, url: Url, role: str) -> Source | Destination:
+        """The copy source (`role` "source") or destination ("destination") that `url`, of one
+        of its `migration_schemes`, names; not opened yet. `require()` its dependencies first;
+        refuse a URL it cannot use with `InvalidArgument`."""
+        raise NotImplementedError(f"{self.name} offers no migration side {url.scheme!r}")
 
     def require(self, what: str, modules: Mapping[str, str]) -> None:
         """Raise MissingExtra naming the extra to install unless every module (import name ->

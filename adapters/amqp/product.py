@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from adapters.amqp.frontend import AMQPFrontEnd
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
+    from gateway.migrate.endpoint import Destination, Source, Url
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,14 @@ class AMQP(Product[AMQPConfig]):
         OptionFlag("--dlx", "x_dead_letter_exchange",
                    "rabbitmq dead-letter exchange (exhausted messages go there)"),
     )
+    migration_schemes = ("amqp", "amqps")
+
+    def migration_side(self, url: Url, role: str) -> Source | Destination:
+        self.require("rabbitmq queue side of migrate copy",
+                     {"aio_pika": "aio-pika", "aiormq": "aiormq"})
+        from adapters.amqp.migrate import side
+
+        return side(url, role)
 
     def register(self, registry: Registry) -> None:
         dialect.register(registry)

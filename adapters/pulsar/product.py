@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from adapters.pulsar.frontend import PulsarFrontEnd
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
+    from gateway.migrate.endpoint import Destination, Source, Url
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,13 @@ class Pulsar(Product[PulsarConfig]):
         OptionFlag("--nack-delay-ms", "nack_delay_ms", "pulsar-nack redelivery delay"),
         OptionFlag("--ack-timeout-ms", "ack_timeout_ms", "pulsar ack timeout"),
     )
+    migration_schemes = ("pulsar", "pulsar+ssl")
+
+    def migration_side(self, url: Url, role: str) -> Source | Destination:
+        self.require("pulsar topic side of migrate copy", {"pulsar": "pulsar-client"})
+        from adapters.pulsar.migrate import side
+
+        return side(url, role)
 
     def register(self, registry: Registry) -> None:
         dialect.register(registry)

@@ -23,6 +23,7 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gateway.errors import FailedPrecondition
 from gateway.values import value
 
 
@@ -85,6 +86,26 @@ class Release:
     visible_at_ms: int
     attempt: int
     retries: int
+
+
+@value
+class Move:
+    """Take a message away from a group (`lease`) and append `message`, its copy, to `topic`."""
+
+    lease: Lease
+    topic: str
+    message: OutMessage
+
+
+@value
+class KeyedCopy:
+    """A copy to store in `topic` once: `key` names its source message in a copy ledger."""
+
+    key: str
+    topic: str
+    message: OutMessage
+    first_delivery: bool = False
+    """Stored even when the ledger records `key`: its source never handed it out before."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +206,9 @@ class Backend(abc.ABC):
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1
     ) -> list[StoredMessage]:
-        """Read unacked messages of `topic` for `group` without leasing them (admin)."""
+        """Read unacked messages of `topic` for `group` without leasing them (admin). A message
+        released to come again later may show that time as its `deliver_at_ms` (the embedded
+        store's does: `migrate copy` keeps a retry in place waiting)."""
 
     @abc.abstractmethod
     async def remove(self, leases: Sequence[Lease]) -> int:
@@ -198,6 +221,30 @@ class Backend(abc.ABC):
     async def topics(self) -> list[str]:
         """Names of the topics the back end knows (may be empty where it cannot list)."""
         return []
+
+    atomic_moves: bool = False
+    """True when `move` commits every copy and removal at once (else copy, then remove)."""
+
+    async def move(self, moves: Sequence[Move]) -> int:
+        """Append each move's copy to its topic and remove its leased message; return how many
+        were removed. Here (back ends without transactions over topics): every copy is
+        published first, then the originals are removed, so a crash in between leaves both and
+        the caller, on a second run, finds the copies already there (by message id) and only
+        removes. A back end that can do it in one transaction sets `atomic_moves`."""
+        by_topic: dict[str, list[OutMessage]] = {}
+        for item in moves:
+            by_topic.setdefault(item.topic, []).append(item.message)
+        for topic, messages in by_topic.items():
+            await self.publish(topic, messages)
+        return await self.remove([item.lease for item in moves])
+
+    async def store_once(self, ledger: str, copies: Sequence[KeyedCopy]) -> list[bool]:
+        """Store each copy in its topic unless the copy ledger `ledger` already records its key,
+        and record the keys, all in one transaction: True where a copy was stored now, False
+        where it had been stored before. Back ends without such a ledger refuse."""
+        raise FailedPrecondition(
+            f"the {self.name} back end keeps no copy ledger: copy into the broker directly, "
+            "or into a gateway on its embedded store")
 
     async def drop_group(self, topic: str, group: str) -> bool:
         """Forget `group` on `topic`: its position and its unacked messages, so the topic's

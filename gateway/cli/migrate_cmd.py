@@ -17,6 +17,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     subcommands = parser.add_subparsers(dest="migrate_command", required=True,
                                         metavar="SUBCOMMAND")
-    from gateway.cli import migrate_plan_cmd
+    from gateway.cli import migrate_move_cmd, migrate_plan_cmd
 
     migrate_plan_cmd.add_subcommands(subcommands)
+    migrate_move_cmd.add_subcommands(subcommands)

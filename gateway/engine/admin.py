@@ -14,6 +14,7 @@ from gateway.backend import Backend, OutMessage, StoredMessage
 from gateway.core.destinations import Destinations
 from gateway.core.naming import NamingScheme
 from gateway.core.properties import ORIGIN_TOPIC, visible_properties
+from gateway.engine.admin_move import MoveVerbs
 from gateway.engine.admin_scan import (
     MAX_SCAN,
     MAX_WAITING_SCAN,
@@ -43,8 +44,9 @@ def _check(topic: str, group: str) -> None:
         raise InvalidArgument("group", group, "a non-empty group name")
 
 
-class GroupAdmin:
-    """The admin verbs, over one back end and the engine that runs on it (`AdminPort`)."""
+class GroupAdmin(MoveVerbs):
+    """The admin verbs, over one back end and the engine that runs on it (`AdminPort`); those
+    that move messages elsewhere are `MoveVerbs`."""
 
     def __init__(
         self, backend: Backend, engine: EngineQueries, now_ms: Callable[[], int]

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from gateway.backend.base import StoredMessage
+from gateway.backend.base import OutMessage, StoredMessage
 from gateway.values import value
 
 
@@ -205,3 +205,32 @@ class DeadLetterView:
     reason: str
     dead_lettered_ms: int
     properties: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportPage:
+    """A page of one part of a group's messages."""
+
+    source_topic: str
+    messages: tuple[StoredMessage, ...]
+    next_after: int
+    """Position to continue after; -1 at the end."""
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """A message from elsewhere to store once (`import_copies`)."""
+
+    source_key: str
+    part: str
+    message: OutMessage
+    first_delivery: bool = False
+    """Stored even when the ledger knows `source_key` (see `Backend.store_once`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    stored: int
+    skipped: int
+    retry_topic: str
+    dead_letter_topic: str

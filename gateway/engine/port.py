@@ -24,11 +24,14 @@ from gateway.core.naming import NamingScheme
 from gateway.core.policy import RetryPolicy
 from gateway.core.registry import Registry
 from gateway.engine.api import (
+    Copy,
     DeadLetterFilter,
     DeadLetterPage,
     DeadLetterView,
     Delivery,
+    ExportPage,
     GroupView,
+    ImportResult,
     SettleGuard,
     Settlement,
     SettleResult,
@@ -37,6 +40,7 @@ from gateway.engine.api import (
 )
 from gateway.engine.clock import TimeBase
 from gateway.engine.config import EngineConfig
+from gateway.migrate.rename import RenameResult
 from gateway.values import value
 
 
@@ -215,6 +219,31 @@ class AdminPort(Protocol):
 
     async def purge(self, topic: str, group: str) -> int:
         """Remove the group's ready, delayed and waiting-retry messages (not those in flight)."""
+        ...
+
+    async def rename(
+        self, topic: str, group: str, from_naming: str, to_naming: str, dry_run: bool = False,
+    ) -> RenameResult:
+        """Move the group's waiting retries and dead letters to another scheme's names."""
+        ...
+
+    async def export(
+        self, topic: str, group: str, part: str, after: int, limit: int, naming: str = "",
+    ) -> ExportPage:
+        """A page of one part of the group's messages (ready, retry, dead-letter), not taken."""
+        ...
+
+    async def remove_exported(
+        self, topic: str, group: str, part: str, positions: Sequence[int], naming: str = "",
+    ) -> int:
+        """Remove exported messages by position."""
+        ...
+
+    async def import_copies(
+        self, topic: str, group: str, ledger: str, naming: str, copies: Sequence[Copy],
+        source_names: Sequence[str] = ("", ""),
+    ) -> ImportResult:
+        """Store copies from elsewhere, each once (a copy ledger keyed by source message)."""
         ...
 
 

@@ -12,6 +12,7 @@ from gateway.engine.api import DeadLetterFilter, DeadLetterView, GroupView
 from gateway.engine.port import EngineQueries
 from gateway.errors import NotFound
 from gateway.server import validate
+from gateway.server.admin_move import MoveCalls
 from gateway.server.timeline import SpoolTimeline, TimelineEvent
 from gateway.server.totals import GroupTotals
 from gateway.v1 import admin_pb2, admin_pb2_grpc
@@ -21,14 +22,17 @@ MAX_GROUPS = 1000
 """Most groups ListGroups describes."""
 
 
-class AdminService(admin_pb2_grpc.AdminServicer):
+class AdminService(MoveCalls, admin_pb2_grpc.AdminServicer):
     def __init__(
         self,
         engine: EngineQueries,
         totals: GroupTotals | None = None,
         timeline: SpoolTimeline | None = None,
+        max_message_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self.admin = engine.admin
+        self.max_message_bytes = max_message_bytes
+        """The largest message ImportMessages stores (the gateway's `max_message_bytes`)."""
         self.totals = totals or GroupTotals()
         self.timeline = timeline
 

@@ -185,7 +185,8 @@ class GatewayApp:
         gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayService(self.engine), server)
         timeline = SpoolTimeline(self.spool) if self.spool is not None else None
         admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(self.engine, self.totals, timeline), server)
+            AdminService(self.engine, self.totals, timeline,
+                         max_message_bytes=cfg.max_message_bytes), server)
         for front in self.front_ends.values():
             front.mount(server)
         for extra in self.extra_services:

@@ -80,7 +80,7 @@ async def peek(
             seen = rd.unacked_page(conn, gid, after_position, limit)
             fresh = [m.pos for m in rd.scan_meta(conn, topic_id, start, until, limit)]
             chosen = sorted(set(seen) | set(fresh))[:limit]
-            return rd.load_rows(conn, topic_id, gid, chosen, seen)
+            return rd.load_rows(conn, topic_id, gid, chosen, seen, due=True)
 
         rows = await reader.run(query)
     return [stored(state, rows[pos], "") for pos in sorted(rows)]

@@ -29,7 +29,9 @@ from typing import cast
 
 from gateway.backend.base import (
     Backend,
+    KeyedCopy,
     Lease,
+    Move,
     OutMessage,
     Release,
     StoredMessage,
@@ -37,7 +39,7 @@ from gateway.backend.base import (
 )
 from gateway.engine.clock import Clock, SystemClock
 from gateway.errors import GatewayError
-from gateway.store import admin, guard, recovery, schema, writes
+from gateway.store import admin, guard, moves, recovery, schema, writes
 from gateway.store import reader as rd
 from gateway.store.catalog import Catalog
 from gateway.store.codec import props_json
@@ -45,7 +47,7 @@ from gateway.store.fetch import fetch
 from gateway.store.index import Entry, GroupIndex
 from gateway.store.supervisor import Supervisor
 from gateway.store.tail import PROPERTY_OVERHEAD, TailCache
-from gateway.store.writes import MessageRow, UnackedRow
+from gateway.store.writes import MessageRow, UnackedRow, Write
 
 TAIL_BYTES = 64 << 20
 """Default memory for recently published messages (`gateway.store.tail`)."""
@@ -112,6 +114,7 @@ class EmbeddedStore(Backend):
         )
         self._id_tag = "00000000"
         self._id_seq = 0
+        self._ledger_lock = asyncio.Lock()
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -179,6 +182,18 @@ class EmbeddedStore(Backend):
         writer, _ = self._supervisor.ready()
         if not messages:
             return []
+        write, committed, ids = self.stage(topic, messages)
+        await _committed(writer.submit(write), committed)
+        return ids
+
+    def stage(
+        self, topic: str, messages: Sequence[OutMessage]
+    ) -> tuple[Write, Callable[[], None], list[str]]:
+        """Take `messages` into the index and the tail as the next positions of `topic`: the
+        write that makes them durable, what to run once it committed, and their ids. The write
+        must be submitted before the event loop runs anything else (`gateway.store.moves`
+        submits several together). Raises (having changed nothing) for a value the store
+        cannot keep."""
         index = self._catalog.topic(topic)
         now_ms = self._clock.now_ms()
         base = schema.topic_base(index.topic_id)
@@ -231,8 +246,7 @@ class EmbeddedStore(Backend):
             for group in index.groups.values():
                 group.wake()
 
-        await _committed(writer.submit(writes.append(topic_row, rows)), committed)
-        return ids
+        return writes.append(topic_row, rows), committed, ids
 
     async def fetch(
         self,
@@ -344,6 +358,19 @@ class EmbeddedStore(Backend):
     async def purge(self, topic: str, group: str) -> int:
         writer, reader = self._supervisor.ready()
         return await admin.purge(self._catalog, writer, reader, topic, group)
+
+    atomic_moves = True
+
+    async def move(self, items: Sequence[Move]) -> int:
+        """See `Backend.move`: here every copy and removal commits in one transaction."""
+        writer, reader = self._supervisor.ready()
+        return await moves.move(self, self._catalog, writer, reader, items)
+
+    async def store_once(self, ledger: str, copies: Sequence[KeyedCopy]) -> list[bool]:
+        """See `Backend.store_once`: the ledger is a table written in the copies' transaction."""
+        writer, reader = self._supervisor.ready()
+        return await moves.store_once(self, writer, reader, self._ledger_lock, self._catalog,
+                                      ledger, copies)
 
     async def drop_group(self, topic: str, group: str) -> bool:
         writer, _ = self._supervisor.ready()

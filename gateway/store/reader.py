@@ -137,8 +137,11 @@ def load_rows(
     gid: int,
     positions: Iterable[int],
     counted: Iterable[int] = (),
+    due: bool = False,
 ) -> dict[int, Row]:
-    """Full rows of `positions`; those in `counted` carry the group's counters (unacked table)."""
+    """Full rows of `positions`; those in `counted` carry the group's counters (unacked table)
+    and, with `due`, the time they are visible again as their `deliver_at_ms` when that is
+    later (a message released to come again later: a retry in place)."""
     base = topic_base(topic_id)
     out: dict[int, Row] = {}
     select = (
@@ -150,9 +153,14 @@ def load_rows(
         out[rid - base] = Row(rid - base, mid, key, tag, body, props, pub, dat, att, ret)
     wanted = sorted(pos for pos in counted if pos in out)
     if wanted:
-        select = f"SELECT pos, attempt, retries FROM unacked WHERE gid = {int(gid)} AND"
-        for pos, attempt, retries in _by_ids(conn, select, "pos", wanted):
-            out[pos] = dataclasses.replace(out[pos], attempt=attempt, retries=retries)
+        select = ("SELECT pos, attempt, retries, visible_at_ms FROM unacked WHERE"
+                  f" gid = {int(gid)} AND")
+        for pos, attempt, retries, visible_at in _by_ids(conn, select, "pos", wanted):
+            row = out[pos]
+            later = due and visible_at > row.deliver_at_ms
+            out[pos] = dataclasses.replace(
+                row, attempt=attempt, retries=retries,
+                deliver_at_ms=visible_at if later else row.deliver_at_ms)
     return out
 
 
@@ -291,3 +299,15 @@ def count_unacked(conn: sqlite3.Connection, gid: int) -> int:
     """How many scanned positions the group has not acked."""
     (count,) = conn.execute("SELECT count(*) FROM unacked WHERE gid = ?", (gid,)).fetchone()
     return int(count)
+
+
+def copied_keys(conn: sqlite3.Connection, ledger: str, keys: Sequence[str]) -> set[str]:
+    """Which of `keys` the ledger records as copied."""
+    found: set[str] = set()
+    unique = list(dict.fromkeys(keys))
+    for start in range(0, len(unique), _IN_CHUNK):
+        chunk = unique[start:start + _IN_CHUNK]
+        marks = ",".join("?" * len(chunk))
+        found.update(key for (key,) in conn.execute(
+            f"SELECT key FROM copied WHERE ledger = ? AND key IN ({marks})", (ledger, *chunk)))
+    return found

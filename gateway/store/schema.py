@@ -26,6 +26,10 @@ DDL = (
     "CREATE TABLE IF NOT EXISTS unacked(gid INTEGER NOT NULL, pos INTEGER NOT NULL,"
     " visible_at_ms INTEGER NOT NULL, attempt INTEGER NOT NULL, retries INTEGER NOT NULL,"
     " PRIMARY KEY(gid, pos)) WITHOUT ROWID",
+    # What `migrate copy` stored here, by the caller's ledger name and the source's message key:
+    # written in the transaction that stores the copies, so a copy is never stored twice.
+    "CREATE TABLE IF NOT EXISTS copied(ledger TEXT NOT NULL, key TEXT NOT NULL,"
+    " PRIMARY KEY(ledger, key)) WITHOUT ROWID",
 )
 
 

@@ -85,6 +85,17 @@ def statement(sql: str, params: Sequence[object] = ()) -> Write:
     return ("statement", (sql, params))
 
 
+def together(parts: Sequence[Write]) -> Write:
+    """Several writes that commit together or not at all (they are one write: the writer never
+    splits a write across transactions). Its result is the list of the parts' results."""
+    return ("together", (tuple(parts),))
+
+
+def copied(ledger: str, keys: Sequence[str]) -> Write:
+    """Record that the copies of these source keys are stored (`migrate copy`'s ledger)."""
+    return ("copied", (ledger, tuple(keys)))
+
+
 BARRIER: Write = ("barrier", ())
 """A write that writes nothing: awaiting it waits for every write queued before it."""
 
@@ -159,6 +170,15 @@ def _barrier(conn: sqlite3.Connection) -> None:
     pass
 
 
+def _together(conn: sqlite3.Connection, parts: Sequence[Write]) -> list[object]:
+    return [apply(conn, part) for part in parts]
+
+
+def _copied(conn: sqlite3.Connection, ledger: str, keys: Sequence[str]) -> None:
+    insert_rows(conn, "INSERT OR IGNORE INTO copied(ledger, key) VALUES",
+                rows=[(ledger, key) for key in keys])
+
+
 OPERATIONS: dict[str, Callable[..., object]] = {
     "append": _append,
     "scanned": _scanned,
@@ -169,6 +189,8 @@ OPERATIONS: dict[str, Callable[..., object]] = {
     "trimmed": _trimmed,
     "statement": _statement,
     "barrier": _barrier,
+    "together": _together,
+    "copied": _copied,
 }
 
 

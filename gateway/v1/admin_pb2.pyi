@@ -1,10 +1,22 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class MessagePart(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MESSAGE_PART_UNSPECIFIED: _ClassVar[MessagePart]
+    MESSAGE_PART_READY: _ClassVar[MessagePart]
+    MESSAGE_PART_RETRY: _ClassVar[MessagePart]
+    MESSAGE_PART_DEAD_LETTER: _ClassVar[MessagePart]
+MESSAGE_PART_UNSPECIFIED: MessagePart
+MESSAGE_PART_READY: MessagePart
+MESSAGE_PART_RETRY: MessagePart
+MESSAGE_PART_DEAD_LETTER: MessagePart
 
 class DescribeGroupRequest(_message.Message):
     __slots__ = ("topic", "group")
@@ -306,3 +318,148 @@ class DeleteDeadLettersResponse(_message.Message):
     DELETED_FIELD_NUMBER: _ClassVar[int]
     deleted: int
     def __init__(self, deleted: _Optional[int] = ...) -> None: ...
+
+class RenameDestinationsRequest(_message.Message):
+    __slots__ = ("topic", "group", "from_naming", "to_naming", "dry_run")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    FROM_NAMING_FIELD_NUMBER: _ClassVar[int]
+    TO_NAMING_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    from_naming: str
+    to_naming: str
+    dry_run: bool
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., from_naming: _Optional[str] = ..., to_naming: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class RenameDestinationsResponse(_message.Message):
+    __slots__ = ("retry_from", "retry_to", "dead_letter_from", "dead_letter_to", "retries", "dead_letters", "left", "more")
+    RETRY_FROM_FIELD_NUMBER: _ClassVar[int]
+    RETRY_TO_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FROM_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TO_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    retry_from: str
+    retry_to: str
+    dead_letter_from: str
+    dead_letter_to: str
+    retries: int
+    dead_letters: int
+    left: int
+    more: bool
+    def __init__(self, retry_from: _Optional[str] = ..., retry_to: _Optional[str] = ..., dead_letter_from: _Optional[str] = ..., dead_letter_to: _Optional[str] = ..., retries: _Optional[int] = ..., dead_letters: _Optional[int] = ..., left: _Optional[int] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class ExportMessagesRequest(_message.Message):
+    __slots__ = ("topic", "group", "part", "page_token", "limit", "naming")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    NAMING_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    part: MessagePart
+    page_token: str
+    limit: int
+    naming: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., part: _Optional[_Union[MessagePart, str]] = ..., page_token: _Optional[str] = ..., limit: _Optional[int] = ..., naming: _Optional[str] = ...) -> None: ...
+
+class MovedMessage(_message.Message):
+    __slots__ = ("message_id", "body", "properties", "key", "tag", "deliver_at_ms", "attempt", "retries", "position", "part", "source_key", "first_delivery")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    body: bytes
+    properties: _containers.ScalarMap[str, str]
+    key: str
+    tag: str
+    deliver_at_ms: int
+    attempt: int
+    retries: int
+    position: int
+    part: MessagePart
+    source_key: str
+    first_delivery: bool
+    def __init__(self, message_id: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., key: _Optional[str] = ..., tag: _Optional[str] = ..., deliver_at_ms: _Optional[int] = ..., attempt: _Optional[int] = ..., retries: _Optional[int] = ..., position: _Optional[int] = ..., part: _Optional[_Union[MessagePart, str]] = ..., source_key: _Optional[str] = ..., first_delivery: _Optional[bool] = ...) -> None: ...
+
+class ExportMessagesResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token", "source_topic")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[MovedMessage]
+    next_page_token: str
+    source_topic: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[MovedMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., source_topic: _Optional[str] = ...) -> None: ...
+
+class RemoveExportedRequest(_message.Message):
+    __slots__ = ("topic", "group", "part", "positions", "naming")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    PART_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    NAMING_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    part: MessagePart
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    naming: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., part: _Optional[_Union[MessagePart, str]] = ..., positions: _Optional[_Iterable[int]] = ..., naming: _Optional[str] = ...) -> None: ...
+
+class RemoveExportedResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: int
+    def __init__(self, removed: _Optional[int] = ...) -> None: ...
+
+class ImportMessagesRequest(_message.Message):
+    __slots__ = ("topic", "group", "ledger", "naming", "messages", "source_retry_topic", "source_dead_letter_topic")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_FIELD_NUMBER: _ClassVar[int]
+    NAMING_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_RETRY_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    ledger: str
+    naming: str
+    messages: _containers.RepeatedCompositeFieldContainer[MovedMessage]
+    source_retry_topic: str
+    source_dead_letter_topic: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., ledger: _Optional[str] = ..., naming: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[MovedMessage, _Mapping]]] = ..., source_retry_topic: _Optional[str] = ..., source_dead_letter_topic: _Optional[str] = ...) -> None: ...
+
+class ImportMessagesResponse(_message.Message):
+    __slots__ = ("stored", "skipped", "retry_topic", "dead_letter_topic")
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    RETRY_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    stored: int
+    skipped: int
+    retry_topic: str
+    dead_letter_topic: str
+    def __init__(self, stored: _Optional[int] = ..., skipped: _Optional[int] = ..., retry_topic: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ...) -> None: ...

@@ -84,6 +84,26 @@ class AdminStub:
                 request_serializer=gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersRequest.SerializeToString,
                 response_deserializer=gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.RenameDestinations = channel.unary_unary(
+                '/gateway.v1.Admin/RenameDestinations',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.RenameDestinationsRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.RenameDestinationsResponse.FromString,
+                _registered_method=True)
+        self.ExportMessages = channel.unary_unary(
+                '/gateway.v1.Admin/ExportMessages',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.ExportMessagesRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.ExportMessagesResponse.FromString,
+                _registered_method=True)
+        self.RemoveExported = channel.unary_unary(
+                '/gateway.v1.Admin/RemoveExported',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.RemoveExportedRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.RemoveExportedResponse.FromString,
+                _registered_method=True)
+        self.ImportMessages = channel.unary_unary(
+                '/gateway.v1.Admin/ImportMessages',
+                request_serializer=gateway_dot_v1_dot_admin__pb2.ImportMessagesRequest.SerializeToString,
+                response_deserializer=gateway_dot_v1_dot_admin__pb2.ImportMessagesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -164,6 +184,43 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenameDestinations(self, request, context):
+        """Moves a group's waiting retries and dead letters of a topic from one naming scheme's
+        destinations to another's (`gateway migrate rename`), keeping message ids, due times,
+        attempt counts and properties (values naming an old destination are renamed). On the
+        embedded store in one transaction; on a broker back end the copies are published first and
+        the originals removed after (a second run finds the copies and only removes).
+        FAILED_PRECONDITION while push consumers of the group use the old scheme.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportMessages(self, request, context):
+        """Reads a page of a group's messages of one part (ready, waiting retries, dead letters)
+        without taking them, for `gateway migrate copy`. FAILED_PRECONDITION while push consumers
+        are open on the group.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveExported(self, request, context):
+        """Removes exported messages (by position) once their copies are stored elsewhere.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportMessages(self, request, context):
+        """Stores copies of messages from elsewhere, each at most once: a copy ledger (named by the
+        caller, one per source) records the key of every source message stored, in the same
+        transaction as its copy. Needs the embedded store (FAILED_PRECONDITION otherwise).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -216,6 +273,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DeleteDeadLetters,
                     request_deserializer=gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersRequest.FromString,
                     response_serializer=gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersResponse.SerializeToString,
+            ),
+            'RenameDestinations': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenameDestinations,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.RenameDestinationsRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.RenameDestinationsResponse.SerializeToString,
+            ),
+            'ExportMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportMessages,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.ExportMessagesRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.ExportMessagesResponse.SerializeToString,
+            ),
+            'RemoveExported': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveExported,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.RemoveExportedRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.RemoveExportedResponse.SerializeToString,
+            ),
+            'ImportMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportMessages,
+                    request_deserializer=gateway_dot_v1_dot_admin__pb2.ImportMessagesRequest.FromString,
+                    response_serializer=gateway_dot_v1_dot_admin__pb2.ImportMessagesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -488,6 +565,114 @@ class Admin:
             '/gateway.v1.Admin/DeleteDeadLetters',
             gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersRequest.SerializeToString,
             gateway_dot_v1_dot_admin__pb2.DeleteDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenameDestinations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/RenameDestinations',
+            gateway_dot_v1_dot_admin__pb2.RenameDestinationsRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.RenameDestinationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/ExportMessages',
+            gateway_dot_v1_dot_admin__pb2.ExportMessagesRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.ExportMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveExported(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/RemoveExported',
+            gateway_dot_v1_dot_admin__pb2.RemoveExportedRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.RemoveExportedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gateway.v1.Admin/ImportMessages',
+            gateway_dot_v1_dot_admin__pb2.ImportMessagesRequest.SerializeToString,
+            gateway_dot_v1_dot_admin__pb2.ImportMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -225,6 +225,29 @@ class Matrix:
         request = admin_pb2.ListTopicsRequest()
         return await self.grpc_outcome(self.admin.ListTopics(request, metadata=caller.grpc))
 
+    async def admin_RenameDestinations(self, row: Row, caller: Caller) -> str:
+        request = admin_pb2.RenameDestinationsRequest(
+            topic="scratch", group="scratch", from_naming="pulsar-2.7", to_naming="pulsar-2.9")
+        return await self.grpc_outcome(self.admin.RenameDestinations(request,
+                                                                     metadata=caller.grpc))
+
+    async def admin_ExportMessages(self, row: Row, caller: Caller) -> str:
+        request = admin_pb2.ExportMessagesRequest(topic="orders", group="app",
+                                                  part=admin_pb2.MESSAGE_PART_DEAD_LETTER)
+        return await self.grpc_outcome(self.admin.ExportMessages(request, metadata=caller.grpc))
+
+    async def admin_RemoveExported(self, row: Row, caller: Caller) -> str:
+        request = admin_pb2.RemoveExportedRequest(
+            topic="scratch", group="scratch", part=admin_pb2.MESSAGE_PART_READY,
+            positions=[10**9])
+        return await self.grpc_outcome(self.admin.RemoveExported(request, metadata=caller.grpc))
+
+    async def admin_ImportMessages(self, row: Row, caller: Caller) -> str:
+        request = admin_pb2.ImportMessagesRequest(
+            topic="scratch", ledger="matrix", messages=[admin_pb2.MovedMessage(
+                body=b"x", part=admin_pb2.MESSAGE_PART_READY, source_key="k")])
+        return await self.grpc_outcome(self.admin.ImportMessages(request, metadata=caller.grpc))
+
     # --- RocketMQ 5 MessagingService -----------------------------------------------------
 
     async def _rmq_unary(self, method: str, request: Any, caller: Caller) -> str:

@@ -148,9 +148,10 @@ async def test_gateway_settles(matrix: Matrix) -> None:
 
 
 async def test_admin(matrix: Matrix) -> None:
-    calls = ["DescribeGroup", "ListDeadLetters", "ResendDeadLetters", "Purge", "ListTopics"]
+    calls = ["DescribeGroup", "ListDeadLetters", "ResendDeadLetters", "Purge", "ListTopics",
+             "RenameDestinations", "ExportMessages", "RemoveExported", "ImportMessages"]
     check(*await matrix.run([Row("admin", c, who=frozenset({"ops"})) for c in calls]),
-          at_least=25)
+          at_least=45)
 
 
 async def test_rocketmq(matrix: Matrix) -> None:

@@ -353,6 +353,16 @@ TEMPLATES: dict[str, Message] = {
         topic="t1", group="g1", message_ids=["m1"],
         filter=admin_pb2.DeadLetterFilter(reason="r", min_attempt=1, max_attempt=3, text="x")),
     "Consume": gateway_pb2.ConsumeRequest(subscribe=SUBSCRIBE),
+    "RenameDestinations": admin_pb2.RenameDestinationsRequest(
+        topic="t1", group="g1", from_naming="pulsar-2.7", to_naming="pulsar-2.9"),
+    "ExportMessages": admin_pb2.ExportMessagesRequest(
+        topic="t1", group="g1", part=admin_pb2.MESSAGE_PART_RETRY, limit=5),
+    "RemoveExported": admin_pb2.RemoveExportedRequest(
+        topic="t1", group="g1", part=admin_pb2.MESSAGE_PART_READY, positions=[1]),
+    "ImportMessages": admin_pb2.ImportMessagesRequest(
+        topic="t1", group="g1", ledger="fuzz", messages=[admin_pb2.MovedMessage(
+            body=b"copy", properties={"a": "b"}, part=admin_pb2.MESSAGE_PART_RETRY,
+            source_key="k1", attempt=1, retries=1)]),
 }
 """A valid request of each method, for mutants that reach the engine and the store."""
 assert set(TEMPLATES) == {m.name for m in METHODS}

@@ -92,13 +92,17 @@ def test_services_and_methods() -> None:
     assert sorted(admin) == [
         "DeleteDeadLetters",
         "DescribeGroup",
+        "ExportMessages",
         "GetDeadLetter",
         "GetTimeline",
+        "ImportMessages",
         "ListDeadLetters",
         "ListGroups",
         "ListTopics",
         "ListWaitingRetries",
         "Purge",
+        "RemoveExported",
+        "RenameDestinations",
         "ResendDeadLetters",
     ]
     assert not any(streaming for *_, streaming in admin.values())

@@ -1,0 +1,362 @@
+"""A RabbitMQ queue as either side of `gateway migrate copy` (aio-pika).
+
+URL: `amqp://USER:PASSWORD@HOST:PORT/VHOST?queue=NAME` (`amqps://` with TLS; the virtual host
+is the path, `/` when empty, `%2F` spelled out otherwise, as in RabbitMQ's URI spec).
+
+* As a source: every message in the queue, consumed with manual acks; a batch is acknowledged
+  (`basic.ack` multiple) only after the destination confirmed its copies. Its key in the
+  destination's ledger is its `message_id` property, or, without one, a digest of its body and
+  properties. A message RabbitMQ hands out for the first time (`redelivered` false) cannot have
+  been copied by an earlier run and is stored whatever the ledger says, so identical messages
+  without ids are all copied; only a redelivered one whose key the ledger knows is taken for
+  copied (after a kill, a message identical to one copied before may be taken for it). A
+  message written by a gateway's
+  RabbitMQ back end keeps its key, tag, due time and counters (its `x-gateway-*` headers); any
+  other message is a ready message whose basic properties travel as `amqp.*` properties and its
+  headers as properties, as the gateway's AMQP front end carries them.
+* As a destination: the queue must exist. Copies are published persistent, in AMQP
+  transactions: each batch and the ledger entry naming its keys commit together (`tx.commit`),
+  so a copy killed at any point stores nothing twice. The ledger is the durable queue
+  `NAME.migrate-ledger`, read (and given back) when the copy starts. Every copy is a ready
+  message there (a queue holds no due times); its retry count goes in `x-delivery-count`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+from collections import deque
+from collections.abc import Sequence
+from urllib.parse import unquote
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
+from aio_pika.exceptions import AMQPError, ChannelClosed, ProbableAuthenticationError
+from aiormq.abc import DeliveredMessage
+
+from adapters.amqp.codec import decode
+from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
+from adapters.amqp.frontend.messages import delivery_properties, out_message
+from adapters.amqp.frontend.values import as_text
+from gateway.backend.base import OutMessage
+from gateway.core.properties import ATTEMPT
+from gateway.engine.api import Delivery
+from gateway.errors import GatewayError, InvalidArgument
+from gateway.limits import message_size
+from gateway.migrate.endpoint import (
+    READY,
+    DestinationRefused,
+    DestinationUnavailable,
+    Item,
+    NotAllowed,
+    SourceUnavailable,
+    Stored,
+    Url,
+)
+
+SCHEMES = ("amqp", "amqps")
+CONNECT_TIMEOUT_S = 10.0
+IDLE_CHECK_S = 0.05
+"""With nothing buffered, how long to wait for a delivery before asking whether the queue is
+drained (a passive declare on a channel of its own)."""
+FILL_S = 0.02
+"""How long a short batch waits for more deliveries already on their way."""
+LEDGER_SUFFIX = ".migrate-ledger"
+BROKER_ERRORS = (AMQPError, ConnectionError, OSError, TimeoutError)
+
+
+class SourceRefused(GatewayError):
+    code = "FAILED_PRECONDITION"
+
+
+def _vhost(url: Url) -> str:
+    path = url.parts.path
+    return "/" if path in ("", "/") else unquote(path[1:])
+
+
+def _broker_url(url: Url) -> str:
+    """The URL aio-pika connects to: ours without the `queue` option."""
+    return url.parts._replace(query="", fragment="").geturl()
+
+
+def _queue(url: Url, field: str) -> str:
+    url.only(field, ("queue",))
+    name = url.option("queue")
+    if not name or len(name.encode()) > 255:
+        raise InvalidArgument(field, url.shown, "?queue=NAME (1..255 bytes)")
+    return name
+
+
+async def _connect(url: Url, side: str) -> AbstractConnection:
+    try:
+        return await aio_pika.connect(_broker_url(url), timeout=CONNECT_TIMEOUT_S)
+    except ProbableAuthenticationError as exc:
+        raise NotAllowed(f"{side} {url.shown}: RabbitMQ refused the credentials: {exc}") from None
+    except BROKER_ERRORS as exc:
+        error = SourceUnavailable if side == "source" else DestinationUnavailable
+        raise error(f"{side} {url.shown}: cannot connect to RabbitMQ: {exc!r}") from None
+
+
+def item_of(message: DeliveredMessage) -> Item:
+    """A queue message as a copy item (see the module docstring)."""
+    properties = message.header.properties
+    headers = properties.headers or {}
+    body = message.body
+    if ATTEMPT in headers:
+        env = decode(headers, properties.message_id, properties.timestamp,
+                     int(time.time() * 1000))
+        out = OutMessage(body, env.properties, env.key, env.tag, env.deliver_at_ms,
+                         env.message_id, env.stated_attempt, env.retries)
+    else:
+        delivery = message.delivery
+        exchange = getattr(delivery, "exchange", "") or ""
+        routing_key = getattr(delivery, "routing_key", "") or ""
+        try:
+            props = dict(out_message(properties, body, exchange, routing_key).properties)
+        except AMQPFrameError:
+            # What the AMQP front end would refuse from a publisher (a header named like a
+            # basic property's `amqp.*` name, an expiration that is no number): the headers
+            # as they are, as text.
+            props = {k: as_text(v) for k, v in headers.items() if k}
+        out = OutMessage(body, props, message_id=properties.message_id or "")
+    key = properties.message_id or _digest(out)
+    first = not getattr(message.delivery, "redelivered", True)
+    return Item(key, READY, out, message.delivery, message_size(out), first)
+
+
+def _digest(message: OutMessage) -> str:
+    """A key for a message without an id: its body and properties."""
+    h = hashlib.sha256(message.body)
+    for k in sorted(message.properties):
+        h.update(b"\0" + k.encode("utf-8", "replace") + b"\0"
+                 + message.properties[k].encode("utf-8", "replace"))
+    return "sha256:" + h.hexdigest()
+
+
+class QueueSource:
+    """The messages of one RabbitMQ queue; see the module docstring."""
+
+    def __init__(self, url: Url) -> None:
+        self._url = url
+        self.queue_name = _queue(url, "from")
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._queue: AbstractQueue | None = None
+        self._buffer: deque[DeliveredMessage] = deque()
+        self._arrived = asyncio.Event()
+        self._consuming = False
+        self._drained = False
+        self._tag = ""
+        self._probe: AbstractChannel | None = None
+
+    @property
+    def name(self) -> str:
+        return self._url.shown
+
+    @property
+    def ledger(self) -> str:
+        p = self._url.parts
+        port = p.port or (5671 if self._url.scheme == "amqps" else 5672)
+        return (f"{self._url.scheme}://{(p.hostname or '').lower()}:{port}/"
+                f"{_vhost(self._url)}?queue={self.queue_name}")
+
+    @property
+    def destinations(self) -> tuple[str, str]:
+        return ("", "")
+
+    async def open(self) -> None:
+        self._connection = await _connect(self._url, "source")
+        try:
+            self._channel = await self._connection.channel(publisher_confirms=False)
+            self._queue = await self._channel.declare_queue(self.queue_name, passive=True)
+        except ChannelClosed as exc:
+            await self.close()
+            raise SourceRefused(f"source {self.name}: no queue {self.queue_name!r} "
+                                f"({exc})") from None
+        except BROKER_ERRORS as exc:
+            await self.close()
+            raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
+
+    async def _ready_count(self) -> int:
+        """Messages ready in the queue (not those delivered and unacknowledged), asked on a
+        channel of its own."""
+        assert self._connection is not None
+        try:
+            if self._probe is None or self._probe.is_closed:
+                self._probe = await self._connection.channel(publisher_confirms=False)
+            queue = await self._probe.declare_queue(self.queue_name, passive=True)
+            return int(queue.declaration_result.message_count or 0)
+        except BROKER_ERRORS as exc:
+            raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
+
+    async def count(self, exact: bool) -> dict[str, int] | None:
+        return {READY: await self._ready_count()}
+
+    async def _on_message(self, message: DeliveredMessage) -> None:
+        self._buffer.append(message)
+        self._arrived.set()
+
+    async def _consume(self, max_items: int) -> None:
+        assert self._channel is not None and self._queue is not None
+        try:
+            # Two batches may be out at once (one being stored, the next taken): room for three.
+            await self._channel.set_qos(prefetch_count=min(65535, 3 * max_items))
+            # aiormq's deliveries as they are: no message object per delivery.
+            raw = await self._channel.get_underlay_channel()
+            ok = await raw.basic_consume(self._queue.name, self._on_message, no_ack=False)
+            self._tag = ok.consumer_tag or ""
+        except BROKER_ERRORS as exc:
+            raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
+        self._consuming = True
+
+    async def _cancel(self) -> None:
+        """Stop the consumer: RabbitMQ sends every delivery before its cancel-ok, so what it
+        delivered is in the buffer once this returns."""
+        assert self._channel is not None
+        try:
+            raw = await self._channel.get_underlay_channel()
+            await raw.basic_cancel(self._tag)
+        except BROKER_ERRORS as exc:
+            raise SourceUnavailable(f"source {self.name}: {exc!r}") from None
+        self._drained = True
+
+    async def take(self, max_items: int) -> list[Item]:
+        if not self._consuming:
+            await self._consume(max_items)
+        while not self._buffer:
+            if self._drained:
+                return []
+            self._check_alive()
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), IDLE_CHECK_S)
+            if not self._buffer and await self._ready_count() == 0:
+                await self._cancel()
+        if len(self._buffer) < max_items and not self._drained:
+            await asyncio.sleep(FILL_S)
+        taken = [self._buffer.popleft() for _ in range(min(max_items, len(self._buffer)))]
+        return [item_of(m) for m in taken]
+
+    def _check_alive(self) -> None:
+        if self._channel is None or self._channel.is_closed:
+            raise SourceUnavailable(f"source {self.name}: the channel closed")
+
+    async def ack(self, items: Sequence[Item]) -> None:
+        if not items:
+            return
+        assert self._channel is not None
+        last = max(int(getattr(i.handle, "delivery_tag", 0) or 0) for i in items)
+        try:
+            raw = await self._channel.get_underlay_channel()
+            await raw.basic_ack(last, multiple=True)
+        except BROKER_ERRORS as exc:
+            raise SourceUnavailable(f"source {self.name}: acknowledging failed ({exc!r}); the "
+                                    "messages come again on the next run") from None
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(*BROKER_ERRORS):
+                await connection.close()
+
+
+class QueueDestination:
+    """Copies published into one RabbitMQ queue, once each; see the module docstring."""
+
+    def __init__(self, url: Url) -> None:
+        self._url = url
+        self.queue_name = _queue(url, "to")
+        self.ledger_queue = self.queue_name + LEDGER_SUFFIX
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._known: set[tuple[str, str]] = set()
+
+    @property
+    def name(self) -> str:
+        return self._url.shown
+
+    async def open(self) -> None:
+        self._connection = await _connect(self._url, "destination")
+        try:
+            channel = await self._connection.channel(publisher_confirms=False)
+            try:
+                await channel.declare_queue(self.queue_name, passive=True)
+            except ChannelClosed as exc:
+                raise DestinationRefused(
+                    f"destination {self.name}: no queue {self.queue_name!r}: declare it first, "
+                    f"with its arguments ({exc})") from None
+            channel = await self._connection.channel(publisher_confirms=False)
+            await channel.declare_queue(self.ledger_queue, durable=True)
+            await self._read_ledger(channel)
+            await channel.close()  # gives the ledger's messages back
+            self._channel = await self._connection.channel(publisher_confirms=False)
+            await self._channel.transaction().select()
+        except BROKER_ERRORS as exc:
+            await self.close()
+            raise DestinationUnavailable(f"destination {self.name}: {exc!r}") from None
+        except GatewayError:
+            await self.close()
+            raise
+
+    async def _read_ledger(self, channel: AbstractChannel) -> None:
+        queue = await channel.declare_queue(self.ledger_queue, passive=True)
+        while True:
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                return
+            try:
+                entry = json.loads(message.body)
+                ledger = str(entry["ledger"])
+                self._known.update((ledger, str(key)) for key in entry["keys"])
+            except (ValueError, KeyError, TypeError):
+                continue  # not one of ours: left alone
+
+    async def put(self, ledger: str, items: Sequence[Item],
+                  source_destinations: tuple[str, str]) -> Stored:
+        assert self._channel is not None
+        fresh = [i for i in items if i.first_delivery or (ledger, i.key) not in self._known]
+        if not fresh:
+            return Stored(0, len(items))
+        exchange = self._channel.default_exchange
+        try:
+            for item in fresh:
+                await exchange.publish(_amqp_message(item), self.queue_name)
+            record = json.dumps({"ledger": ledger, "keys": [i.key for i in fresh]}).encode()
+            await exchange.publish(
+                aio_pika.Message(record, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                self.ledger_queue)
+            await self._channel.transaction().commit()
+        except BROKER_ERRORS as exc:
+            raise DestinationUnavailable(f"destination {self.name}: the batch was not "
+                                         f"committed ({exc!r})") from None
+        self._known.update((ledger, i.key) for i in fresh)
+        return Stored(len(fresh), len(items) - len(fresh))
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(*BROKER_ERRORS):
+                await connection.close()
+
+
+def _amqp_message(item: Item) -> aio_pika.Message:
+    m = item.message
+    delivery = Delivery("", m.message_id, "", "", m.body, m.properties, m.key, m.tag,
+                        m.attempt, m.retries, 0, 0, m.deliver_at_ms)
+    props = delivery_properties(delivery)
+    return aio_pika.Message(
+        m.body, headers=props.headers or None, content_type=props.content_type,
+        content_encoding=props.content_encoding,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT, priority=props.priority,
+        correlation_id=props.correlation_id, reply_to=props.reply_to,
+        message_id=props.message_id or m.message_id or None, timestamp=props.timestamp,
+        type=props.message_type, user_id=props.user_id, app_id=props.app_id,
+    )
+
+
+def side(url: Url, role: str) -> QueueSource | QueueDestination:
+    """The source or destination an `amqp://` URL names."""
+    return QueueSource(url) if role == "source" else QueueDestination(url)

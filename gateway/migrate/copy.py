@@ -1,0 +1,168 @@
+"""`gateway migrate copy`: move messages from a source to a destination, each copied once.
+
+The loop takes a batch from the source, has the destination store it (each copy at most once:
+the destination's ledger records the key of every source message it stored, in the same
+transaction as the copy), and only then acknowledges the batch at the source. While the
+destination stores batch n the source already hands out batch n+1. Killed at any point, a
+second run with the same source copies nothing twice: what the source never saw acknowledged
+comes again, and the ledger answers "already stored" for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gateway.errors import InvalidArgument
+from gateway.migrate.endpoint import (
+    Destination,
+    Item,
+    Source,
+    Url,
+    parse_url,
+    same_place,
+)
+from gateway.migrate.gateway_side import SCHEMES, GatewayDestination, GatewaySource
+from gateway.migrate.progress import Progress
+
+DEFAULT_BATCH = 500
+MAX_BATCH = 10_000
+
+
+@dataclass(slots=True)
+class CopyResult:
+    """What a run did."""
+
+    source: str
+    destination: str
+    dry_run: bool
+    taken: int = 0
+    """Messages taken from the source and acknowledged there after their copy was stored."""
+    stored: int = 0
+    """Copies stored by this run."""
+    skipped: int = 0
+    """Messages an earlier run had copied already (acknowledged now, not stored again)."""
+    by_part: dict[str, int] = field(default_factory=dict)
+    bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.taken / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{n} {p}" for p, n in self.by_part.items() if n) or "nothing"
+        if self.dry_run:
+            return f"dry run: {parts} to copy from {self.source} to {self.destination}"
+        return (f"copied {self.taken} message(s) ({parts}; {self.stored} stored, "
+                f"{self.skipped} already there from an earlier run) from {self.source} to "
+                f"{self.destination} in {self.seconds:.1f} s ({self.rate:,.0f} msg/s, "
+                f"{self.bytes / max(self.seconds, 1e-9) / 1e6:.1f} MB/s)")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"source": self.source, "destination": self.destination,
+                "dry_run": self.dry_run, "taken": self.taken, "stored": self.stored,
+                "skipped": self.skipped, "by_part": dict(self.by_part), "bytes": self.bytes,
+                "seconds": round(self.seconds, 3), "rate": round(self.rate, 1)}
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What the gateway sides need: bearer tokens, TLS roots, the call timeout."""
+
+    from_token: str = ""
+    to_token: str = ""
+    ca_file: str = ""
+    timeout_s: float = 30.0
+
+
+SideFactory = Callable[[Url, str], object]
+"""(url, role "source" / "destination") -> a Source or Destination (a product's)."""
+
+
+def check_apart(source: str, destination: str) -> None:
+    """Refuse a destination that is the source itself."""
+    if same_place(parse_url("from", source), parse_url("to", destination)):
+        raise InvalidArgument("to", destination, "another topic or queue than --from: a "
+                              "place copied onto itself would lose the copies")
+
+
+def open_side(text: str, role: str, credentials: Credentials,
+              products: dict[str, SideFactory]) -> Source | Destination:
+    """The side a URL names: the gateway's own scheme, or one a product offers."""
+    field_name = "from" if role == "source" else "to"
+    url = parse_url(field_name, text)
+    if url.scheme in SCHEMES:
+        if role == "source":
+            return GatewaySource(url, credentials.from_token, credentials.timeout_s,
+                                 credentials.ca_file)
+        return GatewayDestination(url, credentials.to_token, credentials.timeout_s,
+                                  credentials.ca_file)
+    factory = products.get(url.scheme)
+    if factory is None:
+        known = ", ".join(sorted({*SCHEMES, *products}))
+        raise InvalidArgument(field_name, url.shown, f"a URL of scheme {known}")
+    side = factory(url, role)
+    return side  # type: ignore[return-value]
+
+
+async def copy(
+    source: Source, destination: Destination, *, dry_run: bool = False,
+    batch: int = DEFAULT_BATCH, progress: Progress | None = None,
+) -> CopyResult:
+    """Copy everything the source holds now; see the module docstring."""
+    if not 1 <= batch <= MAX_BATCH:
+        raise InvalidArgument("batch", batch, f"1..{MAX_BATCH}")
+    result = CopyResult(source.name, destination.name, dry_run)
+    await source.open()
+    try:
+        if dry_run:
+            result.by_part = dict(await source.count(exact=True) or {})
+            return result
+        await destination.open()
+        try:
+            estimate = await source.count(exact=False)
+            if progress is not None:
+                progress.start(sum(estimate.values()) if estimate else None)
+            started = time.monotonic()
+            await _run(source, destination, batch, result, progress)
+            result.seconds = time.monotonic() - started
+        finally:
+            await destination.close()
+    finally:
+        await source.close()
+    if progress is not None:
+        progress.finish()
+    return result
+
+
+async def _run(source: Source, destination: Destination, batch: int, result: CopyResult,
+               progress: Progress | None) -> None:
+    ledger, names = source.ledger, source.destinations
+    items = await source.take(batch)
+    while items:
+        # The next batch is taken while this one is stored: the source's round trip overlaps
+        # the destination's commit. Nothing is acknowledged before its copy is stored.
+        following = asyncio.ensure_future(source.take(batch))
+        try:
+            stored = await destination.put(ledger, items, names)
+            await source.ack(items)
+        except BaseException:
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
+            raise
+        _count(result, items, stored.stored, stored.skipped)
+        if progress is not None:
+            progress.advance(len(items), result.bytes)
+        items = await following
+
+
+def _count(result: CopyResult, items: list[Item], stored: int, skipped: int) -> None:
+    result.taken += len(items)
+    result.stored += stored
+    result.skipped += skipped
+    for item in items:
+        result.by_part[item.part] = result.by_part.get(item.part, 0) + 1
+        result.bytes += item.size

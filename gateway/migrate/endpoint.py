@@ -1,0 +1,214 @@
+"""The two sides of `gateway migrate copy`: a source hands out messages and acknowledges them
+once their copies are stored; a destination stores copies, each at most once.
+
+A side is named by a URL whose scheme chooses it: `gateway://` (a running gateway, this
+package: `gateway.migrate.gateway_side`), or a scheme a product offers
+(`Product.migration_schemes`, built by `Product.migration_endpoint`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
+
+from gateway.backend.base import OutMessage
+from gateway.errors import GatewayError, InvalidArgument
+
+READY = "ready"
+"""A message waiting for delivery (ready, delayed, or released to come again later)."""
+RETRY = "retry"
+"""A waiting retry of a group, with its due time and attempt count."""
+DEAD_LETTER = "dead-letter"
+PARTS = (READY, RETRY, DEAD_LETTER)
+
+
+class SourceUnavailable(GatewayError):
+    """The source cannot be reached (or went away): nothing more was taken from it."""
+
+    code = "UNAVAILABLE"
+
+
+class DestinationUnavailable(GatewayError):
+    """The destination cannot be reached: what it did not confirm stays at the source."""
+
+    code = "UNAVAILABLE"
+
+
+class DestinationRefused(GatewayError):
+    """The destination refused a copy (too large, a bad value, no ledger): that message and the
+    ones after it stay at the source."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class NotAllowed(GatewayError):
+    """A side refused the credentials."""
+
+    code = "PERMISSION_DENIED"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One message taken from a source, not yet acknowledged there."""
+
+    key: str
+    """Names the source message in the destination's copy ledger: the same on every run."""
+    part: str
+    """READY, RETRY or DEAD_LETTER."""
+    message: OutMessage
+    """Body, properties, key, tag, due time (`deliver_at_ms`), id and counters."""
+    handle: object = None
+    """What the source needs to acknowledge it."""
+    size: int = 0
+    """Bytes it carries (body and properties), for the summary."""
+    first_delivery: bool = False
+    """The source hands it out for the first time (RabbitMQ's `redelivered` is false): no
+    earlier run can have copied it, so the destination stores it even when its ledger knows its
+    key (an identical message without an id was copied before)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What a destination did with a batch."""
+
+    stored: int
+    """Copies stored now."""
+    skipped: int
+    """Copies an earlier run had stored already (found in the ledger)."""
+
+
+class Source(Protocol):
+    """Where messages come from."""
+
+    @property
+    def name(self) -> str:
+        """The source as a user names it (no credentials)."""
+        ...
+
+    @property
+    def ledger(self) -> str:
+        """The name of this source in a destination's copy ledger (the same on every run)."""
+        ...
+
+    @property
+    def destinations(self) -> tuple[str, str]:
+        """Its own retry and dead-letter destination names ("" = none), so that property values
+        naming them can be renamed at the destination."""
+        ...
+
+    async def open(self) -> None:
+        """Connect and check that the source exists; `SourceUnavailable`, `NotAllowed`,
+        `InvalidArgument`."""
+        ...
+
+    async def count(self, exact: bool) -> dict[str, int] | None:
+        """Messages to copy by part: `exact` counts them all (a dry run); else a cheap estimate
+        for the progress bar, or None when unknown."""
+        ...
+
+    async def take(self, max_items: int) -> list[Item]:
+        """Up to `max_items` messages not yet taken; an empty list once the source is drained."""
+        ...
+
+    async def ack(self, items: Sequence[Item]) -> None:
+        """Acknowledge (remove) messages whose copies the destination confirmed."""
+        ...
+
+    async def close(self) -> None:
+        """Disconnect; what was taken and not acknowledged comes again on the next run."""
+        ...
+
+
+class Destination(Protocol):
+    """Where copies go."""
+
+    @property
+    def name(self) -> str:
+        ...
+
+    async def open(self) -> None:
+        """Connect and check that the destination takes copies."""
+        ...
+
+    async def put(self, ledger: str, items: Sequence[Item],
+                  source_destinations: tuple[str, str]) -> Stored:
+        """Store each item unless the ledger `ledger` records its key (and record it), durably
+        before returning; `DestinationRefused`, `DestinationUnavailable`."""
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Url:
+    """A side's URL, taken apart: `scheme://[user:password@]host[:port]/PATH?query`."""
+
+    text: str
+    scheme: str
+    parts: SplitResult
+    query: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        """The path without its leading slash, percent-decoded (a topic may hold `://`)."""
+        return unquote(self.parts.path[1:] if self.parts.path.startswith("/")
+                       else self.parts.path)
+
+    @property
+    def shown(self) -> str:
+        """The URL without its password."""
+        netloc = self.parts.hostname or ""
+        if self.parts.port:
+            netloc += f":{self.parts.port}"
+        if self.parts.username:
+            netloc = f"{self.parts.username}@{netloc}"
+        shown = self.parts._replace(netloc=netloc)
+        return shown.geturl()
+
+    def option(self, name: str, default: str = "") -> str:
+        return self.query.get(name, default)
+
+    def only(self, field: str, allowed: Sequence[str]) -> None:
+        """Refuse query options other than `allowed`."""
+        unknown = sorted(set(self.query) - set(allowed))
+        if unknown:
+            raise InvalidArgument(field, self.shown,
+                                  f"options {', '.join(allowed) or '(none)'} only, not "
+                                  f"{', '.join(unknown)}")
+
+
+def parse_url(field: str, text: str) -> Url:
+    """A side's URL; `InvalidArgument` naming `field` for anything that is not one."""
+    if "://" not in text:
+        raise InvalidArgument(field, text, "a URL such as gateway://HOST:PORT/TOPIC?group=G")
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # a port that is not a number raises here
+        query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise InvalidArgument(field, text, f"a well-formed URL ({exc})") from None
+    single: dict[str, str] = {}
+    for key, values in query.items():
+        if len(values) != 1:
+            raise InvalidArgument(field, text, f"option {key} once")
+        single[key] = values[0]
+    if not parts.hostname:
+        raise InvalidArgument(field, text, "a URL with a host")
+    return Url(text, parts.scheme.lower(), parts, single)
+
+
+def same_place(a: Url, b: Url) -> bool:
+    """Whether two URLs name the same topic or queue (same scheme family, host, port, path and
+    `queue`): copying a place onto itself would find its own copies in the ledger and remove
+    them."""
+    def place(url: Url) -> tuple[str, str, int | None, str, str]:
+        host = (url.parts.hostname or "").lower()
+        if host in ("localhost", "::1"):
+            host = "127.0.0.1"
+        family = url.scheme.split("+")[0].rstrip("s")
+        return family, host, url.parts.port, url.path, url.option("queue")
+
+    return place(a) == place(b)

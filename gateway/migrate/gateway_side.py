@@ -1,0 +1,257 @@
+"""A running gateway as either side of `gateway migrate copy`, over its admin API.
+
+URL: `gateway://HOST:PORT/TOPIC?group=G` (`gateways://` for TLS); the topic is the rest of the
+path, percent-decoded, so `gateway://127.0.0.1:50051/persistent://t/ns/orders?group=sub` works.
+
+* As a source: a group's ready (and delayed) messages of the topic, its waiting retries (with due
+  times and attempt counts) and its dead letters (`parts=ready,retry,dead-letter`, all by
+  default; `naming=S` reads another scheme's destinations). Messages are read with
+  ExportMessages and removed with RemoveExported once the destination confirmed their copies.
+  The group must have no consumers open meanwhile.
+* As a destination: ImportMessages, which stores each copy once (a ledger keyed by the source
+  message). Ready copies go to the topic; retries and dead letters to the group's destinations
+  (`naming=S` to choose the scheme; `part=dead-letter` puts every copy there, e.g. when copying
+  a broker's dead-letter queue). `group` may be left out when every copy is a ready message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NoReturn
+
+import grpc
+
+from gateway.admin_client import AdminClient, Target, connect
+from gateway.errors import GatewayError, InvalidArgument
+from gateway.limits import message_size
+from gateway.migrate.endpoint import (
+    DEAD_LETTER,
+    PARTS,
+    READY,
+    RETRY,
+    DestinationRefused,
+    DestinationUnavailable,
+    Item,
+    NotAllowed,
+    SourceUnavailable,
+    Stored,
+    Url,
+)
+from gateway.v1 import admin_pb2 as pb
+
+SCHEMES = ("gateway", "gateways")
+PART_CODES = {
+    READY: pb.MESSAGE_PART_READY,
+    RETRY: pb.MESSAGE_PART_RETRY,
+    DEAD_LETTER: pb.MESSAGE_PART_DEAD_LETTER,
+}
+PAGE = 1000
+"""Messages per ExportMessages page."""
+MAX_REQUEST_BYTES = 32 << 20
+"""Copies per ImportMessages call stay below this (the gateway takes 64 MiB requests)."""
+MAX_IMPORT = 10_000
+
+
+class SourceRefused(GatewayError):
+    """The source refused a request (consumers still open on the group, say)."""
+
+    code = "FAILED_PRECONDITION"
+
+
+def _raise(exc: grpc.aio.AioRpcError, side: str, name: str) -> NoReturn:
+    code = exc.code()
+    details = exc.details() or code.name
+    text = f"{side} {name}: {code.name}: {details}"
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        raise (SourceUnavailable if side == "source" else DestinationUnavailable)(text) from None
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        raise NotAllowed(text) from None
+    raise (SourceRefused if side == "source" else DestinationRefused)(text) from None
+
+
+class _Side:
+    def __init__(self, url: Url, token: str, timeout_s: float, ca_file: str) -> None:
+        if url.scheme not in SCHEMES:
+            raise InvalidArgument("url", url.shown, "gateway://HOST:PORT/TOPIC?group=G")
+        self.url = url
+        self.topic = url.path
+        if not self.topic:
+            raise InvalidArgument("url", url.shown, "a topic: gateway://HOST:PORT/TOPIC")
+        self.group = url.option("group")
+        self.naming = url.option("naming")
+        host = url.parts.hostname or ""
+        self.address = f"[{host}]:{url.parts.port or 50051}" if ":" in host else (
+            f"{host}:{url.parts.port or 50051}")
+        self._target = Target(self.address, tls=url.scheme == "gateways", ca_file=ca_file)
+        self._token = token
+        self._timeout_s = timeout_s
+        self._channel: grpc.aio.Channel | None = None
+        self.client: AdminClient | None = None
+
+    @property
+    def name(self) -> str:
+        return self.url.shown
+
+    def _open_channel(self) -> AdminClient:
+        self._channel = connect(self._target)
+        self.client = AdminClient(self._channel, self._token, self._timeout_s)
+        return self.client
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+
+class GatewaySource(_Side):
+    """A group's messages on a running gateway; see the module docstring."""
+
+    def __init__(self, url: Url, token: str = "", timeout_s: float = 30.0,
+                 ca_file: str = "") -> None:
+        super().__init__(url, token, timeout_s, ca_file)
+        url.only("from", ("group", "naming", "parts"))
+        if not self.group:
+            raise InvalidArgument("from", url.shown, "a group: gateway://HOST:PORT/TOPIC?group=G")
+        chosen = [p.strip() for p in url.option("parts", ",".join(PARTS)).split(",")]
+        if not chosen or any(p not in PARTS for p in chosen):
+            raise InvalidArgument("from", url.shown, f"parts from {', '.join(PARTS)}")
+        self.parts = [p for p in PARTS if p in chosen]
+        self._part = 0
+        self._token_of: dict[str, str] = {}
+        self._names = ("", "")
+
+    @property
+    def ledger(self) -> str:
+        naming = f"&naming={self.naming}" if self.naming else ""
+        return f"gateway://{self.address}/{self.topic}?group={self.group}{naming}"
+
+    @property
+    def destinations(self) -> tuple[str, str]:
+        return self._names
+
+    async def open(self) -> None:
+        client = self._open_channel()
+        try:
+            view = await client.describe(self.topic, self.group)
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, "source", self.name)
+        self._names = (view.retry_topic, view.dead_letter_topic)
+
+    async def count(self, exact: bool) -> dict[str, int] | None:
+        assert self.client is not None
+        try:
+            if not exact:
+                view = await self.client.describe(self.topic, self.group)
+                counts = {READY: view.ready + view.delayed, RETRY: view.waiting_retry,
+                          DEAD_LETTER: view.dead_letters}
+                return {p: counts[p] for p in self.parts}
+            found: dict[str, int] = {}
+            for part in self.parts:
+                token, found[part] = "", 0
+                while True:
+                    page = await self.client.export(self.topic, self.group, PART_CODES[part],
+                                                    token, PAGE, self.naming)
+                    found[part] += len(page.messages)
+                    token = page.next_page_token
+                    if not token:
+                        break
+            return found
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, "source", self.name)
+
+    async def take(self, max_items: int) -> list[Item]:
+        assert self.client is not None
+        while self._part < len(self.parts):
+            part = self.parts[self._part]
+            token = self._token_of.get(part, "")
+            try:
+                page = await self.client.export(self.topic, self.group, PART_CODES[part], token,
+                                                min(max_items, PAGE), self.naming)
+            except grpc.aio.AioRpcError as exc:
+                _raise(exc, "source", self.name)
+            if page.next_page_token:
+                self._token_of[part] = page.next_page_token
+            else:
+                self._part += 1
+            if page.messages:
+                return [_item(part, m) for m in page.messages]
+        return []
+
+    async def ack(self, items: Sequence[Item]) -> None:
+        assert self.client is not None
+        by_part: dict[str, list[int]] = {}
+        for item in items:
+            assert isinstance(item.handle, int)
+            by_part.setdefault(item.part, []).append(item.handle)
+        try:
+            for part, positions in by_part.items():
+                for start in range(0, len(positions), MAX_IMPORT):
+                    await self.client.remove_exported(self.topic, self.group, PART_CODES[part],
+                                                      positions[start:start + MAX_IMPORT],
+                                                      self.naming)
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, "source", self.name)
+
+
+def _item(part: str, m: pb.MovedMessage) -> Item:
+    from gateway.backend.base import OutMessage
+
+    message = OutMessage(m.body, dict(m.properties), m.key, m.tag, m.deliver_at_ms,
+                         m.message_id, m.attempt, m.retries)
+    return Item(m.message_id, part, message, m.position, message_size(message))
+
+
+class GatewayDestination(_Side):
+    """Copies stored once on a running gateway; see the module docstring."""
+
+    def __init__(self, url: Url, token: str = "", timeout_s: float = 30.0,
+                 ca_file: str = "") -> None:
+        super().__init__(url, token, timeout_s, ca_file)
+        url.only("to", ("group", "naming", "part"))
+        self.part = url.option("part")
+        if self.part and self.part not in PARTS:
+            raise InvalidArgument("to", url.shown, f"part one of {', '.join(PARTS)}")
+
+    async def open(self) -> None:
+        client = self._open_channel()
+        try:
+            await client.topics()
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, "destination", self.name)
+
+    async def put(self, ledger: str, items: Sequence[Item],
+                  source_destinations: tuple[str, str]) -> Stored:
+        assert self.client is not None
+        stored = skipped = 0
+        for chunk in _chunks(items):
+            request = pb.ImportMessagesRequest(
+                topic=self.topic, group=self.group, ledger=ledger, naming=self.naming,
+                source_retry_topic=source_destinations[0],
+                source_dead_letter_topic=source_destinations[1])
+            add = request.messages.add
+            for item in chunk:
+                m = item.message
+                add(message_id=m.message_id, body=m.body, properties=m.properties, key=m.key,
+                    tag=m.tag, deliver_at_ms=m.deliver_at_ms, attempt=m.attempt,
+                    retries=m.retries, part=PART_CODES[self.part or item.part],
+                    source_key=item.key, first_delivery=item.first_delivery)
+            try:
+                answer = await self.client.import_messages(request)
+            except grpc.aio.AioRpcError as exc:
+                _raise(exc, "destination", self.name)
+            stored += answer.stored
+            skipped += answer.skipped
+        return Stored(stored, skipped)
+
+
+def _chunks(items: Sequence[Item]) -> list[Sequence[Item]]:
+    chunks: list[Sequence[Item]] = []
+    start = size = 0
+    for i, item in enumerate(items):
+        if i > start and (i - start == MAX_IMPORT or size + item.size > MAX_REQUEST_BYTES):
+            chunks.append(items[start:i])
+            start, size = i, 0
+        size += item.size + 64
+    if start < len(items):
+        chunks.append(items[start:])
+    return chunks
