@@ -32,7 +32,7 @@ from gateway.client import GatewayClient
 from gateway.v1 import gateway_pb2
 
 SENT = "bench-sent-ns"
-LISTENING = re.compile(r"listening on (\S+):(\d+)")
+LISTENING = re.compile(r"listening on ([^\s\"]+):(\d+)")
 ECHO_METHOD = "/bench.Echo/Stream"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _DRAINS: set[asyncio.Task[None]] = set()

@@ -22,6 +22,8 @@ with the same message whether the topic exists or not.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import tomllib
@@ -308,15 +310,31 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 
+REFUSED_READ_S = 1.0
+"""How long a refused streaming call waits for the client's first request before answering."""
+
+
 def _refuse(error: GatewayError) -> tuple[Behaviour, Behaviour]:
     async def unary(request: Any, context: Any) -> Any:
+        await _first_of(request)
         await abort_error(context, error)
 
     async def stream(request: Any, context: Any) -> Any:
+        await _first_of(request)
         await abort_error(context, error)
         yield None  # pragma: no cover
 
     return unary, stream
+
+
+async def _first_of(request: Any) -> None:
+    """Read a client stream's first request (briefly) before refusing the call: a refusal sent
+    while the client is still writing it reaches the client, now and then, as INTERNAL
+    instead of the status given. A unary request has been read already."""
+    if not hasattr(request, "__anext__"):
+        return
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(anext(request, None), REFUSED_READ_S)
 
 
 def _guarded(

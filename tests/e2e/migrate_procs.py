@@ -42,7 +42,7 @@ def start_gateway(data_dir: Path, *extra: str, scale: float = 1.0) -> Proc:
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        found = re.search(r"gateway listening on (\S+)", log.read_text())
+        found = re.search(r"gateway listening on ([^\s\"]+)", log.read_text())
         if found:
             return Proc(proc, found.group(1))
         if proc.poll() is not None:

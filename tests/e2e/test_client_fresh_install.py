@@ -91,7 +91,7 @@ def served(fresh: Path, tmp_path: Path) -> Iterator[tuple[str, str]]:
         line = proc.stderr.readline()
         if not line and proc.poll() is not None:
             break
-        match = re.search(r"gateway listening on (\S+)", line)
+        match = re.search(r"gateway listening on ([^\s\"]+)", line)
         target = match.group(1) if match else ""
     try:
         assert target, "the fresh gateway did not start"
