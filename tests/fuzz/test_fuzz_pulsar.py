@@ -4,6 +4,7 @@ The gateway runs as `gateway serve --pulsar-listen` on a free port. A control me
 with pulsar-client first; then seeded generators send valid CONNECT / PRODUCER / SEND / SUBSCRIBE /
 FLOW / ACK / ... sessions whose frames are mutated (bit flips, truncation, huge and tiny sizes,
 extreme and negative numbers, invalid UTF-8, missing fields, wrong wire types, garbage, ZLIB bombs,
+LZ4 / ZSTD / SNAPPY payloads,
 batch counts that lie) over many connections. Afterwards: the process is up, its log has no
 traceback, the control message is consumed exactly once, and the process's peak RSS grew by less
 than `RSS_GROWTH_KIB`. Bounded to about a minute (fixed seed, fixed number of connections).
@@ -24,6 +25,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import cramjam
 import pulsar
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
@@ -143,10 +145,19 @@ def message(rng: random.Random, seq: int) -> tuple[Message, bytes]:
     else:
         payload = rng.randbytes(rng.randrange(0, 200))
     if rng.random() < 0.2:
-        meta.compression = pb.ZLIB
+        meta.compression = rng.choice([pb.ZLIB, pb.LZ4, pb.ZSTD, pb.SNAPPY])
         meta.uncompressed_size = len(payload)
-        payload = zlib.compress(payload)
+        payload = PACKERS[meta.compression](payload)
     return meta, payload
+
+
+PACKERS: dict[int, Callable[[bytes], bytes]] = {
+    pb.ZLIB: zlib.compress,
+    pb.LZ4: lambda data: bytes(cramjam.lz4.compress_block(data, store_size=False)),
+    pb.ZSTD: lambda data: bytes(cramjam.zstd.compress(data)),
+    pb.SNAPPY: lambda data: bytes(cramjam.snappy.compress_raw(data)),
+}
+"""Each codec as Pulsar clients write it."""
 
 
 # ------------------------------------------------------------------ mutations
