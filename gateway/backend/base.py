@@ -23,6 +23,7 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gateway.errors import Unimplemented
 from gateway.values import value
 
 
@@ -198,6 +199,28 @@ class Backend(abc.ABC):
     async def topics(self) -> list[str]:
         """Names of the topics the back end knows (may be empty where it cannot list)."""
         return []
+
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        """Make `group` a group of `topic` that keeps its position, unless it is one already:
+        starting at the earliest retained message, or (`at_end`) after every message published
+        so far, durably when it returns. True when it was created; False when it existed (it
+        keeps its position) or the back end places groups itself (`seekable` is False: every
+        group then starts where the back end starts it)."""
+        return False
+
+    seekable: bool = False
+    """True when the back end keeps each group's position itself and can move it
+    (`create_group` at the end, `seek`)."""
+
+    async def seek(
+        self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
+    ) -> None:
+        """Move `group` to the message `message_id` of `topic`, or (without an id) to the first
+        message published at or after `publish_ms`: that message and every later one is
+        delivered again, earlier ones are not; whatever the group had leased, released or
+        delayed is forgotten (its leases are void). `NotFound` when the message is not in the
+        topic (any more); `Unimplemented` where the back end cannot (`seekable` False)."""
+        raise Unimplemented(f"the {self.name} back end cannot move a group's position")
 
     async def drop_group(self, topic: str, group: str) -> bool:
         """Forget `group` on `topic`: its position and its unacked messages, so the topic's

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage, TopicStats
 from gateway.engine.clock import Clock, SystemClock
-from gateway.errors import InvalidArgument, Unavailable
+from gateway.errors import InvalidArgument, NotFound, Unavailable
 
 _instances = itertools.count(1)
 """Instance numbers, the middle of every message id: ids stay unique across instances."""
@@ -81,6 +81,18 @@ class _Group:
     dirty: bool = True
     """Something may be fetchable that the last fetch did not see."""
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    placed: bool = False
+    """It has looked at positions or was created: it keeps its position (`create_group`)."""
+
+    def reset(self, cursor: int) -> None:
+        """Forget every position looked at; read on from `cursor`."""
+        self.cursor = cursor
+        self.slots.clear()
+        self.ready.clear()
+        self.delayed.clear()
+        self.held.clear()
+        self.placed = True
+        self.wake()
 
     def wake(self) -> None:
         self.dirty = True
@@ -114,6 +126,7 @@ class InMemoryBackend(Backend):
     """Topics and groups in memory; see the module docstring."""
 
     name = "memory"
+    seekable = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
                               "oldest-ready-time", "backlog-view"})
 
@@ -198,6 +211,7 @@ class InMemoryBackend(Backend):
                 group.slots[pos] = slot
                 out.append((pos, slot))
         group.cursor = max(group.cursor, min(upto, topic.next_pos))
+        group.placed = True
         return out
 
     @staticmethod
@@ -436,12 +450,34 @@ class InMemoryBackend(Backend):
         removed = len(state.slots) + sum(
             1 for pos in range(state.cursor, index.next_pos) if pos in index.messages
         )
-        state.slots.clear()
-        state.ready.clear()
-        state.delayed.clear()
-        state.held.clear()
-        state.cursor = index.next_pos
+        state.reset(index.next_pos)
         return removed
+
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        self._ready()
+        index = self._topic(topic)
+        state = self._group(index, group)
+        if state.placed:
+            return False
+        state.reset(index.next_pos if at_end else min(index.messages, default=index.next_pos))
+        return True
+
+    async def seek(
+        self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
+    ) -> None:
+        self._ready()
+        index = self._topic(topic)
+        state = self._group(index, group)
+        positions = sorted(index.messages)
+        if message_id:
+            found = [p for p in positions if index.messages[p].message_id == message_id]
+            if not found:
+                raise NotFound(f"message {message_id!r} is not in topic {topic!r}")
+            cursor = found[0]
+        else:
+            later = [p for p in positions if index.messages[p].publish_ms >= publish_ms]
+            cursor = later[0] if later else index.next_pos
+        state.reset(cursor)
 
     async def topics(self) -> list[str]:
         self._ready()

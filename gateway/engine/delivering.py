@@ -16,7 +16,7 @@ from gateway.core.policy import RetryPolicy
 from gateway.core.properties import ORIGIN_TOPIC, visible_properties
 from gateway.core.record import Record
 from gateway.core.states import READY, WAITING_RETRY
-from gateway.engine.api import Delivery, SubscriptionSpec
+from gateway.engine.api import Delivery, InitialPosition, SubscriptionSpec
 from gateway.engine.base import Batch
 from gateway.engine.dispatch import (
     Consumer,
@@ -74,6 +74,7 @@ class Delivering(Expiring):
         if anonymous:
             spec = replace(spec, consumer_id=consumer_id)
         sub = self._subscription(spec, policy, anonymous)
+        await self._place(sub)
         consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked)
         consumer.on_close = self._consumer_closed
         consumer.on_cancel = self._consumer_cancelled
@@ -85,6 +86,14 @@ class Delivering(Expiring):
         log.info("consumer opened", topic=spec.topic, group=sub.group, policy=policy.name,
                  consumer=consumer_id)
         return consumer
+
+    async def _place(self, sub: Subscription) -> None:
+        """Create the group where its spec says it starts, unless the back end knows it (then
+        it keeps its position)."""
+        if self.backend.seekable and not sub.placed:
+            latest = sub.spec.initial_position is InitialPosition.LATEST
+            await self.backend.create_group(sub.topic, sub.group, at_end=latest)
+            sub.placed = True
 
     async def _consumer_closed(self, consumer: Consumer) -> None:
         await self._give_back(consumer, list(consumer.receipts))
@@ -314,6 +323,7 @@ class Delivering(Expiring):
                    policy, self._time.policy_now())
         await self._check_topic(spec.topic)
         sub = self._subscription(spec, policy, anonymous=False)
+        await self._place(sub)
         if sub.own_group and not sub.consumers:
             self._drop_later(sub)  # a pull consumer's own group lasts while it keeps receiving
         loop = asyncio.get_running_loop()

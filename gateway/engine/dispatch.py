@@ -146,6 +146,8 @@ class Subscription:
     """The consumer gave no id (the gateway made one up): nobody can resume its group."""
     expiry_key: int = 0
     """The timer key of the group's pending drop, 0 when none is pending."""
+    placed: bool = False
+    """The back end was asked to create the group where its spec starts it."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
 
     @property

@@ -139,6 +139,15 @@ class EnginePort(Protocol):
         """Ack by receipt, without a settlement or a result per item: the failures by position."""
         ...
 
+    async def seek(
+        self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
+    ) -> None:
+        """Move the group's position to the message `message_id` (it and later ones are
+        delivered again), or to the first message published at or after `publish_ms`. The
+        group's unsettled deliveries become stale. `NotFound` for a message the topic does not
+        hold; `Unimplemented` where the back end cannot move groups."""
+        ...
+
 
 @value
 class Unsettled:

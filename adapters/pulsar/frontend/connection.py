@@ -41,7 +41,7 @@ from adapters.pulsar.wire.frames import (
     decode_frame,
     frame_size,
 )
-from gateway.engine.api import SubscriptionSpec
+from gateway.engine.api import InitialPosition, SubscriptionSpec
 from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
@@ -63,6 +63,12 @@ POLICY = "pulsar-nack"
 POLICY_OPTIONS = {"nack_delay_ms": "0"}
 """The client waits its own negative-ack delay before it asks for a redelivery, and tracks its
 own ack timeout; so the engine redelivers at once and sets no deadline of its own."""
+INITIAL_POSITIONS = {
+    pb.CommandSubscribe.Latest: InitialPosition.LATEST,
+    pb.CommandSubscribe.Earliest: InitialPosition.EARLIEST,
+}
+"""Where a new subscription starts (Latest when the client does not say: Pulsar's default); an
+existing one keeps its position."""
 Cmd = pb.BaseCommand
 
 
@@ -406,6 +412,7 @@ class Connection:
             options=POLICY_OPTIONS,
             consumer_type=consumer_type,
             consumer_id=f"pulsar-{self.id}-{request.consumer_id}",
+            initial_position=INITIAL_POSITIONS[request.initialPosition],
         )
         try:
             consumer = await self._shared.engine.open_consumer(spec)

@@ -1,0 +1,96 @@
+"""Where subscriptions of the official `pulsar-client` start, and seeking them: a new Latest
+subscription (the client's default) sees only what is published after it subscribed, a new
+Earliest one everything kept, an existing one keeps its position whatever it asks, across a
+gateway restart too."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+from tests.e2e.pulsar_stack import Stack, client_for, receive_all, run
+
+LATEST = pulsar.InitialPosition.Latest
+EARLIEST = pulsar.InitialPosition.Earliest
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+    instance = Stack(tmp_path / "data")
+    await instance.start()
+    yield instance
+    await instance.stop()
+
+
+async def send(producer: pulsar.Producer, *bodies: str) -> None:
+    for body in bodies:
+        await run(producer.send, body.encode())
+
+
+async def bodies(consumer: pulsar.Consumer, ack: bool = True) -> list[str]:
+    got = await receive_all(consumer)
+    for msg in got:
+        if ack:
+            await run(consumer.acknowledge, msg)
+    return [m.data().decode() for m in got]
+
+
+async def test_latest_sees_only_later_messages_and_earliest_everything(stack: Stack) -> None:
+    client = client_for(stack.url)
+    try:
+        producer = await run(client.create_producer, "positions", batching_enabled=False)
+        await send(producer, "old-1", "old-2")
+        default = await run(client.subscribe, "positions", "default")  # Latest: the default
+        latest = await run(client.subscribe, "positions", "latest", initial_position=LATEST)
+        earliest = await run(client.subscribe, "positions", "earliest",
+                             initial_position=EARLIEST)
+        await send(producer, "new-1", "new-2")
+        assert await bodies(default) == ["new-1", "new-2"]
+        assert await bodies(latest) == ["new-1", "new-2"]
+        assert await bodies(earliest) == ["old-1", "old-2", "new-1", "new-2"]
+    finally:
+        await run(client.close)
+
+
+async def test_an_existing_subscription_keeps_its_position(stack: Stack) -> None:
+    client = client_for(stack.url)
+    try:
+        producer = await run(client.create_producer, "kept", batching_enabled=False)
+        consumer = await run(client.subscribe, "kept", "sub", initial_position=LATEST)
+        await send(producer, "a", "b")
+        assert await bodies(consumer) == ["a", "b"]
+        await run(consumer.close)
+        await send(producer, "c")  # published while nobody is subscribed
+        # Latest again, and Earliest: the subscription exists, so it goes on after "b".
+        again = await run(client.subscribe, "kept", "sub", initial_position=LATEST)
+        assert await bodies(again, ack=False) == ["c"]
+        await run(again.close)
+        earliest = await run(client.subscribe, "kept", "sub", initial_position=EARLIEST)
+        assert await bodies(earliest) == ["c"]
+        await run(earliest.close)
+    finally:
+        await run(client.close)
+
+
+async def test_a_subscription_keeps_its_position_across_a_restart(stack: Stack) -> None:
+    client = client_for(stack.url)
+    try:
+        producer = await run(client.create_producer, "restart", batching_enabled=False)
+        await send(producer, "before")
+        consumer = await run(client.subscribe, "restart", "sub")  # Latest, nothing read yet
+        await run(consumer.close)
+    finally:
+        await run(client.close)
+    await stack.stop()
+    await stack.start()
+    client = client_for(stack.url)
+    try:
+        producer = await run(client.create_producer, "restart", batching_enabled=False)
+        await send(producer, "after")
+        consumer = await run(client.subscribe, "restart", "sub")
+        assert await bodies(consumer) == ["after"]
+    finally:
+        await run(client.close)
