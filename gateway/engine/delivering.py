@@ -79,6 +79,7 @@ class Delivering(Expiring):
         consumer.on_close = self._consumer_closed
         consumer.on_cancel = self._consumer_cancelled
         sub.consumers.append(consumer)
+        sub.announce()
         if sub.task is None or sub.task.done():
             sub.closed = False
             sub.task = asyncio.ensure_future(self._dispatch_loop(sub))
@@ -120,6 +121,8 @@ class Delivering(Expiring):
         sub = consumer.sub
         if consumer in sub.consumers:
             sub.consumers.remove(consumer)
+            consumer.set_active(False)
+            sub.announce()
         batch = Batch()
         now, real = self._time.both()
         for receipt in receipts:

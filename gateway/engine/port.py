@@ -16,7 +16,7 @@ touch the back end or the state machine. Errors are `gateway.errors` exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from gateway.backend.base import OutMessage
@@ -61,6 +61,18 @@ class ConsumerPort(Protocol):
     @property
     def credit(self) -> int:
         """Credit granted and not used yet (deliveries it may still be sent)."""
+        ...
+
+    @property
+    def active(self) -> bool:
+        """True while it is a consumer that gets deliveries: an exclusive or failover
+        subscription has one at a time (the earliest subscribed of those open), the others
+        all of theirs."""
+        ...
+
+    def watch_active(self, callback: Callable[[bool], object] | None) -> None:
+        """Have `callback(active)` called whenever `active` changes (a failover consumer that
+        takes over, or hands over); None stops the calls."""
         ...
 
     async def next_batch(self, max_messages: int = 256) -> list[Delivery]:
