@@ -90,7 +90,8 @@ class Pulsar(Product[PulsarConfig]):
         address, port = host.listener("pulsar_listen", config.pulsar_listen)
         return PulsarListener(PulsarFrontEnd(
             host.engine, address, port, advertised_url=config.pulsar_advertised or None,
-            max_message_size=host.max_message_bytes, authorizer=host.authorizer))
+            max_message_size=host.max_message_bytes, authorizer=host.authorizer,
+            state_dir=f"{host.data_dir}/pulsar" if host.data_dir else None))
 
 
 PRODUCT = Pulsar()

@@ -42,7 +42,9 @@ class Stack:
         app = await self._exit.enter_async_context(
             running_gateway(data_dir=self.data_dir, listen="127.0.0.1:0", clock=SystemClock())
         )
-        self.front = PulsarFrontEnd(app.engine, "127.0.0.1", self.port)
+        self.front = PulsarFrontEnd(
+            app.engine, "127.0.0.1", self.port, state_dir=self.data_dir / "pulsar"
+        )
         await self.front.start()
         self.port = self.front.port
 

@@ -5,6 +5,8 @@ gateway restart too."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -92,5 +94,53 @@ async def test_a_subscription_keeps_its_position_across_a_restart(stack: Stack) 
         await send(producer, "after")
         consumer = await run(client.subscribe, "restart", "sub")
         assert await bodies(consumer) == ["after"]
+    finally:
+        await run(client.close)
+
+
+async def test_seek_by_message_id(stack: Stack) -> None:
+    client = client_for(stack.url)
+    try:
+        producer = await run(client.create_producer, "seek-id", batching_enabled=False)
+        consumer = await run(client.subscribe, "seek-id", "sub", initial_position=EARLIEST)
+        receipts = [await run(producer.send, f"m{i}".encode()) for i in range(5)]
+        got = await receive_all(consumer)
+        assert [m.data() for m in got] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
+        # A delivered message has the id its send receipt gave.
+        assert [(m.message_id().ledger_id(), m.message_id().entry_id()) for m in got] == [
+            (r.ledger_id(), r.entry_id()) for r in receipts
+        ]
+        for msg in got:
+            await run(consumer.acknowledge, msg)
+        # As with a Pulsar broker, the client goes on after the message it seeks to.
+        await run(consumer.seek, got[1].message_id())  # back, by a delivered message's id
+        assert await bodies(consumer) == ["m2", "m3", "m4"]
+        await run(consumer.seek, receipts[3])  # forward, by a send receipt's id
+        assert await bodies(consumer) == ["m4"]
+        await run(consumer.seek, pulsar.MessageId.earliest)
+        assert await bodies(consumer) == ["m0", "m1", "m2", "m3", "m4"]
+        await run(consumer.seek, pulsar.MessageId.latest)
+        await send(producer, "after")
+        assert await bodies(consumer) == ["after"]
+    finally:
+        await run(client.close)
+
+
+async def test_seek_by_publish_time_in_batches(stack: Stack) -> None:
+    client = client_for(stack.url)
+    try:
+        producer = await run(client.create_producer, "seek-time", batching_enabled=True,
+                             batching_max_publish_delay_ms=5)
+        consumer = await run(client.subscribe, "seek-time", "sub", initial_position=EARLIEST)
+        await send(producer, "early-1", "early-2")
+        await asyncio.sleep(0.05)
+        middle = int(time.time() * 1000)
+        await asyncio.sleep(0.05)
+        await send(producer, "late-1", "late-2")
+        assert await bodies(consumer) == ["early-1", "early-2", "late-1", "late-2"]
+        await run(consumer.seek, middle)
+        assert await bodies(consumer) == ["late-1", "late-2"]
+        await run(consumer.seek, 0)
+        assert await bodies(consumer) == ["early-1", "early-2", "late-1", "late-2"]
     finally:
         await run(client.close)

@@ -16,6 +16,7 @@ at most `max_producers` producers and `max_consumers` consumers, and each consum
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import uuid
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ from adapters.pulsar.wire.frames import (
     decode_frame,
     frame_size,
 )
-from gateway.engine.api import InitialPosition, SubscriptionSpec
+from gateway.engine.api import ConsumerType, InitialPosition, SubscriptionSpec
 from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
@@ -292,6 +293,8 @@ class Connection:
             )
         elif kind == Cmd.UNSUBSCRIBE:
             await self._close_consumer(cmd.unsubscribe.consumer_id, cmd.unsubscribe.request_id)
+        elif kind == Cmd.SEEK:
+            await self._seek(cmd.seek)
         else:
             self._other(cmd)
 
@@ -300,17 +303,13 @@ class Connection:
         if kind == Cmd.GET_LAST_MESSAGE_ID:
             request = cmd.getLastMessageId
             session = self._consumers.get(request.consumer_id)
-            entry = session.last_entry() if session is not None else -1
-            ledger = self._shared.ids.ledger_id
-            self.write(replies.last_message_id(request.request_id, ledger, max(entry, 0)))
+            last = session.last_id() if session is not None else None
+            ledger, entry = last if last is not None else (self._shared.ids.ledger_id, 0)
+            self.write(replies.last_message_id(request.request_id, ledger, entry))
         elif kind == Cmd.GET_SCHEMA:
             self.write(replies.schema_not_found(cmd.getSchema.request_id, cmd.getSchema.topic))
         elif kind == Cmd.GET_OR_CREATE_SCHEMA:
             self.write(replies.schema_version(cmd.getOrCreateSchema.request_id))
-        elif kind == Cmd.SEEK:
-            self.write(
-                replies.error(cmd.seek.request_id, pb.NotAllowedError, "seek is not supported")
-            )
         else:
             log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
 
@@ -400,7 +399,11 @@ class Connection:
             topic = engine_topic(request.topic)
             self._check(topic, request.subscription)
             self._shared.subscriptions.join(
-                topic, request.subscription, consumer_type, self.key(request.consumer_id)
+                topic,
+                request.subscription,
+                consumer_type,
+                self.key(request.consumer_id),
+                functools.partial(self._kick, request.consumer_id),
             )
         except GatewayError as exc:
             self.write(replies.error(request.request_id, replies.server_error(exc), exc.message))
@@ -438,6 +441,10 @@ class Connection:
         )
         self._topics[request.consumer_id] = (topic, request.subscription)
         self.write(replies.success(request.request_id))
+        if consumer_type is ConsumerType.FAILOVER:
+            session = self._consumers[request.consumer_id]
+            session.watch(consumer.active)
+            consumer.watch_active(session.watch)
 
     def key(self, consumer_id: int) -> str:
         """A name for one consumer of this connection, unique within the front end."""
@@ -455,6 +462,34 @@ class Connection:
         if session is not None:
             await self._drop_consumer(session)
         self.write(replies.success(request_id))
+
+    async def _kick(self, consumer_id: int) -> None:
+        """Close a consumer from the server's side: the client subscribes it again (at the
+        subscription's position, with fresh permits), as after a broker-side disconnect."""
+        session = self._consumers.pop(consumer_id, None)
+        if session is not None:
+            self.write(replies.close_consumer(consumer_id))
+            await self._drop_consumer(session)
+
+    async def _seek(self, request: pb.CommandSeek) -> None:
+        """Move the subscription, then close every consumer of it (the client of the seeking one
+        completes its seek once it has subscribed again)."""
+        topic_and_sub = self._topics.get(request.consumer_id)
+        if topic_and_sub is None:
+            self.write(replies.error(request.request_id, pb.ConsumerNotFound, "unknown consumer"))
+            return
+        topic, subscription = topic_and_sub
+        try:
+            target = edge.seek_target(request)
+            for kick in self._shared.subscriptions.kicks(topic, subscription):
+                await kick()
+            await self._shared.engine.seek(topic, subscription, **target)
+        except Exception as exc:
+            code = replies.server_error(exc)
+            self.write(replies.error(request.request_id, code, replies.error_text(exc)))
+            log.info("pulsar seek refused", connection=self.id, error=replies.error_text(exc))
+            return
+        self.write(replies.success(request.request_id))
 
     async def _drop_consumer(self, session: ConsumerSession) -> None:
         topic, subscription = self._topics.pop(session.consumer_id, ("", ""))

@@ -225,6 +225,14 @@ def schema_version(request_id: int) -> bytes:
     return encode_command(cmd)
 
 
+def close_consumer(consumer_id: int) -> bytes:
+    """The server closes a consumer (the client subscribes it again)."""
+    cmd = Cmd(type=Cmd.CLOSE_CONSUMER)
+    cmd.close_consumer.consumer_id = consumer_id
+    cmd.close_consumer.request_id = NO_REQUEST
+    return encode_command(cmd)
+
+
 def active_consumer(consumer_id: int, active: bool) -> bytes:
     cmd = Cmd(type=Cmd.ACTIVE_CONSUMER_CHANGE)
     cmd.active_consumer_change.consumer_id = consumer_id
