@@ -6,9 +6,9 @@ milliseconds. Its semantics are the embedded store's (`gateway.store.embedded`):
 
 * positions count from 1 per topic; message ids are 32 hex characters, time-ordered (publish ms,
   the instance's tag, a counter) unless the caller gives one;
-* a group starts at the earliest message still kept; every position it has looked at and not
-  acked has a *slot* (its visible-at time and counters) that is waiting, parked under an excluded
-  key, or leased under a token; positions from the group's cursor on are not looked at yet;
+* a group starts at the earliest message kept (or where `create_group`, `seek` put it); each
+  position it has looked at and not acked has a *slot* (its visible-at time and counters):
+  waiting, parked under an excluded key, or leased; from the group's cursor on, none yet;
 * `fetch` hands out waiting slots in visible-at order first, then new positions in topic order;
   a key in `exclude_keys` is skipped with every later message of it (per-key order);
 * a lease is void once acked, released, removed, purged, dropped or the back end closed; `close`
@@ -81,17 +81,13 @@ class _Group:
     dirty: bool = True
     """Something may be fetchable that the last fetch did not see."""
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
-    placed: bool = False
-    """It has looked at positions or was created: it keeps its position (`create_group`)."""
+    placed: bool = False  # it looked at positions or was created: it keeps its position
 
     def reset(self, cursor: int) -> None:
         """Forget every position looked at; read on from `cursor`."""
-        self.cursor = cursor
-        self.slots.clear()
-        self.ready.clear()
-        self.delayed.clear()
-        self.held.clear()
-        self.placed = True
+        self.cursor, self.placed = cursor, True
+        for table in (self.slots, self.ready, self.delayed, self.held):
+            table.clear()
         self.wake()
 
     def wake(self) -> None:
@@ -457,27 +453,21 @@ class InMemoryBackend(Backend):
         self._ready()
         index = self._topic(topic)
         state = self._group(index, group)
-        if state.placed:
-            return False
-        state.reset(index.next_pos if at_end else min(index.messages, default=index.next_pos))
-        return True
+        if not state.placed:
+            state.reset(index.next_pos if at_end else min(index.messages, default=index.next_pos))
+            return True
+        return False
 
-    async def seek(
-        self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
-    ) -> None:
+    async def seek(self, topic: str, group: str, *, message_id: str = "",
+                   publish_ms: int = -1) -> None:
         self._ready()
         index = self._topic(topic)
-        state = self._group(index, group)
-        positions = sorted(index.messages)
-        if message_id:
-            found = [p for p in positions if index.messages[p].message_id == message_id]
-            if not found:
-                raise NotFound(f"message {message_id!r} is not in topic {topic!r}")
-            cursor = found[0]
-        else:
-            later = [p for p in positions if index.messages[p].publish_ms >= publish_ms]
-            cursor = later[0] if later else index.next_pos
-        state.reset(cursor)
+        kept = index.messages
+        cursor = next((p for p in sorted(kept) if kept[p].message_id == message_id
+                       or (not message_id and kept[p].publish_ms >= publish_ms)), None)
+        if cursor is None and message_id:
+            raise NotFound(f"message {message_id!r} is not in topic {topic!r}")
+        self._group(index, group).reset(index.next_pos if cursor is None else cursor)
 
     async def topics(self) -> list[str]:
         self._ready()

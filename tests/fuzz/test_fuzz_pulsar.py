@@ -97,6 +97,12 @@ def message_id(rng: random.Random) -> pb.MessageIdData:
     return pb.MessageIdData(ledgerId=rng.randrange(2**40), entryId=rng.randrange(64))
 
 
+def seek_to(mid: pb.MessageIdData) -> pb.BaseCommand:
+    cmd = command(Cmd.SEEK, "seek", consumer_id=1, request_id=11)
+    cmd.seek.message_id.CopyFrom(mid)  # type: ignore[attr-defined]
+    return cmd
+
+
 def session(rng: random.Random, topic: str) -> list[tuple[Message, Message | None, bytes]]:
     """A plausible sequence of (command, metadata, payload)."""
     out: list[tuple[Message, Message | None, bytes]] = []
@@ -123,6 +129,9 @@ def session(rng: random.Random, topic: str) -> list[tuple[Message, Message | Non
         ),
         command(Cmd.GET_LAST_MESSAGE_ID, "getLastMessageId", consumer_id=1, request_id=5),
         command(Cmd.GET_SCHEMA, "getSchema", topic=topic, request_id=6),
+        command(Cmd.SEEK, "seek", consumer_id=1, request_id=10,
+                message_publish_time=rng.choice([0, 2**40, 2**64 - 1])),
+        seek_to(message_id(rng)),
         command(Cmd.PING, "ping"),
         command(Cmd.CLOSE_PRODUCER, "close_producer", producer_id=1, request_id=7),
         command(Cmd.CLOSE_CONSUMER, "close_consumer", consumer_id=1, request_id=8),

@@ -18,6 +18,7 @@ from gateway.errors import (
     PermissionDenied,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
 
 Cmd = pb.BaseCommand
@@ -30,6 +31,7 @@ _ERRORS: tuple[tuple[type[GatewayError], int], ...] = (
     (AlreadyExists, pb.ConsumerBusy),
     (MessageTooLarge, pb.NotAllowedError),
     (InvalidArgument, pb.NotAllowedError),
+    (Unimplemented, pb.NotAllowedError),
 )
 NO_REQUEST = 2**64 - 1
 """The request id of an ERROR that answers no request (a refused CONNECT or connection)."""
