@@ -186,6 +186,8 @@ class Delivering(Expiring):
 
     async def _fetch(self, sub: Subscription, want: int) -> list[StoredMessage]:
         exclude = frozenset(sub.blocked_keys) if sub.policy.blocks_queue else frozenset()
+        if sub.parked:
+            exclude = exclude.union(sub.parked)
         got: list[StoredMessage] = []
         now = self.clock.now_ms()
         for source in sub.sources:
@@ -227,6 +229,7 @@ class Delivering(Expiring):
         backend = self.backend
         while not sub.closed and self._accepting:
             sub.wake.clear()
+            sub.unpark()
             credit = sub.credit()
             if credit <= 0:
                 await sub.wake.wait()

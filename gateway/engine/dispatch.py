@@ -151,6 +151,9 @@ class Subscription:
     group: str
     consumers: list[Consumer] = field(default_factory=list)
     blocked_keys: set[str] = field(default_factory=set)
+    parked: dict[str, Consumer] = field(default_factory=dict)
+    """Key-shared keys whose consumer had no room, by that consumer: their messages stay in the
+    back end (fetches exclude them, keeping their order) until it has room again or leaves."""
     held: deque[InFlight] = field(default_factory=deque)
     """Ordered retries due again: delivered before anything new."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -189,6 +192,14 @@ class Subscription:
         for consumer in self.consumers:
             consumer.set_active(consumer in receivers)
 
+    def unpark(self) -> None:
+        """Let parked keys go again whose consumer has room now or is gone."""
+        if self.parked:
+            gone = [k for k, c in self.parked.items() if c.closed or c.room() > 0
+                    or c not in self.consumers]
+            for key in gone:
+                del self.parked[key]
+
     def receivers(self) -> list[Consumer]:
         live = [c for c in self.consumers if not c.closed]
         if self.spec.consumer_type in (ConsumerType.EXCLUSIVE, ConsumerType.FAILOVER):
@@ -204,7 +215,11 @@ class Subscription:
         if not live:
             return None
         if self.spec.consumer_type is KEY_SHARED:
-            return self._ring.owner(live, key)
+            owner = self._ring.owner(live, key)
+            if key in self.parked or owner.room() <= 0:
+                self.parked[key] = owner
+                return None
+            return owner
         if self.policy.blocks_queue:
             return live[zlib.crc32(key.encode()) % len(live)]
         if len(live) == 1:

@@ -91,3 +91,29 @@ async def test_key_shared_keeps_each_key_with_one_consumer_in_order(h: Harness) 
     for key in keys:
         if gone.id not in second[key]:
             assert third[key] == second[key]
+
+
+async def test_a_key_shared_consumer_without_room_holds_back_only_its_keys(h: Harness) -> None:
+    spec = h.spec("pulsar-nack", consumer_type=KEY_SHARED)
+    slow = await h.open(spec, credit=2)
+    fast = await h.open(spec, credit=1000)
+    keys = [f"k{i}" for i in range(20)]
+    await h.publish_keyed(*((k, f"{k}/{n}".encode()) for n in range(4) for k in keys))
+    slow_got = [d.body.decode() for d in slow.outbox]
+    fast_got = [d.body.decode() for d in fast.outbox]
+    assert len(slow_got) == 2 and slow.credit == 0  # never more than its credit
+    slow_keys = {b.split("/")[0] for b in slow_got}
+    fast_keys = {b.split("/")[0] for b in fast_got}
+    assert slow_keys.isdisjoint(fast_keys) and fast_keys
+    assert len(fast_got) == 4 * len(fast_keys)  # the fast one's keys all went
+    # Credit for the slow one: the rest of its keys, each in order.
+    for d in list(slow.outbox):
+        assert (await h.ack(d)).ok
+    slow.outbox.clear()
+    slow.add_credit(1000)
+    await idle()
+    rest = slow_got + [d.body.decode() for d in slow.outbox]
+    owned = {k for k in keys if k not in fast_keys}
+    for key in owned:
+        assert [b for b in rest if b.startswith(key + "/")] == [f"{key}/{n}" for n in range(4)]
+    assert len(rest) == 4 * len(owned)
