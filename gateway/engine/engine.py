@@ -119,6 +119,15 @@ class Engine(Delivering):
         return ids
 
     # ------------------------------------------------------------- positions
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        """Create a group before anyone consumes (`Backend.create_group`)."""
+        check_name("topic", topic)
+        check_name("group", group)
+        await self._check_topic(topic)
+        if not self.backend.seekable:
+            return False
+        return await self.backend.create_group(topic, group, at_end=at_end)
+
     async def seek(self, topic: str, group: str, *, message_id: str = "",
                    publish_ms: int = -1) -> None:
         """Move `group`'s position on `topic` to a message, or to the first one published at or

@@ -151,6 +151,12 @@ class EnginePort(Protocol):
         """Ack by receipt, without a settlement or a result per item: the failures by position."""
         ...
 
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        """Create `group` on `topic` (at the earliest message kept, or after the last) unless
+        it exists, so that it keeps the topic's messages from then on before anyone consumes;
+        True when created. False where the back end places groups itself."""
+        ...
+
     async def seek(
         self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
     ) -> None:

@@ -144,3 +144,32 @@ async def test_seek_by_publish_time_in_batches(stack: Stack) -> None:
         assert await bodies(consumer) == ["early-1", "early-2", "late-1", "late-2"]
     finally:
         await run(client.close)
+
+
+async def test_a_dead_letter_producers_initial_subscription_keeps_the_dead_letters(
+    stack: Stack,
+) -> None:
+    """The client's dead-letter producer names `initial_subscription_name`: that subscription
+    exists from then on, so a Latest subscriber of that name later still gets the dead letters."""
+    client = client_for(stack.url)
+    try:
+        policy = pulsar.ConsumerDeadLetterPolicy(
+            max_redeliver_count=1, initial_subscription_name="audit"
+        )
+        consumer = await run(
+            client.subscribe, "pay", "billing", consumer_type=pulsar.ConsumerType.Shared,
+            negative_ack_redelivery_delay_ms=100, dead_letter_policy=policy,
+        )
+        producer = await run(client.create_producer, "pay")
+        await run(producer.send, b"poison")
+        for _ in range(2):
+            msg = await run(consumer.receive, 5000)
+            await run(consumer.negative_acknowledge, msg)
+        await asyncio.sleep(1.0)  # the client's DLQ producer sends the third delivery away
+        assert await receive_all(consumer) == []
+        late = await run(client.subscribe, "pay-billing-DLQ", "audit")  # Latest, the default
+        assert await bodies(late) == ["poison"]
+        other = await run(client.subscribe, "pay-billing-DLQ", "someone-else")
+        assert await bodies(other) == []  # a new Latest subscription: only what comes later
+    finally:
+        await run(client.close)

@@ -19,7 +19,7 @@ import asyncio
 import functools
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,12 @@ import structlog
 
 from adapters.pulsar.frontend import edge, replies
 from adapters.pulsar.frontend.budget import FRAME_COST, ReadBudget
-from adapters.pulsar.frontend.consumers import MAX_UNACKED, SUB_TYPES, ConsumerSession
+from adapters.pulsar.frontend.consumers import (
+    INITIAL_POSITIONS,
+    MAX_UNACKED,
+    SUB_TYPES,
+    ConsumerSession,
+)
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -42,7 +47,7 @@ from adapters.pulsar.wire.frames import (
     decode_frame,
     frame_size,
 )
-from gateway.engine.api import ConsumerType, InitialPosition, SubscriptionSpec
+from gateway.engine.api import ConsumerType, SubscriptionSpec
 from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
@@ -64,12 +69,6 @@ POLICY = "pulsar-nack"
 POLICY_OPTIONS = {"nack_delay_ms": "0"}
 """The client waits its own negative-ack delay before it asks for a redelivery, and tracks its
 own ack timeout; so the engine redelivers at once and sets no deadline of its own."""
-INITIAL_POSITIONS = {
-    pb.CommandSubscribe.Latest: InitialPosition.LATEST,
-    pb.CommandSubscribe.Earliest: InitialPosition.EARLIEST,
-}
-"""Where a new subscription starts (Latest when the client does not say: Pulsar's default); an
-existing one keeps its position."""
 Cmd = pb.BaseCommand
 
 
@@ -282,7 +281,7 @@ class Connection:
         elif kind == Cmd.LOOKUP:
             self._lookup(cmd.lookupTopic)
         elif kind == Cmd.PRODUCER:
-            self._producer(cmd.producer)
+            await self._producer(cmd.producer)
         elif kind == Cmd.SUBSCRIBE:
             await self._subscribe(cmd.subscribe)
         elif kind == Cmd.CLOSE_PRODUCER:
@@ -314,35 +313,37 @@ class Connection:
             log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
 
     def _partitions(self, request: pb.CommandPartitionedTopicMetadata) -> None:
-        try:
-            engine_topic(request.topic)
-        except GatewayError as exc:
-            code = replies.server_error(exc)
-            self.write(replies.partitions_failed(request.request_id, code, exc.message))
-            return
-        self.write(replies.partitions(request.request_id, 0))
+        failed = replies.partitions_failed
+        self._about_topic(request, failed, lambda: replies.partitions(request.request_id, 0))
 
     def _lookup(self, request: pb.CommandLookupTopic) -> None:
+        found = functools.partial(replies.lookup, request.request_id, self._shared.service_url)
+        self._about_topic(request, replies.lookup_failed, found)
+
+    def _about_topic(self, request: Any, failed: Callable[[int, int, str], bytes],
+                     answer: Callable[[], bytes]) -> None:
         try:
             engine_topic(request.topic)
         except GatewayError as exc:
-            code = replies.server_error(exc)
-            self.write(replies.lookup_failed(request.request_id, code, exc.message))
+            self.write(failed(request.request_id, replies.server_error(exc), exc.message))
             return
-        self.write(replies.lookup(request.request_id, self._shared.service_url))
+        self.write(answer())
 
-    def _producer(self, request: pb.CommandProducer) -> None:
+    async def _producer(self, request: pb.CommandProducer) -> None:
         existing = self._producers.get(request.producer_id)
         if existing is not None:
             last = self._shared.dedup.last(existing.topic, existing.name)
             self.write(replies.producer_success(request.request_id, existing.name, last))
             return
+        initial = request.initial_subscription_name
         try:
             topic = engine_topic(request.topic)
             self._check(topic, None)
-        except GatewayError as exc:
-            code = replies.server_error(exc)
-            self.write(replies.error(request.request_id, code, exc.message))
+            if initial:  # the subscription keeps the topic's messages from now on
+                self._check(topic, initial)
+                await self._shared.engine.create_group(topic, initial)
+        except Exception as exc:
+            self._refuse(request.request_id, exc)
             return
         if len(self._producers) >= self._shared.max_producers:
             text = f"a connection may have {self._shared.max_producers} producers"
@@ -423,10 +424,7 @@ class Connection:
             self._shared.subscriptions.leave(
                 topic, request.subscription, self.key(request.consumer_id)
             )
-            code = replies.server_error(exc)
-            self.write(replies.error(request.request_id, code, replies.error_text(exc)))
-            if code in replies.RETRYABLE:
-                self.close()
+            self._refuse(request.request_id, exc)
             return
         self._consumers[request.consumer_id] = ConsumerSession(
             consumer_id=request.consumer_id,
@@ -472,24 +470,27 @@ class Connection:
             await self._drop_consumer(session)
 
     async def _seek(self, request: pb.CommandSeek) -> None:
-        """Move the subscription, then close every consumer of it (the client of the seeking one
-        completes its seek once it has subscribed again)."""
-        topic_and_sub = self._topics.get(request.consumer_id)
-        if topic_and_sub is None:
+        """`SubscriptionRegistry.seek` (the seeking client completes its seek once it has
+        subscribed again)."""
+        if request.consumer_id not in self._topics:
             self.write(replies.error(request.request_id, pb.ConsumerNotFound, "unknown consumer"))
             return
-        topic, subscription = topic_and_sub
+        topic, subscription = self._topics[request.consumer_id]
         try:
             target = edge.seek_target(request)
-            for kick in self._shared.subscriptions.kicks(topic, subscription):
-                await kick()
-            await self._shared.engine.seek(topic, subscription, **target)
+            await self._shared.subscriptions.seek(self._shared.engine, topic, subscription, target)
         except Exception as exc:
-            code = replies.server_error(exc)
-            self.write(replies.error(request.request_id, code, replies.error_text(exc)))
             log.info("pulsar seek refused", connection=self.id, error=replies.error_text(exc))
+            self._refuse(request.request_id, exc)
             return
         self.write(replies.success(request.request_id))
+
+    def _refuse(self, request_id: int, exc: BaseException) -> None:
+        """Answer with the error for `exc`; close when the client must reconnect to retry."""
+        code = replies.server_error(exc)
+        self.write(replies.error(request_id, code, replies.error_text(exc)))
+        if code in replies.RETRYABLE:
+            self.close()
 
     async def _drop_consumer(self, session: ConsumerSession) -> None:
         topic, subscription = self._topics.pop(session.consumer_id, ("", ""))

@@ -27,7 +27,13 @@ from adapters.pulsar.frontend.ids import IdAllocator, MessageKey
 from adapters.pulsar.frontend.messages import delivery_metadata
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import encode_payload_command
-from gateway.engine.api import ConsumerType, Delivery, SettleAction, Settlement
+from gateway.engine.api import (
+    ConsumerType,
+    Delivery,
+    InitialPosition,
+    SettleAction,
+    Settlement,
+)
 from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import Unavailable
 
@@ -39,6 +45,12 @@ SUB_TYPES: dict[int, ConsumerType] = {
     pb.CommandSubscribe.Failover: ConsumerType.FAILOVER,
     pb.CommandSubscribe.Key_Shared: ConsumerType.KEY_SHARED,
 }
+INITIAL_POSITIONS = {
+    pb.CommandSubscribe.Latest: InitialPosition.LATEST,
+    pb.CommandSubscribe.Earliest: InitialPosition.EARLIEST,
+}
+"""Where a new subscription starts (Latest when the client does not say: Pulsar's default); an
+existing one keeps its position."""
 COUNTS_REDELIVERIES = frozenset({ConsumerType.SHARED, ConsumerType.KEY_SHARED})
 BATCH = 256
 MAX_UNACKED = 50_000

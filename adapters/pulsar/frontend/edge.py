@@ -122,6 +122,9 @@ def _connect(body: Any) -> None:
 def _producer(body: Any) -> None:
     check_name("producer.topic", body.topic)
     check_name("producer.producer_name", body.producer_name, required=False)
+    check_name(
+        "producer.initial_subscription_name", body.initial_subscription_name, required=False
+    )
 
 
 def _subscribe(body: Any) -> None:

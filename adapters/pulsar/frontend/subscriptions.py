@@ -8,9 +8,11 @@ chose while it has consumers. A conflicting subscribe is refused with ConsumerBu
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gateway.engine.api import ConsumerType
-from gateway.errors import AlreadyExists
+from gateway.engine.port import EnginePort
+from gateway.errors import AlreadyExists, NotFound
 
 Kick = Callable[[], Awaitable[None]]
 """Closes one consumer from the server's side (the client subscribes again)."""
@@ -57,7 +59,15 @@ class SubscriptionRegistry:
         current = self._members.get((topic, subscription))
         return 0 if current is None else len(current[1])
 
-    def kicks(self, topic: str, subscription: str) -> list[Kick]:
-        """How to close each consumer attached to the subscription."""
+    async def seek(
+        self, engine: EnginePort, topic: str, subscription: str, target: dict[str, Any]
+    ) -> None:
+        """Close every consumer of the subscription from the server's side, then move it
+        (`EnginePort.seek`), as a broker does: the clients subscribe again at the new position
+        with fresh permits. NotFound for a subscription with no consumer attached."""
         current = self._members.get((topic, subscription))
-        return [] if current is None else list(current[1].values())
+        if current is None:
+            raise NotFound("unknown consumer: it has no subscription on this connection")
+        for kick in list(current[1].values()):
+            await kick()
+        await engine.seek(topic, subscription, **target)
