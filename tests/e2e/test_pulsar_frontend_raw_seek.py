@@ -88,3 +88,26 @@ async def test_bad_seeks_are_refused_and_the_connection_serves_on(front: PulsarF
     got = [(await client.expect(Cmd.MESSAGE)).payload for _ in range(2)]
     assert got == [b"m1", b"m2"]
     await client.close()
+
+
+async def test_a_made_up_cumulative_ack_does_not_swallow_later_messages(
+    front: PulsarFrontEnd,
+) -> None:
+    client = await RawClient.open(front.port)
+    client.send(raw.producer(1, 1, "acker"))
+    await client.expect(Cmd.PRODUCER_SUCCESS)
+    client.send(raw.subscribe(1, 2, pb.CommandSubscribe.Exclusive))
+    await client.expect(Cmd.SUCCESS)
+    client.send(raw.flow(1, 10))
+    client.send(raw.send(1, 0), raw.meta("acker", 0), b"first")
+    await client.expect(Cmd.SEND_RECEIPT)
+    assert (await client.expect(Cmd.MESSAGE)).payload == b"first"
+    ack = Cmd(type=Cmd.ACK)
+    ack.ack.consumer_id = 1
+    ack.ack.ack_type = pb.CommandAck.Cumulative
+    ack.ack.message_id.add(ledgerId=2**64 - 2, entryId=2**64 - 2)
+    client.send(ack)
+    client.send(raw.send(1, 1), raw.meta("acker", 1), b"second")
+    await client.expect(Cmd.SEND_RECEIPT)
+    assert (await client.expect(Cmd.MESSAGE)).payload == b"second"
+    await client.close()

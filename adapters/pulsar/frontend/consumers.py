@@ -84,6 +84,8 @@ class ConsumerSession:
         self._held: dict[MessageKey, Delivery] = {}
         self._acked_upto: MessageKey = (-1, -1)
         """Highest id acknowledged cumulatively."""
+        self._sent_upto: MessageKey = (-1, -1)
+        """Highest id sent."""
         self._max_unacked = max_unacked
         self._permits = 0
         """Permits the client gave that are not yet engine credit."""
@@ -116,7 +118,10 @@ class ConsumerSession:
         wanted = self._mine(command.message_id)
         if command.ack_type == pb.CommandAck.Cumulative and command.message_id:
             mark = command.message_id[-1]
-            self._acked_upto = max(self._acked_upto, (mark.ledgerId, mark.entryId))
+            # Never past what this session sent: a made-up id far ahead must not ack later
+            # deliveries unseen.
+            upto = min((mark.ledgerId, mark.entryId), self._sent_upto)
+            self._acked_upto = max(self._acked_upto, upto)
             wanted = [key for key in self._held if key <= self._acked_upto]
         return await self._settle(wanted, SettleAction.ACK)
 
@@ -207,6 +212,7 @@ class ConsumerSession:
 
     def _message(self, delivery: Delivery, key: MessageKey) -> bytes:
         self._held[key] = delivery
+        self._sent_upto = max(self._sent_upto, key)
         cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE)
         msg = cmd.message
         msg.consumer_id = self.consumer_id
