@@ -1,6 +1,7 @@
-"""SEEK frames attacked at the Pulsar front end's edge: an unknown consumer, neither or both
-targets, ids the gateway never gave, times out of range. Each gets an ERROR naming what is
-wrong and the connection goes on serving; a good seek afterwards works."""
+"""SEEK frames and message ids attacked at the Pulsar front end's edge: an unknown consumer,
+neither or both targets, ids the gateway never gave, times out of range, a cumulative ack far
+ahead, Key_Shared sticky ranges. Each gets an ERROR naming what is wrong (or harms only its
+sender) and the connection goes on serving; a good seek afterwards works."""
 
 from __future__ import annotations
 
@@ -110,4 +111,16 @@ async def test_a_made_up_cumulative_ack_does_not_swallow_later_messages(
     client.send(raw.send(1, 1), raw.meta("acker", 1), b"second")
     await client.expect(Cmd.SEND_RECEIPT)
     assert (await client.expect(Cmd.MESSAGE)).payload == b"second"
+    await client.close()
+
+
+async def test_key_shared_sticky_ranges_are_refused(front: PulsarFrontEnd) -> None:
+    client = await RawClient.open(front.port)
+    cmd = raw.subscribe(1, 1, pb.CommandSubscribe.Key_Shared)
+    cmd.subscribe.keySharedMeta.keySharedMode = pb.STICKY
+    cmd.subscribe.keySharedMeta.hashRanges.add(start=0, end=100)
+    client.send(cmd)
+    await refused(client, 1, pb.NotAllowedError, "keySharedMode")
+    client.send(raw.subscribe(1, 2, pb.CommandSubscribe.Key_Shared))  # AUTO_SPLIT is served
+    await client.expect(Cmd.SUCCESS)
     await client.close()
