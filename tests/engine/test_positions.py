@@ -8,9 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.backend.base import OutMessage
+from gateway.backend.base import Backend, OutMessage
+from gateway.backend.memory import InMemoryBackend
 from gateway.engine.api import InitialPosition, SettleAction, Settlement
-from gateway.errors import InvalidArgument, NotFound
+from gateway.engine.config import EngineConfig
+from gateway.engine.engine import Engine
+from gateway.errors import InvalidArgument, NotFound, Unimplemented
 
 from .harness import TOPIC, Harness, idle
 
@@ -115,3 +118,32 @@ async def test_bad_seeks_are_refused(h: Harness) -> None:
         await h.engine.seek(TOPIC, "G", message_id="x", publish_ms=5)
     with pytest.raises(InvalidArgument):
         await h.engine.seek("", "G", publish_ms=5)
+
+
+class PlacedByTheBroker(InMemoryBackend):
+    """A back end that places groups itself (as the RabbitMQ and Pulsar back ends do)."""
+
+    seekable = False
+
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        return await Backend.create_group(self, topic, group, at_end=at_end)
+
+    async def seek(self, topic: str, group: str, *, message_id: str = "",
+                   publish_ms: int = -1) -> None:
+        await Backend.seek(self, topic, group, message_id=message_id, publish_ms=publish_ms)
+
+
+async def test_a_back_end_that_places_groups_itself_refuses_seek() -> None:
+    h = Harness()
+    h.backend = PlacedByTheBroker(h.clock)
+    h.engine = Engine(h.backend, h.registry, h.clock, EngineConfig(backend_name="memory"))
+    await h.engine.start()
+    try:
+        await h.publish(b"old")
+        latest = await h.open(replace(h.spec("pulsar-nack"), initial_position=LATEST))
+        assert bodies(h.pushed(latest)) == [b"old"]  # the back end starts groups at its start
+        assert not await h.engine.create_group(TOPIC, "other")
+        with pytest.raises(Unimplemented, match="cannot move"):
+            await h.engine.seek(TOPIC, "G", publish_ms=0)
+    finally:
+        await h.engine.close()
