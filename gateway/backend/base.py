@@ -5,7 +5,8 @@ common ground of the products behind it:
 
 * a *topic* is an append-only sequence of messages; `publish` returns only once they are durable;
 * a *group* consumes a topic independently of other groups, starting from the earliest retained
-  message; each message is handed out by `fetch` and stays *leased* to the group until `ack`
+  message (or, where the back end keeps groups' positions, where `create_group` or `seek` put
+  it); each message is handed out by `fetch` and stays *leased* to the group until `ack`
   removes it or `release` gives it back (visible again at a given time, with new counters);
 * a message published with `deliver_at_ms` in the future is not fetched before that time: this is
   how retry copies wait (RocketMQ `%RETRY%group`, Pulsar `-RETRY` topics, RabbitMQ delay queues);
