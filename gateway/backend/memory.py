@@ -124,7 +124,7 @@ class InMemoryBackend(Backend):
     name = "memory"
     seekable = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
-                              "oldest-ready-time", "backlog-view"})
+                              "oldest-ready-time", "backlog-view", "positions"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
