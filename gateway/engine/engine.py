@@ -128,6 +128,20 @@ class Engine(Delivering):
             return False
         return await self.backend.create_group(topic, group, at_end=at_end)
 
+    async def drop_group(self, topic: str, group: str) -> bool:
+        """Forget a group nobody consumes (`EnginePort.drop_group`)."""
+        sub = self.subscriptions.get((topic, group))
+        if sub is not None:
+            if sub.consumers:
+                return False
+            del self.subscriptions[(topic, group)]
+            sub.closed = True
+            sub.wake.set()
+            if sub.task is not None:
+                sub.task.cancel()
+            self._void(sub)
+        return await self.backend.drop_group(topic, group)
+
     async def seek(self, topic: str, group: str, *, message_id: str = "",
                    publish_ms: int = -1) -> None:
         """Move `group`'s position on `topic` to a message, or to the first one published at or

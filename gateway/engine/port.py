@@ -157,6 +157,12 @@ class EnginePort(Protocol):
         True when created. False where the back end places groups itself."""
         ...
 
+    async def drop_group(self, topic: str, group: str) -> bool:
+        """Forget a group nobody consumes any more (a reader's non-durable subscription), here
+        and in the back end, so the topic's messages are no longer kept for it. False when it
+        still has consumers or there was nothing to forget."""
+        ...
+
     async def seek(
         self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
     ) -> None:

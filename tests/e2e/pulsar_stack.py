@@ -13,7 +13,7 @@ import pulsar
 
 from adapters.pulsar.frontend import PulsarFrontEnd
 from gateway.engine.clock import SystemClock
-from gateway.server.app import running_gateway
+from gateway.server.app import GatewayApp, running_gateway
 
 T = TypeVar("T")
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
@@ -31,6 +31,7 @@ class Stack:
         self.data_dir = data_dir
         self.port = 0
         self.front: PulsarFrontEnd | None = None
+        self.app: GatewayApp | None = None
         self._exit: contextlib.AsyncExitStack | None = None
 
     @property
@@ -39,7 +40,7 @@ class Stack:
 
     async def start(self) -> None:
         self._exit = contextlib.AsyncExitStack()
-        app = await self._exit.enter_async_context(
+        app = self.app = await self._exit.enter_async_context(
             running_gateway(data_dir=self.data_dir, listen="127.0.0.1:0", clock=SystemClock())
         )
         self.front = PulsarFrontEnd(

@@ -173,3 +173,38 @@ async def test_a_dead_letter_producers_initial_subscription_keeps_the_dead_lette
         assert await bodies(other) == []  # a new Latest subscription: only what comes later
     finally:
         await run(client.close)
+
+
+async def read_all(reader: pulsar.Reader) -> list[str]:
+    out = []
+    while True:
+        try:
+            out.append((await run(reader.read_next, 700)).data().decode())
+        except pulsar.Timeout:
+            return out
+
+
+async def test_readers_start_where_they_ask_and_leave_no_subscription(stack: Stack) -> None:
+    client = client_for(stack.url)
+    try:
+        producer = await run(client.create_producer, "readers", batching_enabled=False)
+        receipts = [await run(producer.send, f"m{i}".encode()) for i in range(4)]
+        starts = {
+            "earliest": (pulsar.MessageId.earliest, ["m0", "m1", "m2", "m3"]),
+            "an id": (receipts[1], ["m2", "m3"]),  # the client goes on after its start
+            "latest": (pulsar.MessageId.latest, []),
+        }
+        for start, expected in starts.values():
+            reader = await run(client.create_reader, "readers", start)
+            assert await read_all(reader) == expected
+            await run(reader.close)
+        late = await run(client.create_reader, "readers", pulsar.MessageId.latest)
+        await run(producer.send, b"later")
+        assert await read_all(late) == ["later"]
+        await run(late.close)
+        await asyncio.sleep(0.3)
+        assert stack.app is not None
+        # A reader's (non-durable) subscription goes with it: nothing holds the topic back.
+        assert [g.group for g in stack.app.engine.groups() if g.topic == "readers"] == []
+    finally:
+        await run(client.close)

@@ -25,14 +25,9 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, replies
+from adapters.pulsar.frontend import edge, replies, starts
 from adapters.pulsar.frontend.budget import FRAME_COST, ReadBudget
-from adapters.pulsar.frontend.consumers import (
-    INITIAL_POSITIONS,
-    MAX_UNACKED,
-    SUB_TYPES,
-    ConsumerSession,
-)
+from adapters.pulsar.frontend.consumers import MAX_UNACKED, SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -399,6 +394,7 @@ class Connection:
         try:
             topic = engine_topic(request.topic)
             self._check(topic, request.subscription)
+            position = await starts.place(self._shared.engine, request, topic)
             self._shared.subscriptions.join(
                 topic,
                 request.subscription,
@@ -407,7 +403,7 @@ class Connection:
                 functools.partial(self._kick, request.consumer_id),
             )
         except GatewayError as exc:
-            self.write(replies.error(request.request_id, replies.server_error(exc), exc.message))
+            self._refuse(request.request_id, exc)
             return
         spec = SubscriptionSpec(
             topic=topic,
@@ -416,7 +412,7 @@ class Connection:
             options=POLICY_OPTIONS,
             consumer_type=consumer_type,
             consumer_id=f"pulsar-{self.id}-{request.consumer_id}",
-            initial_position=INITIAL_POSITIONS[request.initialPosition],
+            initial_position=position,
         )
         try:
             consumer = await self._shared.engine.open_consumer(spec)
@@ -436,6 +432,7 @@ class Connection:
             ids=self._shared.ids,
             epoch=request.consumer_epoch if request.HasField("consumer_epoch") else None,
             max_unacked=self._shared.max_unacked,
+            durable=request.durable,
         )
         self._topics[request.consumer_id] = (topic, request.subscription)
         self.write(replies.success(request.request_id))
@@ -494,5 +491,8 @@ class Connection:
 
     async def _drop_consumer(self, session: ConsumerSession) -> None:
         topic, subscription = self._topics.pop(session.consumer_id, ("", ""))
-        self._shared.subscriptions.leave(topic, subscription, self.key(session.consumer_id))
+        registry = self._shared.subscriptions
+        registry.leave(topic, subscription, self.key(session.consumer_id))
         await session.close()
+        if not session.durable and topic and not registry.count(topic, subscription):
+            await self._shared.engine.drop_group(topic, subscription)  # a reader's

@@ -27,13 +27,7 @@ from adapters.pulsar.frontend.ids import IdAllocator, MessageKey
 from adapters.pulsar.frontend.messages import delivery_metadata
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import encode_payload_command
-from gateway.engine.api import (
-    ConsumerType,
-    Delivery,
-    InitialPosition,
-    SettleAction,
-    Settlement,
-)
+from gateway.engine.api import ConsumerType, Delivery, SettleAction, Settlement
 from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import Unavailable
 
@@ -45,12 +39,6 @@ SUB_TYPES: dict[int, ConsumerType] = {
     pb.CommandSubscribe.Failover: ConsumerType.FAILOVER,
     pb.CommandSubscribe.Key_Shared: ConsumerType.KEY_SHARED,
 }
-INITIAL_POSITIONS = {
-    pb.CommandSubscribe.Latest: InitialPosition.LATEST,
-    pb.CommandSubscribe.Earliest: InitialPosition.EARLIEST,
-}
-"""Where a new subscription starts (Latest when the client does not say: Pulsar's default); an
-existing one keeps its position."""
 COUNTS_REDELIVERIES = frozenset({ConsumerType.SHARED, ConsumerType.KEY_SHARED})
 BATCH = 256
 MAX_UNACKED = 50_000
@@ -72,8 +60,11 @@ class ConsumerSession:
         ids: IdAllocator,
         epoch: int | None = None,
         max_unacked: int = MAX_UNACKED,
+        durable: bool = True,
     ) -> None:
         self.consumer_id = consumer_id
+        self.durable = durable
+        """False for a reader's subscription, whose group goes with its last consumer."""
         self.consumer_type = consumer_type
         self._engine = engine
         self._consumer = consumer
