@@ -147,3 +147,19 @@ async def test_a_back_end_that_places_groups_itself_refuses_seek() -> None:
             await h.engine.seek(TOPIC, "G", publish_ms=0)
     finally:
         await h.engine.close()
+
+
+async def test_drop_group_forgets_a_group_nobody_consumes(h: Harness) -> None:
+    spec = h.spec("pulsar-nack", group="reader")
+    consumer = await h.open(spec)
+    await h.publish(b"a")
+    assert not await h.engine.drop_group(TOPIC, "reader")  # still consumed
+    await consumer.close()
+    await idle()
+    assert await h.engine.drop_group(TOPIC, "reader")
+    assert h.engine.group_state(TOPIC, "reader") is None
+    assert not await h.engine.drop_group(TOPIC, "reader")
+    # Nothing holds the topic back for it any more: the back end forgets what others acked.
+    other = h.spec("pulsar-nack", group="other")
+    assert (await h.ack(await h.one(other))).ok
+    assert h.backend.trim() == 1
