@@ -208,3 +208,22 @@ async def test_readers_start_where_they_ask_and_leave_no_subscription(stack: Sta
         assert [g.group for g in stack.app.engine.groups() if g.topic == "readers"] == []
     finally:
         await run(client.close)
+
+
+async def test_a_seek_moves_every_consumer_of_a_shared_subscription(stack: Stack) -> None:
+    one, two = client_for(stack.url), client_for(stack.url)
+    try:
+        shared = pulsar.ConsumerType.Shared
+        producer = await run(one.create_producer, "seek-shared", batching_enabled=False)
+        first = await run(one.subscribe, "seek-shared", "sub", consumer_type=shared,
+                          initial_position=EARLIEST)
+        second = await run(two.subscribe, "seek-shared", "sub", consumer_type=shared)
+        await send(producer, *(f"m{i}" for i in range(6)))
+        seen = await bodies(first) + await bodies(second)
+        assert sorted(seen) == [f"m{i}" for i in range(6)]
+        await run(first.seek, 0)  # the start of the topic, for both consumers
+        again = await bodies(first) + await bodies(second)
+        assert sorted(again) == [f"m{i}" for i in range(6)]
+    finally:
+        await run(one.close)
+        await run(two.close)
