@@ -153,12 +153,12 @@ class Engine(Delivering):
         if bool(message_id) == (publish_ms >= 0):
             raise InvalidArgument("seek", message_id or publish_ms,
                                   "a message id or a publish time (ms, 0 or more), not both")
+        # The back end moves first (or refuses, changing nothing); then, with no await in
+        # between, what the engine handed out before is void, a fetch under way included.
+        await self.backend.seek(topic, group, message_id=message_id, publish_ms=publish_ms)
         sub = self.subscriptions.get((topic, group))
         if sub is not None:
             self._void(sub)
-        await self.backend.seek(topic, group, message_id=message_id, publish_ms=publish_ms)
-        if sub is not None:
-            self._void(sub)  # what a fetch under way handed out before the move
             sub.wake.set()
 
     def _void(self, sub: Subscription) -> None:

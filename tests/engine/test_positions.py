@@ -163,3 +163,13 @@ async def test_drop_group_forgets_a_group_nobody_consumes(h: Harness) -> None:
     other = h.spec("pulsar-nack", group="other")
     assert (await h.ack(await h.one(other))).ok
     assert h.backend.trim() == 1
+
+
+async def test_a_refused_seek_changes_nothing(h: Harness) -> None:
+    spec = h.spec("pulsar-nack")
+    consumer = await h.open(spec)
+    await h.publish(b"a")
+    (a,) = h.pushed(consumer)
+    with pytest.raises(NotFound):
+        await h.engine.seek(TOPIC, spec.group, message_id="f" * 32)
+    assert (await h.ack(a)).ok  # still settleable: nothing was voided
