@@ -131,16 +131,17 @@ class Engine(Delivering):
     async def drop_group(self, topic: str, group: str) -> bool:
         """Forget a group nobody consumes (`EnginePort.drop_group`)."""
         sub = self.subscriptions.get((topic, group))
-        if sub is not None:
-            if sub.consumers:
-                return False
+        if sub is not None and sub.consumers:
+            return False
+        dropped = await self.backend.drop_group(topic, group)  # may fail: then nothing changed
+        if sub is not None and not sub.consumers and self.subscriptions.get((topic, group)) is sub:
             del self.subscriptions[(topic, group)]
             sub.closed = True
             sub.wake.set()
             if sub.task is not None:
                 sub.task.cancel()
             self._void(sub)
-        return await self.backend.drop_group(topic, group)
+        return dropped
 
     async def seek(self, topic: str, group: str, *, message_id: str = "",
                    publish_ms: int = -1) -> None:
