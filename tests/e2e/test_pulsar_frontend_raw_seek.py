@@ -124,3 +124,22 @@ async def test_key_shared_sticky_ranges_are_refused(front: PulsarFrontEnd) -> No
     client.send(raw.subscribe(1, 2, pb.CommandSubscribe.Key_Shared))  # AUTO_SPLIT is served
     await client.expect(Cmd.SUCCESS)
     await client.close()
+
+
+async def test_bad_reader_starts_and_initial_subscriptions_are_refused(
+    front: PulsarFrontEnd,
+) -> None:
+    client = await RawClient.open(front.port)
+    reader = raw.subscribe(1, 1, pb.CommandSubscribe.Exclusive)
+    reader.subscribe.durable = False
+    reader.subscribe.start_message_id.ledgerId = 42  # not an id the gateway gives
+    reader.subscribe.start_message_id.entryId = 7
+    client.send(reader)
+    await refused(client, 1, pb.NotAllowedError, "start_message_id")
+    producer = raw.producer(1, 2, "p")
+    producer.producer.initial_subscription_name = "x" * 300
+    client.send(producer)
+    await refused(client, 2, pb.NotAllowedError, "initial_subscription_name")
+    client.send(raw.producer(1, 3, "p"))
+    await client.expect(Cmd.PRODUCER_SUCCESS)
+    await client.close()

@@ -45,3 +45,26 @@ async def test_the_journal_is_compacted_while_running(tmp_path: Path, monkeypatc
     reloaded = DedupRegistry(journal=Journal(tmp_path))
     reloaded.load()
     assert reloaded.last("t", "p") == 49
+
+
+async def test_a_failed_write_is_reported_and_later_ones_go_on(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    journal.load()
+    journal.start()
+    real = journal._append
+
+    def full(data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    journal._append = full  # type: ignore[method-assign]
+    try:
+        await journal.record("t", "p", 1)
+    except OSError as exc:
+        assert exc.errno == 28
+    else:
+        raise AssertionError("the failed write was not reported")
+    journal._append = real  # type: ignore[method-assign]
+    await journal.record("t", "p", 2)
+    await journal.close()
+    again = Journal(tmp_path)
+    assert again.load() == {("t", "p"): 2}
