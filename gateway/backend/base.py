@@ -211,7 +211,8 @@ class Backend(abc.ABC):
 
     seekable: bool = False
     """True when the back end keeps each group's position itself and can move it
-    (`create_group` at the end, `seek`)."""
+    (`create_group` at the end, `seek`), and the message ids it assigns increase in topic
+    order (publish time first)."""
 
     async def seek(
         self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1

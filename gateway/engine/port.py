@@ -113,6 +113,12 @@ class EnginePort(Protocol):
         """The engine's clock: real wall-clock ms."""
         ...
 
+    @property
+    def positions(self) -> bool:
+        """True when groups keep positions the engine can set (initial positions, `seek`) and
+        message ids the back end assigns increase in topic order (`Backend.seekable`)."""
+        ...
+
     def policy_for(self, spec: SubscriptionSpec) -> RetryPolicy:
         """The validated policy a subscription gets; bad names and options: InvalidArgument."""
         ...

@@ -1,13 +1,15 @@
 """Pulsar message ids (ledgerId, entryId) handed out by the front end.
 
-A message's id is its engine message id: the 32 hex digits the gateway's stores give (publish
-time, the store's tag, a counter: increasing in topic order) are 128 bits, read as the two
-uint64s. So the id a send receipt carries, the id of every delivery of the message (its
-redeliveries too) and the id a client seeks to are one and the same, across restarts; a batch's
-receipt carries its first message's id and message i of the batch is that entry + i, as the
-client counts. A message id of another shape (one a client chose elsewhere) gets the next entry
-of a counter under the ledger id of this front end's start (far below the others), for the life
-of the front end.
+On a back end that keeps groups' positions (`EnginePort.positions`: the embedded store), a
+message's id is its engine message id: the 32 hex digits the store gives (publish time, the
+store's tag, a counter: increasing in topic order) are 128 bits, read as the two uint64s. So the
+id a send receipt carries, the id of every delivery of the message (its redeliveries too) and the
+id a client seeks to are one and the same, across restarts; a batch's receipt carries its first
+message's id and message i of the batch is that entry + i, as the client counts. Elsewhere (a
+broker's random ids would break the client's ordering of ids), and for a message id of another
+shape (one a client chose), a message gets the next entry of a counter under the ledger id of
+this front end's start (far below the others) when it is first delivered or receipted, and
+keeps it while the front end remembers it (`MAX_OTHER_IDS`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ def engine_id(key: MessageKey) -> str:
 class IdAllocator:
     """Hands out increasing (ledgerId, entryId) pairs."""
 
-    def __init__(self, ledger_id: int | None = None) -> None:
+    def __init__(self, ledger_id: int | None = None, *, ordered: bool = True) -> None:
+        """`ordered`: the engine's message ids increase in topic order (see the module)."""
+        self.ordered = ordered
         self.ledger_id = ledger_id if ledger_id is not None else time.time_ns() // 1_000_000
         self._entries = itertools.count()
         self.last_entry = -1
@@ -57,7 +61,7 @@ class IdAllocator:
 
     def key(self, message_id: str) -> MessageKey:
         """The Pulsar id of an engine message id (see the module docstring)."""
-        if _HEX_ID.fullmatch(message_id):
+        if self.ordered and _HEX_ID.fullmatch(message_id):
             return int(message_id[:16], 16), int(message_id[16:], 16)
         known = self._others.get(message_id)
         if known is None:

@@ -117,7 +117,7 @@ class PulsarFrontEnd:
         self._authorizer = authorizer
         self._server: asyncio.Server | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
-        self._ids = IdAllocator()
+        self._ids = IdAllocator(ordered=engine.positions)
         self._journal = Journal(Path(state_dir)) if state_dir else None
         self._dedup = DedupRegistry(journal=self._journal)
         self._subscriptions = SubscriptionRegistry()
