@@ -132,9 +132,10 @@ class OptionFlag:
 class FrontEnd(Protocol):
     """A product's front end as the composition root drives it."""
 
-    def mount(self, server: grpc.aio.Server) -> None:
-        """Add its services to the gateway's gRPC server (called before the server starts;
-        a front end with a listener of its own does nothing here)."""
+    def mount(self, server: grpc.aio.Server) -> Iterable[str]:
+        """Add its services to the gateway's gRPC server (called before the server starts)
+        and return their full names, which reflection lists; a front end with a listener of
+        its own adds nothing and returns ()."""
         ...
 
     async def start(self) -> None:

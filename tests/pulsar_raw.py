@@ -117,6 +117,7 @@ def subscribe(consumer_id: int, request_id: int, sub_type: int) -> pb.BaseComman
     sub.subType = sub_type  # type: ignore[assignment]
     sub.consumer_id = consumer_id
     sub.request_id = request_id
+    sub.initialPosition = pb.CommandSubscribe.Earliest  # these tests read what they sent before
     return cmd
 
 

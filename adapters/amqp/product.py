@@ -63,8 +63,9 @@ class AMQPListener:
         """The bound port (after `start`)."""
         return self.front.port
 
-    def mount(self, server: grpc.aio.Server) -> None:
+    def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
         """Nothing to mount: it listens on its own."""
+        return ()
 
     async def start(self) -> None:
         await self.front.start()

@@ -1,9 +1,9 @@
 """The Pulsar product: its dialect and naming schemes, the Pulsar back end and the Pulsar
 binary-protocol front end (a listener of its own).
 
-The back end needs pulsar-client, the front end crc32c (both in the `pulsar` extra); asking for
-either without it is refused with one sentence naming the extra. This module imports without
-them.
+The back end needs pulsar-client, the front end crc32c and cramjam (all in the `pulsar`
+extra); asking for either without them is refused with one sentence naming the extra. This module
+imports without them.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ class PulsarListener:
         """The bound port (after `start`)."""
         return self.front.port
 
-    def mount(self, server: grpc.aio.Server) -> None:
+    def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
         """Nothing to mount: it listens on its own."""
+        return ()
 
     async def start(self) -> None:
         await self.front.start()
@@ -91,13 +92,14 @@ class Pulsar(Product[PulsarConfig]):
     def front_end(self, host: Host, config: PulsarConfig) -> FrontEnd | None:
         if not config.pulsar_listen:
             return None
-        self.require("pulsar front end", {"crc32c": "crc32c"})
+        self.require("pulsar front end", {"crc32c": "crc32c", "cramjam": "cramjam"})
         from adapters.pulsar.frontend import PulsarFrontEnd
 
         address, port = host.listener("pulsar_listen", config.pulsar_listen)
         return PulsarListener(PulsarFrontEnd(
             host.engine, address, port, advertised_url=config.pulsar_advertised or None,
-            max_message_size=host.max_message_bytes, authorizer=host.authorizer))
+            max_message_size=host.max_message_bytes, authorizer=host.authorizer,
+            state_dir=f"{host.data_dir}/pulsar" if host.data_dir else None))
 
 
 PRODUCT = Pulsar()

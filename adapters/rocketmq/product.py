@@ -53,10 +53,11 @@ class RocketMQFrontEnd:
         """The servicer, once mounted."""
         self._engine = engine
 
-    def mount(self, server: grpc.aio.Server) -> None:
-        from adapters.rocketmq.frontend import register
+    def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
+        from adapters.rocketmq.frontend import SERVICE_NAMES, register
 
         self.service = register(server, self._engine, self.settings)
+        return SERVICE_NAMES
 
     async def start(self) -> None:
         """Nothing to do: it serves when the gRPC server does."""

@@ -5,7 +5,8 @@ common ground of the products behind it:
 
 * a *topic* is an append-only sequence of messages; `publish` returns only once they are durable;
 * a *group* consumes a topic independently of other groups, starting from the earliest retained
-  message; each message is handed out by `fetch` and stays *leased* to the group until `ack`
+  message (or, where the back end keeps groups' positions, where `create_group` or `seek` put
+  it); each message is handed out by `fetch` and stays *leased* to the group until `ack`
   removes it or `release` gives it back (visible again at a given time, with new counters);
 * a message published with `deliver_at_ms` in the future is not fetched before that time: this is
   how retry copies wait (RocketMQ `%RETRY%group`, Pulsar `-RETRY` topics, RabbitMQ delay queues);
@@ -23,7 +24,7 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gateway.errors import FailedPrecondition
+from gateway.errors import FailedPrecondition, Unimplemented
 from gateway.values import value
 
 
@@ -245,6 +246,29 @@ class Backend(abc.ABC):
         raise FailedPrecondition(
             f"the {self.name} back end keeps no copy ledger: copy into the broker directly, "
             "or into a gateway on its embedded store")
+
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        """Make `group` a group of `topic` that keeps its position, unless it is one already:
+        starting at the earliest retained message, or (`at_end`) after every message published
+        so far, durably when it returns. True when it was created; False when it existed (it
+        keeps its position) or the back end places groups itself (`seekable` is False: every
+        group then starts where the back end starts it)."""
+        return False
+
+    seekable: bool = False
+    """True when the back end keeps each group's position itself and can move it
+    (`create_group` at the end, `seek`), and the message ids it assigns increase in topic
+    order (publish time first)."""
+
+    async def seek(
+        self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
+    ) -> None:
+        """Move `group` to the message `message_id` of `topic`, or (without an id) to the first
+        message published at or after `publish_ms`: that message and every later one is
+        delivered again, earlier ones are not; whatever the group had leased, released or
+        delayed is forgotten (its leases are void). `NotFound` when the message is not in the
+        topic (any more); `Unimplemented` where the back end cannot (`seekable` False)."""
+        raise Unimplemented(f"the {self.name} back end cannot move a group's position")
 
     async def drop_group(self, topic: str, group: str) -> bool:
         """Forget `group` on `topic`: its position and its unacked messages, so the topic's

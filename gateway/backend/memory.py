@@ -6,9 +6,9 @@ milliseconds. Its semantics are the embedded store's (`gateway.store.embedded`):
 
 * positions count from 1 per topic; message ids are 32 hex characters, time-ordered (publish ms,
   the instance's tag, a counter) unless the caller gives one;
-* a group starts at the earliest message still kept; every position it has looked at and not
-  acked has a *slot* (its visible-at time and counters) that is waiting, parked under an excluded
-  key, or leased under a token; positions from the group's cursor on are not looked at yet;
+* a group starts at the earliest message kept (or where `create_group`, `seek` put it); each
+  position it has looked at and not acked has a *slot* (its visible-at time and counters):
+  waiting, parked under an excluded key, or leased; from the group's cursor on, none yet;
 * `fetch` hands out waiting slots in visible-at order first, then new positions in topic order;
   a key in `exclude_keys` is skipped with every later message of it (per-key order);
 * a lease is void once acked, released, removed, purged, dropped or the back end closed; `close`
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage, TopicStats
 from gateway.engine.clock import Clock, SystemClock
-from gateway.errors import InvalidArgument, Unavailable
+from gateway.errors import InvalidArgument, NotFound, Unavailable
 
 _instances = itertools.count(1)
 """Instance numbers, the middle of every message id: ids stay unique across instances."""
@@ -81,6 +81,14 @@ class _Group:
     dirty: bool = True
     """Something may be fetchable that the last fetch did not see."""
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    placed: bool = False  # it looked at positions or was created: it keeps its position
+
+    def reset(self, cursor: int) -> None:
+        """Forget every position looked at; read on from `cursor`."""
+        self.cursor, self.placed = cursor, True
+        for table in (self.slots, self.ready, self.delayed, self.held):
+            table.clear()
+        self.wake()
 
     def wake(self) -> None:
         self.dirty = True
@@ -114,8 +122,9 @@ class InMemoryBackend(Backend):
     """Topics and groups in memory; see the module docstring."""
 
     name = "memory"
+    seekable = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
-                              "oldest-ready-time", "backlog-view"})
+                              "oldest-ready-time", "backlog-view", "positions"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
@@ -198,6 +207,7 @@ class InMemoryBackend(Backend):
                 group.slots[pos] = slot
                 out.append((pos, slot))
         group.cursor = max(group.cursor, min(upto, topic.next_pos))
+        group.placed = True
         return out
 
     @staticmethod
@@ -436,12 +446,28 @@ class InMemoryBackend(Backend):
         removed = len(state.slots) + sum(
             1 for pos in range(state.cursor, index.next_pos) if pos in index.messages
         )
-        state.slots.clear()
-        state.ready.clear()
-        state.delayed.clear()
-        state.held.clear()
-        state.cursor = index.next_pos
+        state.reset(index.next_pos)
         return removed
+
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        self._ready()
+        index = self._topic(topic)
+        state = self._group(index, group)
+        if not state.placed:
+            state.reset(index.next_pos if at_end else min(index.messages, default=index.next_pos))
+            return True
+        return False
+
+    async def seek(self, topic: str, group: str, *, message_id: str = "",
+                   publish_ms: int = -1) -> None:
+        self._ready()
+        index = self._topic(topic)
+        kept = index.messages
+        cursor = next((p for p in sorted(kept) if kept[p].message_id == message_id
+                       or (not message_id and kept[p].publish_ms >= publish_ms)), None)
+        if cursor is None and message_id:
+            raise NotFound(f"message {message_id!r} is not in topic {topic!r}")
+        self._group(index, group).reset(index.next_pos if cursor is None else cursor)
 
     async def topics(self) -> list[str]:
         self._ready()

@@ -24,6 +24,15 @@ class ConsumerType(enum.Enum):
     FAILOVER = "failover"
 
 
+class InitialPosition(enum.Enum):
+    """Where a new group starts reading its topic (an existing group keeps its position)."""
+
+    EARLIEST = "earliest"
+    """At the earliest message the back end still keeps."""
+    LATEST = "latest"
+    """After the last message published before it was created: only later ones."""
+
+
 class SettleAction(enum.Enum):
     ACK = "ack"
     FAIL = "fail"
@@ -58,6 +67,9 @@ class SubscriptionSpec:
     consumer_id: str = ""
     tag_filter: str = ""
     """A tag expression (`*`, `a||b`); "" or `*` matches every message."""
+    initial_position: InitialPosition = InitialPosition.EARLIEST
+    """Where the group starts when the back end does not know it yet (on back ends that keep
+    groups' positions, `Backend.seekable`; others start groups where they do)."""
 
 
 @value

@@ -128,6 +128,11 @@ class EngineBase:
         """The engine's clock: real wall-clock ms."""
         return self.clock.now_ms()
 
+    @property
+    def positions(self) -> bool:
+        """True when the back end keeps groups' positions (`Backend.seekable`)."""
+        return self.backend.seekable
+
     def _on_due(self, keys: list[int]) -> None:
         """Timer keys whose deadlines passed (`expiry` carries them out)."""
         raise NotImplementedError

@@ -16,7 +16,7 @@ from gateway.core.policy import RetryPolicy
 from gateway.core.properties import ORIGIN_TOPIC, visible_properties
 from gateway.core.record import Record
 from gateway.core.states import READY, WAITING_RETRY
-from gateway.engine.api import Delivery, SubscriptionSpec
+from gateway.engine.api import Delivery, InitialPosition, SubscriptionSpec
 from gateway.engine.base import Batch
 from gateway.engine.dispatch import (
     Consumer,
@@ -88,10 +88,12 @@ class Delivering(Expiring):
         if anonymous:
             spec = replace(spec, consumer_id=consumer_id)
         sub = self._subscription(spec, policy, anonymous)
+        await self._place(sub)
         consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked, policy)
         consumer.on_close = self._consumer_closed
         consumer.on_cancel = self._consumer_cancelled
         sub.consumers.append(consumer)
+        sub.announce()
         if sub.task is None or sub.task.done():
             sub.closed = False
             sub.task = asyncio.ensure_future(self._dispatch_loop(sub))
@@ -99,6 +101,14 @@ class Delivering(Expiring):
         log.info("consumer opened", topic=spec.topic, group=sub.group, policy=policy.name,
                  consumer=consumer_id)
         return consumer
+
+    async def _place(self, sub: Subscription) -> None:
+        """Create the group where its spec says it starts, unless the back end knows it (then
+        it keeps its position)."""
+        if self.backend.seekable and not sub.placed:
+            latest = sub.spec.initial_position is InitialPosition.LATEST
+            await self.backend.create_group(sub.topic, sub.group, at_end=latest)
+            sub.placed = True
 
     async def _consumer_closed(self, consumer: Consumer) -> None:
         await self._give_back(consumer, list(consumer.receipts))
@@ -125,6 +135,8 @@ class Delivering(Expiring):
         sub = consumer.sub
         if consumer in sub.consumers:
             sub.consumers.remove(consumer)
+            consumer.set_active(False)
+            sub.announce()
         batch = Batch()
         now, real = self._time.both()
         for receipt in receipts:
@@ -193,6 +205,8 @@ class Delivering(Expiring):
 
     async def _fetch(self, sub: Subscription, want: int) -> list[StoredMessage]:
         exclude = frozenset(sub.blocked_keys) if sub.policy.blocks_queue else frozenset()
+        if sub.parked:
+            exclude = exclude.union(sub.parked)
         got: list[StoredMessage] = []
         now = self.clock.now_ms()
         for source in sub.sources:
@@ -234,6 +248,7 @@ class Delivering(Expiring):
         backend = self.backend
         while not sub.closed and self._accepting:
             sub.wake.clear()
+            sub.unpark()
             credit = sub.credit()
             if credit <= 0:
                 await sub.wake.wait()
@@ -343,6 +358,7 @@ class Delivering(Expiring):
                    policy, self._time.policy_now())
         await self._check_topic(spec.topic)
         sub = self._subscription(spec, policy, anonymous=False)
+        await self._place(sub)
         if sub.own_group and not sub.consumers:
             self._drop_later(sub)  # a pull consumer's own group lasts while it keeps receiving
         loop = asyncio.get_running_loop()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
+import hashlib
 import itertools
 import zlib
 from collections import deque
@@ -62,6 +64,20 @@ class Consumer:
         self.cancelled = False
         self.on_close: Callable[[Consumer], object] | None = None
         self.on_cancel: Callable[[Consumer, list[str]], object] | None = None
+        self.active = True
+        """It gets deliveries: False while another consumer of an exclusive or failover
+        subscription is the one that does."""
+        self._on_active: Callable[[bool], object] | None = None
+
+    def watch_active(self, callback: Callable[[bool], object] | None) -> None:
+        """Have `callback(active)` called whenever `active` changes (None: no more calls)."""
+        self._on_active = callback
+
+    def set_active(self, active: bool) -> None:
+        if active is not self.active:
+            self.active = active
+            if self._on_active is not None:
+                self._on_active(active)
 
     @property
     def group(self) -> str:
@@ -144,6 +160,9 @@ class Subscription:
     group: str
     consumers: list[Consumer] = field(default_factory=list)
     blocked_keys: set[str] = field(default_factory=set)
+    parked: dict[str, Consumer] = field(default_factory=dict)
+    """Key-shared keys whose consumer had no room, by that consumer: their messages stay in the
+    back end (fetches exclude them, keeping their order) until it has room again or leaves."""
     held: deque[InFlight] = field(default_factory=deque)
     """Ordered retries due again: delivered before anything new."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -160,7 +179,10 @@ class Subscription:
     policy's: those of every policy its consumers used, and those of every naming scheme that
     existed when it was created (a group handed over from one client kind or policy to another
     keeps its waiting retries)."""
+    placed: bool = False
+    """The back end was asked to create the group where its spec starts it."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
+    _ring: KeyRing = field(default_factory=lambda: KeyRing())
 
     @property
     def topic(self) -> str:
@@ -187,6 +209,22 @@ class Subscription:
         active = self.receivers()
         return sum(max(0, c.room()) for c in active)
 
+    def announce(self) -> None:
+        """Tell each consumer whether it is the one that gets deliveries, after the consumers
+        changed (exclusive and failover subscriptions have one such at a time, in the order
+        the consumers subscribed; for the others every consumer gets deliveries)."""
+        receivers = self.receivers()
+        for consumer in self.consumers:
+            consumer.set_active(consumer in receivers)
+
+    def unpark(self) -> None:
+        """Let parked keys go again whose consumer has room now or is gone."""
+        if self.parked:
+            gone = [k for k, c in self.parked.items() if c.closed or c.room() > 0
+                    or c not in self.consumers]
+            for key in gone:
+                del self.parked[key]
+
     def receivers(self) -> list[Consumer]:
         live = [c for c in self.consumers if not c.closed]
         if self.spec.consumer_type in (ConsumerType.EXCLUSIVE, ConsumerType.FAILOVER):
@@ -201,7 +239,13 @@ class Subscription:
         """`choose` among `live` (this subscription's `receivers()`, taken once per batch)."""
         if not live:
             return None
-        if self.policy.blocks_queue or self.spec.consumer_type is KEY_SHARED:
+        if self.spec.consumer_type is KEY_SHARED:
+            owner = self._ring.owner(live, key)
+            if key in self.parked or owner.room() <= 0:
+                self.parked[key] = owner
+                return None
+            return owner
+        if self.policy.blocks_queue:
             return live[zlib.crc32(key.encode()) % len(live)]
         if len(live) == 1:
             only = live[0]
@@ -221,6 +265,46 @@ def retry_source(policy: RetryPolicy, topic: str, group: str) -> str:
     if policy.placement is Placement.COPY and policy.retries_enabled:
         return policy.naming.retry_topic(topic, group)
     return ""
+
+
+RING_POINTS = 64
+"""Points each consumer has on a key-shared subscription's hash ring."""
+
+
+class KeyRing:
+    """Consistent hashing of message keys onto a key-shared subscription's consumers.
+
+    Each consumer owns the arcs before its `RING_POINTS` points (hashes of its id); a key goes
+    to the owner of its hash. While the consumers stay the same a key always goes to the same
+    consumer; one that joins takes over only keys from its own points' arcs, and the keys of
+    one that leaves spread over the rest: no other key moves. Rebuilt only when the consumers
+    change.
+    """
+
+    def __init__(self) -> None:
+        self._members: tuple[Consumer, ...] = ()
+        self._points: list[int] = []
+        self._owners: list[Consumer] = []
+
+    def owner(self, live: list[Consumer], key: str) -> Consumer:
+        if tuple(live) != self._members:
+            self._build(live)
+        at = bisect.bisect_left(self._points, _hash(key))
+        return self._owners[at % len(self._owners)]
+
+    def _build(self, live: list[Consumer]) -> None:
+        ring = sorted(
+            (_hash(f"{consumer.id}#{i}"), n, consumer)
+            for n, consumer in enumerate(live)
+            for i in range(RING_POINTS)
+        )
+        self._members = tuple(live)
+        self._points = [point for point, _, _ in ring]
+        self._owners = [consumer for _, _, consumer in ring]
+
+
+def _hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
 def matches_all(expression: str) -> bool:

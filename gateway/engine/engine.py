@@ -20,8 +20,10 @@ from gateway.engine.base import debug_enabled
 from gateway.engine.clock import Clock
 from gateway.engine.config import EngineConfig
 from gateway.engine.delivering import Delivering
+from gateway.engine.dispatch import Subscription
 from gateway.engine.observe import Observer
 from gateway.engine.port import GroupState, Unsettled
+from gateway.errors import InvalidArgument
 from gateway.limits import check_batch, check_message, check_name
 
 log = structlog.get_logger("gateway.engine")
@@ -129,6 +131,62 @@ class Engine(Delivering):
         self.observers.published(done, ids)
         self._known_topics.add(topic)
         return ids
+
+    # ------------------------------------------------------------- positions
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        """Create a group before anyone consumes (`Backend.create_group`)."""
+        check_name("topic", topic)
+        check_name("group", group)
+        await self._check_topic(topic)
+        if not self.backend.seekable:
+            return False
+        return await self.backend.create_group(topic, group, at_end=at_end)
+
+    async def drop_group(self, topic: str, group: str) -> bool:
+        """Forget a group nobody consumes (`EnginePort.drop_group`)."""
+        sub = self.subscriptions.get((topic, group))
+        if sub is not None and sub.consumers:
+            return False
+        dropped = await self.backend.drop_group(topic, group)  # may fail: then nothing changed
+        if sub is not None and not sub.consumers and self.subscriptions.get((topic, group)) is sub:
+            del self.subscriptions[(topic, group)]
+            sub.closed = True
+            sub.wake.set()
+            if sub.task is not None:
+                sub.task.cancel()
+            self._void(sub)
+        return dropped
+
+    async def seek(self, topic: str, group: str, *, message_id: str = "",
+                   publish_ms: int = -1) -> None:
+        """Move `group`'s position on `topic` to a message, or to the first one published at or
+        after `publish_ms` (`Backend.seek`). Deliveries of the group still unsettled are void
+        (settling one answers a stale receipt) and deliveries its consumers have not taken yet
+        are dropped (their credit given back): from here the group reads the topic again."""
+        check_name("topic", topic)
+        check_name("group", group)
+        if bool(message_id) == (publish_ms >= 0):
+            raise InvalidArgument("seek", message_id or publish_ms,
+                                  "a message id or a publish time (ms, 0 or more), not both")
+        # The back end moves first (or refuses, changing nothing); then, with no await in
+        # between, what the engine handed out before is void, a fetch under way included.
+        await self.backend.seek(topic, group, message_id=message_id, publish_ms=publish_ms)
+        sub = self.subscriptions.get((topic, group))
+        if sub is not None:
+            self._void(sub)
+            sub.wake.set()
+
+    def _void(self, sub: Subscription) -> None:
+        for receipt in [r for r, inf in self.inflight.items() if inf.sub is sub]:
+            inf = self.inflight.pop(receipt)
+            self._disarm(inf)
+            if inf.consumer is not None:
+                inf.consumer.receipts.discard(receipt)
+        sub.held.clear()
+        sub.blocked_keys.clear()
+        for consumer in sub.consumers:
+            consumer.credit += len(consumer.outbox)
+            consumer.outbox.clear()
 
     # -------------------------------------------------------------- queries
     def unsettled_count(self) -> int:

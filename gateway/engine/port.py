@@ -16,7 +16,7 @@ touch the back end or the state machine. Errors are `gateway.errors` exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from gateway.backend.base import OutMessage
@@ -67,6 +67,18 @@ class ConsumerPort(Protocol):
         """Credit granted and not used yet (deliveries it may still be sent)."""
         ...
 
+    @property
+    def active(self) -> bool:
+        """True while it is a consumer that gets deliveries: an exclusive or failover
+        subscription has one at a time (the earliest subscribed of those open), the others
+        all of theirs."""
+        ...
+
+    def watch_active(self, callback: Callable[[bool], object] | None) -> None:
+        """Have `callback(active)` called whenever `active` changes (a failover consumer that
+        takes over, or hands over); None stops the calls."""
+        ...
+
     async def next_batch(self, max_messages: int = 256) -> list[Delivery]:
         """Wait for deliveries; `Unavailable` once the consumer is closed or the engine stops."""
         ...
@@ -105,6 +117,12 @@ class EnginePort(Protocol):
         """The engine's clock: real wall-clock ms."""
         ...
 
+    @property
+    def positions(self) -> bool:
+        """True when groups keep positions the engine can set (initial positions, `seek`) and
+        message ids the back end assigns increase in topic order (`Backend.seekable`)."""
+        ...
+
     def policy_for(self, spec: SubscriptionSpec) -> RetryPolicy:
         """The validated policy a subscription gets; bad names and options: InvalidArgument."""
         ...
@@ -141,6 +159,27 @@ class EnginePort(Protocol):
         self, receipts: Sequence[str], *, guard: SettleGuard | None = None
     ) -> dict[int, SettleResult]:
         """Ack by receipt, without a settlement or a result per item: the failures by position."""
+        ...
+
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        """Create `group` on `topic` (at the earliest message kept, or after the last) unless
+        it exists, so that it keeps the topic's messages from then on before anyone consumes;
+        True when created. False where the back end places groups itself."""
+        ...
+
+    async def drop_group(self, topic: str, group: str) -> bool:
+        """Forget a group nobody consumes any more (a reader's non-durable subscription), here
+        and in the back end, so the topic's messages are no longer kept for it. False when it
+        still has consumers or there was nothing to forget."""
+        ...
+
+    async def seek(
+        self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
+    ) -> None:
+        """Move the group's position to the message `message_id` (it and later ones are
+        delivered again), or to the first message published at or after `publish_ms`. The
+        group's unsettled deliveries become stale. `NotFound` for a message the topic does not
+        hold; `Unimplemented` where the back end cannot move groups."""
         ...
 
 

@@ -187,8 +187,9 @@ class GatewayApp:
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminService(self.engine, self.totals, timeline,
                          max_message_bytes=cfg.max_message_bytes), server)
+        mounted: list[str] = []
         for front in self.front_ends.values():
-            front.mount(server)
+            mounted.extend(front.mount(server))
         for extra in self.extra_services:
             extra(server, self.engine)
         health_servicer = health.aio.HealthServicer()
@@ -197,6 +198,7 @@ class GatewayApp:
         names = (
             gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name,
             admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+            *mounted,
             health.SERVICE_NAME,
             reflection.SERVICE_NAME,
         )

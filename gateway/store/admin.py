@@ -150,6 +150,7 @@ async def purge(
         state.leased.clear()
         state.releasing.clear()
         state.cursor = until
+        state.durable = True
         await writer.submit(writes.purged((topic_id, index.name), gid, state.name, until))
         return removed
 

@@ -87,7 +87,7 @@ class Catalog:
         for gid, topic_id, grp, next_pos in loaded.groups:
             topic = by_id.get(topic_id)
             if topic is not None:
-                group = GroupIndex(gid, topic, grp, next_pos, TimerWheel(0))
+                group = GroupIndex(gid, topic, grp, next_pos, TimerWheel(0), durable=True)
                 topic.groups[grp] = self.groups[gid] = group
             self._next_gid = max(self._next_gid, gid + 1)
         for gid, pos, visible_at in loaded.unacked:
@@ -109,4 +109,5 @@ class Catalog:
 def write_scanned(writer: GroupCommitWriter, group: GroupIndex, rows: list[UnackedRow]) -> None:
     """Persist scanned positions and the group's cursor; not awaited (leases are not durable)."""
     cursor = (group.gid, group.topic.topic_id, group.name, group.cursor)
+    group.durable = True
     writer.submit_nowait(writes.scanned(rows, cursor))

@@ -15,7 +15,7 @@ then (a new session) and their messages are delivered again. At too many failure
 gives up (`fatal`).
 
 This module holds the hot path (publish, fetch, wait, ack, release) and the wiring; the admin
-verbs are `gateway.store.admin`.
+verbs are `gateway.store.admin`, creating and seeking groups `gateway.store.positions`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from gateway.backend.base import (
 )
 from gateway.engine.clock import Clock, SystemClock
 from gateway.errors import GatewayError
-from gateway.store import admin, guard, moves, recovery, schema, writes
+from gateway.store import admin, guard, moves, positions, recovery, schema, writes
 from gateway.store import reader as rd
 from gateway.store.catalog import Catalog
 from gateway.store.codec import props_json
@@ -80,6 +80,7 @@ class EmbeddedStore(Backend):
     """Durable topics in one SQLite file under `data_dir`; see the module docstring."""
 
     name = "embedded"
+    seekable = True
 
     def __init__(
         self,
@@ -371,6 +372,19 @@ class EmbeddedStore(Backend):
         writer, reader = self._supervisor.ready()
         return await moves.store_once(self, writer, reader, self._ledger_lock, self._catalog,
                                       ledger, copies)
+
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+        writer, _ = self._supervisor.ready()
+        return await positions.create_group(self._catalog, writer, topic, group, at_end)
+
+    async def seek(
+        self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
+    ) -> None:
+        writer, reader = self._supervisor.ready()
+        await positions.seek(
+            self._catalog, writer, reader, topic, group,
+            message_id=message_id, publish_ms=publish_ms,
+        )
 
     async def drop_group(self, topic: str, group: str) -> bool:
         writer, _ = self._supervisor.ready()

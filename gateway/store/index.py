@@ -71,6 +71,9 @@ class GroupIndex:
     """position -> lease token, while its release is being written."""
     dirty: bool = True
     """Something may be fetchable that the last fetch did not see."""
+    durable: bool = False
+    """Its cursor is written (or queued): the group exists beyond this process and keeps its
+    position. A group only looked up (`wait`, `stats`) is not, until it scans or is created."""
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

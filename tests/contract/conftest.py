@@ -41,6 +41,7 @@ CAPABILITIES = frozenset(
         "independent-groups",
         "oldest-ready-time",
         "backlog-view",
+        "positions",
     }
 )
 """Every capability a contract test may require:
@@ -50,7 +51,9 @@ CAPABILITIES = frozenset(
 * independent-groups: each group of a topic gets every message, from the earliest retained one;
 * oldest-ready-time: `stats` reports the publish time of the oldest ready message;
 * backlog-view: `peek`, `remove` and `purge` reach messages the back end has not received yet
-  (a broker's backlog), not only those it holds.
+  (a broker's backlog), not only those it holds;
+* positions: groups keep positions the back end can set (`seekable`: `create_group` at the end,
+  `seek`).
 """
 
 REQUIRES: dict[str, str] = {

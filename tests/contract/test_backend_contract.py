@@ -10,7 +10,10 @@ import asyncio
 import time
 import uuid
 
+import pytest
+
 from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage
+from gateway.errors import NotFound
 
 POLL_LIMIT_S = 10.0
 
@@ -310,3 +313,21 @@ async def test_drop_group_forgets_only_that_group(backend: Backend) -> None:
     await backend.ack([leased.lease])  # a lease of a dropped group is void, not an error
     await backend.publish(topic, [msg("c")])
     assert bodies(await fetch_until(backend, topic, other, 1)) == [b"c"]
+
+
+@pytest.mark.requires("positions")
+async def test_groups_start_where_created_and_move_by_seek(backend: Backend) -> None:
+    topic, group = names()
+    ids = await backend.publish(topic, [msg("m0"), msg("m1")])
+    assert await backend.create_group(topic, group, at_end=True)
+    assert await backend.create_group(topic, group + "-all", at_end=False)
+    assert not await backend.create_group(topic, group, at_end=False)  # kept where it is
+    await backend.publish(topic, [msg("m2")])
+    assert bodies(await fetch_until(backend, topic, group, 1)) == [b"m2"]
+    assert bodies(await fetch_until(backend, topic, group + "-all", 3)) == [b"m0", b"m1", b"m2"]
+    await backend.seek(topic, group, message_id=ids[1])
+    assert bodies(await fetch_until(backend, topic, group, 2)) == [b"m1", b"m2"]
+    await backend.seek(topic, group, publish_ms=0)
+    assert bodies(await fetch_until(backend, topic, group, 3)) == [b"m0", b"m1", b"m2"]
+    with pytest.raises(NotFound):
+        await backend.seek(topic, group, message_id="f" * 32)

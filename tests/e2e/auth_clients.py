@@ -154,6 +154,7 @@ class PulsarRaw:
         cmd.subscribe.topic = topic
         cmd.subscribe.subscription = subscription
         cmd.subscribe.subType = pb.CommandSubscribe.Shared
+        cmd.subscribe.initialPosition = pb.CommandSubscribe.Earliest
         cmd.subscribe.consumer_id = consumer_id
         cmd.subscribe.request_id = self.next_id()
         self.send(cmd)

@@ -47,7 +47,8 @@ async def test_pulsar_client_to_gateway_api_with_retry_letter_topic(app: Gateway
         assert got[1].properties["REAL_TOPIC"] == short
         # The dead letter is readable by a plain Pulsar consumer.
         dlq = await asyncio.to_thread(client.subscribe, f"{topic}-sub-DLQ", "sub",
-                                      consumer_type=pulsar.ConsumerType.Shared)
+                                      consumer_type=pulsar.ConsumerType.Shared,
+                                      initial_position=pulsar.InitialPosition.Earliest)
         dead = await asyncio.to_thread(dlq.receive, 10_000)
         assert dead.data() == b"from-pulsar"
         assert dead.properties()["REAL_TOPIC"] == short
@@ -64,7 +65,8 @@ async def test_gateway_api_to_pulsar_client(app: GatewayApp) -> None:
     client = pulsar.Client(f"pulsar://127.0.0.1:{app.front_ends['pulsar'].port}", logger=QUIET)
     try:
         consumer = await asyncio.to_thread(client.subscribe, topic, "native",
-                                           consumer_type=pulsar.ConsumerType.Shared)
+                                           consumer_type=pulsar.ConsumerType.Shared,
+                                           initial_position=pulsar.InitialPosition.Earliest)
         msg = await asyncio.to_thread(consumer.receive, 10_000)
         assert msg.data() == b"from-grpc"
         assert msg.properties()["origin"] == "api"

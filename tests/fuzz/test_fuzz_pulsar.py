@@ -4,6 +4,7 @@ The gateway runs as `gateway serve --pulsar-listen` on a free port. A control me
 with pulsar-client first; then seeded generators send valid CONNECT / PRODUCER / SEND / SUBSCRIBE /
 FLOW / ACK / ... sessions whose frames are mutated (bit flips, truncation, huge and tiny sizes,
 extreme and negative numbers, invalid UTF-8, missing fields, wrong wire types, garbage, ZLIB bombs,
+LZ4 / ZSTD / SNAPPY payloads,
 batch counts that lie) over many connections. Afterwards: the process is up, its log has no
 traceback, the control message is consumed exactly once, and the process's peak RSS grew by less
 than `RSS_GROWTH_KIB`. Bounded to about a minute (fixed seed, fixed number of connections).
@@ -24,6 +25,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import cramjam
 import pulsar
 import pytest
 from google.protobuf.descriptor import FieldDescriptor
@@ -95,6 +97,12 @@ def message_id(rng: random.Random) -> pb.MessageIdData:
     return pb.MessageIdData(ledgerId=rng.randrange(2**40), entryId=rng.randrange(64))
 
 
+def seek_to(mid: pb.MessageIdData) -> pb.BaseCommand:
+    cmd = command(Cmd.SEEK, "seek", consumer_id=1, request_id=11)
+    cmd.seek.message_id.CopyFrom(mid)  # type: ignore[attr-defined]
+    return cmd
+
+
 def session(rng: random.Random, topic: str) -> list[tuple[Message, Message | None, bytes]]:
     """A plausible sequence of (command, metadata, payload)."""
     out: list[tuple[Message, Message | None, bytes]] = []
@@ -121,6 +129,9 @@ def session(rng: random.Random, topic: str) -> list[tuple[Message, Message | Non
         ),
         command(Cmd.GET_LAST_MESSAGE_ID, "getLastMessageId", consumer_id=1, request_id=5),
         command(Cmd.GET_SCHEMA, "getSchema", topic=topic, request_id=6),
+        command(Cmd.SEEK, "seek", consumer_id=1, request_id=10,
+                message_publish_time=rng.choice([0, 2**40, 2**64 - 1])),
+        seek_to(message_id(rng)),
         command(Cmd.PING, "ping"),
         command(Cmd.CLOSE_PRODUCER, "close_producer", producer_id=1, request_id=7),
         command(Cmd.CLOSE_CONSUMER, "close_consumer", consumer_id=1, request_id=8),
@@ -143,10 +154,19 @@ def message(rng: random.Random, seq: int) -> tuple[Message, bytes]:
     else:
         payload = rng.randbytes(rng.randrange(0, 200))
     if rng.random() < 0.2:
-        meta.compression = pb.ZLIB
+        meta.compression = rng.choice([pb.ZLIB, pb.LZ4, pb.ZSTD, pb.SNAPPY])
         meta.uncompressed_size = len(payload)
-        payload = zlib.compress(payload)
+        payload = PACKERS[meta.compression](payload)
     return meta, payload
+
+
+PACKERS: dict[int, Callable[[bytes], bytes]] = {
+    pb.ZLIB: zlib.compress,
+    pb.LZ4: lambda data: bytes(cramjam.lz4.compress_block(data, store_size=False)),
+    pb.ZSTD: lambda data: bytes(cramjam.zstd.compress(data)),
+    pb.SNAPPY: lambda data: bytes(cramjam.snappy.compress_raw(data)),
+}
+"""Each codec as Pulsar clients write it."""
 
 
 # ------------------------------------------------------------------ mutations

@@ -171,8 +171,9 @@ class DemoFrontEnd:
         self.host, self.config = host, config
         self.calls: list[str] = []
 
-    def mount(self, server: grpc.aio.Server) -> None:
+    def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
         self.calls.append("mount")
+        return ()
 
     async def start(self) -> None:
         self.calls.append("start")

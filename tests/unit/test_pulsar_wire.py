@@ -161,7 +161,7 @@ def test_zlib_batches_are_decompressed() -> None:
 
 def test_unsupported_compression_and_corrupt_batches_are_errors() -> None:
     with pytest.raises(FrameError, match="LZ4"):
-        entries(_meta(compression=pb.LZ4), b"...", **LIMITS)
+        entries(_meta(compression=pb.LZ4, uncompressed_size=3), b"...", **LIMITS)
     raw = build_batch([Entry(payload=b"abc")])
     with pytest.raises(FrameError):
         split_batch(raw[:-1], 1)

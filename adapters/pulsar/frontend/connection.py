@@ -16,15 +16,16 @@ at most `max_producers` producers and `max_consumers` consumers, and each consum
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, replies
+from adapters.pulsar.frontend import edge, replies, starts
 from adapters.pulsar.frontend.budget import FRAME_COST, ReadBudget
 from adapters.pulsar.frontend.consumers import MAX_UNACKED, SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
@@ -41,7 +42,7 @@ from adapters.pulsar.wire.frames import (
     decode_frame,
     frame_size,
 )
-from gateway.engine.api import SubscriptionSpec
+from gateway.engine.api import ConsumerType, SubscriptionSpec
 from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
@@ -275,7 +276,7 @@ class Connection:
         elif kind == Cmd.LOOKUP:
             self._lookup(cmd.lookupTopic)
         elif kind == Cmd.PRODUCER:
-            self._producer(cmd.producer)
+            await self._producer(cmd.producer)
         elif kind == Cmd.SUBSCRIBE:
             await self._subscribe(cmd.subscribe)
         elif kind == Cmd.CLOSE_PRODUCER:
@@ -286,6 +287,8 @@ class Connection:
             )
         elif kind == Cmd.UNSUBSCRIBE:
             await self._close_consumer(cmd.unsubscribe.consumer_id, cmd.unsubscribe.request_id)
+        elif kind == Cmd.SEEK:
+            await self._seek(cmd.seek)
         else:
             self._other(cmd)
 
@@ -294,50 +297,48 @@ class Connection:
         if kind == Cmd.GET_LAST_MESSAGE_ID:
             request = cmd.getLastMessageId
             session = self._consumers.get(request.consumer_id)
-            entry = session.last_entry() if session is not None else -1
-            ledger = self._shared.ids.ledger_id
-            self.write(replies.last_message_id(request.request_id, ledger, max(entry, 0)))
+            last = session.last_id() if session is not None else None
+            ledger, entry = last if last is not None else (self._shared.ids.ledger_id, 0)
+            self.write(replies.last_message_id(request.request_id, ledger, entry))
         elif kind == Cmd.GET_SCHEMA:
             self.write(replies.schema_not_found(cmd.getSchema.request_id, cmd.getSchema.topic))
         elif kind == Cmd.GET_OR_CREATE_SCHEMA:
             self.write(replies.schema_version(cmd.getOrCreateSchema.request_id))
-        elif kind == Cmd.SEEK:
-            self.write(
-                replies.error(cmd.seek.request_id, pb.NotAllowedError, "seek is not supported")
-            )
         else:
             log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
 
     def _partitions(self, request: pb.CommandPartitionedTopicMetadata) -> None:
-        try:
-            engine_topic(request.topic)
-        except GatewayError as exc:
-            code = replies.server_error(exc)
-            self.write(replies.partitions_failed(request.request_id, code, exc.message))
-            return
-        self.write(replies.partitions(request.request_id, 0))
+        failed = replies.partitions_failed
+        self._about_topic(request, failed, lambda: replies.partitions(request.request_id, 0))
 
     def _lookup(self, request: pb.CommandLookupTopic) -> None:
+        found = functools.partial(replies.lookup, request.request_id, self._shared.service_url)
+        self._about_topic(request, replies.lookup_failed, found)
+
+    def _about_topic(self, request: Any, failed: Callable[[int, int, str], bytes],
+                     answer: Callable[[], bytes]) -> None:
         try:
             engine_topic(request.topic)
         except GatewayError as exc:
-            code = replies.server_error(exc)
-            self.write(replies.lookup_failed(request.request_id, code, exc.message))
+            self.write(failed(request.request_id, replies.server_error(exc), exc.message))
             return
-        self.write(replies.lookup(request.request_id, self._shared.service_url))
+        self.write(answer())
 
-    def _producer(self, request: pb.CommandProducer) -> None:
+    async def _producer(self, request: pb.CommandProducer) -> None:
         existing = self._producers.get(request.producer_id)
         if existing is not None:
             last = self._shared.dedup.last(existing.topic, existing.name)
             self.write(replies.producer_success(request.request_id, existing.name, last))
             return
+        initial = request.initial_subscription_name
         try:
             topic = engine_topic(request.topic)
             self._check(topic, None)
-        except GatewayError as exc:
-            code = replies.server_error(exc)
-            self.write(replies.error(request.request_id, code, exc.message))
+            if initial:  # the subscription keeps the topic's messages from now on
+                self._check(topic, initial)
+                await self._shared.engine.create_group(topic, initial)
+        except Exception as exc:
+            self._refuse(request.request_id, exc)
             return
         if len(self._producers) >= self._shared.max_producers:
             text = f"a connection may have {self._shared.max_producers} producers"
@@ -393,11 +394,16 @@ class Connection:
         try:
             topic = engine_topic(request.topic)
             self._check(topic, request.subscription)
+            position = await starts.place(self._shared.engine, request, topic)
             self._shared.subscriptions.join(
-                topic, request.subscription, consumer_type, self.key(request.consumer_id)
+                topic,
+                request.subscription,
+                consumer_type,
+                self.key(request.consumer_id),
+                functools.partial(self._kick, request.consumer_id),
             )
         except GatewayError as exc:
-            self.write(replies.error(request.request_id, replies.server_error(exc), exc.message))
+            self._refuse(request.request_id, exc)
             return
         spec = SubscriptionSpec(
             topic=topic,
@@ -406,6 +412,7 @@ class Connection:
             options=POLICY_OPTIONS,
             consumer_type=consumer_type,
             consumer_id=f"pulsar-{self.id}-{request.consumer_id}",
+            initial_position=position,
         )
         try:
             consumer = await self._shared.engine.open_consumer(spec)
@@ -413,10 +420,7 @@ class Connection:
             self._shared.subscriptions.leave(
                 topic, request.subscription, self.key(request.consumer_id)
             )
-            code = replies.server_error(exc)
-            self.write(replies.error(request.request_id, code, replies.error_text(exc)))
-            if code in replies.RETRYABLE:
-                self.close()
+            self._refuse(request.request_id, exc)
             return
         self._consumers[request.consumer_id] = ConsumerSession(
             consumer_id=request.consumer_id,
@@ -428,9 +432,14 @@ class Connection:
             ids=self._shared.ids,
             epoch=request.consumer_epoch if request.HasField("consumer_epoch") else None,
             max_unacked=self._shared.max_unacked,
+            durable=request.durable,
         )
         self._topics[request.consumer_id] = (topic, request.subscription)
         self.write(replies.success(request.request_id))
+        if consumer_type is ConsumerType.FAILOVER:
+            session = self._consumers[request.consumer_id]
+            session.watch(consumer.active)
+            consumer.watch_active(session.watch)
 
     def key(self, consumer_id: int) -> str:
         """A name for one consumer of this connection, unique within the front end."""
@@ -449,7 +458,41 @@ class Connection:
             await self._drop_consumer(session)
         self.write(replies.success(request_id))
 
+    async def _kick(self, consumer_id: int) -> None:
+        """Close a consumer from the server's side: the client subscribes it again (at the
+        subscription's position, with fresh permits), as after a broker-side disconnect."""
+        session = self._consumers.pop(consumer_id, None)
+        if session is not None:
+            self.write(replies.close_consumer(consumer_id))
+            await self._drop_consumer(session)
+
+    async def _seek(self, request: pb.CommandSeek) -> None:
+        """`SubscriptionRegistry.seek` (the seeking client completes its seek once it has
+        subscribed again)."""
+        if request.consumer_id not in self._topics:
+            self.write(replies.error(request.request_id, pb.ConsumerNotFound, "unknown consumer"))
+            return
+        topic, subscription = self._topics[request.consumer_id]
+        try:
+            target = edge.seek_target(request)
+            await self._shared.subscriptions.seek(self._shared.engine, topic, subscription, target)
+        except Exception as exc:
+            log.info("pulsar seek refused", connection=self.id, error=replies.error_text(exc))
+            self._refuse(request.request_id, exc)
+            return
+        self.write(replies.success(request.request_id))
+
+    def _refuse(self, request_id: int, exc: BaseException) -> None:
+        """Answer with the error for `exc`; close when the client must reconnect to retry."""
+        code = replies.server_error(exc)
+        self.write(replies.error(request_id, code, replies.error_text(exc)))
+        if code in replies.RETRYABLE:
+            self.close()
+
     async def _drop_consumer(self, session: ConsumerSession) -> None:
         topic, subscription = self._topics.pop(session.consumer_id, ("", ""))
-        self._shared.subscriptions.leave(topic, subscription, self.key(session.consumer_id))
+        registry = self._shared.subscriptions
+        registry.leave(topic, subscription, self.key(session.consumer_id))
         await session.close()
+        if not session.durable and topic and not registry.count(topic, subscription):
+            await self._shared.engine.drop_group(topic, subscription)  # a reader's

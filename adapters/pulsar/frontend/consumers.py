@@ -1,9 +1,9 @@
 """One Pulsar consumer on a connection: engine deliveries out as MESSAGE, acks and nacks back.
 
-A message keeps one message id for the life of the session, as on a Pulsar broker, so the
-client's own bookkeeping (duplicate filter for acks still in its grouping window, nack and
-ack-timeout trackers, dead-letter candidates) works on redeliveries; a new message takes the next
-id. The session keeps the id -> delivery map so that ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES
+A message keeps one message id, its engine id (`ids`), as on a Pulsar broker, so the client's
+own bookkeeping (duplicate filter for acks still in its grouping window, nack and ack-timeout
+trackers, dead-letter candidates, seek) works on redeliveries. The session keeps the id ->
+delivery map so that ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES
 settle the right receipt. A cumulative ack acknowledges everything up to its id, including a
 message given back earlier and delivered again later (settled at once, never sent). FLOW permits
 become engine credit one for one (deliveries are never batched on the way out), but a consumer
@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import structlog
 
 from adapters.pulsar.frontend import replies
-from adapters.pulsar.frontend.ids import IdAllocator
+from adapters.pulsar.frontend.ids import IdAllocator, MessageKey
 from adapters.pulsar.frontend.messages import delivery_metadata
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import encode_payload_command
@@ -60,8 +60,11 @@ class ConsumerSession:
         ids: IdAllocator,
         epoch: int | None = None,
         max_unacked: int = MAX_UNACKED,
+        durable: bool = True,
     ) -> None:
         self.consumer_id = consumer_id
+        self.durable = durable
+        """False for a reader's subscription, whose group goes with its last consumer."""
         self.consumer_type = consumer_type
         self._engine = engine
         self._consumer = consumer
@@ -69,11 +72,11 @@ class ConsumerSession:
         self._drain = drain
         self._ids = ids
         self._epoch = epoch
-        self._held: dict[int, Delivery] = {}
-        self._entries: dict[str, int] = {}
-        """Engine message id -> the entry id it has in this session."""
-        self._acked_upto = -1
-        """Highest entry acknowledged cumulatively."""
+        self._held: dict[MessageKey, Delivery] = {}
+        self._acked_upto: MessageKey = (-1, -1)
+        """Highest id acknowledged cumulatively."""
+        self._sent_upto: MessageKey = (-1, -1)
+        """Highest id sent."""
         self._max_unacked = max_unacked
         self._permits = 0
         """Permits the client gave that are not yet engine credit."""
@@ -106,9 +109,11 @@ class ConsumerSession:
         wanted = self._mine(command.message_id)
         if command.ack_type == pb.CommandAck.Cumulative and command.message_id:
             mark = command.message_id[-1]
-            if mark.ledgerId == self._ids.ledger_id:
-                self._acked_upto = max(self._acked_upto, mark.entryId)
-            wanted = [entry for entry in self._held if entry <= self._acked_upto]
+            # Never past what this session sent: a made-up id far ahead must not ack later
+            # deliveries unseen.
+            upto = min((mark.ledgerId, mark.entryId), self._sent_upto)
+            self._acked_upto = max(self._acked_upto, upto)
+            wanted = [key for key in self._held if key <= self._acked_upto]
         return await self._settle(wanted, SettleAction.ACK)
 
     async def redeliver(self, command: pb.CommandRedeliverUnacknowledgedMessages) -> None:
@@ -121,9 +126,13 @@ class ConsumerSession:
             wanted = list(self._held)
         await self._settle(wanted, SettleAction.FAIL)
 
-    def last_entry(self) -> int:
-        """The newest entry id this session sent (-1 when none)."""
-        return max(self._held, default=-1)
+    def last_id(self) -> MessageKey | None:
+        """The newest id this session holds unsettled (None when none)."""
+        return max(self._held, default=None)
+
+    def watch(self, active: bool) -> None:
+        """Tell the client whether this (failover) consumer is the active one."""
+        self._write(replies.active_consumer(self.consumer_id, active))
 
     async def close(self) -> None:
         """Stop delivering and close the engine consumer, which gives back what was held."""
@@ -131,22 +140,20 @@ class ConsumerSession:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._held.clear()
-        self._entries.clear()
+        self._consumer.watch_active(None)
         try:
             await self._consumer.close()
         except Exception as exc:
             log.warning("closing engine consumer failed", error=str(exc))
 
-    def _mine(self, ids: Iterable[pb.MessageIdData]) -> list[int]:
-        return [
-            m.entryId for m in ids if m.ledgerId == self._ids.ledger_id and m.entryId in self._held
-        ]
+    def _mine(self, ids: Iterable[pb.MessageIdData]) -> list[MessageKey]:
+        held = self._held
+        return [key for m in ids if (key := (m.ledgerId, m.entryId)) in held]
 
-    async def _settle(self, entries: list[int], action: SettleAction) -> tuple[int, str] | None:
-        done = [self._held.pop(entry) for entry in entries if entry in self._held]
-        if action is SettleAction.ACK:
-            for delivery in done:
-                self._entries.pop(delivery.message_id, None)
+    async def _settle(
+        self, keys: list[MessageKey], action: SettleAction
+    ) -> tuple[int, str] | None:
+        done = [self._held.pop(key) for key in keys if key in self._held]
         if done:
             self._top_up()
         return await self._send_settlements([d.receipt for d in done], action)
@@ -177,12 +184,11 @@ class ConsumerSession:
                 frames: list[bytes] = []
                 behind: list[str] = []
                 for delivery in batch:
-                    entry = self._entry(delivery)
-                    if entry <= self._acked_upto:
+                    key = self._ids.key(delivery.message_id)
+                    if key <= self._acked_upto:
                         behind.append(delivery.receipt)
-                        self._entries.pop(delivery.message_id, None)
                     else:
-                        frames.append(self._message(delivery, entry))
+                        frames.append(self._message(delivery, key))
                 self._write(b"".join(frames))
                 if behind:
                     # Never sent, so the client's permits for them are still unused.
@@ -195,20 +201,13 @@ class ConsumerSession:
         except Exception as exc:
             log.error("pulsar delivery pump stopped", error=str(exc), exc_info=True)
 
-    def _entry(self, delivery: Delivery) -> int:
-        entry = self._entries.get(delivery.message_id)
-        if entry is None:
-            entry = self._ids.next_entry()
-            self._entries[delivery.message_id] = entry
-        return entry
-
-    def _message(self, delivery: Delivery, entry: int) -> bytes:
-        self._held[entry] = delivery
+    def _message(self, delivery: Delivery, key: MessageKey) -> bytes:
+        self._held[key] = delivery
+        self._sent_upto = max(self._sent_upto, key)
         cmd = pb.BaseCommand(type=pb.BaseCommand.MESSAGE)
         msg = cmd.message
         msg.consumer_id = self.consumer_id
-        msg.message_id.ledgerId = self._ids.ledger_id
-        msg.message_id.entryId = entry
+        msg.message_id.ledgerId, msg.message_id.entryId = key
         if self.consumer_type in COUNTS_REDELIVERIES:
             msg.redelivery_count = max(delivery.retries, 0)
         if self._epoch is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+from adapters.pulsar.frontend import ids
 from adapters.pulsar.frontend.messages import out_message
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import entries
@@ -121,12 +122,18 @@ def _connect(body: Any) -> None:
 def _producer(body: Any) -> None:
     check_name("producer.topic", body.topic)
     check_name("producer.producer_name", body.producer_name, required=False)
+    check_name(
+        "producer.initial_subscription_name", body.initial_subscription_name, required=False
+    )
 
 
 def _subscribe(body: Any) -> None:
     check_name("subscribe.topic", body.topic)
     check_name("subscribe.subscription", body.subscription)
     check_name("subscribe.consumer_name", body.consumer_name, required=False)
+    if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
+        raise refused("subscribe.keySharedMeta.keySharedMode", "STICKY",
+                      "AUTO_SPLIT (keys are spread over the consumers by consistent hashing)")
 
 
 def _send(body: Any) -> None:
@@ -151,6 +158,38 @@ def _redeliver(body: Any) -> None:
         raise refused("message_ids", count, f"0..{MAX_IDS_PER_COMMAND} ids")
 
 
+MAX_PUBLISH_TIME = 2**63 - 1
+
+
+def _seek(body: Any) -> None:
+    has_id, has_time = body.HasField("message_id"), body.HasField("message_publish_time")
+    if has_id == has_time:
+        raise refused("seek", "both" if has_id else "neither",
+                      "a message_id or a message_publish_time")
+    if has_time and body.message_publish_time > MAX_PUBLISH_TIME:
+        raise refused("seek.message_publish_time", body.message_publish_time,
+                      f"0..{MAX_PUBLISH_TIME} ms")
+
+
+def seek_target(body: pb.CommandSeek) -> dict[str, Any]:
+    """The engine's `seek` arguments for a SEEK that passed `check_command`: a message id
+    the front end gave, or a publish time (MessageId.earliest and .latest as times)."""
+    if body.HasField("message_publish_time"):
+        return {"publish_ms": body.message_publish_time}
+    mid = body.message_id
+    key = (mid.ledgerId, mid.entryId)
+    if key == ids.EARLIEST:
+        return {"publish_ms": 0}
+    if key == ids.LATEST:
+        return {"publish_ms": MAX_PUBLISH_TIME}
+    entry = mid.entryId + max(mid.batch_index, 0)  # message i of a batch: its first + i
+    engine_id = ids.engine_id((mid.ledgerId, entry)) if entry < ids.U64 else ""
+    if not engine_id:
+        raise refused("seek.message_id", f"{mid.ledgerId}:{mid.entryId}",
+                      "the id of a message of this topic")
+    return {"message_id": engine_id}
+
+
 def _topic(field: str) -> Any:
     return lambda body: check_name(field, body.topic)
 
@@ -165,6 +204,7 @@ _CHECKS = {
     Cmd.LOOKUP: _topic("lookupTopic.topic"),
     Cmd.PARTITIONED_METADATA: _topic("partitionMetadata.topic"),
     Cmd.GET_SCHEMA: _topic("getSchema.topic"),
+    Cmd.SEEK: _seek,
 }
 
 _CHUNK_FIELDS = ("uuid", "num_chunks_from_msg", "total_chunk_msg_size", "chunk_id")

@@ -1,29 +1,74 @@
 """Pulsar message ids (ledgerId, entryId) handed out by the front end.
 
-Ids only have to be unique and increasing: the client drops a message whose id is not newer than
-one it acknowledged cumulatively, and keys its nack and ack-timeout trackers by id. So every
-delivery and every send receipt takes the next entry id of one counter, under a ledger id taken
-from the wall clock when the front end starts (later runs get larger ledger ids).
+On a back end that keeps groups' positions (`EnginePort.positions`: the embedded store), a
+message's id is its engine message id: the 32 hex digits the store gives (publish time, the
+store's tag, a counter: increasing in topic order) are 128 bits, read as the two uint64s. So the
+id a send receipt carries, the id of every delivery of the message (its redeliveries too) and the
+id a client seeks to are one and the same, across restarts; a batch's receipt carries its first
+message's id and message i of the batch is that entry + i, as the client counts. Elsewhere (a
+broker's random ids would break the client's ordering of ids), and for a message id of another
+shape (one a client chose), a message gets the next entry of a counter under the ledger id of
+this front end's start (far below the others) when it is first delivered or receipted, and
+keeps it while the front end remembers it (`MAX_OTHER_IDS`).
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from adapters.pulsar.frontend.journal import Journal
+
+MessageKey = tuple[int, int]
+"""(ledgerId, entryId)."""
+_HEX_ID = re.compile(r"[0-9a-f]{32}")
+U64 = 2**64
+EARLIEST: MessageKey = (U64 - 1, U64 - 1)
+"""MessageId.earliest as the clients send it (-1, -1 as uint64)."""
+LATEST: MessageKey = (2**63 - 1, 2**63 - 1)
+"""MessageId.latest."""
+MAX_OTHER_IDS = 100_000
+"""Ids of another shape remembered (for acks and redeliveries); the oldest go first."""
+
+
+def engine_id(key: MessageKey) -> str:
+    """The engine message id a Pulsar id stands for ("" for one the front end did not make)."""
+    ledger, entry = key
+    if ledger >> 56 == 0:  # not a store id: those start with 48 bits of publish ms
+        return ""
+    return f"{ledger:016x}{entry:016x}"
 
 
 class IdAllocator:
     """Hands out increasing (ledgerId, entryId) pairs."""
 
-    def __init__(self, ledger_id: int | None = None) -> None:
+    def __init__(self, ledger_id: int | None = None, *, ordered: bool = True) -> None:
+        """`ordered`: the engine's message ids increase in topic order (see the module)."""
+        self.ordered = ordered
         self.ledger_id = ledger_id if ledger_id is not None else time.time_ns() // 1_000_000
         self._entries = itertools.count()
         self.last_entry = -1
+        self._others: OrderedDict[str, MessageKey] = OrderedDict()
 
     def next_entry(self) -> int:
         """A new entry id under `ledger_id`."""
         self.last_entry = next(self._entries)
         return self.last_entry
+
+    def key(self, message_id: str) -> MessageKey:
+        """The Pulsar id of an engine message id (see the module docstring)."""
+        if self.ordered and _HEX_ID.fullmatch(message_id):
+            return int(message_id[:16], 16), int(message_id[16:], 16)
+        known = self._others.get(message_id)
+        if known is None:
+            known = self._others[message_id] = (self.ledger_id, self.next_entry())
+            if len(self._others) > MAX_OTHER_IDS:
+                self._others.popitem(last=False)
+        return known
 
 
 MAX_PRODUCER_NAMES = 100_000
@@ -38,11 +83,13 @@ class DedupRegistry:
     A producer that reconnects resends what it has no receipt for; a resend whose sequence id is
     not above the stored one is answered with a receipt and not stored again. Each topic has its
     own sequence per producer name, and a name is used by one producer of a topic at a time
-    (`attach`), so two producers never share a sequence and every receipt means stored. Kept in
-    memory for the life of the front end, at most `limit` pairs.
+    (`attach`), so two producers never share a sequence and every receipt means stored. At most
+    `limit` pairs; with a `journal` (`adapters.pulsar.frontend.journal`) the ids survive
+    restarts, else they last as long as the front end.
     """
 
-    def __init__(self, limit: int = MAX_PRODUCER_NAMES) -> None:
+    def __init__(self, limit: int = MAX_PRODUCER_NAMES, journal: Journal | None = None) -> None:
+        self._journal = journal
         self._last: dict[tuple[str, str], int] = {}
         """Insertion order is the order of last use (oldest first)."""
         self._attached: set[tuple[str, str]] = set()
@@ -71,6 +118,18 @@ class DedupRegistry:
         last = self._last.pop(key, -1)
         self._touch(key, max(last, sequence_id))
 
+    async def persist(self, topic: str, producer_name: str, sequence_id: int) -> None:
+        """`record`, and with a journal, wait until it is on disk."""
+        self.record(topic, producer_name, sequence_id)
+        if self._journal is not None:
+            await self._journal.record(topic, producer_name, sequence_id)
+
+    def load(self) -> None:
+        """Take the ids the journal kept (before any producer attaches)."""
+        if self._journal is not None:
+            for (topic, name), sequence_id in self._journal.load().items():
+                self._touch((topic, name), sequence_id)
+
     def _touch(self, key: tuple[str, str], sequence_id: int) -> None:
         self._last[key] = sequence_id
         if len(self._last) > self._limit:
@@ -78,3 +137,5 @@ class DedupRegistry:
             victim = next((k for k in self._last if k not in self._attached), None)
             if victim is not None:
                 del self._last[victim]
+                if self._journal is not None:
+                    self._journal.forget(victim)

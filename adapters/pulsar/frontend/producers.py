@@ -19,6 +19,7 @@ import structlog
 from adapters.pulsar.frontend import edge, replies
 from adapters.pulsar.frontend.budget import MESSAGE_COST, ReadBudget
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
+from adapters.pulsar.frontend.messages import SEQUENCE
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import Frame, FrameError
 from gateway.backend.base import OutMessage
@@ -40,7 +41,14 @@ class _Send:
     cost: int
     """What the frame holds of the listener's read budget until it is answered."""
     messages: list[OutMessage] = field(default_factory=list)
+    sequences: list[int] = field(default_factory=list)
+    """Each message's sequence id (a batch's entries have one each)."""
     error: tuple[int, str] | None = None
+
+
+def sequence_of(message: OutMessage) -> int:
+    """The sequence id the edge wrote on a message."""
+    return int(message.properties[SEQUENCE])
 
 
 class ProducerSession:
@@ -91,6 +99,8 @@ class ProducerSession:
                 item.messages = edge.messages(
                     frame, producer=self.name, limit=self._limit, now_ms=self._engine.now_ms()
                 )
+                item.sequences = [sequence_of(m) for m in item.messages]
+                item.highest = max([highest, *item.sequences])
             except FrameError as exc:
                 item.error = (pb.NotAllowedError, str(exc))
             except GatewayError as exc:
@@ -132,16 +142,44 @@ class ProducerSession:
                 return
 
     async def _store(self, group: list[_Send]) -> None:
-        last = self._dedup.last(self.topic, self.name)
-        fresh = [s for s in group if s.error is None and s.highest > last]
-        messages = [m for s in fresh for m in s.messages]
+        # Only messages above the highest sequence id stored so far are stored: a resend (of a
+        # whole batch, or of part of one under other batch boundaries) is answered, not stored.
+        mark = self._dedup.last(self.topic, self.name)
+        fresh: list[_Send] = []
+        kept: dict[int, list[OutMessage]] = {}
+        for item in group:
+            if item.error is not None or item.highest <= mark:
+                continue
+            pairs = zip(item.messages, item.sequences, strict=True)
+            kept[id(item)] = [m for m, s in pairs if s > mark]
+            fresh.append(item)
+            mark = item.highest
+        messages = [m for item in fresh for m in kept[id(item)]]
         failure: BaseException | None = None
+        stored: list[str] = []
         if messages:
             try:
-                await self._engine.publish(self.topic, messages)
+                stored = await self._engine.publish(self.topic, messages)
             except Exception as exc:
                 failure = exc
                 log.warning("pulsar publish failed", topic=self.topic, error=str(exc))
+        first_ids: dict[int, str] = {}
+        if failure is None:
+            at = 0
+            for item in fresh:
+                if kept[id(item)] and at < len(stored):
+                    first_ids[id(item)] = stored[at]
+                at += len(kept[id(item)])
+        stored_highest = max(
+            (item.highest for item in fresh if failure is None), default=-1
+        )
+        if stored_highest >= 0:
+            try:
+                await self._dedup.persist(self.topic, self.name, stored_highest)
+            except OSError as exc:
+                # Stored all the same: the receipts go out; only a resend after a restart
+                # could be stored twice.
+                log.error("pulsar dedup state not persisted", topic=self.topic, error=str(exc))
         for item in group:
             self._held -= item.cost
             self._budget.give(item.cost)
@@ -153,12 +191,14 @@ class ProducerSession:
                 self._write(replies.send_error(self.producer_id, item.sequence_id, code, text))
             else:
                 self._dedup.record(self.topic, self.name, item.highest)
+                # Its first message's id; a resend stored before gets an id of its own.
+                first = first_ids.get(id(item))
+                if first is None:
+                    ledger, entry = self._ids.ledger_id, self._ids.next_entry()
+                else:
+                    ledger, entry = self._ids.key(first)
                 self._write(
                     replies.send_receipt(
-                        self.producer_id,
-                        item.sequence_id,
-                        item.highest,
-                        self._ids.ledger_id,
-                        self._ids.next_entry(),
+                        self.producer_id, item.sequence_id, item.highest, ledger, entry
                     )
                 )

@@ -18,6 +18,7 @@ from gateway.errors import (
     PermissionDenied,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
 
 Cmd = pb.BaseCommand
@@ -30,6 +31,7 @@ _ERRORS: tuple[tuple[type[GatewayError], int], ...] = (
     (AlreadyExists, pb.ConsumerBusy),
     (MessageTooLarge, pb.NotAllowedError),
     (InvalidArgument, pb.NotAllowedError),
+    (Unimplemented, pb.NotAllowedError),
 )
 NO_REQUEST = 2**64 - 1
 """The request id of an ERROR that answers no request (a refused CONNECT or connection)."""
@@ -222,6 +224,14 @@ def schema_version(request_id: int) -> bytes:
     reply = cmd.getOrCreateSchemaResponse
     reply.request_id = request_id
     reply.schema_version = b""
+    return encode_command(cmd)
+
+
+def close_consumer(consumer_id: int) -> bytes:
+    """The server closes a consumer (the client subscribes it again)."""
+    cmd = Cmd(type=Cmd.CLOSE_CONSUMER)
+    cmd.close_consumer.consumer_id = consumer_id
+    cmd.close_consumer.request_id = NO_REQUEST
     return encode_command(cmd)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 
 import structlog
 
@@ -18,6 +19,7 @@ from adapters.pulsar.frontend.connection import (
 )
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
+from adapters.pulsar.frontend.journal import Journal
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.wire import wire_pb2 as pb
@@ -62,6 +64,10 @@ class PulsarFrontEnd:
     each with at most `max_unacked_per_consumer` unsettled deliveries;
     frames read and not yet answered may hold `read_budget_bytes` across all connections (more
     waits). Values inside commands are checked by `adapters.pulsar.frontend.edge`.
+
+    With a `state_dir` (the product gives `DATA_DIR/pulsar`) producers' sequence ids survive
+    restarts (`adapters.pulsar.frontend.journal`); without one they last as long as the front
+    end.
     """
 
     def __init__(
@@ -80,6 +86,7 @@ class PulsarFrontEnd:
         max_consumers: int = MAX_CONSUMERS,
         max_unacked_per_consumer: int = MAX_UNACKED,
         read_budget_bytes: int = READ_BUDGET_BYTES,
+        state_dir: str | Path | None = None,
     ) -> None:
         self._engine = engine
         self._host = host
@@ -110,8 +117,9 @@ class PulsarFrontEnd:
         self._authorizer = authorizer
         self._server: asyncio.Server | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
-        self._ids = IdAllocator()
-        self._dedup = DedupRegistry()
+        self._ids = IdAllocator(ordered=engine.positions)
+        self._journal = Journal(Path(state_dir)) if state_dir else None
+        self._dedup = DedupRegistry(journal=self._journal)
         self._subscriptions = SubscriptionRegistry()
         self._shared: Shared | None = None
 
@@ -129,6 +137,9 @@ class PulsarFrontEnd:
 
     async def start(self) -> None:
         """Bind and start accepting connections."""
+        if self._journal is not None:
+            await asyncio.to_thread(self._dedup.load)
+            self._journal.start()
         self._server = await asyncio.start_server(self._accept, self._host, self._requested_port)
         self._shared = Shared(
             engine=self._engine,
@@ -160,6 +171,8 @@ class PulsarFrontEnd:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+        if self._journal is not None:
+            await self._journal.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         assert self._shared is not None

@@ -1,4 +1,5 @@
-"""Who is attached to which subscription, to enforce Pulsar's subscription types.
+"""Who is attached to which subscription, to enforce Pulsar's subscription types and to reach
+every consumer of a subscription (a seek closes them all).
 
 An Exclusive subscription takes one consumer; every subscription keeps the type its first consumer
 chose while it has consumers. A conflicting subscribe is refused with ConsumerBusy.
@@ -6,21 +7,34 @@ chose while it has consumers. A conflicting subscribe is refused with ConsumerBu
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from gateway.engine.api import ConsumerType
-from gateway.errors import AlreadyExists
+from gateway.engine.port import EnginePort
+from gateway.errors import AlreadyExists, NotFound
+
+Kick = Callable[[], Awaitable[None]]
+"""Closes one consumer from the server's side (the client subscribes again)."""
+
+
+async def _nothing() -> None:
+    return None
 
 
 class SubscriptionRegistry:
     """Consumers attached per (topic, subscription), across all connections of a front end."""
 
     def __init__(self) -> None:
-        self._members: dict[tuple[str, str], tuple[ConsumerType, set[str]]] = {}
+        self._members: dict[tuple[str, str], tuple[ConsumerType, dict[str, Kick]]] = {}
 
-    def join(self, topic: str, subscription: str, kind: ConsumerType, member: str) -> None:
+    def join(
+        self, topic: str, subscription: str, kind: ConsumerType, member: str, kick: Kick = _nothing
+    ) -> None:
         """Attach `member`; raises AlreadyExists when the subscription's type forbids it."""
         current = self._members.get((topic, subscription))
         if current is None or not current[1]:
-            self._members[(topic, subscription)] = (kind, {member})
+            self._members[(topic, subscription)] = (kind, {member: kick})
             return
         held_kind, members = current
         if held_kind is not kind:
@@ -29,14 +43,14 @@ class SubscriptionRegistry:
             )
         if kind is ConsumerType.EXCLUSIVE:
             raise AlreadyExists(f"exclusive subscription {subscription!r} on {topic!r} is in use")
-        members.add(member)
+        members[member] = kick
 
     def leave(self, topic: str, subscription: str, member: str) -> None:
         """Detach `member` (no-op when it is not attached)."""
         current = self._members.get((topic, subscription))
         if current is None:
             return
-        current[1].discard(member)
+        current[1].pop(member, None)
         if not current[1]:
             del self._members[(topic, subscription)]
 
@@ -44,3 +58,16 @@ class SubscriptionRegistry:
         """Consumers attached to the subscription."""
         current = self._members.get((topic, subscription))
         return 0 if current is None else len(current[1])
+
+    async def seek(
+        self, engine: EnginePort, topic: str, subscription: str, target: dict[str, Any]
+    ) -> None:
+        """Close every consumer of the subscription from the server's side, then move it
+        (`EnginePort.seek`), as a broker does: the clients subscribe again at the new position
+        with fresh permits. NotFound for a subscription with no consumer attached."""
+        current = self._members.get((topic, subscription))
+        if current is None:
+            raise NotFound("unknown consumer: it has no subscription on this connection")
+        for kick in list(current[1].values()):
+            await kick()
+        await engine.seek(topic, subscription, **target)

@@ -7,10 +7,10 @@ A batched payload (metadata `num_messages_in_batch` set) is a sequence of entrie
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from adapters.pulsar.wire import compression
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import FrameError
 
@@ -30,34 +30,23 @@ class Entry:
 
 
 def decompress(metadata: pb.MessageMetadata, payload: bytes, limit: int) -> bytes:
-    """The uncompressed payload, at most `limit` bytes; only NONE and ZLIB are supported.
+    """The uncompressed payload, at most `limit` bytes (see `compression` for the codecs).
 
-    A ZLIB payload is inflated to at most its declared `uncompressed_size` (itself at most
-    `limit`), and refused at once when it would inflate to more or less than that.
+    A compressed payload is inflated to at most its declared `uncompressed_size` (itself at
+    most `limit`), and refused at once when it would inflate to more or less than that.
     """
-    kind = metadata.compression
+    kind = compression.declared(metadata)
     if kind == pb.NONE:
         if len(payload) > limit:
             raise FrameError(f"payload of {len(payload)} bytes exceeds the limit of {limit} bytes")
         return payload
-    if kind != pb.ZLIB:
-        raise FrameError(f"compression {pb.CompressionType.Name(kind)} is not supported")
+    compression.check_kind(kind)
     size = metadata.uncompressed_size
     if not metadata.HasField("uncompressed_size") or size > limit:
         raise FrameError(
             f"uncompressed_size={size} is not allowed: the payload's inflated size, 0..{limit}"
         )
-    inflater = zlib.decompressobj()
-    try:
-        data = inflater.decompress(payload, size + 1)
-    except zlib.error as exc:
-        raise FrameError(f"corrupt ZLIB payload: {exc}") from exc
-    if len(data) != size or not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
-        raise FrameError(
-            f"uncompressed_size={size} is not allowed: the ZLIB payload inflates to "
-            + ("more" if len(data) > size or inflater.unconsumed_tail else "another size")
-        )
-    return data
+    return compression.decompress(kind, payload, size)
 
 
 def is_batch(metadata: pb.MessageMetadata) -> bool:

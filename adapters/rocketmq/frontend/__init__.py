@@ -10,12 +10,23 @@ import grpc
 
 from gateway.engine.port import EnginePort
 
-from .edge import generic_handler
+from . import otlp
+from .edge import SERVICE, generic_handler
 from .otlp import metrics_sink
 from .service import MessagingService
 from .settings import ROCKETMQ_BACKOFF_S, FrontendSettings
 
-__all__ = ["ROCKETMQ_BACKOFF_S", "FrontendSettings", "MessagingService", "register"]
+__all__ = [
+    "ROCKETMQ_BACKOFF_S",
+    "SERVICE_NAMES",
+    "FrontendSettings",
+    "MessagingService",
+    "register",
+]
+
+SERVICE_NAMES = (SERVICE.full_name, *((otlp.SERVICE,) if otlp.described() else ()))
+"""The gRPC services `register` adds, as reflection lists them (the OTLP metrics sink when its
+descriptor can be loaded)."""
 
 
 def register(

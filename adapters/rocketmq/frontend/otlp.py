@@ -13,6 +13,17 @@ import grpc
 SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 
 
+def described() -> bool:
+    """Load the service's descriptor into the default pool (so that reflection can describe
+    it); False when its proto module (opentelemetry-proto, which the SDK's exporter brings)
+    is not installed."""
+    try:
+        import opentelemetry.proto.collector.metrics.v1.metrics_service_pb2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 async def _export(request: bytes, context: Any) -> bytes:
     # An empty ExportMetricsServiceResponse serializes to no bytes.
     return b""

@@ -1,0 +1,106 @@
+"""Where a group of the embedded store starts, and moving it: create a group at the earliest
+retained message or after the last one, and seek a group to a message or a publish time.
+
+Both are the purge's write (`writes.purged`: forget the group's scanned positions, set its
+cursor), with another cursor: a new group starts there, a sought group forgets every position it
+has looked at (leased, waiting or delayed) and reads the topic again from there. Messages below
+the topic's first retained position are gone; a group sought before them starts at the first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from gateway.errors import NotFound
+from gateway.store import reader as rd
+from gateway.store import writes
+from gateway.store.catalog import Catalog
+from gateway.store.index import GroupIndex, TopicIndex
+from gateway.store.schema import POS_MASK, topic_base
+from gateway.store.writer import GroupCommitWriter
+from gateway.timewheel import TimerWheel
+
+
+async def create_group(
+    catalog: Catalog, writer: GroupCommitWriter, topic: str, group: str, at_end: bool
+) -> bool:
+    """`Backend.create_group` on the store's index."""
+    index = catalog.topic(topic)
+    state = catalog.group(index, group)
+    async with state.lock:
+        if state.durable:
+            return False
+        cursor = index.next_pos if at_end else index.first_pos
+        await _reset(writer, index, state, cursor)
+        return True
+
+
+async def seek(
+    catalog: Catalog,
+    writer: GroupCommitWriter,
+    reader: rd.Reader,
+    topic: str,
+    group: str,
+    *,
+    message_id: str = "",
+    publish_ms: int = -1,
+) -> None:
+    """`Backend.seek` on the store's index."""
+    index = catalog.topic(topic)
+    state = catalog.group(index, group)
+    async with state.lock:
+        await writer.submit(writes.BARRIER)  # every message published so far is readable
+        topic_id, until = index.topic_id, index.next_pos
+        if message_id:
+
+            def find(conn: sqlite3.Connection) -> int | None:
+                return position_of(conn, topic_id, message_id)
+
+            found = await reader.run(find)
+            if found is None:
+                raise NotFound(f"message {message_id!r} is not in topic {topic!r}")
+            cursor = found
+        else:
+
+            def first_at(conn: sqlite3.Connection) -> int:
+                return first_published_at(conn, topic_id, publish_ms, until)
+
+            cursor = await reader.run(first_at)
+        await _reset(writer, index, state, max(cursor, index.first_pos))
+
+
+async def _reset(
+    writer: GroupCommitWriter, index: TopicIndex, state: GroupIndex, cursor: int
+) -> None:
+    """Forget what the group has looked at and read on from `cursor`, durably."""
+    state.timers = TimerWheel(state.timers.now_ms)
+    state.ready.clear()
+    state.held.clear()
+    state.leased.clear()
+    state.releasing.clear()
+    state.cursor = cursor
+    state.durable = True
+    await writer.submit(writes.purged((index.topic_id, index.name), state.gid, state.name, cursor))
+    index.persisted = True
+    state.wake()
+
+
+def position_of(conn: sqlite3.Connection, topic_id: int, message_id: str) -> int | None:
+    """The position of a message of the topic by its id (a scan of the topic's rows)."""
+    base = topic_base(topic_id)
+    row = conn.execute(
+        "SELECT id FROM messages WHERE id > ? AND id <= ? AND message_id = ? LIMIT 1",
+        (base, base + POS_MASK, message_id),
+    ).fetchone()
+    return None if row is None else int(row[0]) - base
+
+
+def first_published_at(conn: sqlite3.Connection, topic_id: int, publish_ms: int, until: int) -> int:
+    """The first position of the topic published at or after `publish_ms` (`until`, the end,
+    when none is)."""
+    base = topic_base(topic_id)
+    row = conn.execute(
+        "SELECT min(id) FROM messages WHERE id > ? AND id < ? AND publish_ms >= ?",
+        (base, base + until, publish_ms),
+    ).fetchone()
+    return until if row is None or row[0] is None else int(row[0]) - base

@@ -1,0 +1,134 @@
+"""Failover and Key_Shared subscriptions of the official `pulsar-client`: one active failover
+consumer, the next taking over when it leaves (with ACTIVE_CONSUMER_CHANGE notices, read with
+raw frames since the Python client does not surface them), and Key_Shared key affinity with
+per-key order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pulsar
+import pytest
+
+import tests.pulsar_raw as raw
+from adapters.pulsar.wire import wire_pb2 as pb
+from tests.e2e.pulsar_stack import Stack, client_for, receive_all, run
+from tests.pulsar_raw import Cmd, RawClient
+
+FAILOVER = pulsar.ConsumerType.Failover
+KEY_SHARED = pulsar.ConsumerType.KeyShared
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+    instance = Stack(tmp_path / "data")
+    await instance.start()
+    yield instance
+    await instance.stop()
+
+
+async def test_failover_switches_to_the_next_consumer_when_the_active_one_leaves(
+    stack: Stack,
+) -> None:
+    client = client_for(stack.url)
+    try:
+        producer = await run(client.create_producer, "failover", batching_enabled=False)
+        first = await run(client.subscribe, "failover", "sub", consumer_type=FAILOVER,
+                          consumer_name="first")
+        second = await run(client.subscribe, "failover", "sub", consumer_type=FAILOVER,
+                           consumer_name="second")
+        for i in range(6):
+            await run(producer.send, f"m{i}".encode())
+        got = await receive_all(first)
+        assert [m.data() for m in got] == [f"m{i}".encode() for i in range(6)]
+        assert await receive_all(second, quiet_ms=300) == []  # the standby gets nothing
+        for msg in got[:3]:
+            await run(first.acknowledge, msg)
+        await asyncio.sleep(0.3)  # the client groups acks for up to 100 ms
+        await run(first.close)
+        for i in range(6, 8):
+            await run(producer.send, f"m{i}".encode())
+        taken = await receive_all(second)
+        # What the first left unacknowledged, then what came after.
+        assert [m.data() for m in taken] == [f"m{i}".encode() for i in range(3, 8)]
+    finally:
+        await run(client.close)
+
+
+async def active_notice(client: RawClient, consumer_id: int) -> bool:
+    frame = await client.expect(Cmd.ACTIVE_CONSUMER_CHANGE)
+    change = frame.command.active_consumer_change
+    assert change.consumer_id == consumer_id
+    return change.is_active
+
+
+async def test_failover_consumers_are_told_which_is_active(stack: Stack) -> None:
+    assert stack.front is not None
+    one = await RawClient.open(stack.front.port)
+    two = await RawClient.open(stack.front.port)
+    try:
+        one.send(raw.subscribe(1, 1, pb.CommandSubscribe.Failover))
+        await one.expect(Cmd.SUCCESS)
+        assert await active_notice(one, 1) is True
+        two.send(raw.subscribe(7, 1, pb.CommandSubscribe.Failover))
+        await two.expect(Cmd.SUCCESS)
+        assert await active_notice(two, 7) is False
+        close = Cmd(type=Cmd.CLOSE_CONSUMER)
+        close.close_consumer.consumer_id = 1
+        close.close_consumer.request_id = 2
+        one.send(close)
+        await one.expect(Cmd.SUCCESS)
+        assert await active_notice(two, 7) is True  # the standby takes over
+        # Shared subscriptions get no notices.
+        one.send(_shared(3))
+        await one.expect(Cmd.SUCCESS)
+        with pytest.raises(TimeoutError):
+            await one.expect(Cmd.ACTIVE_CONSUMER_CHANGE, timeout=0.5)
+    finally:
+        await one.close()
+        await two.close()
+
+
+def _shared(consumer_id: int) -> pb.BaseCommand:
+    cmd = raw.subscribe(consumer_id, consumer_id, pb.CommandSubscribe.Shared)
+    cmd.subscribe.subscription = "other"
+    return cmd
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
+async def test_key_shared_keeps_each_key_with_one_consumer_in_order(
+    stack: Stack, batching: bool
+) -> None:
+    client = client_for(stack.url)
+    topic = f"keyed-{batching}"
+    try:
+        consumers = [
+            await run(client.subscribe, topic, "sub", consumer_type=KEY_SHARED,
+                      consumer_name=f"c{n}")
+            for n in range(3)
+        ]
+        producer = await run(client.create_producer, topic, batching_enabled=batching,
+                             batching_max_publish_delay_ms=10)
+        keys = [f"key-{k}" for k in range(12)]
+        for n in range(5):
+            for key in keys:
+                producer.send_async(f"{key}/{n}".encode(), None, partition_key=key)
+        await run(producer.flush)
+        seen: dict[str, set[int]] = defaultdict(set)
+        order: dict[str, list[int]] = defaultdict(list)
+        for index, consumer in enumerate(consumers):
+            for msg in await receive_all(consumer):
+                key, n = msg.data().decode().split("/")
+                assert msg.partition_key() == key
+                seen[key].add(index)
+                order[key].append(int(n))
+                await run(consumer.acknowledge, msg)
+        assert set(seen) == set(keys)
+        assert all(len(who) == 1 for who in seen.values()), seen  # one consumer per key
+        assert all(order[key] == list(range(5)) for key in keys), order  # in order per key
+        assert len({i for who in seen.values() for i in who}) > 1  # and spread out
+    finally:
+        await run(client.close)
