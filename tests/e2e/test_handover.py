@@ -242,6 +242,7 @@ def test_pulsar_client_to_rocketmq_sdk(gateway: Gateway, clients: list[Any]) -> 
     producer.send(b"first")
     consumer = client.subscribe(f"persistent://public/default/{topic}", group,
                                 consumer_type=pulsar.ConsumerType.Shared,
+                                initial_position=pulsar.InitialPosition.Earliest,
                                 negative_ack_redelivery_delay_ms=2000)
     one = consumer.receive(timeout_millis=int(WAIT_S * 1000))
     assert (one.data(), one.redelivery_count()) == (b"first", 0)

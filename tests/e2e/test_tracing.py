@@ -101,7 +101,8 @@ def receive_with_pulsar(port: int, topic: str, group: str) -> Any:
     client = pulsar.Client(f"pulsar://127.0.0.1:{port}", logger=QUIET)
     try:
         consumer = client.subscribe(f"persistent://public/default/{topic}", group,
-                                    consumer_type=pulsar.ConsumerType.Shared)
+                                    consumer_type=pulsar.ConsumerType.Shared,
+                                    initial_position=pulsar.InitialPosition.Earliest)
         message = consumer.receive(int(WAIT_S * 1000))
         consumer.acknowledge(message)
         return message
