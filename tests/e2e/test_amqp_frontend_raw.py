@@ -1,16 +1,19 @@
 """AMQP methods clients seldom expose, with exactly the frames a test writes: channel.flow,
-server-named queues, transactions refused, basic.recover, channel-wide prefetch, heartbeats."""
+server-named queues, transactions refused, basic.recover, channel-wide prefetch, heartbeats,
+consumers per connection, content still arriving when its channel closes."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pamqp import commands
+from pamqp import commands, frame, header
 
-from tests.amqp_front import AmqpGateway, RawAmqp, amqp_gateway, unique
+from tests.amqp_front import AmqpGateway, RawAmqp, amqp_gateway, raw_frame, unique
 
 
 @pytest.fixture
@@ -140,3 +143,58 @@ async def test_wrong_protocol_header_gets_ours_and_a_close(gw: AmqpGateway) -> N
     data = await asyncio.wait_for(reader.read(100), 3)
     assert data == b"AMQP\x00\x00\x09\x01"
     assert await asyncio.wait_for(reader.read(100), 3) == b""
+
+
+def _limited(gw: AmqpGateway, **limits: object) -> Any:
+    """The running front end, its limits replaced."""
+    assert gw.app is not None
+    front = gw.app.front_ends["amqp"].front  # type: ignore[attr-defined]
+    front.ctx.limits = dataclasses.replace(front.ctx.limits, **limits)
+    return front
+
+
+async def test_consumers_per_connection_are_bounded(gw: AmqpGateway) -> None:
+    _limited(gw, max_consumers_per_connection=3)
+    conn = await RawAmqp.connect(gw.port)
+    try:
+        name = await declared(conn, unique(), auto_delete=True)
+        conn.send(2, commands.Channel.Open())
+        await conn.expect(commands.Channel.OpenOk)
+        for channel, tag in ((1, "a"), (1, "b"), (2, "c")):
+            conn.send(channel, commands.Basic.Consume(queue=name, consumer_tag=tag))
+            await conn.expect(commands.Basic.ConsumeOk)
+        conn.send(2, commands.Basic.Consume(queue=name, consumer_tag="d"))
+        channel, close = await conn.closed_with()
+        assert (channel, close.reply_code) == (2, 506)
+        assert "per connection" in close.reply_text
+    finally:
+        conn.close()
+
+
+async def test_content_still_arriving_is_forgotten_with_its_channel(gw: AmqpGateway) -> None:
+    front = _limited(gw)
+    conn = await RawAmqp.connect(gw.port)
+    try:
+        name = await declared(conn, unique())
+        # The consume fails (404) while the message after it is still arriving.
+        conn.send(1, commands.Basic.Consume(queue=unique("missing")))
+        conn.send(1, commands.Basic.Publish(routing_key=name))
+        conn.send_raw(frame.marshal(header.ContentHeader(0, 10, commands.Basic.Properties()), 1))
+        conn.send_raw(raw_frame(3, 1, b"12345"))
+        channel, close = await conn.closed_with()
+        assert (channel, close.reply_code) == (1, 404)
+        (server_conn,) = front.connections
+        assert server_conn.partial_content_bytes == 0
+        conn.send(1, commands.Channel.CloseOk())
+        conn.send(1, commands.Channel.Open())
+        await conn.expect(commands.Channel.OpenOk)
+        conn.send(1, commands.Basic.Publish(routing_key=name))
+        conn.send_raw(frame.marshal(header.ContentHeader(0, 300_000, commands.Basic.Properties()),
+                                    1))
+        for _ in range(3):
+            conn.send_raw(raw_frame(3, 1, b"x" * 100_000))
+        conn.send(1, commands.Basic.Get(queue=name, no_ack=True))
+        await conn.expect(commands.Basic.GetOk)
+        assert server_conn.partial_content_bytes == 0
+    finally:
+        conn.close()

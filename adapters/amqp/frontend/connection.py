@@ -81,7 +81,11 @@ class Connection(asyncio.Protocol):
         self.writable.set()
         self.last_read = self.last_write = time.monotonic()
         self.pending_publish_bytes = 0
+        self.partial_content_bytes = 0
+        """Body bytes of messages still arriving, on every channel (bounded: RESOURCE_ERROR)."""
         self._reading_paused = False
+        self._backlogged = False
+        """More than `write_backlog_bytes` wait to be sent: the client does not read."""
         self._header = bytearray()
         self._timers: list[asyncio.TimerHandle] = []
         self._heartbeat: asyncio.Task[None] | None = None
@@ -115,18 +119,33 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writable.set()
+        if self._backlogged:
+            self._backlogged = False
+            self._flow_check()
 
     def write(self, data: bytes) -> None:
         transport = self.transport
         if transport is not None and not transport.is_closing() and self.state != CLOSED:
             transport.write(data)
             self.last_write = time.monotonic()
+            self._backlog_check(transport)
 
     def writelines(self, parts: list[bytes]) -> None:
         transport = self.transport
         if transport is not None and not transport.is_closing() and self.state != CLOSED:
             transport.writelines(parts)
             self.last_write = time.monotonic()
+            self._backlog_check(transport)
+
+    def _backlog_check(self, transport: asyncio.Transport) -> None:
+        """Stop reading from a client that does not read what it is sent (returns, confirms,
+        get-oks): nothing it sends is read until the backlog drains below the low-water
+        mark (`resume_writing`)."""
+        if not self._backlogged and not self.writable.is_set() and (
+            transport.get_write_buffer_size() > self.limits.write_backlog_bytes
+        ):
+            self._backlogged = True
+            self._flow_check()
 
     def send(self, channel: int, method: Any) -> None:
         self.write(framing.method_frame(channel, method))
@@ -202,7 +221,8 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        over = self.pending_publish_bytes > self.limits.pending_publish_bytes
+        over = self._backlogged or (
+            self.pending_publish_bytes > self.limits.pending_publish_bytes)
         if over and not self._reading_paused:
             transport.pause_reading()
             self._reading_paused = True
@@ -345,6 +365,11 @@ class Connection(asyncio.Protocol):
         self.send(0, commands.Connection.Close(reply_code=exc.code, reply_text=exc.reply_text,
                                                class_id=class_id, method_id=method_id))
         self._closing()
+        transport = self.transport
+        if self.reader.broken and transport is not None and transport.can_write_eof():
+            # No close-ok can be told apart in a stream without frame boundaries: say that
+            # nothing more comes (what the client sends is still read, and discarded).
+            transport.write_eof()
 
     def close(self, code: int = CONNECTION_FORCED, text: str = "the gateway is shutting down"
               ) -> None:
@@ -372,6 +397,9 @@ class Connection(asyncio.Protocol):
 
     def channel_closed(self, number: int) -> None:
         self.channels.pop(number, None)
+
+    def consumer_count(self) -> int:
+        return sum(len(channel.consumers) for channel in self.channels.values())
 
     async def wait_closed(self) -> None:
         await self.closed.wait()

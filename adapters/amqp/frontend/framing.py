@@ -16,7 +16,7 @@ from pamqp import commands, frame, header
 from pamqp.base import Frame
 
 from adapters.amqp.frontend import guard
-from adapters.amqp.frontend.errors import FRAME_ERROR, UNEXPECTED_FRAME, AMQPError
+from adapters.amqp.frontend.errors import FRAME_ERROR, SYNTAX_ERROR, UNEXPECTED_FRAME, AMQPError
 
 METHOD = 1
 HEADER = 2
@@ -65,6 +65,9 @@ class FrameReader:
     def __init__(self, frame_max: int) -> None:
         self.frame_max = frame_max
         self._buffer = bytearray()
+        self.broken = False
+        """A frame's size or end octet was wrong: the stream has no frame boundaries any more,
+        and everything that arrives after is discarded (never buffered)."""
 
     @property
     def buffered(self) -> int:
@@ -73,6 +76,8 @@ class FrameReader:
     def feed(self, data: bytes) -> Iterator[Incoming]:
         """The complete frames in what arrived so far; raises AMQPError for a malformed one
         (what came before it is yielded first)."""
+        if self.broken:
+            return
         buffer = self._buffer
         buffer += data
         pos = 0
@@ -80,19 +85,34 @@ class FrameReader:
             while len(buffer) - pos >= HEADER_SIZE:
                 kind, channel, size = _HEAD.unpack_from(buffer, pos)
                 if size + OVERHEAD > self.frame_max:
+                    self._break()
                     raise AMQPError(FRAME_ERROR, f"type {kind}, frame of {size + OVERHEAD} "
                                                  f"bytes; frame_max is {self.frame_max}")
                 end = pos + HEADER_SIZE + size
                 if len(buffer) <= end:
                     break
                 if buffer[end] != FRAME_END:
-                    raise AMQPError(FRAME_ERROR, f"type {kind}: invalid frame end octet "
-                                                 f"{buffer[end]:#04x}")
+                    error = AMQPError(FRAME_ERROR, f"type {kind}: invalid frame end octet "
+                                                   f"{buffer[end]:#04x}")
+                    self._break()
+                    raise error
                 payload = bytes(buffer[pos + HEADER_SIZE:end])
                 pos = end + 1
                 yield decode(kind, channel, payload)
         finally:
             del buffer[:pos]
+
+    def _break(self) -> None:
+        self.broken = True
+        self._buffer.clear()
+
+
+def _undecodable(what: str, exc: Exception, ids: tuple[int, int] = (0, 0)) -> AMQPError:
+    """What pamqp could not decode in a frame `guard` found well formed: text that is not UTF-8
+    (FRAME_ERROR, as RabbitMQ answers) or a value out of its range, such as a timestamp beyond
+    the year 9999 (SYNTAX_ERROR: a field holds an illegal value)."""
+    code = FRAME_ERROR if isinstance(exc, UnicodeDecodeError) else SYNTAX_ERROR
+    return AMQPError(code, f"cannot decode {what}: {type(exc).__name__}", ids)
 
 
 def decode(kind: int, channel: int, payload: bytes) -> Incoming:
@@ -104,8 +124,7 @@ def decode(kind: int, channel: int, payload: bytes) -> Incoming:
             method.unmarshal(payload[4:])
         except Exception as exc:  # pamqp raises ValueError, struct.error, UnicodeDecodeError
             ids: tuple[int, int] = struct.unpack_from(">HH", payload, 0)
-            raise AMQPError(FRAME_ERROR, f"cannot decode {cls.name}: {type(exc).__name__}",
-                            ids) from None
+            raise _undecodable(cls.name, exc, ids) from None
         return Method(channel, method)
     if kind == HEADER:
         guard.check_content_header(payload)
@@ -113,8 +132,7 @@ def decode(kind: int, channel: int, payload: bytes) -> Incoming:
         try:
             content.unmarshal(payload)
         except Exception as exc:
-            raise AMQPError(FRAME_ERROR, f"cannot decode a content header: "
-                                         f"{type(exc).__name__}") from None
+            raise _undecodable("a content header", exc) from None
         return ContentHeader(channel, content.body_size, content.properties,
                              content.class_id or 0)
     if kind == BODY:

@@ -24,6 +24,8 @@ class ConnectionPort(Protocol):
     """Set while the socket's send buffer has room."""
     pending_publish_bytes: int
     """Published bytes read and not yet stored (flow control)."""
+    partial_content_bytes: int
+    """Body bytes of messages still arriving, on every channel."""
 
     def send(self, channel: int, method: Any) -> None: ...
 
@@ -34,6 +36,10 @@ class ConnectionPort(Protocol):
     def fail(self, exc: Any) -> None: ...
 
     def channel_closed(self, number: int) -> None: ...
+
+    def consumer_count(self) -> int:
+        """Consumers on every channel of the connection."""
+        ...
 
 
 class ConsumerPort(Protocol):
