@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from pamqp import commands, frame, header
 
+from adapters.amqp.frontend.framing import method_frame, reply
 from tests.amqp_front import AmqpGateway, RawAmqp, amqp_gateway, raw_frame, unique
 
 
@@ -198,3 +199,32 @@ async def test_content_still_arriving_is_forgotten_with_its_channel(gw: AmqpGate
         assert server_conn.partial_content_bytes == 0
     finally:
         conn.close()
+
+
+async def test_names_beyond_pamqps_pattern_are_served(raw: RawAmqp) -> None:
+    """The specification allows any short string as a name (RabbitMQ any UTF-8): a queue
+    `orders!é`, an exchange name of 200 bytes and a consumer tag with spaces are declared,
+    routed through and delivered with their names (pamqp's own pattern refuses them)."""
+    queue, exchange = f"orders!é-{unique()}", "x" * 190 + unique("!")
+    raw.send_raw(raw_frame(1, 1, fields(commands.Queue.Declare, queue=queue)))
+    assert (await raw.expect(commands.Queue.DeclareOk)).queue == queue
+    raw.send_raw(raw_frame(1, 1, fields(commands.Exchange.Declare, exchange=exchange,
+                                        exchange_type="fanout")))
+    await raw.expect(commands.Exchange.DeclareOk)
+    raw.send_raw(raw_frame(1, 1, fields(commands.Queue.Bind, queue=queue, exchange=exchange)))
+    await raw.expect(commands.Queue.BindOk)
+    raw.send_raw(raw_frame(1, 1, fields(commands.Basic.Publish, exchange=exchange,
+                                        routing_key="k!")))
+    raw.send_raw(frame.marshal(header.ContentHeader(0, 2, commands.Basic.Properties()), 1))
+    raw.send_raw(raw_frame(3, 1, b"hi"))
+    raw.send_raw(raw_frame(1, 1, fields(commands.Basic.Consume, queue=queue,
+                                        consumer_tag="tag with spaces!", no_ack=True)))
+    await raw.expect(commands.Basic.ConsumeOk)
+    (deliver,) = await deliveries(raw, 1)
+    assert (deliver.exchange, deliver.routing_key) == (exchange, "k!")
+    assert deliver.consumer_tag == "tag with spaces!"
+
+
+def fields(cls: Any, **values: Any) -> bytes:
+    """A method frame's payload, encoded like the server's (pamqp's name pattern left out)."""
+    return method_frame(0, reply(cls, **values))[7:-1]
