@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 import aiormq
@@ -135,8 +136,15 @@ async def test_another_principals_queue_is_out_of_reach(gw: AmqpGateway) -> None
         # Another principal's group on its own topic is refused too.
         assert await channel_error(app, lambda c: c.declare_queue(
             "payments", arguments={"x-consumer-group": "app"})) == 403
+        # Nobody publishes in another's name (RabbitMQ's rule for `user_id`).
+        assert await channel_error(app, lambda c: _publish(c, "orders", user_id="other")) == 406
+        await (await app.channel()).default_exchange.publish(
+            aio_pika.Message(b"signed", user_id="app"), routing_key="orders")
         got = await queue.get(timeout=5)
         assert got.body == b"mine"  # untouched by every attack
+        await got.ack()
+        got = await queue.get(timeout=5)
+        assert (got.body, got.user_id) == (b"signed", "app")
         await got.ack()
     finally:
         await other.close()
@@ -161,12 +169,13 @@ async def _bind(channel: aio_pika.abc.AbstractChannel, queue: str, exchange: str
     await (await channel.get_queue(queue, ensure=False)).bind(exchange)
 
 
-async def _publish(channel: aio_pika.abc.AbstractChannel, name: str) -> None:
+async def _publish(channel: aio_pika.abc.AbstractChannel, name: str, **properties: Any) -> None:
     confirming = await channel.get_underlay_channel()
     await confirming.confirm_delivery()
-    await channel.default_exchange.publish(aio_pika.Message(b"x"), routing_key=name)
+    message = aio_pika.Message(b"x", **properties)
+    await channel.default_exchange.publish(message, routing_key=name)
     await asyncio.sleep(0.5)  # the refusal closes the channel
-    await channel.default_exchange.publish(aio_pika.Message(b"x"), routing_key=name)
+    await channel.default_exchange.publish(message, routing_key=name)
 
 
 async def test_other_groups_retry_and_dead_letter_topics_are_out_of_reach(

@@ -14,6 +14,8 @@ class ConnectionPort(Protocol):
     """What a channel uses of its connection."""
 
     id: int
+    user: str
+    """The user the client logged in as (the principal's name with a tokens file)."""
     principal: Any
     """The authenticated principal (None without authentication)."""
     settle_guard: Any
