@@ -54,8 +54,8 @@ def frames_for(channel: ChannelState, method: Frame, delivery: Delivery) -> list
     except (ValueError, TypeError) as exc:
         # Properties another front end set that AMQP cannot carry: deliver the body.
         log.warning("amqp delivery properties dropped", error=str(exc))
-        content = framing.content_frames(channel.number, commands.Basic.Properties(),
-                                         delivery.body, channel.conn.frame_max)
+        content = framing.content_frames(channel.number, {}, delivery.body,
+                                         channel.conn.frame_max)
     return [framing.method_frame(channel.number, method), *content]
 
 

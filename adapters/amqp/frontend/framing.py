@@ -8,11 +8,12 @@ negotiated frame size before it buffers a frame and checks every frame-end octet
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeAlias, TypeVar
 
-from pamqp import commands, encode, frame, header
+from pamqp import commands, encode
+from pamqp import decode as decode_field
 from pamqp.base import Frame
 
 from adapters.amqp.frontend import guard
@@ -79,29 +80,42 @@ class FrameReader:
         (what came before it is yielded first)."""
         if self.broken:
             return
-        buffer = self._buffer
-        buffer += data
-        pos = 0
+        if self._buffer:  # the start of a frame arrived before
+            buffer = self._buffer
+            buffer += data
+            if len(buffer) < HEADER_SIZE:
+                return
+            kind, _, size = _HEAD.unpack_from(buffer, 0)
+            if size + OVERHEAD > self.frame_max:
+                raise self._oversize(kind, size)
+            if len(buffer) <= HEADER_SIZE + size:
+                return  # still incomplete (nothing copied while a frame trickles in)
+            data = bytes(buffer)
+            buffer.clear()
+        pos, length = 0, len(data)
         try:
-            while len(buffer) - pos >= HEADER_SIZE:
-                kind, channel, size = _HEAD.unpack_from(buffer, pos)
+            while length - pos >= HEADER_SIZE:
+                kind, channel, size = _HEAD.unpack_from(data, pos)
                 if size + OVERHEAD > self.frame_max:
-                    self._break()
-                    raise AMQPError(FRAME_ERROR, f"type {kind}, frame of {size + OVERHEAD} "
-                                                 f"bytes; frame_max is {self.frame_max}")
+                    raise self._oversize(kind, size)
                 end = pos + HEADER_SIZE + size
-                if len(buffer) <= end:
+                if length <= end:
                     break
-                if buffer[end] != FRAME_END:
-                    error = AMQPError(FRAME_ERROR, f"type {kind}: invalid frame end octet "
-                                                   f"{buffer[end]:#04x}")
+                if data[end] != FRAME_END:
                     self._break()
-                    raise error
-                payload = bytes(buffer[pos + HEADER_SIZE:end])
+                    raise AMQPError(FRAME_ERROR, f"type {kind}: invalid frame end octet "
+                                                 f"{data[end]:#04x}")
+                payload = data[pos + HEADER_SIZE:end]
                 pos = end + 1
                 yield decode(kind, channel, payload)
         finally:
-            del buffer[:pos]
+            if pos < length and not self.broken:
+                self._buffer += data[pos:]
+
+    def _oversize(self, kind: int, size: int) -> AMQPError:
+        self._break()
+        return AMQPError(FRAME_ERROR, f"type {kind}, frame of {size + OVERHEAD} bytes; "
+                                      f"frame_max is {self.frame_max}")
 
     def _break(self) -> None:
         self.broken = True
@@ -119,23 +133,23 @@ def _undecodable(what: str, exc: Exception, ids: tuple[int, int] = (0, 0)) -> AM
 def decode(kind: int, channel: int, payload: bytes) -> Incoming:
     """One frame's payload, decoded."""
     if kind == METHOD:
-        cls = guard.check_method(payload)
-        method = cls()
+        cls = guard.method_class(payload)
+        fields, tables = guard.layout(cls)
+        if tables:
+            guard.check_method(payload)  # every length, and the tables bounded
         try:
-            method.unmarshal(payload[4:])
+            return Method(channel, _unmarshal(cls, fields, payload))
+        except AMQPError:
+            raise
         except Exception as exc:  # pamqp raises ValueError, struct.error, UnicodeDecodeError
             ids: tuple[int, int] = struct.unpack_from(">HH", payload, 0)
             raise _undecodable(cls.name, exc, ids) from None
-        return Method(channel, method)
     if kind == HEADER:
-        guard.check_content_header(payload)
-        content = header.ContentHeader()
+        flags, pos = guard.check_content_header(payload)
         try:
-            content.unmarshal(payload)
+            return _unmarshal_header(channel, payload, flags, pos)
         except Exception as exc:
             raise _undecodable("a content header", exc) from None
-        return ContentHeader(channel, content.body_size, content.properties,
-                             content.class_id or 0)
     if kind == BODY:
         return Body(channel, payload)
     if kind == HEARTBEAT:
@@ -143,6 +157,60 @@ def decode(kind: int, channel: int, payload: bytes) -> Incoming:
             raise AMQPError(UNEXPECTED_FRAME, "a heartbeat frame must be empty, on channel 0")
         return Heartbeat(channel)
     raise AMQPError(FRAME_ERROR, f"unknown frame type {kind}")
+
+
+_DECODERS = decode_field.METHODS
+_LEAST = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8, "shortstr": 1,
+          "longstr": 4, "table": 4}
+"""The bytes a field of each type takes at least (a string's or a table's length)."""
+
+
+def _unmarshal(cls: type[Frame], fields: guard.Layout, payload: bytes) -> Frame:
+    """A method's fields decoded one by one by pamqp's decoders (what `Frame.unmarshal` does,
+    with the field types looked up once per class, and each length checked against the frame:
+    pamqp decodes a string cut short by the frame's end without a word)."""
+    method = cls.__new__(cls)
+    end = len(payload)
+    pos, octet, bit = 4, b"", 8
+    for name, kind in fields:
+        if kind == "bit":
+            if bit == 8:
+                if pos >= end:
+                    raise _cut(cls)
+                octet, pos, bit = payload[pos:pos + 1], pos + 1, 0
+            setattr(method, name, decode_field.bit(octet, bit)[1])
+            bit += 1
+            continue
+        bit = 8
+        if pos + _LEAST[kind] > end:
+            raise _cut(cls)
+        consumed, value = _DECODERS[kind](payload[pos:])
+        pos += consumed
+        if pos > end:
+            raise _cut(cls)
+        setattr(method, name, value)
+    return method
+
+
+def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> ContentHeader:
+    """A content header `guard` walked (its property flags, and where the properties start),
+    its properties decoded one by one by pamqp's decoders (what `ContentHeader.unmarshal`
+    does)."""
+    class_id, _, body_size = _CONTENT_START.unpack_from(payload, 0)
+    properties = commands.Basic.Properties.__new__(commands.Basic.Properties)
+    for name, kind, flag in _PROPERTIES:
+        value = None
+        if flags & flag:
+            consumed, value = _DECODERS[kind](payload[pos:])
+            pos += consumed
+        setattr(properties, name, value)
+    return ContentHeader(channel, body_size, properties, class_id)
+
+
+def _cut(cls: type[Frame]) -> AMQPError:
+    ids: tuple[int, int] = divmod(int(getattr(cls, "index", 0)), 0x10000)
+    return AMQPError(FRAME_ERROR, f"cannot decode {cls.name}: a field runs past the end of the "
+                                  "frame", ids)
 
 
 M = TypeVar("M", bound=Frame)
@@ -168,7 +236,7 @@ def method_frame(channel: int, method: Frame) -> bytes:
 def _fields(method: Frame) -> bytes:
     out: list[bytes] = []
     bits = count = 0
-    for name, kind in _layout(type(method)):
+    for name, kind in guard.layout(type(method))[0]:
         value = getattr(method, name)
         if kind == "bit":
             bits |= bool(value) << count
@@ -180,29 +248,47 @@ def _fields(method: Frame) -> bytes:
         if count:
             out.append(bytes((bits,)))
             bits = count = 0
-        out.append(encode.by_type(value, kind))
+        out.append(_ENCODERS[kind](value))
     if count:
         out.append(bytes((bits,)))
     return b"".join(out)
 
 
-_LAYOUTS: dict[int, tuple[tuple[str, str], ...]] = {}
+_ENCODERS = encode.METHODS
+_PROPERTIES = tuple((name, commands.Basic.Properties.amqp_type(name),
+                     commands.Basic.Properties.flags[name])
+                    for name in commands.Basic.Properties.__slots__)
+_CONTENT = struct.Struct(">HHQH")
+_CONTENT_START = struct.Struct(">HHQ")
+PropertyValues: TypeAlias = "commands.Basic.Properties | Mapping[str, Any]"
+"""Basic properties: pamqp's object, or its attribute names and values."""
 
 
-def _layout(cls: type[Frame]) -> tuple[tuple[str, str], ...]:
-    """A method's fields in wire order, with their AMQP types."""
-    index: int = getattr(cls, "index", 0)
-    found = _LAYOUTS.get(index)
-    if found is None:
-        found = _LAYOUTS[index] = tuple((name, cls.amqp_type(name)) for name in cls.__slots__)
-    return found
+def content_header(channel: int, properties: PropertyValues, size: int) -> bytes:
+    """A content header frame (class 60) for a body of `size` bytes, its properties encoded by
+    pamqp's encoders (what `ContentHeader.marshal` gives; the 14 flags fit one flag word)."""
+    values = properties if isinstance(properties, Mapping) else {
+        name: getattr(properties, name) for name, _, _ in _PROPERTIES}
+    flags = 0
+    parts = []
+    for name, kind, flag in _PROPERTIES:
+        value = values.get(name)
+        if value is None or value == "":
+            continue
+        flags |= flag
+        parts.append(_ENCODERS[kind](value))
+    payload = _CONTENT.pack(60, 0, size, flags) + b"".join(parts)
+    return b"".join((_HEAD.pack(HEADER, channel, len(payload)), payload, b"\xce"))
 
 
-def content_frames(channel: int, properties: commands.Basic.Properties, body: bytes,
+def content_frames(channel: int, properties: PropertyValues, body: bytes,
                    frame_max: int) -> list[bytes]:
     """A content header and the body frames a message needs under `frame_max`."""
-    out = [frame.marshal(header.ContentHeader(0, len(body), properties), channel)]
+    out = [content_header(channel, properties, len(body))]
     step = frame_max - OVERHEAD
+    if 0 < len(body) <= step:
+        out += (_HEAD.pack(BODY, channel, len(body)), body, b"\xce")
+        return out
     view = memoryview(body)
     for start in range(0, len(body), step):
         chunk = view[start:start + step]

@@ -95,8 +95,9 @@ def expiration_ms(properties: Mapping[str, str]) -> int | None:
     return int(text)
 
 
-def delivery_properties(delivery: Delivery) -> commands.Basic.Properties:
-    """The basic properties an AMQP consumer gets a delivery with."""
+def delivery_properties(delivery: Delivery) -> dict[str, Any]:
+    """The basic properties an AMQP consumer gets a delivery with (pamqp's attribute names and
+    values)."""
     props = delivery.properties
     values: dict[str, Any] = {}
     for attr, name in TEXT_PROPERTIES.items():
@@ -135,7 +136,7 @@ def delivery_properties(delivery: Delivery) -> commands.Basic.Properties:
         del headers[DELIVERY_COUNT]
     if headers:
         values["headers"] = headers
-    return commands.Basic.Properties(**values)
+    return values
 
 
 def shortstr(text: str) -> str:
