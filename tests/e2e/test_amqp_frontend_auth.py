@@ -2,13 +2,15 @@
 credentials, a wrong password (token), another principal's name with one's own token, another
 principal's queues (consume, get, purge, delete, bind, passive declare, declaring them with its
 group), other groups' retry and dead-letter topics, dead-lettering into a topic one may not publish
-to; and the loopback-only rule without a tokens file. The full matrix of calls × callers is
+to, publishing in another's name; the loopback-only rule without a tokens file; TLS and client
+certificates. The full matrix of calls × callers is
 `test_auth_matrix.py::test_amqp`."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -24,6 +26,7 @@ from adapters.amqp.frontend.framing import reply
 from gateway.errors import InvalidArgument
 from gateway.server.config import load
 from tests.amqp_front import AmqpGateway, RawAmqp, amqp_gateway, unique
+from tests.e2e.test_access_control import make_ca
 
 TOKENS = """
 [[principal]]
@@ -249,3 +252,37 @@ async def test_without_a_tokens_file_any_credentials_on_loopback(tmp_path: Path)
         for user, password in (("guest", "guest"), ("anyone", ""), ("", "")):
             connection = await aio_pika.connect(gw.url_for(user, password))
             await connection.close()
+
+
+async def test_tls_with_the_gateways_certificate_flags(tmp_path: Path) -> None:
+    """With --tls-cert / --tls-key / --tls-client-ca the AMQP port speaks TLS (AMQPS) and
+    requires a client certificate signed by the CA; plain AMQP gets no answer there."""
+    files = make_ca(tmp_path)
+    async with amqp_gateway(tmp_path / "data", tls_cert=str(files["server.crt"]),
+                            tls_key=str(files["server.key"]),
+                            tls_client_ca=str(files["ca.crt"])) as gw:
+        url = f"amqps://guest:guest@127.0.0.1:{gw.port}/"
+        context = ssl.create_default_context(cafile=str(files["ca.crt"]))
+        context.load_cert_chain(str(files["client.crt"]), str(files["client.key"]))
+        connection = await aio_pika.connect(url, ssl_context=context)
+        try:
+            channel = await connection.channel(publisher_confirms=True)
+            queue = await channel.declare_queue(unique("tls"))
+            await channel.default_exchange.publish(aio_pika.Message(b"secret"),
+                                                   routing_key=queue.name)
+            assert (await queue.get(timeout=5, no_ack=True)).body == b"secret"
+        finally:
+            await connection.close()
+        without_cert = ssl.create_default_context(cafile=str(files["ca.crt"]))
+        with pytest.raises((ConnectionError, ssl.SSLError, aiormq.exceptions.AMQPError,
+                            asyncio.TimeoutError)):
+            await aio_pika.connect(url, ssl_context=without_cert, timeout=5)
+        reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+        writer.write(b"AMQP\x00\x00\x09\x01")
+        try:
+            answer = await asyncio.wait_for(reader.read(100), 5)
+        except (ConnectionError, TimeoutError):
+            answer = b""
+        finally:
+            writer.close()
+        assert not answer.startswith(b"\x01\x00\x00")  # no connection.start in the clear

@@ -529,6 +529,30 @@ def test_malformed_frames_get_the_reply_the_specification_gives(
     gateway.assert_up()
 
 
+def test_after_connection_close_only_the_close_ok_goes_out(gateway: GatewayProcess) -> None:
+    """Deliveries flow when the client errs: once the server has sent connection.close it
+    sends nothing else (the specification), however busy its consumers were."""
+    with RawConnection(gateway.port) as conn:
+        conn.handshake()
+        queue = f"busy-{uuid.uuid4().hex[:6]}"
+        conn.send_method(1, commands.Queue.Declare(queue=queue, auto_delete=True))
+        conn.expect(commands.Queue.DeclareOk, 1)
+        conn.send(b"".join(publish_bytes(1, b"m" * 4000, queue) for _ in range(2000)))
+        conn.send_method(1, commands.Basic.Consume(queue=queue, consumer_tag="c", no_ack=True))
+        while not isinstance(conn.read()[1], commands.Basic.Deliver):
+            pass
+        time.sleep(1.0)  # not reading: the server's deliveries wait for room in its buffer
+        conn.send(raw_frame(1, 1, struct.pack(">HH", 999, 10)))
+        closed = conn.until_closed(answer=False)
+        assert closed.code == 540
+        after = len(conn.frames)
+        conn.send_method(0, commands.Connection.CloseOk())
+        with contextlib.suppress(EOFError):
+            while True:
+                conn.read()
+        assert conn.frames[after:] == [], conn.frames[after:][:3]
+
+
 def test_a_wrong_protocol_header_gets_ours_and_a_close(gateway: GatewayProcess) -> None:
     for sent in (b"AMQP\x00\x00\x09\x02", b"AMQP\x01\x01\x00\x0a", b"AMQP\x00\x00\x08\x00",
                  b"GET / HTTP/1.1\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01", b"\x00" * 8):

@@ -84,6 +84,7 @@ class Connection(asyncio.Protocol):
         self.partial_content_bytes = 0
         """Body bytes of messages still arriving, on every channel (bounded: RESOURCE_ERROR)."""
         self._reading_paused = False
+        self._eof_sent = False
         self._backlogged = False
         """More than `write_backlog_bytes` wait to be sent: the client does not read."""
         self._header = bytearray()
@@ -124,15 +125,18 @@ class Connection(asyncio.Protocol):
             self._flow_check()
 
     def write(self, data: bytes) -> None:
-        transport = self.transport
-        if transport is not None and not transport.is_closing() and self.state != CLOSED:
-            transport.write(data)
-            self.last_write = time.monotonic()
-            self._backlog_check(transport)
+        """Frames to send; nothing once the connection is closing (after its connection.close
+        only the close-ok may go out: `send`)."""
+        if self.state < CLOSING:
+            self._put([data])
 
     def writelines(self, parts: list[bytes]) -> None:
+        if self.state < CLOSING:
+            self._put(parts)
+
+    def _put(self, parts: list[bytes]) -> None:
         transport = self.transport
-        if transport is not None and not transport.is_closing() and self.state != CLOSED:
+        if transport is not None and not transport.is_closing() and not self._eof_sent:
             transport.writelines(parts)
             self.last_write = time.monotonic()
             self._backlog_check(transport)
@@ -148,7 +152,10 @@ class Connection(asyncio.Protocol):
             self._flow_check()
 
     def send(self, channel: int, method: Any) -> None:
-        self.write(framing.method_frame(channel, method))
+        if self.state < CLOSING or (
+            self.state == CLOSING and isinstance(method, commands.Connection.CloseOk)
+        ):
+            self._put([framing.method_frame(channel, method)])
 
     def abort(self) -> None:
         if self.transport is not None:
@@ -370,6 +377,7 @@ class Connection(asyncio.Protocol):
             # No close-ok can be told apart in a stream without frame boundaries: say that
             # nothing more comes (what the client sends is still read, and discarded).
             transport.write_eof()
+            self._eof_sent = True
 
     def close(self, code: int = CONNECTION_FORCED, text: str = "the gateway is shutting down"
               ) -> None:
