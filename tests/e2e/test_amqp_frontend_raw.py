@@ -1,6 +1,7 @@
 """AMQP methods clients seldom expose, with exactly the frames a test writes: channel.flow,
 server-named queues, transactions refused, basic.recover, channel-wide prefetch, heartbeats,
-consumers per connection, content still arriving when its channel closes."""
+consumers per connection, content still arriving when its channel closes, publishing right
+before connection.close."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pytest
 from pamqp import commands, frame, header
 
@@ -228,3 +230,39 @@ async def test_names_beyond_pamqps_pattern_are_served(raw: RawAmqp) -> None:
 def fields(cls: Any, **values: Any) -> bytes:
     """A method frame's payload, encoded like the server's (pamqp's name pattern left out)."""
     return method_frame(0, reply(cls, **values))[7:-1]
+
+
+async def test_messages_published_before_a_connection_close_are_all_stored(
+    gw: AmqpGateway,
+) -> None:
+    """No confirms, then connection.close at once (amqplib's and aio-pika's close send no
+    channel.close first): what came before the close is carried out before the close-ok, as
+    RabbitMQ does."""
+    name = unique("closed")
+    conn = await RawAmqp.connect(gw.port)
+    try:
+        await declared(conn, name)
+        for i in range(200):
+            conn.publish(1, b"raw %d" % i, name)
+        conn.send(0, commands.Connection.Close(reply_code=200, reply_text="bye", class_id=0,
+                                               method_id=0))
+        await conn.expect(commands.Connection.CloseOk)
+        assert await conn.eof()
+    finally:
+        conn.close()
+    connection = await aio_pika.connect(gw.url)
+    channel = await connection.channel()
+    for i in range(200):
+        await channel.default_exchange.publish(aio_pika.Message(b"pika %d" % i),
+                                               routing_key=name)
+    await connection.close()
+    connection = await aio_pika.connect(gw.url)
+    try:
+        queue = await (await connection.channel()).declare_queue(name, passive=True)
+        bodies = []
+        while (message := await queue.get(fail=False, no_ack=True)) is not None:
+            bodies.append(message.body)
+        assert bodies == [b"raw %d" % i for i in range(200)] + [b"pika %d" % i
+                                                                for i in range(200)]
+    finally:
+        await connection.close()

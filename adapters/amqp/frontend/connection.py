@@ -92,6 +92,7 @@ class Connection(asyncio.Protocol):
         self._heartbeat: asyncio.Task[None] | None = None
         self.closed = asyncio.Event()
         self._teardown: asyncio.Task[None] | None = None
+        self._finishing: asyncio.Task[None] | None = None
         self.refuse = False
         """Set by the listener when it serves its most connections already."""
         self.settle_guard: Any = None
@@ -395,13 +396,32 @@ class Connection(asyncio.Protocol):
         self._timers.append(loop.call_later(self.limits.close_timeout_s, self.abort))
 
     def _closed_by_peer(self, method: Any) -> None:
-        if isinstance(method, commands.Connection.Close):
+        if isinstance(method, commands.Connection.Close) and self.state == OPEN:
+            # What the client sent before its close is carried out first (messages published
+            # without confirms and then the connection closed are stored, as RabbitMQ does);
+            # nothing after it is read, nothing but the close-ok is sent.
+            self.state = CLOSING
+            self._finishing = asyncio.ensure_future(self._finish_then_close())
+            return
+        self._end(close_ok=isinstance(method, commands.Connection.Close))
+
+    def _end(self, *, close_ok: bool) -> None:
+        """The close handshake is over: answer it (when it was the client's), drop what is
+        still queued, close the socket."""
+        if close_ok:
             self.send(0, commands.Connection.CloseOk())
         self.state = CLOSED
         for channel in self.channels.values():
             channel.stop()
         if self.transport is not None:
             self.transport.close()
+
+    async def _finish_then_close(self) -> None:
+        deadline = time.monotonic() + self.limits.close_timeout_s
+        for channel in list(self.channels.values()):
+            await channel.finish(deadline - time.monotonic())
+        if self.state == CLOSING:
+            self._end(close_ok=True)
 
     def channel_closed(self, number: int) -> None:
         self.channels.pop(number, None)
