@@ -266,3 +266,32 @@ async def test_messages_published_before_a_connection_close_are_all_stored(
                                                                 for i in range(200)]
     finally:
         await connection.close()
+
+
+async def test_once_a_close_is_answered_what_the_client_held_is_free(gw: AmqpGateway) -> None:
+    """The close-ok comes after the client's consumers stopped, its unacknowledged deliveries
+    went back and its exclusive queues went: the next connection gets them at once."""
+    name = unique("held")
+    for i in range(20):
+        conn = await RawAmqp.connect(gw.port)
+        await declared(conn, name)
+        exclusive = await declared(conn, f"{name}-x", exclusive=True)
+        conn.publish(1, b"%d" % i, name)
+        conn.send(1, commands.Basic.Consume(queue=name, consumer_tag="c"))
+        await deliveries(conn, 1)
+        await closed_cleanly(conn)
+        other = await RawAmqp.connect(gw.port)
+        assert await declared(other, exclusive, exclusive=True) == exclusive  # not locked
+        other.send(1, commands.Basic.Get(queue=name, no_ack=True))
+        got = await other.expect(commands.Basic.GetOk)
+        assert got.redelivered, i
+        await closed_cleanly(other)
+
+
+async def closed_cleanly(conn: RawAmqp) -> None:
+    """connection.close, and wait for the close-ok (what comes before it is skipped)."""
+    conn.send(0, commands.Connection.Close(reply_code=200, reply_text="", class_id=0,
+                                           method_id=0))
+    while not isinstance((await conn.answer())[1], commands.Connection.CloseOk):
+        pass
+    conn.close()

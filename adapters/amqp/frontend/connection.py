@@ -171,12 +171,17 @@ class Connection(asyncio.Protocol):
             self._heartbeat.cancel()
         self._teardown = asyncio.ensure_future(self._tear_down())
 
+    async def _release(self) -> None:
+        for channel in list(self.channels.values()):
+            await channel.tear_down()
+        await drop_exclusive(self.ctx, self.id)
+
     async def _tear_down(self) -> None:
         try:
-            for channel in list(self.channels.values()):
-                await channel.tear_down()
+            if self._finishing is not None:
+                await asyncio.wait([self._finishing])  # the client's close, bounded
+            await self._release()
             self.channels.clear()
-            await drop_exclusive(self.ctx, self.id)
         except Exception as exc:
             log.error("amqp connection teardown failed", error=str(exc), exc_info=True)
         finally:
@@ -417,9 +422,14 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     async def _finish_then_close(self) -> None:
+        """The client's close: its queued work done, its consumers stopped, its unacknowledged
+        deliveries given back and its exclusive queues gone (at most `close_timeout_s`), then the
+        close-ok: once a client's close returns, what it held is available to others."""
         deadline = time.monotonic() + self.limits.close_timeout_s
         for channel in list(self.channels.values()):
             await channel.finish(deadline - time.monotonic())
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._release(), max(deadline - time.monotonic(), 0.001))
         if self.state == CLOSING:
             self._end(close_ok=True)
 
