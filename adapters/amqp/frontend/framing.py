@@ -1,8 +1,11 @@
 """AMQP 0-9-1 framing: bytes from the socket into frames, frames out into bytes.
 
-Method and content-header frames are decoded and encoded by pamqp (after `guard` bounded their
-tables); a body frame's payload is the message's bytes as they are. The reader enforces the
-negotiated frame size before it buffers a frame and checks every frame-end octet.
+Method and content-header fields are decoded and encoded by pamqp's field codecs, in the field
+order and with the types pamqp declares for each method (looked up once per class), every length
+checked against the frame, and tables bounded by `guard` before pamqp decodes them; pamqp's own
+name pattern (narrower than the specification's) is not applied. A body frame's payload is the
+message's bytes as they are. The reader enforces the negotiated frame size before it buffers a
+frame and checks every frame-end octet.
 """
 
 from __future__ import annotations
