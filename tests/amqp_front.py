@@ -14,6 +14,7 @@ from typing import Any
 
 from pamqp import commands, frame, header
 
+from adapters.amqp.frontend.framing import method_frame, reply
 from gateway.server.app import GatewayApp, running_gateway
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -107,15 +108,51 @@ class RawAmqp:
             await conn.expect(commands.Channel.OpenOk)
         return conn
 
+    @classmethod
+    async def login(cls, port: int, user: str, password: str) -> tuple[RawAmqp | None, Any]:
+        """A connection with channel 1 open, or None and the server's Connection.Close when
+        the login was refused."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        conn = cls(reader, writer)
+        writer.write(PROTOCOL_HEADER)
+        await conn.expect(commands.Connection.Start)
+        conn.send(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response=f"\x00{user}\x00{password}",
+            locale="en_US"))
+        _, answer = await conn.read()
+        if not isinstance(answer, commands.Connection.Tune):
+            conn.close()
+            return None, answer
+        conn.send(0, commands.Connection.TuneOk(channel_max=answer.channel_max,
+                                                frame_max=answer.frame_max, heartbeat=0))
+        conn.send(0, commands.Connection.Open(virtual_host="/"))
+        await conn.expect(commands.Connection.OpenOk)
+        conn.send(1, commands.Channel.Open())
+        await conn.expect(commands.Channel.OpenOk)
+        return conn, answer
+
+    async def answer(self, timeout: float = 5.0) -> tuple[int, Any]:
+        """The next frame that is a method (content and heartbeats skipped)."""
+        while True:
+            channel, got = await self.read(timeout)
+            if isinstance(got, commands.Basic.Properties | bytes) or type(got).__name__ in (
+                "ContentHeader", "ContentBody", "Heartbeat"
+            ):
+                continue
+            return channel, got
+
     def send(self, channel: int, method: Any) -> None:
-        self.writer.write(frame.marshal(method, channel))
+        """A method frame (pamqp's encoders, without its name pattern: names such as `%DLQ%g`
+        are the specification's)."""
+        self.writer.write(method_frame(channel, method))
 
     def send_raw(self, data: bytes) -> None:
         self.writer.write(data)
 
     def publish(self, channel: int, body: bytes, routing_key: str, exchange: str = "",
                 properties: commands.Basic.Properties | None = None) -> None:
-        self.send(channel, commands.Basic.Publish(exchange=exchange, routing_key=routing_key))
+        self.send(channel, reply(commands.Basic.Publish, exchange=exchange,
+                                 routing_key=routing_key))
         self.writer.write(frame.marshal(header.ContentHeader(
             0, len(body), properties or commands.Basic.Properties()), channel))
         if body:

@@ -3,8 +3,9 @@ listener made by one caller, and whether the listener allowed or denied it.
 
 A cell is DENIED when the listener answers with its protocol's refusal (UNAUTHENTICATED /
 PERMISSION_DENIED; RocketMQ UNAUTHORIZED / FORBIDDEN; Pulsar AuthenticationError /
-AuthorizationError or a refused CONNECT) and, for settlements, the delivery is still unsettled
-afterwards; any other answer counts as ALLOWED (the call got past access control).
+AuthorizationError or a refused CONNECT; AMQP 403 ACCESS_REFUSED, `auth_matrix_amqp`) and, for
+settlements, the delivery is still unsettled afterwards; any other answer counts as ALLOWED (the
+call got past access control).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import grpc
 from auth_clients import PulsarRaw, bearer, consume_requests, rmq_receive, rmq_send, signed
+from auth_matrix_amqp import AmqpCells
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from adapters.pulsar.wire import wire_pb2 as pb
@@ -62,7 +64,7 @@ class Row:
     """The principals that must be allowed; every other caller must be denied."""
 
 
-class Matrix:
+class Matrix(AmqpCells):
     """Runs cells against one gateway: `app` is the running gateway, `callers` who tries each
     row, `home` the subscription each principal opens a Consume stream on to send settle
     frames."""

@@ -52,6 +52,7 @@ async def test_rocketmq_sdk_producer_to_an_aio_pika_consumer(gw: AmqpGateway) ->
         message = await queue.get(timeout=5)
         assert message.body == b"from-rocketmq"
         assert message.headers["order"] == "7" and message.headers["KEYS"] == "order-7"
+        assert message.headers["TAGS"] == "TagA"
         assert message.routing_key == topic and not message.redelivered
         await message.ack()
     finally:
@@ -83,8 +84,11 @@ async def test_aio_pika_publisher_to_a_pulsar_client_consumer(gw: AmqpGateway) -
     try:
         channel = await connection.channel()
         await channel.default_exchange.publish(aio_pika.Message(
-            b"from-amqp", content_type="application/json", correlation_id="c-1",
-            headers={"order": "7", "traceparent":
+            b"from-amqp", content_type="application/json", content_encoding="utf-8",
+            correlation_id="c-1", reply_to="replies", expiration=60, message_id="m-1",
+            priority=5, timestamp=1_700_000_000, type="order.created", app_id="shop",
+            user_id="guest", delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+            headers={"order": "7", "n": 42, "traceparent":
                      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}),
             routing_key=topic)
     finally:
@@ -93,8 +97,14 @@ async def test_aio_pika_publisher_to_a_pulsar_client_consumer(gw: AmqpGateway) -
     assert message.data() == b"from-amqp"
     props = message.properties()
     assert props["order"] == "7"
-    assert props["amqp.content-type"] == "application/json"
-    assert props["amqp.correlation-id"] == "c-1"
+    assert props["n"] == "42"  # a header that is not a string: as text
+    assert {k: v for k, v in props.items() if k.startswith("amqp.") and k != "amqp.typed-headers"
+            } == {
+        "amqp.content-type": "application/json", "amqp.content-encoding": "utf-8",
+        "amqp.correlation-id": "c-1", "amqp.reply-to": "replies", "amqp.expiration": "60000",
+        "amqp.message-id": "m-1", "amqp.priority": "5", "amqp.timestamp": "1700000000",
+        "amqp.type": "order.created", "amqp.app-id": "shop", "amqp.user-id": "guest",
+        "amqp.delivery-mode": "2", "amqp.exchange": "", "amqp.routing-key": topic}
     assert props["traceparent"].startswith("00-4bf92f35")
 
 

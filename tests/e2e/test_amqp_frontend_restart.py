@@ -1,5 +1,6 @@
 """kill -9 a `gateway serve` with the AMQP front end: durable exchanges, queues (with their
-arguments), bindings and pending retries are all there afterwards; non-durable ones are gone."""
+arguments), bindings and pending retries are all there afterwards; non-durable ones are gone.
+The journal keeping them stays bounded while durable entities churn."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import aio_pika
 import aiormq
 import pytest
 
-from tests.amqp_front import free_port, unique
+from adapters.amqp.frontend import journal
+from tests.amqp_front import amqp_gateway, free_port, unique
 
 SCALE = 0.01
 INTERVAL_S = 300
@@ -120,3 +122,46 @@ async def test_durable_topology_and_pending_retries_survive_kill_9(tmp_path: Pat
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+async def test_the_topology_journal_is_compacted_as_durable_entities_churn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Durable queues declared and deleted in a loop: the journal is rewritten as a snapshot
+    whenever what was appended outnumbers it (kept small here), and a restart finds exactly
+    what is declared."""
+    monkeypatch.setattr(journal, "COMPACT_MIN", 50)
+    async with amqp_gateway(tmp_path / "data") as gw:
+        path = tmp_path / "data" / "amqp" / journal.FILE
+        connection = await aio_pika.connect(gw.url)
+        try:
+            ch = await connection.channel()
+            keep = await ch.declare_queue(unique("keep"), durable=True,
+                                          arguments={"x-retry-interval": 20})
+            exchange = await ch.declare_exchange(unique("x"), aio_pika.ExchangeType.TOPIC,
+                                                 durable=True)
+            await keep.bind(exchange, "a.#")
+            sizes = []
+            for i in range(200):
+                churn = await ch.declare_queue(f"churn-{i % 3}", durable=True)
+                await churn.bind(exchange, "b")
+                await churn.delete(if_unused=False, if_empty=False)
+                sizes.append(path.stat().st_size)
+            assert max(sizes[100:]) < 3 * max(sizes[:20]) + 4096, sizes[::20]
+        finally:
+            await connection.close()
+        await gw.restart()
+        connection = await aio_pika.connect(gw.url)
+        try:
+            ch = await connection.channel()
+            await ch.declare_queue(keep.name, durable=True, arguments={"x-retry-interval": 20})
+            x = await ch.declare_exchange(exchange.name, aio_pika.ExchangeType.TOPIC,
+                                          durable=True, passive=True)
+            await x.publish(aio_pika.Message(b"routed"), routing_key="a.b")
+            queue = await ch.declare_queue(keep.name, passive=True)
+            assert (await queue.get(timeout=5)).body == b"routed"
+            for i in range(3):
+                with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
+                    await (await connection.channel()).declare_queue(f"churn-{i}", passive=True)
+        finally:
+            await connection.close()

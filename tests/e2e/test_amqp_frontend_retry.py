@@ -11,7 +11,10 @@ back at once, without a failure counted.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -248,3 +251,21 @@ async def test_message_ttl_dead_letters_expired_messages(
     await fresh.ack()
     letter = await wait_for_message(ch, dead)
     assert letter.body == b"old" and letter.headers["x-first-death-reason"] == "expired"
+
+
+def test_the_plan_followed_is_gateway_plans() -> None:
+    """`gateway plan --policy rabbitmq --retry-interval-s 10 --dlx X` prints the timeline the
+    tests above observe over AMQP: 17 deliveries, 10 s apart, then the dead-letter exchange."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "plan", "--policy", "rabbitmq",
+         "--retry-interval-s", str(INTERVAL_S), "--dlx", "dlx", "--json"],
+        capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    printed = json.loads(done.stdout)
+    policy = builtin_registry().policy("rabbitmq", {"x_retry_interval_s": str(INTERVAL_S),
+                                                    "x_dead_letter_exchange": "dlx"})
+    expected = plan(policy, topic="topic", group="group")
+    assert [(a["attempt"], a["at_ms"], a["retries"]) for a in printed["attempts"]] == [
+        (step.attempt, step.at_ms, step.retries) for step in expected.attempts]
+    assert len(printed["attempts"]) == 17 and printed["max_retries"] == 16
+    assert [a["at_ms"] for a in printed["attempts"]] == [i * INTERVAL_S * 1000 for i in range(17)]

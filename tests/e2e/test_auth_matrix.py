@@ -1,11 +1,13 @@
 """The authorization matrix (issue 16, deliver 5): every call of every listener × every caller.
 
-One gateway with a tokens file serves gateway.v1 (Gateway and Admin), RocketMQ 5 and the Pulsar
-port. Each row names a call, its topic and group, and the principals it must allow; each row is
+One gateway with a tokens file serves gateway.v1 (Gateway and Admin), RocketMQ 5, the Pulsar
+port and the AMQP 0-9-1 port. Each row names a call, its topic and group, and the principals it
+must allow; each row is
 tried by five callers: no credentials, a wrong token (or RocketMQ secret), and the principals
 `app`, `other` and `ops` (admin). A cell is DENIED when the listener answers with its protocol's
 refusal (UNAUTHENTICATED / PERMISSION_DENIED; RocketMQ UNAUTHORIZED / FORBIDDEN; Pulsar
-AuthenticationError / AuthorizationError or a refused CONNECT) and, for settlements, the delivery
+AuthenticationError / AuthorizationError or a refused CONNECT; AMQP 403 ACCESS_REFUSED closing the
+connection at login or the method's channel) and, for settlements, the delivery
 is still unsettled afterwards; any other answer counts as ALLOWED. Rows cover publishing to and
 consuming from a topic and from its retry and dead-letter destinations under every naming scheme,
 and settling deliveries of each, on every path. The assertion: no cell is allowed that should be
@@ -125,7 +127,7 @@ async def matrix(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Matr
     tokens.write_text(TOKENS)
     async with (
         running_gateway(root / "data", tokens_file=str(tokens),
-                        pulsar_listen="127.0.0.1:0") as app,
+                        pulsar_listen="127.0.0.1:0", amqp_listen="127.0.0.1:0") as app,
         grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel,
     ):
         yield Matrix(app, channel, CALLERS, HOME)
@@ -183,3 +185,25 @@ async def test_pulsar(matrix: Matrix) -> None:
             + consume_rows("pulsar", "SUBSCRIBE")
             + settle_rows("pulsar", ["ACK", "REDELIVER"]))
     check(*await matrix.run(rows), at_least=300)
+
+
+AMQP_FOREIGN = [
+    # The AMQP front end's own retry and dead-letter topics of other groups.
+    ("amqp-dead-letters/other/payments", "app"), ("amqp-retries/other/payments", "app"),
+    ("amqp-dead-letters/app/orders", "other"), ("amqp-retries/app/orders", "other"),
+    ("amqp-dead-letters/app/orders", "amqp-dead-letter-router"),
+]
+
+
+async def test_amqp(matrix: Matrix) -> None:
+    """Over AMQP a delivery tag belongs to the channel that received it: nobody can name
+    another's delivery, so settling is covered by `get_ack` (get, then ack what was got)."""
+    consume_calls = ["declare", "declare_passive", "consume", "get_ack", "purge", "delete",
+                     "bind"]
+    rows = [Row("amqp", "CONNECT", who=PRINCIPALS)]
+    for call in consume_calls:
+        rows += consume_rows("amqp", call)
+        rows += [Row("amqp", call, t, g) for t, g in AMQP_FOREIGN]
+    for call in ("publish", "publish_fanout", "exchange_declare", "exchange_delete"):
+        rows += publish_rows("amqp", call)
+    check(*await matrix.run(rows), at_least=1500)

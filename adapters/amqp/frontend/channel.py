@@ -27,6 +27,7 @@ from adapters.amqp.frontend.errors import (
     INTERNAL_ERROR,
     NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
+    RESOURCE_ERROR,
     UNEXPECTED_FRAME,
     AMQPError,
     from_gateway,
@@ -87,11 +88,26 @@ class Channel(ChannelState):
                 raise AMQPError(UNEXPECTED_FRAME, "expected method frame, got non method frame "
                                                   "instead")
         except AMQPError as exc:
+            if isinstance(incoming, framing.Method):
+                exc.at(_ids(incoming.method))
             if exc.hard:
                 raise
             self.close_with(exc)
 
     def _content_frame(self, incoming: framing.Incoming) -> None:
+        try:
+            self._content_part(incoming)
+        except AMQPError:
+            self._drop_content()
+            raise
+
+    def _drop_content(self) -> None:
+        """Forget a message still arriving (its channel or connection failed or closes)."""
+        if self._content is not None:
+            self.conn.partial_content_bytes -= self._content.received
+            self._content = None
+
+    def _content_part(self, incoming: framing.Incoming) -> None:
         content = self._content
         assert content is not None
         if content.body_size < 0:
@@ -100,23 +116,30 @@ class Channel(ChannelState):
                                                   "non content header frame instead", PUBLISH)
             limit = self.ctx.limits.max_message_bytes
             if incoming.body_size > limit:
-                self._content = None
                 raise AMQPError(PRECONDITION_FAILED, f"message size {incoming.body_size} is "
                                                      f"larger than configured max size {limit}",
                                 PUBLISH)
             content.body_size = incoming.body_size
             content.properties = incoming.properties
         elif isinstance(incoming, framing.Body):
-            content.parts.append(incoming.payload)
-            content.received += len(incoming.payload)
-            if content.received > content.body_size:
+            size = len(incoming.payload)
+            if content.received + size > content.body_size:
                 raise AMQPError(UNEXPECTED_FRAME, f"content body larger than the declared "
                                                   f"{content.body_size} bytes", PUBLISH)
+            conn = self.conn
+            limit = self.ctx.limits.max_partial_bytes
+            if conn.partial_content_bytes + size > limit:
+                raise AMQPError(RESOURCE_ERROR, f"more than {limit} bytes of messages still "
+                                                "arriving on this connection's channels",
+                                PUBLISH)
+            content.parts.append(incoming.payload)
+            content.received += size
+            conn.partial_content_bytes += size
         else:
             raise AMQPError(UNEXPECTED_FRAME, "expected content body, got non content body "
                                               "frame instead", PUBLISH)
         if content.received == content.body_size:
-            self._content = None
+            self._drop_content()
             body = content.parts[0] if len(content.parts) == 1 else b"".join(content.parts)
             properties = content.properties or commands.Basic.Properties()
             self.conn.pending_publish_bytes += len(body)
@@ -180,7 +203,7 @@ class Channel(ChannelState):
             except asyncio.CancelledError:
                 raise
             except AMQPError as exc:
-                self._failed(exc)
+                self._failed(exc.at(_ids(item)))
                 return
             except GatewayError as exc:
                 self._failed(from_gateway(exc, _ids(item)))
@@ -220,9 +243,17 @@ class Channel(ChannelState):
         self.stop()
         self._teardown_task = asyncio.ensure_future(self.tear_down())
 
+    async def finish(self, timeout: float) -> None:
+        """Wait (at most `timeout` seconds) until the work queued so far is done."""
+        worker = self._worker
+        if worker is not None and not worker.done() and timeout > 0:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(worker), timeout)
+
     def stop(self) -> None:
         """Drop queued work (the connection or channel is closing)."""
         self.closing = True
+        self._drop_content()
         dropped = sum(len(item.body) for item in self._work if isinstance(item, Publish))
         self._work.clear()
         if self._worker is not None and self._worker is not asyncio.current_task():

@@ -81,12 +81,18 @@ class Connection(asyncio.Protocol):
         self.writable.set()
         self.last_read = self.last_write = time.monotonic()
         self.pending_publish_bytes = 0
+        self.partial_content_bytes = 0
+        """Body bytes of messages still arriving, on every channel (bounded: RESOURCE_ERROR)."""
         self._reading_paused = False
+        self._eof_sent = False
+        self._backlogged = False
+        """More than `write_backlog_bytes` wait to be sent: the client does not read."""
         self._header = bytearray()
         self._timers: list[asyncio.TimerHandle] = []
         self._heartbeat: asyncio.Task[None] | None = None
         self.closed = asyncio.Event()
         self._teardown: asyncio.Task[None] | None = None
+        self._finishing: asyncio.Task[None] | None = None
         self.refuse = False
         """Set by the listener when it serves its most connections already."""
         self.settle_guard: Any = None
@@ -115,21 +121,42 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writable.set()
+        if self._backlogged:
+            self._backlogged = False
+            self._flow_check()
 
     def write(self, data: bytes) -> None:
-        transport = self.transport
-        if transport is not None and not transport.is_closing() and self.state != CLOSED:
-            transport.write(data)
-            self.last_write = time.monotonic()
+        """Frames to send; nothing once the connection is closing (after its connection.close
+        only the close-ok may go out: `send`)."""
+        if self.state < CLOSING:
+            self._put([data])
 
     def writelines(self, parts: list[bytes]) -> None:
+        if self.state < CLOSING:
+            self._put(parts)
+
+    def _put(self, parts: list[bytes]) -> None:
         transport = self.transport
-        if transport is not None and not transport.is_closing() and self.state != CLOSED:
+        if transport is not None and not transport.is_closing() and not self._eof_sent:
             transport.writelines(parts)
             self.last_write = time.monotonic()
+            self._backlog_check(transport)
+
+    def _backlog_check(self, transport: asyncio.Transport) -> None:
+        """Stop reading from a client that does not read what it is sent (returns, confirms,
+        get-oks): nothing it sends is read until the backlog drains below the low-water
+        mark (`resume_writing`)."""
+        if not self._backlogged and not self.writable.is_set() and (
+            transport.get_write_buffer_size() > self.limits.write_backlog_bytes
+        ):
+            self._backlogged = True
+            self._flow_check()
 
     def send(self, channel: int, method: Any) -> None:
-        self.write(framing.method_frame(channel, method))
+        if self.state < CLOSING or (
+            self.state == CLOSING and isinstance(method, commands.Connection.CloseOk)
+        ):
+            self._put([framing.method_frame(channel, method)])
 
     def abort(self) -> None:
         if self.transport is not None:
@@ -144,12 +171,17 @@ class Connection(asyncio.Protocol):
             self._heartbeat.cancel()
         self._teardown = asyncio.ensure_future(self._tear_down())
 
+    async def _release(self) -> None:
+        for channel in list(self.channels.values()):
+            await channel.tear_down()
+        await drop_exclusive(self.ctx, self.id)
+
     async def _tear_down(self) -> None:
         try:
-            for channel in list(self.channels.values()):
-                await channel.tear_down()
+            if self._finishing is not None:
+                await asyncio.wait([self._finishing])  # the client's close, bounded
+            await self._release()
             self.channels.clear()
-            await drop_exclusive(self.ctx, self.id)
         except Exception as exc:
             log.error("amqp connection teardown failed", error=str(exc), exc_info=True)
         finally:
@@ -202,7 +234,8 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        over = self.pending_publish_bytes > self.limits.pending_publish_bytes
+        over = self._backlogged or (
+            self.pending_publish_bytes > self.limits.pending_publish_bytes)
         if over and not self._reading_paused:
             transport.pause_reading()
             self._reading_paused = True
@@ -345,6 +378,12 @@ class Connection(asyncio.Protocol):
         self.send(0, commands.Connection.Close(reply_code=exc.code, reply_text=exc.reply_text,
                                                class_id=class_id, method_id=method_id))
         self._closing()
+        transport = self.transport
+        if self.reader.broken and transport is not None and transport.can_write_eof():
+            # No close-ok can be told apart in a stream without frame boundaries: say that
+            # nothing more comes (what the client sends is still read, and discarded).
+            transport.write_eof()
+            self._eof_sent = True
 
     def close(self, code: int = CONNECTION_FORCED, text: str = "the gateway is shutting down"
               ) -> None:
@@ -362,7 +401,19 @@ class Connection(asyncio.Protocol):
         self._timers.append(loop.call_later(self.limits.close_timeout_s, self.abort))
 
     def _closed_by_peer(self, method: Any) -> None:
-        if isinstance(method, commands.Connection.Close):
+        if isinstance(method, commands.Connection.Close) and self.state == OPEN:
+            # What the client sent before its close is carried out first (messages published
+            # without confirms and then the connection closed are stored, as RabbitMQ does);
+            # nothing after it is read, nothing but the close-ok is sent.
+            self.state = CLOSING
+            self._finishing = asyncio.ensure_future(self._finish_then_close())
+            return
+        self._end(close_ok=isinstance(method, commands.Connection.Close))
+
+    def _end(self, *, close_ok: bool) -> None:
+        """The close handshake is over: answer it (when it was the client's), drop what is
+        still queued, close the socket."""
+        if close_ok:
             self.send(0, commands.Connection.CloseOk())
         self.state = CLOSED
         for channel in self.channels.values():
@@ -370,8 +421,23 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    async def _finish_then_close(self) -> None:
+        """The client's close: its queued work done, its consumers stopped, its unacknowledged
+        deliveries given back and its exclusive queues gone (at most `close_timeout_s`), then the
+        close-ok: once a client's close returns, what it held is available to others."""
+        deadline = time.monotonic() + self.limits.close_timeout_s
+        for channel in list(self.channels.values()):
+            await channel.finish(deadline - time.monotonic())
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._release(), max(deadline - time.monotonic(), 0.001))
+        if self.state == CLOSING:
+            self._end(close_ok=True)
+
     def channel_closed(self, number: int) -> None:
         self.channels.pop(number, None)
+
+    def consumer_count(self) -> int:
+        return sum(len(channel.consumers) for channel in self.channels.values())
 
     async def wait_closed(self) -> None:
         await self.closed.wait()

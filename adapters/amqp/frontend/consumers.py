@@ -22,6 +22,7 @@ from pamqp.base import Frame
 
 from adapters.amqp.dialect import EXPIRED
 from adapters.amqp.frontend import framing, messages
+from adapters.amqp.frontend.errors import INTERNAL_ERROR, AMQPError, short
 from adapters.amqp.frontend.state import ChannelState, Unacked
 from adapters.amqp.frontend.topology import Queue
 from gateway.engine.api import Delivery, SettleAction, Settlement
@@ -53,8 +54,8 @@ def frames_for(channel: ChannelState, method: Frame, delivery: Delivery) -> list
     except (ValueError, TypeError) as exc:
         # Properties another front end set that AMQP cannot carry: deliver the body.
         log.warning("amqp delivery properties dropped", error=str(exc))
-        content = framing.content_frames(channel.number, commands.Basic.Properties(),
-                                         delivery.body, channel.conn.frame_max)
+        content = framing.content_frames(channel.number, {}, delivery.body,
+                                         channel.conn.frame_max)
     return [framing.method_frame(channel.number, method), *content]
 
 
@@ -115,8 +116,11 @@ class ConsumerSession:
             return
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as exc:  # a bug: the client hears of it, its deliveries go back
             log.error("amqp delivery pump stopped", error=str(exc), exc_info=True)
+            channel.close_with(AMQPError(INTERNAL_ERROR, f"deliveries to consumer "
+                                                         f"{short(self.tag)} failed: "
+                                                         f"{type(exc).__name__}", hard=False))
 
     def _send(self, batch: list[Delivery]) -> None:
         channel = self.channel

@@ -53,12 +53,26 @@ class Limits:
     handshake_timeout_s: float = 10.0
     max_connections: int = 1000
     max_consumers_per_channel: int = 1000
+    max_consumers_per_connection: int = 10_000
     pending_publish_bytes: int = 64 << 20
     """Published bytes of one connection not yet stored; beyond it the connection is not read
     from until they are (flow control)."""
     max_message_bytes: int = 4 << 20
+    write_backlog_bytes: int = 8 << 20
+    """Bytes waiting to be sent to a client beyond which the connection is not read from until
+    the client has read them (a client that publishes but does not read its returns, confirms
+    or get-oks)."""
+    partial_messages: int = 16
+    """Messages' worth (`max_message_bytes` each) of content still arriving on one connection,
+    over all its channels, beyond which it is closed with RESOURCE_ERROR (never more than
+    `pending_publish_bytes`)."""
     close_timeout_s: float = 5.0
     """How long a connection the server closed waits for the client's close-ok."""
+
+
+    @property
+    def max_partial_bytes(self) -> int:
+        return min(self.partial_messages * self.max_message_bytes, self.pending_publish_bytes)
 
 
 def queue_spec(queue: Queue) -> SubscriptionSpec:

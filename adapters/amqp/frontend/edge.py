@@ -161,6 +161,14 @@ def check_binding_arguments(kind: str, arguments: Mapping[str, FieldValue]) -> N
                                                  f"{', '.join(MATCH_MODES)}")
 
 
+def check_user_id(value: str | None, user: str) -> None:
+    """A message's `user_id` property names the user who published it (RabbitMQ's rule): no
+    client may publish in another's name."""
+    if value and value != user:
+        raise AMQPError(PRECONDITION_FAILED, f"user_id property set to {short(value)} but "
+                                             f"authenticated user was {short(user)}")
+
+
 def check_expiration(value: str) -> int:
     """A message's `expiration` property: milliseconds as decimal digits."""
     if not value.isdigit() or not value.isascii() or int(value) > MAX_TTL_MS:

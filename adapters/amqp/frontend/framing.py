@@ -1,22 +1,26 @@
 """AMQP 0-9-1 framing: bytes from the socket into frames, frames out into bytes.
 
-Method and content-header frames are decoded and encoded by pamqp (after `guard` bounded their
-tables); a body frame's payload is the message's bytes as they are. The reader enforces the
-negotiated frame size before it buffers a frame and checks every frame-end octet.
+Method and content-header fields are decoded and encoded by pamqp's field codecs, in the field
+order and with the types pamqp declares for each method (looked up once per class), every length
+checked against the frame, and tables bounded by `guard` before pamqp decodes them; pamqp's own
+name pattern (narrower than the specification's) is not applied. A body frame's payload is the
+message's bytes as they are. The reader enforces the negotiated frame size before it buffers a
+frame and checks every frame-end octet.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeAlias, TypeVar
 
-from pamqp import commands, frame, header
+from pamqp import commands, encode
+from pamqp import decode as decode_field
 from pamqp.base import Frame
 
 from adapters.amqp.frontend import guard
-from adapters.amqp.frontend.errors import FRAME_ERROR, UNEXPECTED_FRAME, AMQPError
+from adapters.amqp.frontend.errors import FRAME_ERROR, SYNTAX_ERROR, UNEXPECTED_FRAME, AMQPError
 
 METHOD = 1
 HEADER = 2
@@ -28,6 +32,7 @@ OVERHEAD = HEADER_SIZE + 1
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 HEARTBEAT_FRAME = struct.pack(">BHI", HEARTBEAT, 0, 0) + bytes([FRAME_END])
 _HEAD = struct.Struct(">BHI")
+_INDEX = struct.Struct(">I")
 
 
 @dataclass(slots=True)
@@ -65,6 +70,9 @@ class FrameReader:
     def __init__(self, frame_max: int) -> None:
         self.frame_max = frame_max
         self._buffer = bytearray()
+        self.broken = False
+        """A frame's size or end octet was wrong: the stream has no frame boundaries any more,
+        and everything that arrives after is discarded (never buffered)."""
 
     @property
     def buffered(self) -> int:
@@ -73,50 +81,78 @@ class FrameReader:
     def feed(self, data: bytes) -> Iterator[Incoming]:
         """The complete frames in what arrived so far; raises AMQPError for a malformed one
         (what came before it is yielded first)."""
-        buffer = self._buffer
-        buffer += data
-        pos = 0
+        if self.broken:
+            return
+        if self._buffer:  # the start of a frame arrived before
+            buffer = self._buffer
+            buffer += data
+            if len(buffer) < HEADER_SIZE:
+                return
+            kind, _, size = _HEAD.unpack_from(buffer, 0)
+            if size + OVERHEAD > self.frame_max:
+                raise self._oversize(kind, size)
+            if len(buffer) <= HEADER_SIZE + size:
+                return  # still incomplete (nothing copied while a frame trickles in)
+            data = bytes(buffer)
+            buffer.clear()
+        pos, length = 0, len(data)
         try:
-            while len(buffer) - pos >= HEADER_SIZE:
-                kind, channel, size = _HEAD.unpack_from(buffer, pos)
+            while length - pos >= HEADER_SIZE:
+                kind, channel, size = _HEAD.unpack_from(data, pos)
                 if size + OVERHEAD > self.frame_max:
-                    raise AMQPError(FRAME_ERROR, f"type {kind}, frame of {size + OVERHEAD} "
-                                                 f"bytes; frame_max is {self.frame_max}")
+                    raise self._oversize(kind, size)
                 end = pos + HEADER_SIZE + size
-                if len(buffer) <= end:
+                if length <= end:
                     break
-                if buffer[end] != FRAME_END:
+                if data[end] != FRAME_END:
+                    self._break()
                     raise AMQPError(FRAME_ERROR, f"type {kind}: invalid frame end octet "
-                                                 f"{buffer[end]:#04x}")
-                payload = bytes(buffer[pos + HEADER_SIZE:end])
+                                                 f"{data[end]:#04x}")
+                payload = data[pos + HEADER_SIZE:end]
                 pos = end + 1
                 yield decode(kind, channel, payload)
         finally:
-            del buffer[:pos]
+            if pos < length and not self.broken:
+                self._buffer += data[pos:]
+
+    def _oversize(self, kind: int, size: int) -> AMQPError:
+        self._break()
+        return AMQPError(FRAME_ERROR, f"type {kind}, frame of {size + OVERHEAD} bytes; "
+                                      f"frame_max is {self.frame_max}")
+
+    def _break(self) -> None:
+        self.broken = True
+        self._buffer.clear()
+
+
+def _undecodable(what: str, exc: Exception, ids: tuple[int, int] = (0, 0)) -> AMQPError:
+    """What pamqp could not decode in a frame `guard` found well formed: text that is not UTF-8
+    (FRAME_ERROR, as RabbitMQ answers) or a value out of its range, such as a timestamp beyond
+    the year 9999 (SYNTAX_ERROR: a field holds an illegal value)."""
+    code = FRAME_ERROR if isinstance(exc, UnicodeDecodeError) else SYNTAX_ERROR
+    return AMQPError(code, f"cannot decode {what}: {type(exc).__name__}", ids)
 
 
 def decode(kind: int, channel: int, payload: bytes) -> Incoming:
     """One frame's payload, decoded."""
     if kind == METHOD:
-        cls = guard.check_method(payload)
-        method = cls()
+        cls = guard.method_class(payload)
+        fields, tables = guard.layout(cls)
+        if tables:
+            guard.check_method(payload)  # every length, and the tables bounded
         try:
-            method.unmarshal(payload[4:])
+            return Method(channel, _unmarshal(cls, fields, payload))
+        except AMQPError:
+            raise
         except Exception as exc:  # pamqp raises ValueError, struct.error, UnicodeDecodeError
             ids: tuple[int, int] = struct.unpack_from(">HH", payload, 0)
-            raise AMQPError(FRAME_ERROR, f"cannot decode {cls.name}: {type(exc).__name__}",
-                            ids) from None
-        return Method(channel, method)
+            raise _undecodable(cls.name, exc, ids) from None
     if kind == HEADER:
-        guard.check_content_header(payload)
-        content = header.ContentHeader()
+        flags, pos = guard.check_content_header(payload)
         try:
-            content.unmarshal(payload)
+            return _unmarshal_header(channel, payload, flags, pos)
         except Exception as exc:
-            raise AMQPError(FRAME_ERROR, f"cannot decode a content header: "
-                                         f"{type(exc).__name__}") from None
-        return ContentHeader(channel, content.body_size, content.properties,
-                             content.class_id or 0)
+            raise _undecodable("a content header", exc) from None
     if kind == BODY:
         return Body(channel, payload)
     if kind == HEARTBEAT:
@@ -124,6 +160,60 @@ def decode(kind: int, channel: int, payload: bytes) -> Incoming:
             raise AMQPError(UNEXPECTED_FRAME, "a heartbeat frame must be empty, on channel 0")
         return Heartbeat(channel)
     raise AMQPError(FRAME_ERROR, f"unknown frame type {kind}")
+
+
+_DECODERS = decode_field.METHODS
+_LEAST = {"octet": 1, "short": 2, "long": 4, "longlong": 8, "timestamp": 8, "shortstr": 1,
+          "longstr": 4, "table": 4}
+"""The bytes a field of each type takes at least (a string's or a table's length)."""
+
+
+def _unmarshal(cls: type[Frame], fields: guard.Layout, payload: bytes) -> Frame:
+    """A method's fields decoded one by one by pamqp's decoders (what `Frame.unmarshal` does,
+    with the field types looked up once per class, and each length checked against the frame:
+    pamqp decodes a string cut short by the frame's end without a word)."""
+    method = cls.__new__(cls)
+    end = len(payload)
+    pos, octet, bit = 4, b"", 8
+    for name, kind in fields:
+        if kind == "bit":
+            if bit == 8:
+                if pos >= end:
+                    raise _cut(cls)
+                octet, pos, bit = payload[pos:pos + 1], pos + 1, 0
+            setattr(method, name, decode_field.bit(octet, bit)[1])
+            bit += 1
+            continue
+        bit = 8
+        if pos + _LEAST[kind] > end:
+            raise _cut(cls)
+        consumed, value = _DECODERS[kind](payload[pos:])
+        pos += consumed
+        if pos > end:
+            raise _cut(cls)
+        setattr(method, name, value)
+    return method
+
+
+def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> ContentHeader:
+    """A content header `guard` walked (its property flags, and where the properties start),
+    its properties decoded one by one by pamqp's decoders (what `ContentHeader.unmarshal`
+    does)."""
+    class_id, _, body_size = _CONTENT_START.unpack_from(payload, 0)
+    properties = commands.Basic.Properties.__new__(commands.Basic.Properties)
+    for name, kind, flag in _PROPERTIES:
+        value = None
+        if flags & flag:
+            consumed, value = _DECODERS[kind](payload[pos:])
+            pos += consumed
+        setattr(properties, name, value)
+    return ContentHeader(channel, body_size, properties, class_id)
+
+
+def _cut(cls: type[Frame]) -> AMQPError:
+    ids: tuple[int, int] = divmod(int(getattr(cls, "index", 0)), 0x10000)
+    return AMQPError(FRAME_ERROR, f"cannot decode {cls.name}: a field runs past the end of the "
+                                  "frame", ids)
 
 
 M = TypeVar("M", bound=Frame)
@@ -139,14 +229,69 @@ def reply(cls: type[M], **values: object) -> M:
 
 
 def method_frame(channel: int, method: Frame) -> bytes:
-    return frame.marshal(method, channel)
+    """A method frame, its fields encoded by pamqp's encoders without pamqp's check of names
+    (`Frame.marshal` checks them against a narrower pattern than the specification's: a queue
+    named `orders!` or an exchange name of 200 bytes, both served, would not encode)."""
+    payload = _INDEX.pack(method.index) + _fields(method)
+    return b"".join((_HEAD.pack(METHOD, channel, len(payload)), payload, b"\xce"))
 
 
-def content_frames(channel: int, properties: commands.Basic.Properties, body: bytes,
+def _fields(method: Frame) -> bytes:
+    out: list[bytes] = []
+    bits = count = 0
+    for name, kind in guard.layout(type(method))[0]:
+        value = getattr(method, name)
+        if kind == "bit":
+            bits |= bool(value) << count
+            count += 1
+            if count == 8:
+                out.append(bytes((bits,)))
+                bits = count = 0
+            continue
+        if count:
+            out.append(bytes((bits,)))
+            bits = count = 0
+        out.append(_ENCODERS[kind](value))
+    if count:
+        out.append(bytes((bits,)))
+    return b"".join(out)
+
+
+_ENCODERS = encode.METHODS
+_PROPERTIES = tuple((name, commands.Basic.Properties.amqp_type(name),
+                     commands.Basic.Properties.flags[name])
+                    for name in commands.Basic.Properties.__slots__)
+_CONTENT = struct.Struct(">HHQH")
+_CONTENT_START = struct.Struct(">HHQ")
+PropertyValues: TypeAlias = "commands.Basic.Properties | Mapping[str, Any]"
+"""Basic properties: pamqp's object, or its attribute names and values."""
+
+
+def content_header(channel: int, properties: PropertyValues, size: int) -> bytes:
+    """A content header frame (class 60) for a body of `size` bytes, its properties encoded by
+    pamqp's encoders (what `ContentHeader.marshal` gives; the 14 flags fit one flag word)."""
+    values = properties if isinstance(properties, Mapping) else {
+        name: getattr(properties, name) for name, _, _ in _PROPERTIES}
+    flags = 0
+    parts = []
+    for name, kind, flag in _PROPERTIES:
+        value = values.get(name)
+        if value is None or value == "":
+            continue
+        flags |= flag
+        parts.append(_ENCODERS[kind](value))
+    payload = _CONTENT.pack(60, 0, size, flags) + b"".join(parts)
+    return b"".join((_HEAD.pack(HEADER, channel, len(payload)), payload, b"\xce"))
+
+
+def content_frames(channel: int, properties: PropertyValues, body: bytes,
                    frame_max: int) -> list[bytes]:
     """A content header and the body frames a message needs under `frame_max`."""
-    out = [frame.marshal(header.ContentHeader(0, len(body), properties), channel)]
+    out = [content_header(channel, properties, len(body))]
     step = frame_max - OVERHEAD
+    if 0 < len(body) <= step:
+        out += (_HEAD.pack(BODY, channel, len(body)), body, b"\xce")
+        return out
     view = memoryview(body)
     for start in range(0, len(body), step):
         chunk = view[start:start + step]

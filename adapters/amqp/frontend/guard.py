@@ -139,13 +139,27 @@ def method_class(payload: bytes) -> type[Frame]:
     return cls
 
 
+Layout = tuple[tuple[str, str], ...]
+_LAYOUTS: dict[int, tuple[Layout, bool]] = {}
+
+
+def layout(cls: type[Frame]) -> tuple[Layout, bool]:
+    """A method's fields in wire order with their AMQP types (pamqp's declarations), and
+    whether one is a field table (a frame that must be walked before pamqp decodes it)."""
+    index: int = getattr(cls, "index", 0)
+    found = _LAYOUTS.get(index)
+    if found is None:
+        fields = tuple((name, cls.amqp_type(name)) for name in cls.__slots__)
+        found = _LAYOUTS[index] = (fields, any(kind == "table" for _, kind in fields))
+    return found
+
+
 def check_method(payload: bytes) -> type[Frame]:
     """Walk a method frame's fields; returns its pamqp class."""
     cls = method_class(payload)
     scan = _Scan(payload, cls.name)
     pos, bits = 4, 0
-    for name in cls.__slots__:
-        kind = cls.amqp_type(name)
+    for _, kind in layout(cls)[0]:
         if kind == "bit":
             if bits % 8 == 0:
                 pos = scan.need(pos, 1)
@@ -156,8 +170,9 @@ def check_method(payload: bytes) -> type[Frame]:
     return cls
 
 
-def check_content_header(payload: bytes) -> None:
-    """Walk a content header frame: class, weight, size, property flags and properties."""
+def check_content_header(payload: bytes) -> tuple[int, int]:
+    """Walk a content header frame: class, weight, size, property flags and properties. Its
+    property flags, and where the properties start."""
     scan = _Scan(payload, "content header")
     pos = scan.need(0, 12)
     flags = 0
@@ -172,6 +187,8 @@ def check_content_header(payload: bytes) -> None:
         shift += 16
         if shift > 32:
             raise scan.fail("too many property flag words")
+    start = pos
     for kind, flag in zip(_PROPERTY_TYPES, _PROPERTY_FLAGS, strict=True):
         if flags & flag:
             pos = scan.field(pos, kind)
+    return flags, start

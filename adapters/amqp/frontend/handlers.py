@@ -147,6 +147,9 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
     if len(channel.consumers) >= ctx.limits.max_consumers_per_channel:
         raise AMQPError(RESOURCE_ERROR, f"at most {ctx.limits.max_consumers_per_channel} "
                                         "consumers per channel", CONSUME, hard=False)
+    if channel.conn.consumer_count() >= ctx.limits.max_consumers_per_connection:
+        raise AMQPError(RESOURCE_ERROR, f"at most {ctx.limits.max_consumers_per_connection} "
+                                        "consumers per connection", CONSUME, hard=False)
     others = ctx.consumers.get(queue.name, set())
     if (m.exclusive and others) or any(s.exclusive for s in others):
         raise AMQPError(ACCESS_REFUSED, f"queue {short(queue.name)} in vhost '/' in exclusive "

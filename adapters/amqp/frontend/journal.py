@@ -3,7 +3,10 @@
 One JSON record per line (`Topology.apply` replays them), appended and fsynced before the
 declare is answered, so a `declare-ok` means the entity survives a crash. At start the journal
 is read (a torn last line from a crash is dropped) and rewritten as a snapshot of what it holds,
-atomically (write, fsync, rename, fsync the directory).
+atomically (write, fsync, rename, fsync the directory); and again whenever the records appended
+since outnumber the snapshot's several times (a client declaring and deleting durable queues in
+a loop does not grow the file without end). Replaying a record again is harmless, so a snapshot
+may already hold changes whose records are appended after it.
 """
 
 from __future__ import annotations
@@ -21,12 +24,19 @@ from adapters.amqp.frontend.topology import Change, Topology
 log = structlog.get_logger(__name__)
 
 FILE = "topology.jsonl"
+COMPACT_MIN = 10_000
+"""Records appended since the last snapshot before the journal may be compacted..."""
+COMPACT_FACTOR = 4
+"""...and only when they are this many times the snapshot's records."""
 
 
 class Journal:
     def __init__(self, directory: Path) -> None:
         self.path = directory / FILE
         self._lock = asyncio.Lock()
+        self._topology: Topology | None = None
+        self._snapshot_records = 0
+        self._appended = 0
 
     def load(self, topology: Topology) -> int:
         """Replay the journal into `topology` and compact it; the records replayed."""
@@ -46,7 +56,10 @@ class Journal:
                                     path=str(self.path))
                         break
                     raise RuntimeError(f"{self.path}:{number}: unreadable record: {exc}") from exc
-        self._rewrite(topology.snapshot())
+        self._topology = topology
+        records = topology.snapshot()
+        self._rewrite(records)
+        self._snapshot_records = len(records)
         return count
 
     async def append(self, changes: Sequence[Change]) -> None:
@@ -57,6 +70,18 @@ class Journal:
                        for c in changes)
         async with self._lock:
             await asyncio.to_thread(self._write, text)
+            self._appended += len(changes)
+            if self._topology is not None and self._appended >= max(
+                COMPACT_MIN, COMPACT_FACTOR * self._snapshot_records
+            ):
+                records = self._topology.snapshot()  # here, in the loop that changes it
+                try:
+                    await asyncio.to_thread(self._rewrite, records)
+                except OSError as exc:  # the journal as it was is still whole: go on
+                    log.warning("amqp topology journal not compacted", error=exc.strerror)
+                    return
+                self._snapshot_records = len(records)
+                self._appended = 0
 
     def _write(self, text: str) -> None:
         with self.path.open("a", encoding="utf-8") as f:

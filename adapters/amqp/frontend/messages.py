@@ -27,6 +27,9 @@ PREFIX = "amqp."
 EXCHANGE = PREFIX + "exchange"
 ROUTING_KEY = PREFIX + "routing-key"
 TYPED = PREFIX + "typed-headers"
+TAG_HEADER = "TAGS"
+"""The header an AMQP consumer reads a message's tag from (a RocketMQ producer's tag; RocketMQ's
+own property name for it)."""
 DELIVERY_COUNT = "x-delivery-count"
 """The header an AMQP consumer reads the message's failed deliveries from (0 on the first
 delivery, then 1, 2, … as the gateway's one attempt counter says; RabbitMQ quorum queues' name)."""
@@ -92,8 +95,9 @@ def expiration_ms(properties: Mapping[str, str]) -> int | None:
     return int(text)
 
 
-def delivery_properties(delivery: Delivery) -> commands.Basic.Properties:
-    """The basic properties an AMQP consumer gets a delivery with."""
+def delivery_properties(delivery: Delivery) -> dict[str, Any]:
+    """The basic properties an AMQP consumer gets a delivery with (pamqp's attribute names and
+    values)."""
     props = delivery.properties
     values: dict[str, Any] = {}
     for attr, name in TEXT_PROPERTIES.items():
@@ -124,13 +128,15 @@ def delivery_properties(delivery: Delivery) -> commands.Basic.Properties:
         except (ValueError, TypeError, KeyError):
             typed = {}
         headers.update(typed)
+    if delivery.tag and TAG_HEADER not in headers:
+        headers[TAG_HEADER] = delivery.tag
     if delivery.retries > 0:
         headers[DELIVERY_COUNT] = delivery.retries
     elif DELIVERY_COUNT in headers:
         del headers[DELIVERY_COUNT]
     if headers:
         values["headers"] = headers
-    return commands.Basic.Properties(**values)
+    return values
 
 
 def shortstr(text: str) -> str:

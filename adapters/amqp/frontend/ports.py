@@ -14,6 +14,8 @@ class ConnectionPort(Protocol):
     """What a channel uses of its connection."""
 
     id: int
+    user: str
+    """The user the client logged in as (the principal's name with a tokens file)."""
     principal: Any
     """The authenticated principal (None without authentication)."""
     settle_guard: Any
@@ -24,6 +26,8 @@ class ConnectionPort(Protocol):
     """Set while the socket's send buffer has room."""
     pending_publish_bytes: int
     """Published bytes read and not yet stored (flow control)."""
+    partial_content_bytes: int
+    """Body bytes of messages still arriving, on every channel."""
 
     def send(self, channel: int, method: Any) -> None: ...
 
@@ -34,6 +38,10 @@ class ConnectionPort(Protocol):
     def fail(self, exc: Any) -> None: ...
 
     def channel_closed(self, number: int) -> None: ...
+
+    def consumer_count(self) -> int:
+        """Consumers on every channel of the connection."""
+        ...
 
 
 class ConsumerPort(Protocol):

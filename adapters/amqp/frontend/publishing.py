@@ -100,6 +100,7 @@ async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMe
             and await ctx.is_topic(queue)
         ):
             topics.append(queue)
+    edge.check_user_id(item.properties.user_id, channel.conn.user)
     message = messages.out_message(item.properties, item.body, name, routing_key)
     check_message(message, 0, ctx.engine.now_ms(), ctx.limits.max_message_bytes)
     authorizer = ctx.authorizer

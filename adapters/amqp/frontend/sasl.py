@@ -41,10 +41,10 @@ def credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
 def _amqplain(raw: bytes) -> dict[str, object]:
     """AMQPLAIN's response: the entries of a field table without its length prefix."""
     data = struct.pack(">I", len(raw)) + raw
-    guard.check_table(data, "AMQPLAIN response")
     try:
+        guard.check_table(data, "AMQPLAIN response")
         _, table = decode.field_table(data)
-    except Exception:
+    except Exception:  # AMQPError from the guard; ValueError, UnicodeDecodeError from pamqp
         raise AMQPError(ACCESS_REFUSED, "AMQPLAIN response is not a field table",
                         _START_OK) from None
     return dict(table)

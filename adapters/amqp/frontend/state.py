@@ -60,6 +60,10 @@ class ChannelState:
     def send(self, method: Any) -> None:
         self.conn.send(self.number, method)
 
+    def close_with(self, exc: AMQPError) -> None:
+        """Close the channel for a soft error (the protocol's part: `channel.Channel`)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------------ deliveries
     def next_tag(self) -> int:
         self._tag += 1
