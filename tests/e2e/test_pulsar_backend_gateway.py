@@ -180,11 +180,14 @@ async def test_rocketmq_policy_keeps_its_intervals(url: str, native: Any, tmp_pa
         assert wait_s * 0.9 <= gap < wait_s + 1.0, (gaps, policy_s)
     copies = await drain(retry_audit)
     assert len(copies) == 3
-    waits = [
-        int(m.properties()["gateway-deliver-at"]) - m.publish_timestamp() for m in copies
-    ]
-    for waited, policy_s in zip(waits, (10, 30, 60), strict=True):
-        assert policy_s * scale * 1000 * 0.8 <= waited <= policy_s * scale * 1000 + 200
+    due = [int(m.properties()["gateway-deliver-at"]) for m in copies]
+    for copy, at, policy_s in zip(copies, due, (10, 30, 60), strict=True):
+        # A copy is published at the failure, due one wait later (on a loaded machine the
+        # publish itself may end after that: the due time is what the policy decides).
+        assert at <= copy.publish_timestamp() + policy_s * scale * 1000 + 200
+    for (earlier, later), policy_s in zip(itertools.pairwise(due), (30, 60), strict=True):
+        # Each failure comes after the previous retry fell due: due times lie a wait apart.
+        assert later - earlier >= policy_s * scale * 1000 * 0.9, due
 
 
 async def health(target: str) -> int:
