@@ -121,12 +121,23 @@ class Message:
     ) -> gateway_pb2.SettleResult:
         """Fail: the message comes again after the policy's retry wait (or `delay_ms` /
         `delay_level`), or is dead-lettered once retries are exhausted."""
+        return await self.fail_later(delay_ms, delay_level, reason)
+
+    def fail_later(
+        self, delay_ms: int | None = None, delay_level: int | None = None, reason: str = ""
+    ) -> asyncio.Future[gateway_pb2.SettleResult]:
+        """`fail` without waiting: the failure joins the next settle batch; await the future
+        (or not) for its result."""
         fail = gateway_pb2.Fail(reason=reason)
         if delay_ms is not None:
             fail.delay_ms = delay_ms
         if delay_level is not None:
             fail.delay_level = delay_level
-        return await self._settle(gateway_pb2.Settlement(fail=fail))
+        self._claim()
+        settlement = gateway_pb2.Settlement(fail=fail, receipt=self.delivery.receipt)
+        if self._stale():
+            return _done(ended_result(self.delivery.receipt, STALE_GENERATION))
+        return self._settler.settle_nowait(settlement)
 
     async def dead_letter(self, reason: str = "") -> gateway_pb2.SettleResult:
         """Dead-letter now, whatever retries are left."""

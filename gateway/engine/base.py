@@ -183,17 +183,13 @@ class EngineBase:
             self._timer_receipts.pop(n, None)
 
     async def _flush(self, batch: Batch) -> None:
+        """The batch's back-end work in one call: copies first, then acks and releases
+        (`Backend.carry_out`; the embedded store commits them in one transaction)."""
         if batch.empty():
             return
         if batch.copies:
             self._known_topics.update(batch.copies)
-            await asyncio.gather(
-                *(self.backend.publish(topic, msgs) for topic, msgs in batch.copies.items())
-            )
-        if batch.acks:
-            await self.backend.ack(batch.acks)
-        if batch.releases:
-            await self.backend.release(batch.releases)
+        await self.backend.carry_out(batch.copies, batch.acks, batch.releases)
 
     # ------------------------------------------------------------ observers
     @contextlib.contextmanager
