@@ -9,8 +9,9 @@ settled once and the gateway has answered: the retries themselves are not waited
 falls due during the run is acked and not counted).
 
 Prints, per fraction: consume msgs/s, the gateway's CPU µs per message in the consume phase
-(with its store writer process), and both as a ratio to the ack-only run of the same
-invocation. The machine may be shared: CPU per message is the steadier figure.
+(with its store writer process; the writer's share and this client's CPU apart), and both as a
+ratio to the ack-only run of the same invocation. The machine may be shared: CPU per message
+is the steadier figure.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from bench.gateway import (
     start_profiler,
     stop_process,
     stop_profiler,
+    thread_cpu,
 )
 from gateway.client import GatewayClient
 
@@ -84,15 +86,21 @@ async def run_one(args: argparse.Namespace, fraction: float) -> dict[str, Any]:
                 profile = f"{args.profile}.{fraction:g}" if args.profile else ""
                 spy = await start_profiler(profile, proc.pid)
                 before = proc_stats(proc.pid)
+                writer = thread_cpu(proc.pid).get("writer process", 0.0)
+                own = time.process_time()
                 started = time.perf_counter()
                 counts = await consume(client, topic, args, fraction)
                 elapsed = time.perf_counter() - started
+                own = time.process_time() - own
                 after = proc_stats(proc.pid)
+                writer = thread_cpu(proc.pid).get("writer process", 0.0) - writer
                 await stop_profiler(spy)
         finally:
             await stop_process(proc)
     return {"rate": args.messages / elapsed, "elapsed": elapsed,
-            "cpu_us": (after.cpu_s - before.cpu_s) * 1e6 / args.messages, **counts}
+            "cpu_us": (after.cpu_s - before.cpu_s) * 1e6 / args.messages,
+            "client_us": own * 1e6 / args.messages,
+            "writer_us": writer * 1e6 / args.messages, **counts}
 
 
 async def run(args: argparse.Namespace) -> None:
@@ -105,11 +113,13 @@ async def run(args: argparse.Namespace) -> None:
           f"consumer, policy {args.policy}, prefetch {args.prefetch}, fsync on; load "
           f"{os.getloadavg()[0]:.1f}")
     print(f"  {'failing':>8} {'msgs/s':>9} {'CPU us/msg':>11} {'rate/first':>11} "
-          f"{'CPU first/this':>15} {'failed':>8} {'late':>6}")
+          f"{'CPU first/this':>15} {'writer us':>10} {'client us':>10} {'failed':>7} "
+          f"{'late':>5}")
     for fraction, r in results:
         print(f"  {fraction * 100:>7.0f}% {r['rate']:>9,.0f} {r['cpu_us']:>11.1f} "
               f"{r['rate'] / base['rate']:>11.2f} {base['cpu_us'] / r['cpu_us']:>15.2f} "
-              f"{r['failed']:>8} {r['late']:>6}")
+              f"{r['writer_us']:>10.1f} {r['client_us']:>10.1f} "
+              f"{r['failed']:>7} {r['late']:>5}")
 
 
 def main() -> None:

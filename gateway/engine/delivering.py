@@ -11,7 +11,7 @@ import structlog
 
 from gateway.backend import Lease, Release, StoredMessage
 from gateway.core import events as ev
-from gateway.core.machine import decide
+from gateway.core.machine import decide, delivered, delivery_deadline
 from gateway.core.policy import RetryPolicy
 from gateway.core.properties import ORIGIN_TOPIC, visible_properties
 from gateway.core.record import Record
@@ -19,6 +19,7 @@ from gateway.core.states import READY, WAITING_RETRY
 from gateway.engine.api import Delivery, InitialPosition, SubscriptionSpec
 from gateway.engine.base import Batch
 from gateway.engine.dispatch import (
+    KEY_SHARED,
     Consumer,
     InFlight,
     Subscription,
@@ -279,6 +280,17 @@ class Delivering(Expiring):
             now, real = time.both()
             live = sub.receivers()
             with self._counted():
+                if len(live) == 1 and self._plain(sub):
+                    # One consumer, no key rules, nobody taking whole transitions: the batch
+                    # goes out as a unit (what fits its room; the rest is given back).
+                    only = live[0]
+                    room = max(0, only.room())
+                    if room:
+                        self._deliver_all(sub, got[:room], only, now, real)
+                    if len(got) > room:
+                        await backend.release([Release(s.lease, self.clock.now_ms(), s.attempt,
+                                                       s.retries) for s in got[room:]])
+                    continue
                 for stored in got:
                     consumer = sub.pick(live, stored.key)
                     if consumer is None:
@@ -296,6 +308,48 @@ class Delivering(Expiring):
                                   message_id=stored.message_id)
                         continue
                     consumer.push(delivery)
+
+    def _plain(self, sub: Subscription) -> bool:
+        """True when a dispatch batch of `sub` may go out as a unit (`_deliver_all`): no key
+        decides who gets a message, and nobody takes whole transitions."""
+        return (sub.spec.consumer_type is not KEY_SHARED and not sub.policy.blocks_queue
+                and not self.observers.full and not self._trace_debug)
+
+    def _deliver_all(
+        self, sub: Subscription, got: list[StoredMessage], consumer: Consumer, now: int,
+        real: int,
+    ) -> None:
+        """Lease `got` to `consumer` as `_deliver` does each, as one batch: one deadline and one
+        timer entry for them all, their counts told once, pushed together. For a `_plain`
+        subscription (no observer takes whole transitions, so none is told of each)."""
+        policy = consumer.policy
+        group = sub.group
+        deadline = delivery_deadline(policy, None, now)
+        n = next(self._counter) if deadline else 0
+        inflight = self.inflight
+        receipts = self._new_receipts(len(got))
+        deliveries: list[Delivery] = []
+        attempts: dict[tuple[str, int], int] = {}
+        deadline_real = real + self._time.real_ms(deadline - now) if deadline else 0
+        for stored, receipt in zip(got, receipts, strict=True):
+            props = stored.properties
+            topic = props.get(ORIGIN_TOPIC, stored.topic) if props else stored.topic
+            attempt = stored.attempt + 1
+            record = delivered(stored.message_id, topic, group, stored.attempt, stored.retries,
+                               receipt, deadline, now)
+            inflight[receipt] = InFlight(receipt, record, stored, sub, consumer, policy, False,
+                                         n, False)
+            deliveries.append(Delivery(
+                receipt, stored.message_id, stored.topic, topic, stored.body,
+                visible_properties(props), stored.key, stored.tag, attempt, stored.retries,
+                deadline_real, stored.publish_ms, stored.deliver_at_ms, group))
+            key = (topic, attempt)
+            attempts[key] = attempts.get(key, 0) + 1
+        if n:
+            self._arm_all(n, receipts, deadline_real)
+        if self.observers.counters:
+            self._count_all("INFLIGHT", group, policy.name, attempts)
+        consumer.push_all(deliveries)
 
     def _deliver_held(self, sub: Subscription) -> None:
         """Ordered retries whose interval passed go out first, to the key's consumer."""

@@ -127,6 +127,15 @@ class Consumer:
         self.credit -= 1
         self.ready.set()
 
+    def push_all(self, deliveries: list[Delivery]) -> None:
+        """`push` each of `deliveries`, in order."""
+        if not deliveries:
+            return
+        self.outbox.extend(deliveries)
+        self.receipts.update([d.receipt for d in deliveries])
+        self.credit -= len(deliveries)
+        self.ready.set()
+
     async def cancel(self) -> None:
         """No more deliveries; those still in the outbox are given back (`ConsumerPort`)."""
         if self.cancelled or self.closed:

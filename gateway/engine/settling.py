@@ -23,6 +23,7 @@ from gateway.core.machine import (
     decide,
 )
 from gateway.core.properties import DEAD_AT, DEAD_REASON, ORIGIN_TOPIC
+from gateway.core.states import INFLIGHT
 from gateway.engine.api import ACK, SettleAction, SettleGuard, Settlement, SettleResult
 from gateway.engine.base import Batch, EngineBase
 from gateway.engine.dispatch import InFlight
@@ -71,9 +72,25 @@ class Settling(EngineBase):
         batch = Batch()
         failed: dict[int, SettleResult] = {}
         now, real = self._time.both()
-        inflight = self.inflight
         with self._counted():
-            for i, receipt in enumerate(receipts):
+            if not self.observers.full and not self._trace_debug:
+                self._ack_all(receipts, guard, batch, failed, now, real)
+            else:
+                self._ack_each(receipts, guard, batch, failed, now, real)
+        try:
+            await self._flush(batch)
+        except GatewayError as exc:
+            return {i: failed.get(i) or SettleResult(r, False, exc.code, exc.message)
+                    for i, r in enumerate(receipts)}
+        return failed
+
+    def _ack_each(
+        self, receipts: Sequence[str], guard: SettleGuard | None, batch: Batch,
+        failed: dict[int, SettleResult], now: int, real: int,
+    ) -> None:
+        """`ack` one by one: each decided by the state machine, each told to observers."""
+        inflight = self.inflight
+        for i, receipt in enumerate(receipts):
                 inf = inflight.get(receipt)
                 try:
                     if inf is None or inf.held:
@@ -84,12 +101,58 @@ class Settling(EngineBase):
                     self._apply(inf, decision, batch, now, real)
                 except GatewayError as exc:
                     failed[i] = SettleResult(receipt, False, exc.code, exc.message)
-        try:
-            await self._flush(batch)
-        except GatewayError as exc:
-            return {i: failed.get(i) or SettleResult(r, False, exc.code, exc.message)
-                    for i, r in enumerate(receipts)}
-        return failed
+
+    def _ack_all(
+        self, receipts: Sequence[str], guard: SettleGuard | None, batch: Batch,
+        failed: dict[int, SettleResult], now: int, real: int,
+    ) -> None:
+        """`ack` as a batch, when no observer takes whole transitions: an ack of the delivery
+        in flight is COMMITTED without a decision object per message (what `decide` gives for
+        it), its counts and settle times told once per batch; anything else (a stale, spent or
+        refused receipt) goes through `decide` as in `_ack_each`."""
+        inflight = self.inflight
+        acks = batch.acks
+        tally = self._tally if self.observers.counters else None
+        spans: dict[str, list[float]] | None = {} if self.observers.settle_timers else None
+        t = self._time
+        anchor, scale = t.anchor_ms, t.scale
+        for i, receipt in enumerate(receipts):
+            inf = inflight.get(receipt)
+            if inf is None or inf.held:
+                exc: GatewayError = StaleReceipt(receipt)
+                failed[i] = SettleResult(receipt, False, exc.code, exc.message)
+                continue
+            record = inf.record
+            try:
+                if guard is not None:
+                    guard(inf.sub.spec.topic, inf.sub.spec.group)
+                if record.state is not INFLIGHT or record.receipt != receipt or not receipt:
+                    self._apply(inf, decide(record, ev.Ack(receipt), inf.policy, now), batch,
+                                now, real)
+                    continue
+            except GatewayError as exc:
+                failed[i] = SettleResult(receipt, False, exc.code, exc.message)
+                continue
+            # COMMIT, carried out as `_apply` does.
+            if inf.timer:
+                self._disarm(inf)
+            del inflight[receipt]
+            consumer = inf.consumer
+            if consumer is not None:
+                consumer.settled(receipt)
+            if inf.blocks:
+                inf.sub.blocked_keys.discard(inf.stored.key)
+                inf.sub.wake.set()
+            acks.append(inf.stored.lease)
+            if tally is not None:
+                key = ("COMMITTED", record.topic, record.group, inf.policy.name, record.attempt)
+                tally[key] = tally.get(key, 0) + 1
+            if spans is not None:
+                out_ms = real - anchor - int((record.delivered_at_ms - anchor) * scale)
+                spans.setdefault(inf.policy.name, []).append(max(0, out_ms) / 1000)
+        if spans:
+            for policy, seconds in spans.items():
+                self.observers.settled_all(policy, "COMMITTED", seconds)
 
     def _decide_all(
         self, settlements: Sequence[Settlement], now: int, guard: SettleGuard | None
@@ -230,5 +293,4 @@ class Settling(EngineBase):
         held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, inf.policy,
                         held=True, timer=n, blocks=inf.blocks)
         self.inflight[receipt] = held
-        self._timer_receipts[n] = receipt
-        self.timers.schedule(self._time.real_after(decision.delay_ms), n)
+        self._arm_all(n, [receipt], self._time.real_after(decision.delay_ms))
