@@ -23,7 +23,7 @@ from gateway.core.machine import (
     decide,
 )
 from gateway.core.properties import DEAD_AT, DEAD_REASON, ORIGIN_TOPIC
-from gateway.core.states import INFLIGHT
+from gateway.core.states import INFLIGHT, WAITING_RETRY
 from gateway.engine.api import ACK, SettleAction, SettleGuard, Settlement, SettleResult
 from gateway.engine.base import Batch, EngineBase
 from gateway.engine.dispatch import InFlight
@@ -49,12 +49,16 @@ class Settling(EngineBase):
         # Atomic: every item is decided before any is applied, and the first bad one raises.
         decided = self._decide_all(settlements, now, guard) if atomic else None
         with self._counted():
-            for i, item in enumerate(settlements):
-                try:
-                    one = decided[i] if decided is not None else self._decide(item, now, guard)
-                    results.append(self._carry_out(*one, batch, now, real))
-                except GatewayError as exc:
-                    results.append(SettleResult(item.receipt, False, exc.code, exc.message))
+            if decided is None and not self.observers.full and not self._trace_debug:
+                results = self._settle_all(settlements, guard, batch, now, real)
+            else:
+                for i, item in enumerate(settlements):
+                    try:
+                        one = decided[i] if decided is not None else self._decide(item, now,
+                                                                                  guard)
+                        results.append(self._carry_out(*one, batch, now, real))
+                    except GatewayError as exc:
+                        results.append(SettleResult(item.receipt, False, exc.code, exc.message))
         try:
             await self._flush(batch)
         except GatewayError as exc:
@@ -62,6 +66,47 @@ class Settling(EngineBase):
                 r if not r.ok else SettleResult(r.receipt, False, exc.code, exc.message)
                 for r in results
             ]
+        return results
+
+    def _settle_all(
+        self, settlements: Sequence[Settlement], guard: SettleGuard | None, batch: Batch,
+        now: int, real: int,
+    ) -> list[SettleResult]:
+        """`settle` (not atomic) when no observer takes whole transitions: each item decided
+        by the state machine as one by one, its counts and settle times told once per batch
+        rather than per message. A changed invisible duration (a new receipt and deadline)
+        goes the one-by-one way."""
+        results: list[SettleResult] = []
+        tally = self._tally if self.observers.counters else None
+        spans: dict[tuple[str, str], list[float]] | None = (
+            {} if self.observers.settle_timers else None)
+        t = self._time
+        anchor, scale = t.anchor_ms, t.scale
+        for item in settlements:
+            try:
+                one = self._decide(item, now, guard)
+                _, inf, decision, _, _ = one
+                outcome = decision.outcome
+                if outcome is EXTEND or outcome is NO_CHANGE:
+                    results.append(self._carry_out(*one, batch, now, real))
+                    continue
+            except GatewayError as exc:
+                results.append(SettleResult(item.receipt, False, exc.code, exc.message))
+                continue
+            record = decision.record
+            to_state: str = (WAITING_RETRY if outcome is REDELIVER and record.state is INFLIGHT
+                             else record.state)._value_
+            if tally is not None:
+                key = (to_state, record.topic, record.group, inf.policy.name, record.attempt)
+                tally[key] = tally.get(key, 0) + 1
+            if spans is not None:
+                out_ms = real - anchor - int((record.delivered_at_ms - anchor) * scale)
+                spans.setdefault((inf.policy.name, to_state), []).append(max(0, out_ms) / 1000)
+            self._enact(inf, decision, batch, real)
+            results.append(SettleResult(item.receipt, True))
+        if spans:
+            for (policy, to_state), seconds in spans.items():
+                self.observers.settled_all(policy, to_state, seconds)
         return results
 
     async def ack(
@@ -222,15 +267,18 @@ class Settling(EngineBase):
     ) -> None:
         """Carry out a decision: update tables now, queue back-end work in `batch`. `now` and
         `real` are the batch's policy and real times."""
-        before = inf.record.state
+        self._emit(inf, inf.record.state, decision, real, now)
+        if decision.outcome is not NO_CHANGE:
+            self._enact(inf, decision, batch, real)
+
+    def _enact(self, inf: InFlight, decision: Decision, batch: Batch, real: int) -> None:
+        """`_apply` after the observers were told: the tables now, the back-end work into
+        `batch`. Not for NO_CHANGE."""
         record = decision.record
         stored = inf.stored
         sub = inf.sub
         policy = inf.policy
         outcome = decision.outcome
-        self._emit(inf, before, decision, real, now)
-        if outcome is NO_CHANGE:
-            return
         self._disarm(inf)
         if outcome is EXTEND:
             self.inflight.pop(inf.receipt, None)
