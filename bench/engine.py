@@ -53,7 +53,7 @@ async def consume_all(
         fails: list[Settlement] = []
         for d in got:
             if d.attempt == 1 and int((done + 1) * fail) > int(done * fail):
-                fails.append(Settlement(d.receipt, SettleAction.FAIL, reason="bench"))
+                fails.append(Settlement(d.receipt, SettleAction.FAIL))
             else:
                 acks.append(d.receipt)
             done += d.attempt == 1

@@ -54,7 +54,7 @@ async def consume(client: GatewayClient, topic: str, args: argparse.Namespace,
                 msg.ack_quietly()
                 continue
             if failing(seen, fraction):
-                futures.append(msg.fail_later(reason="bench"))
+                futures.append(msg.fail_later())
             else:
                 msg.ack_quietly()
             seen += 1

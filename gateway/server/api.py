@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any, TypeAlias
 
-from gateway.engine.api import SettleResult
+from gateway.engine.api import FAIL, Settlement, SettleResult
 from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
 from gateway.limits import MAX_CREDIT
@@ -146,7 +146,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         outbox: Outbox,
         previous: asyncio.Future[None] | None,
     ) -> None:
-        items = []
+        items: list[Settlement] = []
         refused: dict[int, SettleResult] = {}
         response = gateway_pb2.ConsumeResponse()
         answer = response.results
@@ -159,6 +159,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             except InvalidArgument as exc:
                 refused[i] = SettleResult(s.receipt, False, exc.code, exc.message)
         receipts = list(batch.acks)
+        fails = list(batch.fails)
+        if fails:  # after the explicit settlements, answered like acks (`failed_acks`)
+            items.extend([Settlement(r, FAIL) for r in fails])
         engine = self.engine
         guard = current_settle_guard()
         try:
@@ -175,12 +178,20 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise
         answered = done
+        fails_failed: dict[int, SettleResult] = {}
+        if fails:
+            explicit = len(done) - len(fails)
+            answered = done[:explicit]
+            fails_failed = {i: r for i, r in enumerate(done[explicit:]) if not r.ok}
         if refused:
             answered = convert.in_order(len(batch.settlements), refused, answered)
         convert.add_results(results, answered)
         if receipts:
             answer.acked = len(receipts) - len(acks_failed)
             convert.add_results(results, convert.failed_acks(receipts, acks_failed))
+        if fails:
+            answer.fails_applied = len(fails) - len(fails_failed)
+            convert.add_results(results, convert.failed_acks(fails, fails_failed, "fails"))
         if previous is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await previous
