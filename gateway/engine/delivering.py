@@ -280,16 +280,15 @@ class Delivering(Expiring):
             now, real = time.both()
             live = sub.receivers()
             with self._counted():
-                if len(live) == 1 and self._plain(sub):
-                    # One consumer, no key rules, nobody taking whole transitions: the batch
-                    # goes out as a unit (what fits its room; the rest is given back).
-                    only = live[0]
-                    room = max(0, only.room())
-                    if room:
-                        self._deliver_all(sub, got[:room], only, now, real)
-                    if len(got) > room:
+                if self._plain(sub):
+                    # No key rules, nobody taking whole transitions: the batch goes out as a
+                    # unit per consumer (what fits their room; the rest is given back).
+                    shares, rest = sub.share(live, got)
+                    for taker, share in shares:
+                        self._deliver_all(sub, share, taker, now, real)
+                    if rest:
                         await backend.release([Release(s.lease, self.clock.now_ms(), s.attempt,
-                                                       s.retries) for s in got[room:]])
+                                                       s.retries) for s in rest])
                     continue
                 for stored in got:
                     consumer = sub.pick(live, stored.key)

@@ -268,3 +268,19 @@ def test_a_batch_delivery_record_is_what_decide_makes(policy: str) -> None:
         made = delivered("id", TOPIC, GROUP, attempt, retries, "r-1",
                          delivery_deadline(spec_policy, None, now), now)
         assert made == expected
+
+
+async def test_a_batch_is_dealt_round_robin_within_each_consumers_room(h: Harness) -> None:
+    spec = h.spec("rocketmq")
+    a = await h.open(spec, credit=3)
+    b = await h.open(spec, credit=1)
+    await h.publish(*(b"m%d" % i for i in range(6)))
+    assert [d.body for d in a.outbox] == [b"m0", b"m2", b"m3"]
+    assert [d.body for d in b.outbox] == [b"m1"]
+    assert len(h.engine.timers) == 2 and h.engine.pending_timers() == 4
+    b.add_credit(2)  # what had no room was given back, and comes now
+    await idle()
+    assert [d.body for d in b.outbox] == [b"m1", b"m4", b"m5"]
+    taken = list(a.outbox) + list(b.outbox)
+    assert await h.engine.ack([d.receipt for d in taken]) == {}
+    assert h.engine.pending_timers() == 0 and len(h.engine.timers) == 0
