@@ -3,10 +3,11 @@
 For each fraction in `--fail` (default 0, 0.5 and 1; 0 is the ack-only baseline) a fresh
 `gateway serve` (embedded store, fsync on) gets N messages of `--size` bytes published first;
 then one push consumer (`--policy`, rocketmq by default: a failure publishes a retry copy to
-`%RETRY%group`) takes them and fails that fraction of them with the policy's own delay (a
-`Fail` without delay) and acks the rest. The consume phase ends when every message has been
-settled once and the gateway has answered: the retries themselves are not waited for (one that
-falls due during the run is acked and not counted).
+`%RETRY%group`) takes them and fails that fraction of them with the policy's own delay (in the
+settle batch's compact `fails`; `--explicit`: a `Settlement` with an empty `Fail` each) and
+acks the rest. The consume phase ends when every message has been settled once and the gateway
+has answered: the retries themselves are not waited for (one that falls due during the run is
+acked and not counted).
 
 Prints, per fraction: consume msgs/s, the gateway's CPU µs per message in the consume phase
 (with its store writer process; the writer's share and this client's CPU apart), and both as a
@@ -34,6 +35,7 @@ from bench.gateway import (
     thread_cpu,
 )
 from gateway.client import GatewayClient
+from gateway.v1 import gateway_pb2
 
 
 def failing(i: int, fraction: float) -> bool:
@@ -54,7 +56,11 @@ async def consume(client: GatewayClient, topic: str, args: argparse.Namespace,
                 msg.ack_quietly()
                 continue
             if failing(seen, fraction):
-                futures.append(msg.fail_later())
+                if args.explicit:  # a Settlement with its own result, as before `fails`
+                    futures.append(stream.settle_nowait(gateway_pb2.Settlement(
+                        receipt=msg.delivery.receipt, fail=gateway_pb2.Fail())))
+                else:
+                    futures.append(msg.fail_later())
             else:
                 msg.ack_quietly()
             seen += 1
@@ -110,7 +116,8 @@ async def run(args: argparse.Namespace) -> None:
         results.append((fraction, await run_one(args, fraction)))
     base = results[0][1]
     print(f"fail: {args.messages} x {args.size} B published first, then consumed by one push "
-          f"consumer, policy {args.policy}, prefetch {args.prefetch}, fsync on; load "
+          f"consumer, policy {args.policy}, prefetch {args.prefetch}, fsync on, fails "
+          f"{'explicit' if args.explicit else 'compact'}; load "
           f"{os.getloadavg()[0]:.1f}")
     print(f"  {'failing':>8} {'msgs/s':>9} {'CPU us/msg':>11} {'rate/first':>11} "
           f"{'CPU first/this':>15} {'writer us':>10} {'client us':>10} {'failed':>7} "
@@ -133,6 +140,9 @@ def main() -> None:
     parser.add_argument("--fail", default="0,0.5,1",
                         help="fractions of messages failed, comma-separated; the first is the "
                              "baseline the others are compared with")
+    parser.add_argument("--explicit", action="store_true",
+                        help="fail with explicit settlements (each answered on its own) instead "
+                             "of the compact `fails` of a settle batch")
     parser.add_argument("--dir", default=None, help="where to put the store (default: tmp)")
     parser.add_argument("--profile", default="",
                         help="write py-spy raw stacks of each consume phase to FILE.<fraction>")
