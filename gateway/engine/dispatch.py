@@ -259,7 +259,7 @@ class Subscription:
         turn = self._turn
         for i, stored in enumerate(got):
             if left <= 0:
-                self._turn = turn
+                self._turn = turn % count
                 return _dealt(live, shares), got[i:]
             while not rooms[turn % count]:
                 turn += 1

@@ -77,11 +77,7 @@ class Settling(EngineBase):
         rather than per message. A changed invisible duration (a new receipt and deadline)
         goes the one-by-one way."""
         results: list[SettleResult] = []
-        tally = self._tally if self.observers.counters else None
-        spans: dict[tuple[str, str], list[float]] | None = (
-            {} if self.observers.settle_timers else None)
-        t = self._time
-        anchor, scale = t.anchor_ms, t.scale
+        told = _Told(self, real)
         for item in settlements:
             try:
                 one = self._decide(item, now, guard)
@@ -93,21 +89,49 @@ class Settling(EngineBase):
             except GatewayError as exc:
                 results.append(SettleResult(item.receipt, False, exc.code, exc.message))
                 continue
-            record = decision.record
-            to_state: str = (WAITING_RETRY if outcome is REDELIVER and record.state is INFLIGHT
-                             else record.state)._value_
-            if tally is not None:
-                key = (to_state, record.topic, record.group, inf.policy.name, record.attempt)
-                tally[key] = tally.get(key, 0) + 1
-            if spans is not None:
-                out_ms = real - anchor - int((record.delivered_at_ms - anchor) * scale)
-                spans.setdefault((inf.policy.name, to_state), []).append(max(0, out_ms) / 1000)
+            told.add(inf, decision)
             self._enact(inf, decision, batch, real)
             results.append(SettleResult(item.receipt, True))
-        if spans:
-            for (policy, to_state), seconds in spans.items():
-                self.observers.settled_all(policy, to_state, seconds)
+        told.done()
         return results
+
+    async def fail(
+        self, receipts: Sequence[str], *, guard: SettleGuard | None = None
+    ) -> dict[int, SettleResult]:
+        """Fail deliveries by receipt with the policy's own wait and no reason: what `settle`
+        does with such FAIL settlements, without a settlement or a result for each. Returns
+        the failures by position in `receipts`."""
+        batch = Batch()
+        failed: dict[int, SettleResult] = {}
+        now, real = self._time.both()
+        fast = not self.observers.full and not self._trace_debug
+        inflight = self.inflight
+        with self._counted():
+            told = _Told(self, real) if fast else None
+            for i, receipt in enumerate(receipts):
+                inf = inflight.get(receipt)
+                try:
+                    if inf is None or inf.held:
+                        raise StaleReceipt(receipt)
+                    if guard is not None:
+                        guard(inf.sub.spec.topic, inf.sub.spec.group)
+                    decision = decide(inf.record, ev.Fail(receipt), inf.policy, now)
+                except GatewayError as exc:
+                    failed[i] = SettleResult(receipt, False, exc.code, exc.message)
+                    continue
+                if told is None or decision.outcome is NO_CHANGE:
+                    self._apply(inf, decision, batch, now, real)
+                    continue
+                told.add(inf, decision)
+                self._enact(inf, decision, batch, real)
+            if told is not None:
+                told.done()
+        try:
+            await self._flush(batch)
+        except GatewayError as exc:
+            return {i: failed.get(i) or SettleResult(r, False, exc.code, exc.message)
+                    for i, r in enumerate(receipts)}
+        return failed
 
     async def ack(
         self, receipts: Sequence[str], *, guard: SettleGuard | None = None
@@ -342,3 +366,42 @@ class Settling(EngineBase):
                         held=True, timer=n, blocks=inf.blocks)
         self.inflight[receipt] = held
         self._arm_all(n, [receipt], self._time.real_after(decision.delay_ms))
+
+
+class _Told:
+    """A batch's settlements as the counting observers and settle timers learn of them: counted
+    into the open batch's tally and told once at its end (`done`), not one call per message.
+    Only while no observer takes whole transitions (they are told by `_emit`)."""
+
+    __slots__ = ("anchor", "observers", "real", "scale", "spans", "tally")
+
+    def __init__(self, engine: Settling, real: int) -> None:
+        observers = engine.observers
+        self.observers = observers
+        self.tally = engine._tally if observers.counters else None
+        self.spans: dict[tuple[str, str], list[float]] | None = (
+            {} if observers.settle_timers else None)
+        time = engine.time
+        self.anchor, self.scale, self.real = time.anchor_ms, time.scale, real
+
+    def add(self, inf: InFlight, decision: Decision) -> None:
+        """A delivery settled under `decision` (not NO_CHANGE, not EXTEND), as `_emit` tells."""
+        record = decision.record
+        state = record.state
+        if decision.outcome is REDELIVER and state is INFLIGHT:
+            state = WAITING_RETRY
+        to_state: str = state._value_
+        tally = self.tally
+        if tally is not None:
+            key = (to_state, record.topic, record.group, inf.policy.name, record.attempt)
+            tally[key] = tally.get(key, 0) + 1
+        spans = self.spans
+        if spans is not None:
+            anchor = self.anchor
+            out_ms = self.real - anchor - int((record.delivered_at_ms - anchor) * self.scale)
+            spans.setdefault((inf.policy.name, to_state), []).append(max(0, out_ms) / 1000)
+
+    def done(self) -> None:
+        if self.spans:
+            for (policy, to_state), seconds in self.spans.items():
+                self.observers.settled_all(policy, to_state, seconds)

@@ -284,3 +284,36 @@ async def test_a_batch_is_dealt_round_robin_within_each_consumers_room(h: Harnes
     taken = list(a.outbox) + list(b.outbox)
     assert await h.engine.ack([d.receipt for d in taken]) == {}
     assert h.engine.pending_timers() == 0 and len(h.engine.timers) == 0
+
+
+async def test_compact_fails_are_answered_by_position(hc: tuple[Harness, Counting]) -> None:
+    h, counting = hc
+    consumer = await h.open(h.spec("rocketmq"))
+    ids = await h.publish(b"a", b"b")
+    a, b = h.pushed(consumer)
+    failed = await h.engine.fail([a.receipt, "nope", a.receipt, b.receipt])
+    assert sorted(failed) == [1, 2]
+    assert all((r.ok, r.error_code) == STALE for r in failed.values())
+    assert counting.counts[("WAITING_RETRY", TOPIC, GROUP, "rocketmq", 1)] == 2
+    assert sorted(state for _, state, _ in counting.settles) == ["WAITING_RETRY"] * 2
+    assert h.engine.pending_timers() == 0
+    await h.advance(ROCKETMQ_BACKOFF_MS[0])
+    assert sorted((d.message_id, d.attempt, d.retries) for d in h.pushed(consumer)) == sorted(
+        [(ids[0], 2, 1), (ids[1], 2, 1)])
+
+
+async def test_compact_fails_one_by_one_with_debug_lines_on() -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    h = Harness()
+    await h.engine.start()
+    try:
+        consumer = await h.open(h.spec("rocketmq"))
+        ids = await h.publish(b"a")
+        (a,) = h.pushed(consumer)
+        assert await h.engine.fail([a.receipt, a.receipt]) == {
+            1: (await h.engine.fail([a.receipt]))[0]}
+        await h.advance(ROCKETMQ_BACKOFF_MS[0])
+        (again,) = h.pushed(consumer)
+        assert (again.message_id, again.retries) == (ids[0], 1)
+    finally:
+        await h.engine.close()
