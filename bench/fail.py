@@ -9,10 +9,10 @@ acks the rest. The consume phase ends when every message has been settled once a
 has answered: the retries themselves are not waited for (one that falls due during the run is
 acked and not counted).
 
-Prints, per fraction: consume msgs/s, the gateway's CPU µs per message in the consume phase
-(with its store writer process; the writer's share and this client's CPU apart), and both as a
-ratio to the ack-only run of the same invocation. The machine may be shared: CPU per message
-is the steadier figure.
+Prints, per fraction (the median of `--rounds` runs, the fractions taken in turn): consume
+msgs/s, the gateway's CPU µs per message in the consume phase (with its store writer process;
+the writer's share and this client's CPU apart), and both as a ratio to the ack-only run of the
+same invocation. The machine may be shared: CPU per message is the steadier figure.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ async def consume(client: GatewayClient, topic: str, args: argparse.Namespace,
 async def run_one(args: argparse.Namespace, fraction: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=args.dir) as data_dir:
         command = [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", data_dir,
-                   "--listen", "127.0.0.1:0", "--log-level", "warning"]
+                   "--listen", "127.0.0.1:0", "--log-level", "warning",
+                   *(["--cache-mb", str(args.cache_mb)] if args.cache_mb >= 0 else [])]
         proc, target = await start_process(command)
         try:
             async with GatewayClient(target) as client:
@@ -111,14 +112,16 @@ async def run_one(args: argparse.Namespace, fraction: float) -> dict[str, Any]:
 
 async def run(args: argparse.Namespace) -> None:
     fractions = [float(f) for f in args.fail.split(",")]
-    results = []
-    for fraction in fractions:
-        results.append((fraction, await run_one(args, fraction)))
+    runs: dict[float, list[dict[str, Any]]] = {f: [] for f in fractions}
+    for _ in range(args.rounds):  # the fractions in turn, so a load change hits them alike
+        for fraction in fractions:
+            runs[fraction].append(await run_one(args, fraction))
+    results = [(fraction, _median(runs[fraction])) for fraction in fractions]
     base = results[0][1]
     print(f"fail: {args.messages} x {args.size} B published first, then consumed by one push "
           f"consumer, policy {args.policy}, prefetch {args.prefetch}, fsync on, fails "
-          f"{'explicit' if args.explicit else 'compact'}; load "
-          f"{os.getloadavg()[0]:.1f}")
+          f"{'explicit' if args.explicit else 'compact'}; median of {args.rounds} round(s); "
+          f"load {os.getloadavg()[0]:.1f}")
     print(f"  {'failing':>8} {'msgs/s':>9} {'CPU us/msg':>11} {'rate/first':>11} "
           f"{'CPU first/this':>15} {'writer us':>10} {'client us':>10} {'failed':>7} "
           f"{'late':>5}")
@@ -127,6 +130,11 @@ async def run(args: argparse.Namespace) -> None:
               f"{r['rate'] / base['rate']:>11.2f} {base['cpu_us'] / r['cpu_us']:>15.2f} "
               f"{r['writer_us']:>10.1f} {r['client_us']:>10.1f} "
               f"{r['failed']:>7} {r['late']:>5}")
+
+
+def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the rounds (the lower middle one for an even count)."""
+    return {key: sorted(r[key] for r in rounds)[(len(rounds) - 1) // 2] for key in rounds[0]}
 
 
 def main() -> None:
@@ -140,10 +148,15 @@ def main() -> None:
     parser.add_argument("--fail", default="0,0.5,1",
                         help="fractions of messages failed, comma-separated; the first is the "
                              "baseline the others are compared with")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every fraction this many times, in turn; print the medians")
     parser.add_argument("--explicit", action="store_true",
                         help="fail with explicit settlements (each answered on its own) instead "
                              "of the compact `fails` of a settle batch")
     parser.add_argument("--dir", default=None, help="where to put the store (default: tmp)")
+    parser.add_argument("--cache-mb", type=int, default=-1,
+                        help="the gateway's --cache-mb (default: its own): retry copies share "
+                             "the cache with the backlog, which then is read from disk")
     parser.add_argument("--profile", default="",
                         help="write py-spy raw stacks of each consume phase to FILE.<fraction>")
     asyncio.run(run(parser.parse_args()))
