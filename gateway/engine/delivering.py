@@ -315,15 +315,18 @@ class Delivering(Expiring):
                 and not self.observers.full and not self._trace_debug)
 
     def _deliver_all(
-        self, sub: Subscription, got: list[StoredMessage], consumer: Consumer, now: int,
-        real: int,
-    ) -> None:
-        """Lease `got` to `consumer` as `_deliver` does each, as one batch: one deadline and one
-        timer entry for them all, their counts told once, pushed together. For a `_plain`
-        subscription (no observer takes whole transitions, so none is told of each)."""
-        policy = consumer.policy
+        self, sub: Subscription, got: list[StoredMessage], consumer: Consumer | None, now: int,
+        real: int, policy: RetryPolicy | None = None, invisible_ms: int | None = None,
+    ) -> list[Delivery]:
+        """Lease `got` as `_deliver` does each, as one batch: one deadline and one timer entry
+        for them all, their counts told once; pushed together to `consumer` (under its policy),
+        or returned for a pull receive (None, under `policy`, with `invisible_ms`). For a
+        `_plain` subscription (no observer takes whole transitions, so none is told of each)."""
+        if consumer is not None:
+            policy = consumer.policy
+        assert policy is not None
         group = sub.group
-        deadline = delivery_deadline(policy, None, now)
+        deadline = delivery_deadline(policy, invisible_ms, now)
         n = next(self._counter) if deadline else 0
         inflight = self.inflight
         receipts = self._new_receipts(len(got))
@@ -348,7 +351,9 @@ class Delivering(Expiring):
             self._arm_all(n, receipts, deadline_real)
         if self.observers.counters:
             self._count_all("INFLIGHT", group, policy.name, attempts)
-        consumer.push_all(deliveries)
+        if consumer is not None:
+            consumer.push_all(deliveries)
+        return deliveries
 
     def _deliver_held(self, sub: Subscription) -> None:
         """Ordered retries whose interval passed go out first, to the key's consumer."""
@@ -424,6 +429,10 @@ class Delivering(Expiring):
             got = await self._fetch(sub, max_messages)
             if got:
                 now, real = self._time.both()
+                if self._plain(sub):
+                    with self._counted():
+                        return self._deliver_all(sub, got, None, now, real, policy,
+                                                 invisible_ms)
                 return [self._deliver(sub, s, None, invisible_ms, now, real, policy)
                         for s in got]
             left = give_up - loop.time()

@@ -317,3 +317,21 @@ async def test_compact_fails_one_by_one_with_debug_lines_on() -> None:
         assert (again.message_id, again.retries) == (ids[0], 1)
     finally:
         await h.engine.close()
+
+
+async def test_a_pull_receive_is_leased_as_a_batch(h: Harness) -> None:
+    spec = h.spec("rocketmq-simple")
+    await h.publish(b"a", b"b", b"c")
+    got = await h.receive(spec, 3, invisible_ms=30 * SECOND)
+    assert [d.body for d in got] == [b"a", b"b", b"c"]
+    assert {d.deadline_ms for d in got} == {h.now() + 30 * SECOND}
+    assert len(h.engine.timers) == 1 and h.engine.pending_timers() == 3
+    changed = await h.settle(got[0].receipt, SettleAction.EXTEND, invisible_ms=60 * SECOND)
+    assert changed.ok and len(h.engine.timers) == 2 and h.engine.pending_timers() == 3
+    assert await h.engine.ack([got[1].receipt]) == {}
+    await h.advance(30 * SECOND)  # c times out: visible again at once (simple consumer)
+    (again,) = await h.receive(spec, 3, invisible_ms=30 * SECOND)
+    assert (again.body, again.attempt) == (b"c", 2)
+    await h.advance(30 * SECOND)  # a's extended period ran out too
+    assert sorted((d.body, d.attempt) for d in await h.receive(spec, 3)) == [
+        (b"a", 2), (b"c", 3)]
