@@ -72,6 +72,10 @@ class Batch:
         self.copies: dict[str, list[OutMessage]] = defaultdict(list)
         self.acks: list[Lease] = []
         self.releases: list[Release] = []
+        self.held: dict[int, tuple[int, list[str]]] = {}
+        """Ordered retries held in the engine, by timer key: their due time and receipts."""
+        self.hold_keys: dict[int, int] = {}
+        """The timer key of each due time in `held`."""
 
     def empty(self) -> bool:
         return not (self.copies or self.acks or self.releases)
@@ -250,7 +254,11 @@ class EngineBase:
 
     async def _flush(self, batch: Batch) -> None:
         """The batch's back-end work in one call: copies first, then acks and releases
-        (`Backend.carry_out`; the embedded store commits them in one transaction)."""
+        (`Backend.carry_out`; the embedded store commits them in one transaction). The
+        batch's held ordered retries get their timer entries first, one per due time."""
+        for n, (due, receipts) in batch.held.items():
+            self._arm_all(n, receipts, due)
+        batch.held.clear()
         if batch.empty():
             return
         if batch.copies:

@@ -318,7 +318,7 @@ class Settling(EngineBase):
             inf.consumer.settled(inf.receipt)
         if outcome is REDELIVER and policy.blocks_queue:
             # Pushed or pulled alike: the key stays blocked until this retry goes out.
-            self._hold(inf, decision)
+            self._hold(inf, decision, batch, real)
             return
         if inf.blocks:
             sub.blocked_keys.discard(stored.key)
@@ -359,13 +359,19 @@ class Settling(EngineBase):
             )
             batch.acks.append(stored.lease)
 
-    def _hold(self, inf: InFlight, decision: Decision) -> None:
-        """Ordered queue: keep the failed message (and its key blocked) until its retry is due."""
-        n, receipt = self._new_receipt()
+    def _hold(self, inf: InFlight, decision: Decision, batch: Batch, real: int) -> None:
+        """Ordered queue: keep the failed message (and its key blocked) until its retry is due
+        (the batch's retries due at one time share one timer entry, armed by `_flush`)."""
+        due = real + self._time.real_ms(decision.delay_ms)
+        n = batch.hold_keys.get(due)
+        if n is None:
+            n = batch.hold_keys[due] = next(self._counter)
+            batch.held[n] = (due, [])
+        _, receipt = self._new_receipt()
         held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, inf.policy,
                         held=True, timer=n, blocks=inf.blocks)
         self.inflight[receipt] = held
-        self._arm_all(n, [receipt], self._time.real_after(decision.delay_ms))
+        batch.held[n][1].append(receipt)
 
 
 class _Told:

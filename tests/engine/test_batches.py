@@ -22,7 +22,13 @@ from gateway.engine.config import EngineConfig
 from gateway.engine.observe import Transition
 
 from .harness import GROUP, TOPIC, Harness, idle
-from .semantics import MINUTE, ROCKETMQ_BACKOFF_MS, ROCKETMQ_PUSH_TIMEOUT_MS, SECOND
+from .semantics import (
+    MINUTE,
+    ROCKETMQ_BACKOFF_MS,
+    ROCKETMQ_PUSH_TIMEOUT_MS,
+    ROCKETMQ_SUSPEND_MS,
+    SECOND,
+)
 
 STALE = (False, "FAILED_PRECONDITION")
 
@@ -335,3 +341,18 @@ async def test_a_pull_receive_is_leased_as_a_batch(h: Harness) -> None:
     await h.advance(30 * SECOND)  # a's extended period ran out too
     assert sorted((d.body, d.attempt) for d in await h.receive(spec, 3)) == [
         (b"a", 2), (b"c", 3)]
+
+
+async def test_ordered_retries_failed_together_share_one_timer_entry(h: Harness) -> None:
+    consumer = await h.open(h.spec("rocketmq-orderly"))
+    ids = await h.publish_keyed(("k1", b"a"), ("k2", b"b"), ("k3", b"c"), ("k1", b"a2"))
+    got = h.pushed(consumer)
+    assert [d.body for d in got] == [b"a", b"b", b"c"]  # a2 waits behind a (same key)
+    results = await h.engine.settle([Settlement(d.receipt, SettleAction.FAIL) for d in got])
+    assert all(r.ok for r in results)
+    assert len(h.engine.timers) == 1 and h.engine.pending_timers() == 3
+    await h.advance(ROCKETMQ_SUSPEND_MS - 1)
+    assert h.pushed(consumer) == []
+    await h.advance(1)
+    again = h.pushed(consumer)
+    assert [(d.message_id, d.attempt) for d in again] == [(i, 2) for i in ids[:3]]
