@@ -1,11 +1,12 @@
 """Per-message cost of the engine alone, without gRPC: `python -m bench.engine`.
 
 Drives an Engine over an EmbeddedStore in one process: publishes N messages in batches, then one
-push consumer (policy rocketmq by default) takes deliveries and acks them in batches. Prints
+push consumer (policy rocketmq by default) takes deliveries and acks them in batches (or fails
+a fraction of them with the policy's delay: `--fail 0.5`). Prints
 msgs/s and µs of CPU per message for publishing and for the consume side (deliver + settle):
 for the whole process, and for the event loop's thread alone (the engine without the store's
 threads). With `--metrics` the Prometheus observer is attached, as in `gateway serve`;
-`--profile FILE` writes a cProfile of the consume phase.
+`--profile FILE` writes a cProfile (thread CPU time) of the consume phase.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import cProfile
 import pathlib
 import tempfile
 import time
+from collections.abc import Awaitable
 
 from adapters import builtin_registry
 from gateway.backend.base import OutMessage
@@ -35,16 +37,30 @@ async def publish_all(engine: Engine, total: int, batch: int, size: int) -> None
                                        for _ in range(count)])
 
 
-async def consume_all(engine: Engine, total: int, policy: str, batch: int) -> None:
+async def consume_all(
+    engine: Engine, total: int, policy: str, batch: int, fail: float = 0.0
+) -> None:
+    """Take `total` first deliveries and settle them in batches as the gRPC front end does:
+    acks by receipt (`Engine.ack`), failures (a `fail` fraction, spread evenly, with the
+    policy's delay) as settlements; a retry that falls due meanwhile is acked, not counted."""
     spec = SubscriptionSpec(topic="bench", group="bench-group", policy=policy)
     consumer = await engine.open_consumer(spec, credit=2 * batch)
     done = 0
-    pending: set[asyncio.Task[object]] = set()
+    pending: set[asyncio.Future[object]] = set()
     while done < total:
         got = await consumer.next_batch(batch)
-        done += len(got)
-        items = [Settlement(d.receipt, SettleAction.ACK) for d in got]
-        task: asyncio.Task[object] = asyncio.ensure_future(engine.settle(items))
+        acks: list[str] = []
+        fails: list[Settlement] = []
+        for d in got:
+            if d.attempt == 1 and int((done + 1) * fail) > int(done * fail):
+                fails.append(Settlement(d.receipt, SettleAction.FAIL))
+            else:
+                acks.append(d.receipt)
+            done += d.attempt == 1
+        work: list[Awaitable[object]] = [engine.ack(acks)] if acks else []
+        if fails:
+            work.append(engine.settle(fails))
+        task: asyncio.Future[object] = asyncio.ensure_future(asyncio.gather(*work))
         pending.add(task)
         task.add_done_callback(pending.discard)
         consumer.add_credit(len(got))
@@ -69,11 +85,11 @@ async def run(args: argparse.Namespace) -> None:
             await publish_all(engine, args.messages, args.batch, args.size)
             cpu1, wall1, loop1 = time.process_time(), time.perf_counter(), time.thread_time()
             report("publish", args.messages, wall1 - wall0, cpu1 - cpu0, loop1 - loop0)
-            profiler = cProfile.Profile() if args.profile else None
+            profiler = cProfile.Profile(time.thread_time) if args.profile else None
             if profiler is not None:
                 profiler.enable()
             cpu0, wall0, loop0 = time.process_time(), time.perf_counter(), time.thread_time()
-            await consume_all(engine, args.messages, args.policy, args.batch)
+            await consume_all(engine, args.messages, args.policy, args.batch, args.fail)
             cpu1, wall1, loop1 = time.process_time(), time.perf_counter(), time.thread_time()
             if profiler is not None:
                 profiler.disable()
@@ -99,6 +115,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--policy", default="rocketmq")
+    parser.add_argument("--fail", type=float, default=0.0,
+                        help="fraction of deliveries failed with the policy's delay (0..1)")
     parser.add_argument("--metrics", action="store_true", help="attach the Prometheus observer")
     parser.add_argument("--no-fsync", action="store_true")
     parser.add_argument("--dir", default=None, help="where to put the store (default: tmp)")

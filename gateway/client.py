@@ -57,6 +57,10 @@ class _UnarySettler:
     def ack_nowait(self, receipt: str) -> asyncio.Future[gateway_pb2.SettleResult]:
         return self.settle_nowait(gateway_pb2.Settlement(receipt=receipt, ack=gateway_pb2.Ack()))
 
+    def fail_nowait(self, receipt: str) -> asyncio.Future[gateway_pb2.SettleResult]:
+        return self.settle_nowait(gateway_pb2.Settlement(receipt=receipt,
+                                                         fail=gateway_pb2.Fail()))
+
     def ack_quietly(self, receipt: str, generation: int) -> None:
         raise TypeError("ack_quietly needs a consume stream; use ack() after receive()")
 

@@ -32,6 +32,10 @@ class Settler(Protocol):
 
     def ack_nowait(self, receipt: str) -> asyncio.Future[gateway_pb2.SettleResult]: ...
 
+    def fail_nowait(self, receipt: str) -> asyncio.Future[gateway_pb2.SettleResult]:
+        """Fail with the policy's own wait and no reason."""
+        ...
+
     def ack_quietly(self, receipt: str, generation: int) -> None:
         """Ack without a result to await; a failure is kept in the stream's `failures`."""
         ...
@@ -121,12 +125,33 @@ class Message:
     ) -> gateway_pb2.SettleResult:
         """Fail: the message comes again after the policy's retry wait (or `delay_ms` /
         `delay_level`), or is dead-lettered once retries are exhausted."""
+        return await self._fail(delay_ms, delay_level, reason, compact=False)
+
+    def fail_later(
+        self, delay_ms: int | None = None, delay_level: int | None = None, reason: str = ""
+    ) -> asyncio.Future[gateway_pb2.SettleResult]:
+        """`fail` without waiting: the failure joins the next settle batch; await the future
+        (or not) for its result. On a stream, one with the policy's own wait and no reason
+        goes in the batch's compact `fails`; a successful result then does not echo the
+        receipt."""
+        return self._fail(delay_ms, delay_level, reason, compact=True)
+
+    def _fail(
+        self, delay_ms: int | None, delay_level: int | None, reason: str, *, compact: bool
+    ) -> asyncio.Future[gateway_pb2.SettleResult]:
+        self._claim()
+        if self._stale():
+            return _done(ended_result(self.delivery.receipt, STALE_GENERATION))
+        if compact and delay_ms is None and delay_level is None and not reason:
+            # The policy's own wait: the next batch's compact `fails` (answered like acks).
+            return self._settler.fail_nowait(self.delivery.receipt)
         fail = gateway_pb2.Fail(reason=reason)
         if delay_ms is not None:
             fail.delay_ms = delay_ms
         if delay_level is not None:
             fail.delay_level = delay_level
-        return await self._settle(gateway_pb2.Settlement(fail=fail))
+        settlement = gateway_pb2.Settlement(fail=fail, receipt=self.delivery.receipt)
+        return self._settler.settle_nowait(settlement)
 
     async def dead_letter(self, reason: str = "") -> gateway_pb2.SettleResult:
         """Dead-letter now, whatever retries are left."""

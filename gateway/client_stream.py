@@ -33,7 +33,7 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -82,6 +82,9 @@ class ConsumeStream:
         self._acks: list[str] = []
         self._ack_futures: list[asyncio.Future[gateway_pb2.SettleResult] | None] = []
         """One per queued ack, in order: its future, or None for a quiet ack."""
+        self._fails: list[str] = []
+        self._fail_futures: list[asyncio.Future[gateway_pb2.SettleResult]] = []
+        """Compact fails queued (the policy's own wait), with their futures."""
         self._sent: collections.deque[_Sent] = collections.deque()
         """What each batch sent and not yet answered holds: answers come in the same order."""
         self._all_answered: asyncio.Future[None] | None = None
@@ -218,10 +221,10 @@ class ConsumeStream:
         if self._flusher is not None:
             self._flusher.cancel()
             self._flusher = None
-        unsent = _Sent(0, self._acks, self._ack_futures)
+        unsent = _Sent(0, self._acks, self._ack_futures, self._fails, self._fail_futures)
         waiters, sent = self._waiters, [*self._sent, unsent]
         self._waiters, self._ack_futures, self._sent = {}, [], collections.deque()
-        self._pending, self._acks = [], []
+        self._pending, self._acks, self._fails, self._fail_futures = [], [], [], []
         for waiter in waiters.values():
             if not waiter.done():
                 waiter.set_result(ended_result())
@@ -231,6 +234,9 @@ class ConsumeStream:
                     self.failures.append(ended_result(receipt))
                 elif not future.done():
                     future.set_result(ended_result())
+            for fail_future in batch.fail_futures:
+                if not fail_future.done():
+                    fail_future.set_result(ended_result())
         self._check_answered()
 
     def _check_answered(self) -> None:
@@ -247,7 +253,7 @@ class ConsumeStream:
         """The next delivery. Raises StreamFailed when the stream failed (with `reconnect`:
         once resubscribing gave up), StopAsyncIteration once the consumer closed it."""
         deliveries = self._deliveries
-        if not deliveries and (self._acks or self._pending):
+        if not deliveries and (self._acks or self._pending or self._fails):
             # Everything received is handled: its settlements go now, as one batch.
             self._flush()
         while True:
@@ -338,6 +344,20 @@ class ConsumeStream:
         self._queue_ack(receipt, future)
         return future
 
+    def fail_nowait(self, receipt: str) -> asyncio.Future[gateway_pb2.SettleResult]:
+        """Queue a fail with the policy's own wait for the next batch's compact `fails`; the
+        future resolves with its result (a successful one does not echo the receipt)."""
+        future: asyncio.Future[gateway_pb2.SettleResult] = (
+            asyncio.get_running_loop().create_future()
+        )
+        if self._closed:
+            future.set_result(ended_result(receipt))
+            return future
+        self._fails.append(receipt)
+        self._fail_futures.append(future)
+        self._queued(asyncio.get_running_loop())
+        return future
+
     def ack_quietly(self, receipt: str, generation: int | None = None) -> None:
         """Queue an ack for the next batch's compact `acks` with no future: a failed result is
         appended to `failures` (at once for a delivery of an earlier `generation`)."""
@@ -362,7 +382,7 @@ class ConsumeStream:
         self._queued(asyncio.get_running_loop())
 
     def _queued(self, loop: asyncio.AbstractEventLoop) -> None:
-        if len(self._pending) + len(self._acks) >= self.settle_batch:
+        if len(self._pending) + len(self._acks) + len(self._fails) >= self.settle_batch:
             self._flush()
         elif self._flusher is None:
             self._flusher = loop.call_later(0.002, self._flush)
@@ -371,16 +391,18 @@ class ConsumeStream:
         if self._flusher is not None:
             self._flusher.cancel()
             self._flusher = None
-        if not self._pending and not self._acks:
+        if not self._pending and not self._acks and not self._fails:
             return
         batch, self._pending = self._pending, []
         acks, self._acks = self._acks, []
         futures, self._ack_futures = self._ack_futures, []
-        self._sent.append(_Sent(len(batch), acks, futures))
+        fails, self._fails = self._fails, []
+        fail_futures, self._fail_futures = self._fail_futures, []
+        self._sent.append(_Sent(len(batch), acks, futures, fails, fail_futures))
         self._requests.put_nowait(
             gateway_pb2.ConsumeRequest(
-                settle=gateway_pb2.SettleBatch(settlements=batch, acks=acks,
-                                               credit=len(batch) + len(acks))
+                settle=gateway_pb2.SettleBatch(settlements=batch, acks=acks, fails=fails,
+                                               credit=len(batch) + len(acks) + len(fails))
             )
         )
 
@@ -402,10 +424,16 @@ class ConsumeStream:
                         self.failures.append(bad)
                 elif not future.done():
                     future.set_result(ok if bad is None else bad)
+            for receipt, fail_future in zip(sent.fails, sent.fail_futures, strict=True):
+                if not fail_future.done():
+                    fail_future.set_result(failed.get(receipt, ok))
         else:
             for future in sent.ack_futures:
                 if future is not None and not future.done():
                     future.set_result(ok)
+            for fail_future in sent.fail_futures:
+                if not fail_future.done():
+                    fail_future.set_result(ok)
         self._check_answered()
 
 
@@ -421,9 +449,11 @@ async def _request_iter(
 
 @dataclass(slots=True)
 class _Sent:
-    """A settle batch on its way: its explicit settlements' count, and its compact acks with
-    their futures (None for a quiet ack)."""
+    """A settle batch on its way: its explicit settlements' count, its compact acks with their
+    futures (None for a quiet ack), and its compact fails with theirs."""
 
     explicit: int
     acks: list[str]
     ack_futures: list[asyncio.Future[gateway_pb2.SettleResult] | None]
+    fails: list[str] = field(default_factory=list)
+    fail_futures: list[asyncio.Future[gateway_pb2.SettleResult]] = field(default_factory=list)

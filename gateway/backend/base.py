@@ -21,6 +21,7 @@ Retry and dead-letter destinations are ordinary topics. Product-specific code li
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -198,6 +199,26 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def release(self, releases: Sequence[Release]) -> None:
         """Give leased messages back, visible at the given times with new counters; durable."""
+
+    async def carry_out(
+        self,
+        copies: Mapping[str, Sequence[OutMessage]],
+        acks: Sequence[Lease],
+        releases: Sequence[Release],
+    ) -> None:
+        """A settle batch's work, durable on return: append `copies` (retry and dead-letter
+        copies, by topic), then ack `acks` (among them the originals of the copies) and release
+        `releases`. A copy is durable no later than the ack of its original, so a crash in
+        between leaves both (delivered again, never lost). Here: the copies are published,
+        then the acks and the releases made, each awaited; a back end that can commit them
+        together overrides it (the embedded store: one transaction)."""
+        if copies:
+            await asyncio.gather(*(self.publish(topic, messages)
+                                   for topic, messages in copies.items() if messages))
+        if acks:
+            await self.ack(acks)
+        if releases:
+            await self.release(releases)
 
     @abc.abstractmethod
     async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:

@@ -120,18 +120,36 @@ def _live(record: Record, receipt: str, event: Event) -> None:
         raise StaleReceipt(receipt)
 
 
+def delivery_deadline(policy: RetryPolicy, invisible_ms: int | None, now_ms: int) -> int:
+    """The deadline of a delivery made at `now_ms` under `policy` (0: none): the invisible
+    duration asked for, checked against the policy's range, or the policy's own timeout."""
+    if invisible_ms is not None:
+        if policy.invisible_range_ms is None:
+            raise _fixed_timeout(policy, invisible_ms)
+        low, high = policy.invisible_range_ms
+        timeout: int | None = check_range("invisible_ms", invisible_ms, low, high, "ms")
+    else:
+        timeout = policy.delivery_timeout_ms
+    return now_ms + timeout if timeout is not None else 0
+
+
+def delivered(
+    message_id: str, topic: str, group: str, attempt: int, retries: int, receipt: str,
+    deadline_ms: int, now_ms: int,
+) -> Record:
+    """The record of a READY message (visible at `now_ms`, `attempt` deliveries so far)
+    delivered at `now_ms` with `receipt` and `deadline_ms` (`delivery_deadline`): what
+    `decide` makes of it on `Deliver`, for a batch delivered at one time under one policy
+    without an event and a decision per message."""
+    return Record(message_id, topic, group, INFLIGHT, attempt + 1, retries, now_ms, deadline_ms,
+                  now_ms, receipt)
+
+
 def _deliver(record: Record, event: Deliver, policy: RetryPolicy, now_ms: int) -> Decision:
     visible = record.state is READY or record.state is WAITING_RETRY
     if not visible or now_ms < record.visible_at_ms:
         raise IllegalTransition(record.state.value, "Deliver", "the message is not visible")
-    if event.invisible_ms is not None:
-        if policy.invisible_range_ms is None:
-            raise _fixed_timeout(policy, event.invisible_ms)
-        low, high = policy.invisible_range_ms
-        timeout: int | None = check_range("invisible_ms", event.invisible_ms, low, high, "ms")
-    else:
-        timeout = policy.delivery_timeout_ms
-    deadline = now_ms + timeout if timeout is not None else 0
+    deadline = delivery_deadline(policy, event.invisible_ms, now_ms)
     new = record.evolve(
         state=INFLIGHT,
         attempt=record.attempt + 1,

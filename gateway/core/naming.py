@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import string
 from dataclasses import dataclass
 
@@ -32,7 +33,9 @@ def namespace_of(topic: str) -> str:
     return topic[: topic.rfind("/") + 1]
 
 
+@functools.lru_cache(maxsize=4096)
 def _format(template: str, topic: str, group: str) -> str:
+    """A destination name (remembered: a retry names its destination on every failure)."""
     return template.format(topic=topic, group=group, ns=namespace_of(topic))
 
 

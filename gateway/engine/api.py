@@ -49,6 +49,7 @@ class SettleAction(enum.Enum):
 
 ACK = SettleAction.ACK
 """`SettleAction.ACK` as a module constant for the per-message paths (see `gateway.core.states`)."""
+FAIL = SettleAction.FAIL
 
 
 @dataclass(frozen=True, slots=True)

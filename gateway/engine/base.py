@@ -18,6 +18,7 @@ import itertools
 import secrets
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -48,6 +49,22 @@ each. Past it the oldest are forgotten; such a retry, delivered again in place, 
 WAITING_RETRY -> READY transition (a retry copy still does: its deliver time says when)."""
 
 
+@dataclass(eq=False, slots=True)
+class Due:
+    """Deliveries whose deadlines share one timer key: a dispatch batch's, handed out at one
+    time under one policy, have one deadline, and so one entry in the timer wheel (a single
+    delivery has a key of its own). `live` counts those not settled yet; at 0 the entry is
+    cancelled. Settled receipts are dropped from `receipts` once they are most of it."""
+
+    receipts: list[str]
+    live: int
+
+
+COMPACT_AT = 64
+"""A shared timer entry with more receipts than this drops its settled ones once three in four
+are settled (it keeps at most four times as many as are live)."""
+
+
 class Batch:
     """Back-end work collected while settling, done in as few calls as possible."""
 
@@ -55,6 +72,10 @@ class Batch:
         self.copies: dict[str, list[OutMessage]] = defaultdict(list)
         self.acks: list[Lease] = []
         self.releases: list[Release] = []
+        self.held: dict[int, tuple[int, list[str]]] = {}
+        """Ordered retries held in the engine, by timer key: their due time and receipts."""
+        self.hold_keys: dict[int, int] = {}
+        """The timer key of each due time in `held`."""
 
     def empty(self) -> bool:
         return not (self.copies or self.acks or self.releases)
@@ -82,7 +103,10 @@ class EngineBase:
         """By (topic, group): the engine's own table (callers use `group_state`)."""
         self.inflight: dict[str, InFlight] = {}
         """By receipt: the engine's own table (callers use `unsettled`, `unsettled_count`)."""
-        self._timer_receipts: dict[int, str] = {}
+        self._timer_receipts: dict[int, Due] = {}
+        """By timer key: the deliveries whose deadline it stands for."""
+        self._deadlines = 0
+        """Deliveries (and held ordered retries) with a deadline armed, not yet passed."""
         self._expiring: dict[int, Subscription] = {}
         """Broadcast consumers' own groups waiting to be dropped, by timer key."""
         self._counter = itertools.count(1)
@@ -164,38 +188,98 @@ class EngineBase:
             self._random = [pool[i:i + 8] for i in range(0, len(pool), 8)]
         return n, f"{self._epoch}.{n}.{self._random.pop()}"
 
+    def _new_receipts(self, count: int) -> list[str]:
+        """`count` receipts, as `_new_receipt` makes them (their numbers are not needed)."""
+        counter, epoch, pool = self._counter, self._epoch, self._random
+        out: list[str] = []
+        for _ in range(count):
+            if not pool:
+                self._new_receipt()  # refills the pool (and uses one number)
+                pool = self._random
+            out.append(f"{epoch}.{next(counter)}.{pool.pop()}")
+        return out
+
     def _arm(self, n: int, receipt: str, record: Record, now: int, real: int) -> int:
         """Schedule a delivery's deadline under timer key `n`; its real time (0: none). `now`
         and `real` are the batch's policy and real times."""
         if not record.deadline_ms:
             return 0
         deadline = real + self._time.real_ms(record.deadline_ms - now)
-        self._timer_receipts[n] = receipt
-        self.timers.schedule(deadline, n)
+        self._arm_all(n, [receipt], deadline)
         return deadline
+
+    def _arm_all(self, n: int, receipts: list[str], deadline_real: int) -> None:
+        """Schedule one deadline (real time) for the deliveries `receipts` under timer key `n`
+        (each InFlight's `timer` is `n`)."""
+        self._timer_receipts[n] = Due(receipts, len(receipts))
+        self._deadlines += len(receipts)
+        self.timers.schedule(deadline_real, n)
 
     def _disarm(self, inf: InFlight) -> None:
         """Cancel the deadline of a delivery that is settled (or moves on under a new receipt),
-        so settled deliveries do not keep timer entries until their deadlines."""
+        so settled deliveries do not keep timer entries until their deadlines: its timer
+        entry goes once every delivery sharing it is settled."""
         n = inf.timer
-        if n:
+        if not n:
+            return
+        inf.timer = 0
+        due = self._timer_receipts.get(n)
+        if due is None:
+            return
+        self._deadlines -= 1
+        live = due.live = due.live - 1
+        if live <= 0:
+            del self._timer_receipts[n]
             self.timers.cancel(n)
-            self._timer_receipts.pop(n, None)
+        elif live * 4 < len(due.receipts) and len(due.receipts) > COMPACT_AT:
+            inflight = self.inflight
+            due.receipts = [r for r in due.receipts
+                            if (other := inflight.get(r)) is not None and other.timer == n]
+
+    def _take_due(self, n: int) -> list[InFlight]:
+        """The deliveries whose deadline timer key `n` stood for, still waiting on it (their
+        timer is cleared: it has fired)."""
+        due = self._timer_receipts.pop(n, None)
+        if due is None:
+            return []
+        inflight = self.inflight
+        found: list[InFlight] = []
+        for receipt in due.receipts:
+            inf = inflight.get(receipt)
+            if inf is not None and inf.timer == n:
+                inf.timer = 0
+                found.append(inf)
+        self._deadlines -= len(found)
+        return found
 
     async def _flush(self, batch: Batch) -> None:
+        """The batch's back-end work in one call: copies first, then acks and releases
+        (`Backend.carry_out`; the embedded store commits them in one transaction). The
+        batch's held ordered retries get their timer entries first, one per due time."""
+        for n, (due, receipts) in batch.held.items():
+            self._arm_all(n, receipts, due)
+        batch.held.clear()
         if batch.empty():
             return
         if batch.copies:
             self._known_topics.update(batch.copies)
-            await asyncio.gather(
-                *(self.backend.publish(topic, msgs) for topic, msgs in batch.copies.items())
-            )
-        if batch.acks:
-            await self.backend.ack(batch.acks)
-        if batch.releases:
-            await self.backend.release(batch.releases)
+        await self.backend.carry_out(batch.copies, batch.acks, batch.releases)
 
     # ------------------------------------------------------------ observers
+    def _count_all(
+        self, to_state: str, group: str, policy: str, counts: dict[tuple[str, int], int]
+    ) -> None:
+        """Count a batch's transitions to `to_state`, `counts` by (topic, attempt), as `_emit`
+        counts each: into the open batch's tally, or told to the counters now."""
+        tally = self._tally
+        if tally is None:
+            for (topic, attempt), k in counts.items():
+                self.observers.count_n(to_state, topic, group, policy, attempt, k)
+            return
+        for (topic, attempt), k in counts.items():
+            key = (to_state, topic, group, policy, attempt)
+            tally[key] = tally.get(key, 0) + k
+
     @contextlib.contextmanager
     def _counted(self) -> Iterator[None]:
         """Within the block, transitions are counted in one dict, handed to the counting

@@ -11,7 +11,7 @@ import structlog
 
 from gateway.backend import Lease, Release, StoredMessage
 from gateway.core import events as ev
-from gateway.core.machine import decide
+from gateway.core.machine import decide, delivered, delivery_deadline
 from gateway.core.policy import RetryPolicy
 from gateway.core.properties import ORIGIN_TOPIC, visible_properties
 from gateway.core.record import Record
@@ -19,6 +19,7 @@ from gateway.core.states import READY, WAITING_RETRY
 from gateway.engine.api import Delivery, InitialPosition, SubscriptionSpec
 from gateway.engine.base import Batch
 from gateway.engine.dispatch import (
+    KEY_SHARED,
     Consumer,
     InFlight,
     Subscription,
@@ -279,6 +280,16 @@ class Delivering(Expiring):
             now, real = time.both()
             live = sub.receivers()
             with self._counted():
+                if self._plain(sub):
+                    # No key rules, nobody taking whole transitions: the batch goes out as a
+                    # unit per consumer (what fits their room; the rest is given back).
+                    shares, rest = sub.share(live, got)
+                    for taker, share in shares:
+                        self._deliver_all(sub, share, taker, now, real)
+                    if rest:
+                        await backend.release([Release(s.lease, self.clock.now_ms(), s.attempt,
+                                                       s.retries) for s in rest])
+                    continue
                 for stored in got:
                     consumer = sub.pick(live, stored.key)
                     if consumer is None:
@@ -296,6 +307,53 @@ class Delivering(Expiring):
                                   message_id=stored.message_id)
                         continue
                     consumer.push(delivery)
+
+    def _plain(self, sub: Subscription) -> bool:
+        """True when a dispatch batch of `sub` may go out as a unit (`_deliver_all`): no key
+        decides who gets a message, and nobody takes whole transitions."""
+        return (sub.spec.consumer_type is not KEY_SHARED and not sub.policy.blocks_queue
+                and not self.observers.full and not self._trace_debug)
+
+    def _deliver_all(
+        self, sub: Subscription, got: list[StoredMessage], consumer: Consumer | None, now: int,
+        real: int, policy: RetryPolicy | None = None, invisible_ms: int | None = None,
+    ) -> list[Delivery]:
+        """Lease `got` as `_deliver` does each, as one batch: one deadline and one timer entry
+        for them all, their counts told once; pushed together to `consumer` (under its policy),
+        or returned for a pull receive (None, under `policy`, with `invisible_ms`). For a
+        `_plain` subscription (no observer takes whole transitions, so none is told of each)."""
+        if consumer is not None:
+            policy = consumer.policy
+        assert policy is not None
+        group = sub.group
+        deadline = delivery_deadline(policy, invisible_ms, now)
+        n = next(self._counter) if deadline else 0
+        inflight = self.inflight
+        receipts = self._new_receipts(len(got))
+        deliveries: list[Delivery] = []
+        attempts: dict[tuple[str, int], int] = {}
+        deadline_real = real + self._time.real_ms(deadline - now) if deadline else 0
+        for stored, receipt in zip(got, receipts, strict=True):
+            props = stored.properties
+            topic = props.get(ORIGIN_TOPIC, stored.topic) if props else stored.topic
+            attempt = stored.attempt + 1
+            record = delivered(stored.message_id, topic, group, stored.attempt, stored.retries,
+                               receipt, deadline, now)
+            inflight[receipt] = InFlight(receipt, record, stored, sub, consumer, policy, False,
+                                         n, False)
+            deliveries.append(Delivery(
+                receipt, stored.message_id, stored.topic, topic, stored.body,
+                visible_properties(props), stored.key, stored.tag, attempt, stored.retries,
+                deadline_real, stored.publish_ms, stored.deliver_at_ms, group))
+            key = (topic, attempt)
+            attempts[key] = attempts.get(key, 0) + 1
+        if n:
+            self._arm_all(n, receipts, deadline_real)
+        if self.observers.counters:
+            self._count_all("INFLIGHT", group, policy.name, attempts)
+        if consumer is not None:
+            consumer.push_all(deliveries)
+        return deliveries
 
     def _deliver_held(self, sub: Subscription) -> None:
         """Ordered retries whose interval passed go out first, to the key's consumer."""
@@ -371,6 +429,10 @@ class Delivering(Expiring):
             got = await self._fetch(sub, max_messages)
             if got:
                 now, real = self._time.both()
+                if self._plain(sub):
+                    with self._counted():
+                        return self._deliver_all(sub, got, None, now, real, policy,
+                                                 invisible_ms)
                 return [self._deliver(sub, s, None, invisible_ms, now, real, policy)
                         for s in got]
             left = give_up - loop.time()

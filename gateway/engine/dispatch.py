@@ -127,6 +127,15 @@ class Consumer:
         self.credit -= 1
         self.ready.set()
 
+    def push_all(self, deliveries: list[Delivery]) -> None:
+        """`push` each of `deliveries`, in order."""
+        if not deliveries:
+            return
+        self.outbox.extend(deliveries)
+        self.receipts.update([d.receipt for d in deliveries])
+        self.credit -= len(deliveries)
+        self.ready.set()
+
     async def cancel(self) -> None:
         """No more deliveries; those still in the outbox are given back (`ConsumerPort`)."""
         if self.cancelled or self.closed:
@@ -182,6 +191,8 @@ class Subscription:
     placed: bool = False
     """The back end was asked to create the group where its spec starts it."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
+    _turn: int = 0
+    """Where `share` goes on dealing (an index into the consumers with room)."""
     _ring: KeyRing = field(default_factory=lambda: KeyRing())
 
     @property
@@ -235,6 +246,31 @@ class Subscription:
         """The consumer for a message: by key hash where order or key affinity matters."""
         return self.pick(self.receivers(), key)
 
+    def share(
+        self, live: list[Consumer], got: list[StoredMessage]
+    ) -> tuple[list[tuple[Consumer, list[StoredMessage]]], list[StoredMessage]]:
+        """Deal `got` out round robin over `live` (shared consumption, no key rules): each
+        message to the next consumer in turn that has room. Returns each consumer's share, in
+        order, and the messages none had room for."""
+        count = len(live)
+        rooms = [max(0, c.room()) for c in live]
+        left = sum(rooms)
+        shares: list[list[StoredMessage]] = [[] for _ in live]
+        turn = self._turn
+        for i, stored in enumerate(got):
+            if left <= 0:
+                self._turn = turn % count
+                return _dealt(live, shares), got[i:]
+            while not rooms[turn % count]:
+                turn += 1
+            at = turn % count
+            rooms[at] -= 1
+            left -= 1
+            shares[at].append(stored)
+            turn += 1
+        self._turn = turn % count if count else 0
+        return _dealt(live, shares), []
+
     def pick(self, live: list[Consumer], key: str) -> Consumer | None:
         """`choose` among `live` (this subscription's `receivers()`, taken once per batch)."""
         if not live:
@@ -257,6 +293,12 @@ class Subscription:
         if not with_credit:
             return None
         return with_credit[next(self._rr) % len(with_credit)]
+
+
+def _dealt(
+    live: list[Consumer], shares: list[list[StoredMessage]]
+) -> list[tuple[Consumer, list[StoredMessage]]]:
+    return [(consumer, share) for consumer, share in zip(live, shares, strict=True) if share]
 
 
 def retry_source(policy: RetryPolicy, topic: str, group: str) -> str:

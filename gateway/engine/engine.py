@@ -194,8 +194,9 @@ class Engine(Delivering):
         return len(self.inflight)
 
     def pending_timers(self) -> int:
-        """Deadlines in the engine's timer structure."""
-        return len(self.timers)
+        """Deadlines the engine keeps: one per delivery (or held ordered retry) waiting on one,
+        whether or not it shares its timer entry, and one per idle broadcast group."""
+        return self._deadlines + len(self._expiring)
 
     def unsettled(self, topic: str, group: str) -> list[Unsettled]:
         """The deliveries of `group`'s subscription to `topic` the engine waits on."""

@@ -62,11 +62,7 @@ class Expiring(Settling):
 
     async def _expire(self, keys: list[int]) -> None:
         batch = Batch()
-        for n in keys:
-            receipt = self._timer_receipts.pop(n, None)
-            inf = self.inflight.get(receipt) if receipt else None
-            if inf is None:
-                continue
+        for inf in [inf for n in keys for inf in self._take_due(n)]:
             if inf.held:
                 inf.sub.held.append(inf)
                 inf.sub.wake.set()

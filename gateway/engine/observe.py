@@ -70,7 +70,8 @@ class TransitionCounter(Protocol):
 class SettleTimer(Protocol):
     """An observer that offers `observe_settle` is told how long each settled delivery was out:
     from its delivery to its settlement (or deadline), in real seconds, with the state the
-    settlement led to."""
+    settlement led to. One that also offers `observe_settles(policy, to_state, seconds)` gets a
+    batch settled alike in one call (a list of seconds)."""
 
     def on_transition(self, transition: Transition) -> None: ...
 
@@ -150,6 +151,20 @@ class Observers:
             except Exception:  # observers never break message flow
                 log.exception("observer failed", observer=type(timer).__name__)
 
+    def settled_all(self, policy: str, to_state: str, seconds: list[float]) -> None:
+        """`settled` for a batch of deliveries settled alike: each settle timer that offers
+        `observe_settles` gets the batch in one call, the others one call each."""
+        for timer in self.settle_timers:
+            try:
+                many = getattr(timer, "observe_settles", None)
+                if many is not None:
+                    many(policy, to_state, seconds)
+                else:
+                    for one in seconds:
+                        timer.observe_settle(policy, to_state, one)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(timer).__name__)
+
     def emit(self, transition: Transition) -> None:
         """Give `transition` to every observer."""
         for observer in self.observers:
@@ -171,6 +186,16 @@ class Observers:
         for counter in self.counters:
             try:
                 counter.count_transition(to_state, topic, group, policy, attempt)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(counter).__name__)
+
+    def count_n(
+        self, to_state: str, topic: str, group: str, policy: str, attempt: int, n: int
+    ) -> None:
+        """Tell the counting observers about `n` like transitions at once."""
+        for counter in self.counters:
+            try:
+                counter.count_transition(to_state, topic, group, policy, attempt, n)
             except Exception:  # observers never break message flow
                 log.exception("observer failed", observer=type(counter).__name__)
 

@@ -161,6 +161,13 @@ class EnginePort(Protocol):
         """Ack by receipt, without a settlement or a result per item: the failures by position."""
         ...
 
+    async def fail(
+        self, receipts: Sequence[str], *, guard: SettleGuard | None = None
+    ) -> dict[int, SettleResult]:
+        """Fail by receipt with the policy's own wait and no reason, without a settlement or a
+        result per item: the failures by position."""
+        ...
+
     async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
         """Create `group` on `topic` (at the earliest message kept, or after the last) unless
         it exists, so that it keeps the topic's messages from then on before anyone consumes;

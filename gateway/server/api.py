@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from typing import Any, TypeAlias
 
-from gateway.engine.api import SettleResult
+from gateway.engine.api import Settlement, SettleResult
 from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
 from gateway.limits import MAX_CREDIT
@@ -146,7 +146,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         outbox: Outbox,
         previous: asyncio.Future[None] | None,
     ) -> None:
-        items = []
+        items: list[Settlement] = []
         refused: dict[int, SettleResult] = {}
         response = gateway_pb2.ConsumeResponse()
         answer = response.results
@@ -159,18 +159,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             except InvalidArgument as exc:
                 refused[i] = SettleResult(s.receipt, False, exc.code, exc.message)
         receipts = list(batch.acks)
-        engine = self.engine
-        guard = current_settle_guard()
+        fails = list(batch.fails)
         try:
-            # Explicit settlements are carried out before the compact acks; when the batch has
-            # both, their store writes share a commit.
-            if items and receipts:
-                done, acks_failed = await asyncio.gather(engine.settle(items, guard=guard),
-                                                         engine.ack(receipts, guard=guard))
-            elif items:
-                done, acks_failed = await engine.settle(items, guard=guard), {}
-            else:
-                done, acks_failed = [], await engine.ack(receipts, guard=guard) if receipts else {}
+            done, fails_failed, acks_failed = await self._carry_out(items, fails, receipts)
         except Exception:
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise
@@ -181,10 +172,34 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         if receipts:
             answer.acked = len(receipts) - len(acks_failed)
             convert.add_results(results, convert.failed_acks(receipts, acks_failed))
+        if fails:
+            answer.fails_applied = len(fails) - len(fails_failed)
+            convert.add_results(results, convert.failed_acks(fails, fails_failed, "fails"))
         if previous is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await previous
         outbox.put_nowait(response)
+
+    async def _carry_out(
+        self, items: list[Settlement], fails: list[str], acks: list[str]
+    ) -> tuple[list[SettleResult], dict[int, SettleResult], dict[int, SettleResult]]:
+        """A settle batch in the engine: the explicit settlements, then the compact fails, then
+        the compact acks, started in that order (their store writes share a commit); the
+        settlements' results, and the fails' and acks' failures by position."""
+        engine = self.engine
+        guard = current_settle_guard()
+        work: list[Awaitable[Any]] = []
+        if items:
+            work.append(engine.settle(items, guard=guard))
+        if fails:
+            work.append(engine.fail(fails, guard=guard))
+        if acks:
+            work.append(engine.ack(acks, guard=guard))
+        outcomes = [await work[0]] if len(work) == 1 else list(await asyncio.gather(*work))
+        done: list[SettleResult] = outcomes.pop(0) if items else []
+        fails_failed: dict[int, SettleResult] = outcomes.pop(0) if fails else {}
+        acks_failed: dict[int, SettleResult] = outcomes.pop(0) if acks else {}
+        return done, fails_failed, acks_failed
 
     async def _pump(self, consumer: ConsumerPort, outbox: Outbox) -> None:
         try:

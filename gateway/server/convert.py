@@ -86,15 +86,17 @@ def in_order(
     return [refused[i] if i in refused else next(rest) for i in range(count)]
 
 
-def failed_acks(receipts: Sequence[str], failed: dict[int, SettleResult]) -> list[SettleResult]:
-    """The failures among `SettleBatch.acks` in their order, from the engine's failures by
-    position; an empty receipt is refused as INVALID_ARGUMENT."""
+def failed_acks(
+    receipts: Sequence[str], failed: dict[int, SettleResult], field: str = "acks"
+) -> list[SettleResult]:
+    """The failures among `SettleBatch.acks` (or `fails`) in their order, from the engine's
+    failures by position; an empty receipt is refused as INVALID_ARGUMENT."""
     out: list[SettleResult] = []
     for i in sorted(failed):
         if receipts[i]:
             out.append(failed[i])
         else:
-            error = InvalidArgument(f"acks[{i}]", "", "the receipt of a delivery")
+            error = InvalidArgument(f"{field}[{i}]", "", "the receipt of a delivery")
             out.append(SettleResult("", False, error.code, error.message))
     return out
 

@@ -132,6 +132,16 @@ class Metrics:
         row[bisect.bisect_left(SETTLE_BUCKETS, seconds)] += 1
         row[-1] += seconds
 
+    def observe_settles(self, policy: str, to_state: str, seconds: list[float]) -> None:
+        """`observe_settle` for each of a batch settled alike (one call per batch)."""
+        row = self._settles.get((policy, to_state))
+        if row is None:
+            row = self._settles[(policy, to_state)] = [0.0] * (len(SETTLE_BUCKETS) + 2)
+        find = bisect.bisect_left
+        for one in seconds:
+            row[find(SETTLE_BUCKETS, one)] += 1
+        row[-1] += sum(seconds)
+
     def bind(self, engine: EngineQueries, store_size: Callable[[], int]) -> None:
         self.inflight.set_function(engine.unsettled_count)
         self.timers.set_function(engine.pending_timers)

@@ -127,9 +127,10 @@ def settle(request: pb.SettleRequest) -> None:
 
 def settle_batch(batch: pb.SettleBatch) -> None:
     """The batch as a whole (its settlements are checked one by one, see `settlement`)."""
-    count = len(batch.settlements) + len(batch.acks)
+    count = len(batch.settlements) + len(batch.acks) + len(batch.fails)
     if count > MAX_BATCH:
-        raise InvalidArgument("settle", count, f"at most {MAX_BATCH} settlements and acks")
+        raise InvalidArgument("settle", count,
+                              f"at most {MAX_BATCH} settlements, acks and fails")
     _range("settle.credit", batch.credit, 0, MAX_CREDIT)
 
 

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import pathlib
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 from gateway.backend.base import (
@@ -292,6 +292,12 @@ class EmbeddedStore(Backend):
 
     async def ack(self, leases: Sequence[Lease]) -> None:
         writer, _ = self._supervisor.ready()
+        rows = self._acked(leases)
+        if rows:
+            await writer.submit(writes.settled(rows))
+
+    def _acked(self, leases: Sequence[Lease]) -> list[tuple[int, int]]:
+        """Take acked leases out of the index: the (gid, pos) rows to forget durably."""
         rows: list[tuple[int, int]] = []
         known_group = self._catalog.known_group
         for lease in leases:
@@ -302,16 +308,19 @@ class EmbeddedStore(Backend):
                 continue
             del state.leased[lease.position]
             rows.append((state.gid, lease.position))
-        if rows:
-            await writer.submit(writes.settled(rows))
+        return rows
 
     async def release(self, releases: Sequence[Release]) -> None:
         writer, _ = self._supervisor.ready()
-        for item in releases:
-            if (item.visible_at_ms | item.attempt | item.retries) >> 63:
-                guard.count("visible_at_ms", item.visible_at_ms)
-                guard.count("attempt", item.attempt)
-                guard.count("retries", item.retries)
+        released = self._released(releases)
+        if released is not None:
+            await _committed(writer.submit(released[0]), released[1])
+
+    def _released(self, releases: Sequence[Release]) -> tuple[Write, Callable[[], None]] | None:
+        """Take released leases out of the index: the write that records them and what to run
+        once it committed (None: nothing to release). Raises, having changed nothing, for a
+        value the store cannot keep."""
+        _check_releases(releases)
         rows: list[UnackedRow] = []
         placed: list[tuple[GroupIndex, int, int, str]] = []
         known_group = self._catalog.known_group
@@ -327,7 +336,7 @@ class EmbeddedStore(Backend):
             rows.append((state.gid, lease.position, item.visible_at_ms, item.attempt, item.retries))
             placed.append((state, lease.position, item.visible_at_ms, lease.token))
         if not rows:
-            return
+            return None
 
         def committed() -> None:
             for state, pos, visible_at, token in placed:
@@ -340,7 +349,33 @@ class EmbeddedStore(Backend):
                     state.push_ready(visible_at, pos, None)
                 state.wake()
 
-        await _committed(writer.submit(writes.released(rows)), committed)
+        return writes.released(rows), committed
+
+    async def carry_out(
+        self,
+        copies: Mapping[str, Sequence[OutMessage]],
+        acks: Sequence[Lease],
+        releases: Sequence[Release],
+    ) -> None:
+        """See `Backend.carry_out`: the copies, acks and releases are queued on the writer
+        together, in that order and with no await between them, so they commit in one
+        transaction (one fsync for the whole settle batch). A copy the store refuses raises
+        before the acks are queued: its original stays leased, as with `publish` then `ack`."""
+        writer, _ = self._supervisor.ready()
+        _check_releases(releases)
+        pending: list[asyncio.Future[object]] = []
+        for topic, messages in copies.items():
+            if messages:
+                write, committed, _ = self.stage(topic, messages)
+                pending.append(_then(writer.submit(write), committed))
+        released = self._released(releases)
+        rows = self._acked(acks)
+        if rows:
+            pending.append(writer.submit(writes.settled(rows)))
+        if released is not None:
+            pending.append(_then(writer.submit(released[0]), released[1]))
+        for future in pending:
+            await asyncio.shield(future)
 
     async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
         _, reader = self._supervisor.ready()
@@ -411,10 +446,24 @@ class EmbeddedStore(Backend):
 
 async def _committed(future: asyncio.Future[object], then: Callable[[], None]) -> None:
     """Await a write; run `then` once it committed, even if the caller is cancelled meanwhile."""
+    await asyncio.shield(_then(future, then))
+
+
+def _check_releases(releases: Sequence[Release]) -> None:
+    """Refuse a release with a value the store cannot keep (0..2**63-1)."""
+    for item in releases:
+        if (item.visible_at_ms | item.attempt | item.retries) >> 63:
+            guard.count("visible_at_ms", item.visible_at_ms)
+            guard.count("attempt", item.attempt)
+            guard.count("retries", item.retries)
+
+
+def _then(future: asyncio.Future[object], then: Callable[[], None]) -> asyncio.Future[object]:
+    """Have `then` run once the write of `future` committed; returns `future`."""
 
     def done(finished: asyncio.Future[object]) -> None:
         if not finished.cancelled() and finished.exception() is None:
             then()
 
     future.add_done_callback(done)
-    await asyncio.shield(future)
+    return future

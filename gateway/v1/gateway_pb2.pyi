@@ -87,14 +87,16 @@ class Subscribe(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., policy: _Optional[str] = ..., policy_options: _Optional[_Mapping[str, str]] = ..., consumer_type: _Optional[_Union[ConsumerType, str]] = ..., broadcast: _Optional[bool] = ..., naming: _Optional[str] = ..., prefetch: _Optional[int] = ..., consumer_id: _Optional[str] = ..., tag_filter: _Optional[str] = ...) -> None: ...
 
 class SettleBatch(_message.Message):
-    __slots__ = ("settlements", "credit", "acks")
+    __slots__ = ("settlements", "credit", "acks", "fails")
     SETTLEMENTS_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     ACKS_FIELD_NUMBER: _ClassVar[int]
+    FAILS_FIELD_NUMBER: _ClassVar[int]
     settlements: _containers.RepeatedCompositeFieldContainer[Settlement]
     credit: int
     acks: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, settlements: _Optional[_Iterable[_Union[Settlement, _Mapping]]] = ..., credit: _Optional[int] = ..., acks: _Optional[_Iterable[str]] = ...) -> None: ...
+    fails: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, settlements: _Optional[_Iterable[_Union[Settlement, _Mapping]]] = ..., credit: _Optional[int] = ..., acks: _Optional[_Iterable[str]] = ..., fails: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("messages",)
@@ -135,12 +137,14 @@ class DeliveryBatch(_message.Message):
     def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
 
 class SettleResults(_message.Message):
-    __slots__ = ("results", "acked")
+    __slots__ = ("results", "acked", "fails_applied")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     ACKED_FIELD_NUMBER: _ClassVar[int]
+    FAILS_APPLIED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SettleResult]
     acked: int
-    def __init__(self, results: _Optional[_Iterable[_Union[SettleResult, _Mapping]]] = ..., acked: _Optional[int] = ...) -> None: ...
+    fails_applied: int
+    def __init__(self, results: _Optional[_Iterable[_Union[SettleResult, _Mapping]]] = ..., acked: _Optional[int] = ..., fails_applied: _Optional[int] = ...) -> None: ...
 
 class ConsumeResponse(_message.Message):
     __slots__ = ("subscribed", "deliveries", "results")
