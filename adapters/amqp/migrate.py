@@ -348,12 +348,13 @@ def _amqp_message(item: Item) -> aio_pika.Message:
                         m.attempt, m.retries, 0, 0, m.deliver_at_ms)
     props = delivery_properties(delivery)
     return aio_pika.Message(
-        m.body, headers=props.headers or None, content_type=props.content_type,
-        content_encoding=props.content_encoding,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT, priority=props.priority,
-        correlation_id=props.correlation_id, reply_to=props.reply_to,
-        message_id=props.message_id or m.message_id or None, timestamp=props.timestamp,
-        type=props.message_type, user_id=props.user_id, app_id=props.app_id,
+        m.body, headers=props.get("headers") or None, content_type=props.get("content_type"),
+        content_encoding=props.get("content_encoding"),
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT, priority=props.get("priority"),
+        correlation_id=props.get("correlation_id"), reply_to=props.get("reply_to"),
+        message_id=props.get("message_id") or m.message_id or None,
+        timestamp=props.get("timestamp"), type=props.get("message_type"),
+        user_id=props.get("user_id"), app_id=props.get("app_id"),
     )
 
 
