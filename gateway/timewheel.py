@@ -104,6 +104,10 @@ class TimerWheel:
         """The deadline `key` is scheduled for, or None if it is not scheduled."""
         return self._deadline.get(key)
 
+    def entries(self) -> list[tuple[int, int]]:
+        """Every pending (deadline_ms, key), unordered."""
+        return [(d, key) for key, d in self._deadline.items()]
+
     @property
     def now_ms(self) -> int:
         """The wheel's current time: the latest `advance` (or the start time)."""

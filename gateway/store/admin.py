@@ -10,11 +10,12 @@ import sqlite3
 from collections.abc import Sequence
 
 from gateway.backend.base import Lease, StoredMessage, TopicStats
-from gateway.store import guard, writes
+from gateway.store import guard, paging, writes
 from gateway.store import reader as rd
 from gateway.store.catalog import Catalog, write_scanned
 from gateway.store.codec import stored
 from gateway.store.index import GroupIndex
+from gateway.store.supervisor import Supervisor
 from gateway.store.writer import GroupCommitWriter
 from gateway.timewheel import TimerWheel
 
@@ -23,7 +24,7 @@ TRIM_ROWS = 50_000
 
 
 async def stats(
-    catalog: Catalog, reader: rd.Reader, topic: str, group: str, now_ms: int
+    catalog: Catalog, supervisor: Supervisor, topic: str, group: str, now_ms: int
 ) -> TopicStats:
     guard.count("now_ms", now_ms)
     index = catalog.topic(topic)
@@ -40,16 +41,17 @@ async def stats(
             oldest = rd.publish_ms_of(conn, topic_id, min(firsts)) if firsts else None
             return backlog, oldest
 
+        _, reader = supervisor.ready()
         backlog, oldest = await reader.run(query)
+        disk_visible, disk_delayed, disk_next = await paging.counts(supervisor, state, now_ms)
         next_times = []
         next_timer = state.timers.next_deadline_ms()
-        if next_timer is not None:
-            next_times.append(next_timer)
-        if backlog.next_visible_ms is not None:
-            next_times.append(backlog.next_visible_ms)
+        for time_ms in (next_timer, backlog.next_visible_ms, disk_next):
+            if time_ms is not None:
+                next_times.append(time_ms)
         return TopicStats(
-            ready=len(visible) + backlog.visible,
-            delayed=len(state.timers) + backlog.delayed,
+            ready=len(visible) + backlog.visible + disk_visible,
+            delayed=len(state.timers) + backlog.delayed + disk_delayed,
             leased=len(state.leased) + len(state.releasing),
             oldest_ready_ms=oldest,
             next_visible_ms=min(next_times, default=None),
@@ -87,7 +89,7 @@ async def peek(
 
 
 async def remove(
-    catalog: Catalog, writer: GroupCommitWriter, reader: rd.Reader, leases: Sequence[Lease]
+    catalog: Catalog, supervisor: Supervisor, leases: Sequence[Lease]
 ) -> int:
     wanted: dict[tuple[str, str], set[int]] = {}
     for lease in leases:
@@ -99,13 +101,12 @@ async def remove(
             continue
         state = catalog.group(index, group)
         async with state.lock:
-            removed += await _remove(writer, reader, state, positions)
+            removed += await _remove(supervisor, state, positions)
     return removed
 
 
-async def _remove(
-    writer: GroupCommitWriter, reader: rd.Reader, state: GroupIndex, positions: set[int]
-) -> int:
+async def _remove(supervisor: Supervisor, state: GroupIndex, positions: set[int]) -> int:
+    writer, reader = supervisor.ready()
     index = state.topic
     top = min(max(positions) + 1, index.next_pos)
     if top > state.cursor:
@@ -121,6 +122,8 @@ async def _remove(
         if handed_out or state.timers.cancel(pos):
             gone.add(pos)
     gone |= state.drop_visible(positions - gone)
+    gone |= await paging.on_disk(supervisor, state, positions - gone)
+    writer, _ = supervisor.ready()
     if not gone:
         return 0
     deletes = [(state.gid, pos) for pos in gone]
@@ -145,6 +148,7 @@ async def purge(
 
         removed = await reader.run(count)
         state.timers = TimerWheel(state.timers.now_ms)
+        state.spill_at = None
         state.ready.clear()
         state.held.clear()
         state.leased.clear()

@@ -261,6 +261,8 @@ class EmbeddedStore(Backend):
             return
         timeout = max(0.0, timeout_s)
         deadline = state.timers.next_deadline_ms()
+        if state.spill_at is not None and (deadline is None or state.spill_at[0] < deadline):
+            deadline = state.spill_at[0]  # the first position on disk only falls due then
         if deadline is not None:
             until_due_ms = deadline - self._clock.now_ms()
             if until_due_ms <= 0:
@@ -286,6 +288,8 @@ class EmbeddedStore(Backend):
             if state.leased.get(lease.position) != lease.token:
                 continue
             del state.leased[lease.position]
+            if state.paging is not None:
+                state.touched(lease.position)
             rows.append((state.gid, lease.position))
         if rows:
             await writer.submit(writes.settled(rows))
@@ -308,6 +312,7 @@ class EmbeddedStore(Backend):
             if state.leased.get(lease.position) != lease.token:
                 continue
             del state.leased[lease.position]
+            state.touched(lease.position)
             state.releasing[lease.position] = lease.token
             rows.append((state.gid, lease.position, item.visible_at_ms, item.attempt, item.retries))
             placed.append((state, lease.position, item.visible_at_ms, lease.token))
@@ -319,17 +324,15 @@ class EmbeddedStore(Backend):
                 if state.releasing.get(pos) != token:
                     continue
                 del state.releasing[pos]
-                if visible_at > state.timers.now_ms:
-                    state.timers.schedule(visible_at, pos)
-                else:
-                    state.push_ready(visible_at, pos, None)
+                state.touched(pos)
+                state.place(visible_at, pos)
                 state.wake()
 
         await _committed(writer.submit(writes.released(rows)), committed)
 
     async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
-        _, reader = self._supervisor.ready()
-        return await admin.stats(self._catalog, reader, topic, group, now_ms)
+        self._supervisor.ready()
+        return await admin.stats(self._catalog, self._supervisor, topic, group, now_ms)
 
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1
@@ -338,8 +341,8 @@ class EmbeddedStore(Backend):
         return await admin.peek(self._catalog, writer, reader, topic, group, limit, after_position)
 
     async def remove(self, leases: Sequence[Lease]) -> int:
-        writer, reader = self._supervisor.ready()
-        return await admin.remove(self._catalog, writer, reader, leases)
+        self._supervisor.ready()
+        return await admin.remove(self._catalog, self._supervisor, leases)
 
     async def purge(self, topic: str, group: str) -> int:
         writer, reader = self._supervisor.ready()
