@@ -68,9 +68,9 @@ class Version:
     trials: list[Trial] = field(default_factory=list)
 
 
-def rss_mib(pid: int) -> float:
-    """VmRSS of `pid` and its children (the store's writer process), MiB."""
-    total = 0
+def rss_parts_mib(pid: int) -> list[float]:
+    """VmRSS of `pid` and of each of its children (the store's writer process), MiB."""
+    parts = []
     for one in (pid, *children(pid)):
         try:
             status = pathlib.Path(f"/proc/{one}/status").read_text()
@@ -78,8 +78,13 @@ def rss_mib(pid: int) -> float:
             continue
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
-                total += int(line.split()[1])
-    return total / 1024
+                parts.append(int(line.split()[1]) / 1024)
+    return parts
+
+
+def rss_mib(pid: int) -> float:
+    """VmRSS of `pid` and its children (the store's writer process), MiB."""
+    return sum(rss_parts_mib(pid))
 
 
 def free_port() -> int:
@@ -99,11 +104,12 @@ def export(ref: str, into: pathlib.Path) -> str:
     return commit
 
 
-def start(src: pathlib.Path, data_dir: pathlib.Path, port: int) -> subprocess.Popen[bytes]:
+def start(src: pathlib.Path, data_dir: pathlib.Path, port: int,
+          extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(src))
     return subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(data_dir),
-         "--listen", f"127.0.0.1:{port}", "--log-level", "warning"],
+         "--listen", f"127.0.0.1:{port}", "--log-level", "warning", *extra],
         cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
@@ -178,7 +184,10 @@ async def fill(version: Version, work: pathlib.Path, args: argparse.Namespace) -
                     raise RuntimeError(f"{count} retries waiting, not {args.pending}")
                 version.fill_s = time.perf_counter() - began
                 await asyncio.sleep(args.settle_s)
-                version.rss_before_mib = rss_mib(proc.pid)
+                parts = rss_parts_mib(proc.pid)
+                version.rss_before_mib = sum(parts)
+                print(f"{version.name}: RSS before the kill: "
+                      + " + ".join(f"{part:.0f}" for part in parts) + " MiB", flush=True)
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
     finally:

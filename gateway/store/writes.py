@@ -175,16 +175,33 @@ OPERATIONS: dict[str, Callable[..., object]] = {
 def insert_rows(
     conn: sqlite3.Connection, head: str, tail: str = "", *, rows: Sequence[tuple[object, ...]]
 ) -> None:
-    """Run `head (?, ..), (?, ..) tail` over `rows` (all of one width), in as few statements
-    as the parameter limit allows."""
+    """Run `head (?, ..), (?, ..) tail` over `rows` (all of one width), in few statements.
+
+    A statement holds a power of four of rows (up to the parameter limit), the biggest that
+    fits first: so each (head, tail, width) has at most CHUNK_SIZES statements, and SQLite's
+    statement cache holds a few dozen compiled statements in all. One statement per distinct
+    row count, as before, filled that cache with hundreds of large ones (hundreds of MiB in the
+    writer process when batch sizes vary)."""
     if not rows:
         return
     width = len(rows[0])
     per = max(1, MAX_PARAMS // width)
-    for start in range(0, len(rows), per):
-        chunk = rows[start : start + per]
-        conn.execute(_sql(head, tail, width, len(chunk)), [v for row in chunk for v in row])
+    start = 0
+    left = len(rows)
+    for size in CHUNK_SIZES:
+        if size > per:
+            continue
+        if left >= size:
+            sql = _sql(head, tail, width, size)
+            while left >= size:
+                chunk = rows[start : start + size]
+                conn.execute(sql, [v for row in chunk for v in row])
+                start += size
+                left -= size
 
+
+CHUNK_SIZES = (4096, 1024, 256, 64, 16, 4, 1)
+"""Rows per multi-row statement (`insert_rows`), biggest first."""
 
 _SQL: dict[tuple[str, str, int, int], str] = {}
 
@@ -194,7 +211,5 @@ def _sql(head: str, tail: str, width: int, count: int) -> str:
     sql = _SQL.get(key)
     if sql is None:
         one = "(" + ",".join("?" * width) + ")"
-        sql = f"{head} {','.join([one] * count)}{tail}"
-        if len(_SQL) < 4096:
-            _SQL[key] = sql
+        sql = _SQL[key] = f"{head} {','.join([one] * count)}{tail}"
     return sql
