@@ -149,7 +149,7 @@ async def setup_groups(clients: list[GatewayClient], n: int, args: argparse.Name
 
     async def one(i: int) -> None:
         async with sem:
-            await client.receive("probe", f"idle-{i}", policy=POLICY, max_messages=1,
+            await client.receive("probe", f"idle-{i}", policy="rocketmq-simple", max_messages=1,
                                  invisible_ms=3_600_000)
 
     await asyncio.gather(*(one(i) for i in range(n - 1)))
@@ -162,7 +162,7 @@ async def setup_topics(clients: list[GatewayClient], n: int, args: argparse.Name
     async def one(i: int) -> None:
         async with sem:
             await client.publish(f"topic-{i}", [b"one"])
-            await client.receive(f"topic-{i}", "g", policy=POLICY, max_messages=1,
+            await client.receive(f"topic-{i}", "g", policy="rocketmq-simple", max_messages=1,
                                  invisible_ms=3_600_000)
 
     await asyncio.gather(*(one(i) for i in range(n - 1)))
