@@ -107,6 +107,8 @@ def export(ref: str, into: pathlib.Path) -> str:
 def start(src: pathlib.Path, data_dir: pathlib.Path, port: int,
           extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(src))
+    # A deployed gateway starts from compiled bytecode: let both versions write and use theirs.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return subprocess.Popen(
         [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(data_dir),
          "--listen", f"127.0.0.1:{port}", "--log-level", "warning", *extra],
