@@ -186,7 +186,6 @@ class TimerWheel:
             self._move_horizons()
         if self._moves and self._first_moving_tick() <= target:
             self._finish_moves(target)
-        self._next_valid = False
         heap = self._heaps[0]
         near = self._buckets[0]
         pop = deadlines.pop
@@ -208,6 +207,11 @@ class TimerWheel:
                 heapq.heappush(heap, t)
                 self._stored += len(rest)
                 break
+        if fired:
+            # Only firing changes which deadline is the earliest (re-placing entries keeps them):
+            # the cached one stays good otherwise, so a caller asking after every advance does
+            # not scan a coarse bucket of thousands of far timers each time.
+            self._next_valid = False
         if self._moves:
             self._continue_moves(_MOVE_BUDGET)
         return fired
