@@ -13,7 +13,9 @@ fsync on, its own data directory):
 * consumers: C push streams on the probe's group (up to 500 per channel), the probe's messages
   spread over all of them.
 
-The probe is the e2e figure: `--probe` messages of `--size` bytes published in batches of 100 by
+Each point waits for the gateway to go idle after the setup (what the setup left behind, such as
+scanning retries or deleting acked messages, is not the probe's cost). The probe is the e2e
+figure: `--probe` messages of `--size` bytes published in batches of 100 by
 4 publishers while the consumers ack them; rate = messages / (first publish .. last ack). Memory
 is VmRSS of the gateway and its writer after the probe (and, for the setup, the setup's time).
 
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from bench.gateway import start_process, stop_process
+from bench.gateway import proc_stats, start_process, start_profiler, stop_process, stop_profiler
 from bench.restart import rss_mib
 from gateway.client import ConsumeStream, GatewayClient
 from gateway.v1 import admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
@@ -210,6 +212,19 @@ SETUPS: dict[str, Callable[[list[GatewayClient], int, argparse.Namespace], Await
 }
 
 
+async def quiesce(pid: int, busy: float = 0.05, timeout_s: float = 300.0) -> None:
+    """Wait until the gateway and its writer use less than `busy` of a core over a second: what
+    the setup left to do (scanning, trimming) is done before the probe."""
+    deadline = time.monotonic() + timeout_s
+    last = proc_stats(pid).cpu_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        now = proc_stats(pid).cpu_s
+        if now - last < busy:
+            return
+        last = now
+
+
 async def point(dimension: str, n: int, args: argparse.Namespace) -> Point:
     with tempfile.TemporaryDirectory(dir=args.dir) as data_dir:
         proc, target = await start_process(
@@ -224,13 +239,17 @@ async def point(dimension: str, n: int, args: argparse.Namespace) -> Point:
                 started = time.perf_counter()
                 figure = await SETUPS[dimension](clients, n, args)
                 setup_s = time.perf_counter() - started
+                await quiesce(proc.pid)
                 idle_rss = rss_mib(proc.pid)
                 if dimension == "backlog":
                     assert isinstance(figure, float)
                     rate = figure
                 else:
+                    spy = await start_profiler(
+                        f"{args.profile}/{dimension}-{n}.spy" if args.profile else "", proc.pid)
                     rate = await probe(clients, "probe", "probe", args.probe, args.size,
                                        consumers=n if dimension == "consumers" else 1)
+                    await stop_profiler(spy)
                 rss = rss_mib(proc.pid)
             finally:
                 for client in clients:
@@ -289,7 +308,7 @@ async def run(args: argparse.Namespace) -> None:
     points: list[Point] = []
     load_before = os.getloadavg()
     for dimension in chosen:
-        for n in sizes[dimension]:
+        for n in args.sizes or sizes[dimension]:
             one = await point(dimension, n, args)
             points.append(one)
             print(f"{dimension:<10} {n:>9,}: {one.rate:,.0f} msgs/s, RSS {one.rss_mib:.0f} MiB "
@@ -313,6 +332,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=256, help="message body bytes")
     parser.add_argument("--out", default="scaling", help="file name of the table and the PNG")
     parser.add_argument("--dir", default=None, help="where to put the stores (default: tmp)")
+    parser.add_argument("--profile", default="",
+                        help="a directory: py-spy raw stacks of the gateway during each probe")
+    parser.add_argument("--sizes", type=int, nargs="*",
+                        help="these sizes instead (with --only, for one dimension)")
     asyncio.run(run(parser.parse_args()))
 
 
