@@ -192,6 +192,8 @@ async def setup_pending(clients: list[GatewayClient], n: int, args: argparse.Nam
                 await asyncio.gather(*futures)
                 futures = []
         await asyncio.gather(*futures)
+        # With the subscription open, the gateway scans the retry copies; let it finish.
+        await quiesce(args.gateway_pid)
     deadline = time.monotonic() + 600
     while (await client.describe("probe", "probe")).waiting_retry < n:
         if time.monotonic() > deadline:
@@ -212,17 +214,19 @@ SETUPS: dict[str, Callable[[list[GatewayClient], int, argparse.Namespace], Await
 }
 
 
-async def quiesce(pid: int, busy: float = 0.05, timeout_s: float = 300.0) -> None:
-    """Wait until the gateway and its writer use less than `busy` of a core over a second: what
-    the setup left to do (scanning, trimming) is done before the probe."""
+async def quiesce(pid: int, busy: float = 0.05, window_s: float = 6.0,
+                  timeout_s: float = 600.0) -> None:
+    """Wait until the gateway and its writer use less than `busy` of a core over `window_s`
+    (longer than the store's trim interval, 5 s): what the setup left to do (scanning retry
+    copies, deleting acked messages) is done before the probe."""
     deadline = time.monotonic() + timeout_s
-    last = proc_stats(pid).cpu_s
+    samples = [proc_stats(pid).cpu_s]
+    per = int(window_s)
     while time.monotonic() < deadline:
         await asyncio.sleep(1.0)
-        now = proc_stats(pid).cpu_s
-        if now - last < busy:
+        samples.append(proc_stats(pid).cpu_s)
+        if len(samples) > per and samples[-1] - samples[-1 - per] < busy * window_s:
             return
-        last = now
 
 
 async def point(dimension: str, n: int, args: argparse.Namespace) -> Point:
@@ -236,6 +240,7 @@ async def point(dimension: str, n: int, args: argparse.Namespace) -> Point:
             for client in clients:
                 await client.__aenter__()
             try:
+                args.gateway_pid = proc.pid
                 started = time.perf_counter()
                 figure = await SETUPS[dimension](clients, n, args)
                 setup_s = time.perf_counter() - started

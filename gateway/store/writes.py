@@ -38,7 +38,7 @@ _LOWEST_UNACKED = "SELECT min(pos) FROM unacked WHERE gid = ?"
 _DELETE_MESSAGES = "DELETE FROM messages WHERE id >= ? AND id < ?"
 _INSERT_TOPIC = "INSERT OR IGNORE INTO topics(id, name) VALUES(?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES"
-_DELETE_UNACKED = ("DELETE FROM unacked WHERE (gid, pos) IN (VALUES", ")")
+_DELETE_UNACKED_OF_GROUP = "DELETE FROM unacked WHERE gid = ? AND pos IN ("
 
 
 # ------------------------------------------------------------------- the writes, as data
@@ -116,7 +116,27 @@ def _released(conn: sqlite3.Connection, rows: Sequence[UnackedRow]) -> None:
 
 
 def _settled(conn: sqlite3.Connection, rows: Sequence[tuple[int, int]]) -> None:
-    insert_rows(conn, *_DELETE_UNACKED, rows=rows)
+    by_group: dict[int, list[int]] = {}
+    for gid, pos in rows:
+        by_group.setdefault(gid, []).append(pos)
+    for gid, positions in by_group.items():
+        delete_positions(conn, gid, positions)
+
+
+def delete_positions(conn: sqlite3.Connection, gid: int, positions: Sequence[int]) -> None:
+    """Delete the group's unacked rows of `positions`: `gid = ? AND pos IN (...)`, which SQLite
+    answers from the primary key. (The row-value form `(gid, pos) IN (VALUES ...)` scanned the
+    whole table for every statement: a cost per ack that grew with every pending retry.)"""
+    start = 0
+    left = len(positions)
+    for size in CHUNK_SIZES:
+        if left < size:
+            continue
+        sql = _sql(_DELETE_UNACKED_OF_GROUP, ")", 1, size)
+        while left >= size:
+            conn.execute(sql, [gid, *positions[start : start + size]])
+            start += size
+            left -= size
 
 
 def _purged(
@@ -210,6 +230,6 @@ def _sql(head: str, tail: str, width: int, count: int) -> str:
     key = (head, tail, width, count)
     sql = _SQL.get(key)
     if sql is None:
-        one = "(" + ",".join("?" * width) + ")"
+        one = "?" if width == 1 else "(" + ",".join("?" * width) + ")"
         sql = _SQL[key] = f"{head} {','.join([one] * count)}{tail}"
     return sql
