@@ -290,6 +290,7 @@ class EmbeddedStore(Backend):
             del state.leased[lease.position]
             if state.paging is not None:
                 state.touched(lease.position)
+            state.topic.settled += 1
             rows.append((state.gid, lease.position))
         if rows:
             await writer.submit(writes.settled(rows))

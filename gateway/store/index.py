@@ -73,6 +73,11 @@ class TopicIndex:
     """Recently published messages by position (`gateway.store.tail`)."""
     tail_first: int = field(init=False)
     tail_end: int = field(init=False)
+    settled: int = 0
+    """Counts acks (and removes, purges, dropped groups) of its positions: a trim that deleted
+    nothing is tried again once this (or its groups' cursors, or its end) moved."""
+    trim_idle: tuple[int, int, int, int] | None = None
+    """(lowest cursor, next position, settled, groups) of the last trim that deleted nothing."""
 
     def __post_init__(self) -> None:
         self.committed = self.tail_first = self.tail_end = self.next_pos
