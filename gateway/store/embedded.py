@@ -228,7 +228,7 @@ class EmbeddedStore(Backend):
         def committed() -> None:
             index.persisted = True
             TailCache.committed(index, end)
-            for group in index.groups.values():
+            for group in list(index.waiting):  # the others look at `committed` in `wait`
                 group.wake()
 
         await _committed(writer.submit(writes.append(topic_row, rows)), committed)
@@ -257,7 +257,7 @@ class EmbeddedStore(Backend):
         """
         self._supervisor.ready()
         state = self._catalog.group(self._catalog.topic(topic), group)
-        if state.dirty:
+        if state.dirty or state.topic.committed > state.seen:
             return
         timeout = max(0.0, timeout_s)
         deadline = state.timers.next_deadline_ms()
@@ -270,11 +270,14 @@ class EmbeddedStore(Backend):
             timeout = min(timeout, until_due_ms / 1000)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         state.waiters.append(waiter)
+        state.topic.waiting.add(state)
         try:
             await asyncio.wait({waiter}, timeout=timeout)
         finally:
             if waiter in state.waiters:
                 state.waiters.remove(waiter)
+            if not state.waiters:
+                state.topic.waiting.discard(state)
             waiter.cancel()
 
     async def ack(self, leases: Sequence[Lease]) -> None:

@@ -51,6 +51,7 @@ async def fetch(
     generation = catalog.generation
     async with state.lock:
         state.dirty = False
+        state.seen = index.committed
         state.advance(now_ms)
         if paging.wanted(state, now_ms):
             await paging.page_in(catalog, supervisor, state)

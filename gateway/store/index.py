@@ -73,6 +73,9 @@ class TopicIndex:
     """Recently published messages by position (`gateway.store.tail`)."""
     tail_first: int = field(init=False)
     tail_end: int = field(init=False)
+    waiting: set[GroupIndex] = field(default_factory=set)
+    """Its groups that have `wait` callers now: a publish wakes these only (the others see the
+    news at their next `wait` by `committed` > `GroupIndex.seen`)."""
     settled: int = 0
     """Counts acks (and removes, purges, dropped groups) of its positions: a trim that deleted
     nothing is tried again once this (or its groups' cursors, or its end) moved."""
@@ -99,7 +102,10 @@ class GroupIndex:
     releasing: dict[int, str] = field(default_factory=dict)
     """position -> lease token, while its release is being written."""
     dirty: bool = True
-    """Something may be fetchable that the last fetch did not see."""
+    """Something may be fetchable that the last fetch did not see (besides new messages:
+    `seen`)."""
+    seen: int = 0
+    """The topic's `committed` when the last fetch began: it saw every message below."""
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     spill_at: tuple[int, int] | None = None
@@ -116,6 +122,8 @@ class GroupIndex:
         """Mark the group as having news and wake its `wait` callers."""
         self.dirty = True
         waiters, self.waiters = self.waiters, []
+        if waiters:
+            self.topic.waiting.discard(self)
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
