@@ -14,6 +14,7 @@ is started on it, and the benchmark takes from the process start
 * RSS: gateway + writer VmRSS `--settle-s` seconds after the round trip, the consumer still open
   (steady: the dispatcher has looked at the retry topic meanwhile).
 
+Each round also starts the new code on an empty store (the floor: interpreter, imports, gRPC).
 Prints one row per trial and the medians with the ratio new / old.
 """
 
@@ -254,7 +255,7 @@ async def trial(version: Version, work: pathlib.Path, args: argparse.Namespace) 
                 await asyncio.sleep(args.settle_s)
                 rss = rss_mib(proc.pid)
                 left = await waiting(client)
-                if left != args.pending:
+                if version.name != "empty" and left != args.pending:
                     raise RuntimeError(f"{left} retries waiting after the restart, not "
                                        f"{args.pending}")
         proc.send_signal(signal.SIGTERM)
@@ -302,13 +303,16 @@ async def run(args: argparse.Namespace) -> None:
             size = sum(p.stat().st_size for p in version.snapshot.iterdir()) / (1 << 20)
             print(f"{version.name}: filled in {version.fill_s:.1f} s; RSS before the kill "
                   f"{version.rss_before_mib:.0f} MiB; data {size:.0f} MiB", flush=True)
-        print(f"{'trial':>5} {'code':>4} {'SERVING s':>10} {'usable s':>9} {'RSS MiB':>8}")
+        # The floor: the new code on an empty store, in the same rounds.
+        empty = Version("empty", REPO, snapshot=work / "empty-snapshot")
+        empty.snapshot.mkdir(exist_ok=True)
+        print(f"{'trial':>5} {'code':>5} {'SERVING s':>10} {'usable s':>9} {'RSS MiB':>8}")
         for number in range(args.trials):
             order = versions if number % 2 == 0 else versions[::-1]
-            for version in order:
+            for version in [*order, empty]:
                 one = await trial(version, work, args)
                 version.trials.append(one)
-                print(f"{number + 1:>5} {one.version:>4} {one.serving_s:>10.2f} "
+                print(f"{number + 1:>5} {one.version:>5} {one.serving_s:>10.2f} "
                       f"{one.usable_s:>9.2f} {one.rss_mib:>8.0f}", flush=True)
         print(f"medians over {args.trials} trials; load {os.getloadavg()}")
         old, new = versions
@@ -317,6 +321,10 @@ async def run(args: argparse.Namespace) -> None:
             o = _median([getattr(t, attr) for t in old.trials])
             n = _median([getattr(t, attr) for t in new.trials])
             print(f"  {label:<14} old {o:8.2f}  new {n:8.2f}  new/old {n / o:.2f}")
+        for label, attr in (("SERVING s", "serving_s"), ("usable s", "usable_s"),
+                            ("RSS after MiB", "rss_mib")):
+            print(f"  {label:<14} empty store (new code): "
+                  f"{_median([getattr(t, attr) for t in empty.trials]):.2f}")
         print(f"  {'RSS before MiB':<14} old {old.rss_before_mib:8.0f}  new "
               f"{new.rss_before_mib:8.0f}  new/old {new.rss_before_mib / old.rss_before_mib:.2f}")
 
