@@ -9,7 +9,8 @@ Prints msgs/s end to end, p50/p99 latency, the gateway's CPU seconds (in all, pe
 for its store writer process) and peak RSS (with the writer's), and the same payloads through a
 peer: a trivial gRPC echo server (its own process) streamed with 100 messages per frame, with the
 ratio gateway / peer. `--phases` publishes everything first and then consumes the backlog, to
-show each side alone.
+show each side alone; `--fail 50` fails half of the deliveries with a delay (policy rocketmq,
+delay level 18: their retries wait two hours) instead of acking them.
 """
 
 from __future__ import annotations
@@ -193,14 +194,23 @@ async def consume_all(
             stream.settle_batch = args.settle_batch
         subscribed.set()
         got = 0
+        failing: list[asyncio.Future[gateway_pb2.SettleResult]] = []
         async for msg in stream:
             now = time.time_ns()
             latencies.append((now - int(msg.delivery.properties.get(SENT) or now)) / 1e6)
-            msg.ack_quietly()
+            if got % 100 < args.fail:
+                # Fail with the longest delay level (2 h): no retry comes back during the run.
+                failing.append(stream.settle_nowait(gateway_pb2.Settlement(
+                    receipt=msg.delivery.receipt, fail=gateway_pb2.Fail(delay_level=18))))
+            else:
+                msg.ack_quietly()
             got += 1
             if got >= args.messages:
                 break
         await asyncio.wait_for(stream.drain(), 120)
+        refused = [result for result in await asyncio.gather(*failing) if not result.ok]
+        if refused:
+            raise RuntimeError(f"{len(refused)} fails refused: {refused[0]}")
         if stream.failures:
             raise RuntimeError(f"{len(stream.failures)} acks failed: {stream.failures[0]}")
 
@@ -332,7 +342,8 @@ async def run(args: argparse.Namespace) -> None:
     gw = await run_gateway(args)
     peer = await run_peer(args)
     print(f"gateway: {args.messages} x {args.size} B, publish batches of {args.batch}, "
-          f"{args.publishers} publishers, prefetch {args.prefetch}, fsync on")
+          f"{args.publishers} publishers, prefetch {args.prefetch}, fsync on"
+          + (f", {args.fail}% failed with a delay" if args.fail else ""))
     print(f"  end to end     {gw['rate']:>10,.0f} msgs/s  ({gw['elapsed']:.2f} s; publish side "
           f"{gw['publish_rate']:,.0f} msgs/s)")
     if args.phases:
@@ -367,6 +378,9 @@ def main() -> None:
                         help="run the gateway with its telemetry spool on")
     parser.add_argument("--settle-batch", type=int, default=0,
                         help="acks sent per settle frame (default: the client's choice)")
+    parser.add_argument("--fail", type=int, default=0, choices=range(0, 101), metavar="PCT",
+                        help="fail this many of every 100 deliveries (delay level 18, two hours) "
+                             "instead of acking them")
     parser.add_argument("--phases", action="store_true",
                         help="publish every message first, then consume them: each side alone")
     parser.add_argument("--switch-interval", type=float, default=0.0,

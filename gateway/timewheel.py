@@ -104,6 +104,10 @@ class TimerWheel:
         """The deadline `key` is scheduled for, or None if it is not scheduled."""
         return self._deadline.get(key)
 
+    def entries(self) -> list[tuple[int, int]]:
+        """Every pending (deadline_ms, key), unordered."""
+        return [(d, key) for key, d in self._deadline.items()]
+
     @property
     def now_ms(self) -> int:
         """The wheel's current time: the latest `advance` (or the start time)."""
@@ -182,7 +186,6 @@ class TimerWheel:
             self._move_horizons()
         if self._moves and self._first_moving_tick() <= target:
             self._finish_moves(target)
-        self._next_valid = False
         heap = self._heaps[0]
         near = self._buckets[0]
         pop = deadlines.pop
@@ -204,6 +207,11 @@ class TimerWheel:
                 heapq.heappush(heap, t)
                 self._stored += len(rest)
                 break
+        if fired:
+            # Only firing changes which deadline is the earliest (re-placing entries keeps them):
+            # the cached one stays good otherwise, so a caller asking after every advance does
+            # not scan a coarse bucket of thousands of far timers each time.
+            self._next_valid = False
         if self._moves:
             self._continue_moves(_MOVE_BUDGET)
         return fired

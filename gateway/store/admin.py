@@ -6,24 +6,28 @@ reader it gets from the store once the store is serving (`Supervisor.ready`).
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import Sequence
 
 from gateway.backend.base import Lease, StoredMessage, TopicStats
-from gateway.store import guard, writes
+from gateway.store import guard, paging, writes
 from gateway.store import reader as rd
 from gateway.store.catalog import Catalog, write_scanned
 from gateway.store.codec import stored
-from gateway.store.index import GroupIndex
+from gateway.store.index import GroupIndex, TopicIndex
+from gateway.store.supervisor import Supervisor
 from gateway.store.writer import GroupCommitWriter
 from gateway.timewheel import TimerWheel
 
 TRIM_ROWS = 50_000
 """Most message rows one topic's trim deletes in one transaction."""
+TRIM_BATCH = 16
+"""Topics whose trims are submitted together (and so share a transaction)."""
 
 
 async def stats(
-    catalog: Catalog, reader: rd.Reader, topic: str, group: str, now_ms: int
+    catalog: Catalog, supervisor: Supervisor, topic: str, group: str, now_ms: int
 ) -> TopicStats:
     guard.count("now_ms", now_ms)
     index = catalog.topic(topic)
@@ -40,16 +44,17 @@ async def stats(
             oldest = rd.publish_ms_of(conn, topic_id, min(firsts)) if firsts else None
             return backlog, oldest
 
+        _, reader = supervisor.ready()
         backlog, oldest = await reader.run(query)
+        disk_visible, disk_delayed, disk_next = await paging.counts(supervisor, state, now_ms)
         next_times = []
         next_timer = state.timers.next_deadline_ms()
-        if next_timer is not None:
-            next_times.append(next_timer)
-        if backlog.next_visible_ms is not None:
-            next_times.append(backlog.next_visible_ms)
+        for time_ms in (next_timer, backlog.next_visible_ms, disk_next):
+            if time_ms is not None:
+                next_times.append(time_ms)
         return TopicStats(
-            ready=len(visible) + backlog.visible,
-            delayed=len(state.timers) + backlog.delayed,
+            ready=len(visible) + backlog.visible + disk_visible,
+            delayed=len(state.timers) + backlog.delayed + disk_delayed,
             leased=len(state.leased) + len(state.releasing),
             oldest_ready_ms=oldest,
             next_visible_ms=min(next_times, default=None),
@@ -87,7 +92,7 @@ async def peek(
 
 
 async def remove(
-    catalog: Catalog, writer: GroupCommitWriter, reader: rd.Reader, leases: Sequence[Lease]
+    catalog: Catalog, supervisor: Supervisor, leases: Sequence[Lease]
 ) -> int:
     wanted: dict[tuple[str, str], set[int]] = {}
     for lease in leases:
@@ -99,13 +104,12 @@ async def remove(
             continue
         state = catalog.group(index, group)
         async with state.lock:
-            removed += await _remove(writer, reader, state, positions)
+            removed += await _remove(supervisor, state, positions)
     return removed
 
 
-async def _remove(
-    writer: GroupCommitWriter, reader: rd.Reader, state: GroupIndex, positions: set[int]
-) -> int:
+async def _remove(supervisor: Supervisor, state: GroupIndex, positions: set[int]) -> int:
+    writer, reader = supervisor.ready()
     index = state.topic
     top = min(max(positions) + 1, index.next_pos)
     if top > state.cursor:
@@ -121,9 +125,12 @@ async def _remove(
         if handed_out or state.timers.cancel(pos):
             gone.add(pos)
     gone |= state.drop_visible(positions - gone)
+    gone |= await paging.on_disk(supervisor, state, positions - gone)
+    writer, _ = supervisor.ready()
     if not gone:
         return 0
     deletes = [(state.gid, pos) for pos in gone]
+    index.settled += 1
     await writer.submit(writes.settled(deletes))
     return len(gone)
 
@@ -145,12 +152,14 @@ async def purge(
 
         removed = await reader.run(count)
         state.timers = TimerWheel(state.timers.now_ms)
+        state.spill_at = None
         state.ready.clear()
         state.held.clear()
         state.leased.clear()
         state.releasing.clear()
         state.cursor = until
         state.durable = True
+        index.settled += 1
         await writer.submit(writes.purged((topic_id, index.name), gid, state.name, until))
         return removed
 
@@ -165,6 +174,7 @@ async def drop_group(catalog: Catalog, writer: GroupCommitWriter, topic: str, gr
         if index.groups.get(group) is not state or generation != catalog.generation:
             return False
         del index.groups[group]
+        index.settled += 1
         catalog.groups.pop(state.gid, None)
         state.leased.clear()
         state.releasing.clear()
@@ -176,18 +186,37 @@ async def drop_group(catalog: Catalog, writer: GroupCommitWriter, topic: str, gr
 async def trim(catalog: Catalog, writer: GroupCommitWriter) -> int:
     """Delete the messages of every topic that all of its groups have acked; return how many
     positions were deleted. Topics nobody consumes keep everything (a group created later starts
-    at the earliest message still kept)."""
-    deleted = 0
+    at the earliest message still kept).
+
+    A topic is looked at only when something may be deleted: the newest message always stays,
+    and one whose last try deleted nothing is tried again only once its groups moved on, it got
+    new messages, or one of its positions was settled (`TopicIndex.settled`). The tries go to the
+    writer TRIM_BATCH topics at a time, in one transaction: one at a time, 10,000 topics made
+    10,000 transactions every TRIM_INTERVAL_S."""
+    todo: list[tuple[TopicIndex, tuple[int, int, int, int], list[int], int]] = []
     for index in list(catalog.topics.values()):
         if not index.groups or not index.persisted:
             continue
         below = min(group.cursor for group in index.groups.values())
         first = index.first_pos
-        if below <= first:
+        if min(below, index.next_pos - 1) <= first:
             continue
-        gids = [group.gid for group in index.groups.values()]
-        stop = await writer.submit(writes.trimmed(index.topic_id, gids, first, below, TRIM_ROWS))
-        if isinstance(stop, int) and stop > index.first_pos:
-            deleted += stop - index.first_pos
-            index.first_pos = stop
+        key = (below, index.next_pos, index.settled, len(index.groups))
+        if index.trim_idle == key:
+            continue
+        todo.append((index, key, [group.gid for group in index.groups.values()], below))
+    deleted = 0
+    for start in range(0, len(todo), TRIM_BATCH):
+        chunk = todo[start : start + TRIM_BATCH]
+        stops = await asyncio.gather(*(
+            writer.submit(writes.trimmed(index.topic_id, gids, index.first_pos, below, TRIM_ROWS))
+            for index, _, gids, below in chunk
+        ))
+        for (index, key, _, _), stop in zip(chunk, stops, strict=True):
+            if isinstance(stop, int) and stop > index.first_pos:
+                deleted += stop - index.first_pos
+                index.first_pos = stop
+                index.trim_idle = None
+            else:
+                index.trim_idle = key
     return deleted

@@ -100,6 +100,9 @@ class Catalog:
                 group_or_none.timers.schedule(visible_at, pos)
             else:
                 group_or_none.ready.append((visible_at, pos, None))
+        for gid, spill in loaded.spill.items():
+            if gid in self.groups:
+                self.groups[gid].spill_at = spill
         for group in self.groups.values():
             heapq.heapify(group.ready)
         self._session = uuid.uuid4().hex[:12]

@@ -244,7 +244,7 @@ class EmbeddedStore(Backend):
         def committed() -> None:
             index.persisted = True
             TailCache.committed(index, end)
-            for group in index.groups.values():
+            for group in list(index.waiting):  # the others look at `committed` in `wait`
                 group.wake()
 
         return writes.append(topic_row, rows), committed, ids
@@ -272,10 +272,12 @@ class EmbeddedStore(Backend):
         """
         self._supervisor.ready()
         state = self._catalog.group(self._catalog.topic(topic), group)
-        if state.dirty:
+        if state.dirty or state.topic.committed > state.seen:
             return
         timeout = max(0.0, timeout_s)
         deadline = state.timers.next_deadline_ms()
+        if state.spill_at is not None and (deadline is None or state.spill_at[0] < deadline):
+            deadline = state.spill_at[0]  # the first position on disk only falls due then
         if deadline is not None:
             until_due_ms = deadline - self._clock.now_ms()
             if until_due_ms <= 0:
@@ -283,11 +285,14 @@ class EmbeddedStore(Backend):
             timeout = min(timeout, until_due_ms / 1000)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         state.waiters.append(waiter)
+        state.topic.waiting.add(state)
         try:
             await asyncio.wait({waiter}, timeout=timeout)
         finally:
             if waiter in state.waiters:
                 state.waiters.remove(waiter)
+            if not state.waiters:
+                state.topic.waiting.discard(state)
             waiter.cancel()
 
     async def ack(self, leases: Sequence[Lease]) -> None:
@@ -307,6 +312,9 @@ class EmbeddedStore(Backend):
             if state.leased.get(lease.position) != lease.token:
                 continue
             del state.leased[lease.position]
+            if state.paging is not None:
+                state.touched(lease.position)
+            state.topic.settled += 1
             rows.append((state.gid, lease.position))
         return rows
 
@@ -332,6 +340,7 @@ class EmbeddedStore(Backend):
             if state.leased.get(lease.position) != lease.token:
                 continue
             del state.leased[lease.position]
+            state.touched(lease.position)
             state.releasing[lease.position] = lease.token
             rows.append((state.gid, lease.position, item.visible_at_ms, item.attempt, item.retries))
             placed.append((state, lease.position, item.visible_at_ms, lease.token))
@@ -343,10 +352,8 @@ class EmbeddedStore(Backend):
                 if state.releasing.get(pos) != token:
                     continue
                 del state.releasing[pos]
-                if visible_at > state.timers.now_ms:
-                    state.timers.schedule(visible_at, pos)
-                else:
-                    state.push_ready(visible_at, pos, None)
+                state.touched(pos)
+                state.place(visible_at, pos)
                 state.wake()
 
         return writes.released(rows), committed
@@ -378,8 +385,8 @@ class EmbeddedStore(Backend):
             await asyncio.shield(future)
 
     async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
-        _, reader = self._supervisor.ready()
-        return await admin.stats(self._catalog, reader, topic, group, now_ms)
+        self._supervisor.ready()
+        return await admin.stats(self._catalog, self._supervisor, topic, group, now_ms)
 
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1
@@ -388,8 +395,8 @@ class EmbeddedStore(Backend):
         return await admin.peek(self._catalog, writer, reader, topic, group, limit, after_position)
 
     async def remove(self, leases: Sequence[Lease]) -> int:
-        writer, reader = self._supervisor.ready()
-        return await admin.remove(self._catalog, writer, reader, leases)
+        self._supervisor.ready()
+        return await admin.remove(self._catalog, self._supervisor, leases)
 
     async def purge(self, topic: str, group: str) -> int:
         writer, reader = self._supervisor.ready()

@@ -1,7 +1,8 @@
 """Fetch: hand out what a group may consume at the caller's `now_ms`, under new leases.
 
 Visible positions the group has seen come from its ready heap first (oldest visible first,
-skipping excluded keys); only once that is empty are positions the group has not seen yet
+skipping excluded keys), paged in from disk first when they do not all fit in memory
+(`gateway.store.paging`); only once that is empty are positions the group has not seen yet
 scanned: from the topic's tail in memory when it covers them all (`gateway.store.tail`), else
 from SQLite on the reader thread (`reader.scan`). Scanned positions and the cursor are written
 without waiting (leases are not durable).
@@ -13,7 +14,7 @@ import heapq
 
 from gateway.backend.base import Lease, StoredMessage
 from gateway.errors import Unavailable
-from gateway.store import guard
+from gateway.store import guard, paging
 from gateway.store import reader as rd
 from gateway.store.catalog import Catalog, write_scanned
 from gateway.store.codec import stored
@@ -50,7 +51,11 @@ async def fetch(
     generation = catalog.generation
     async with state.lock:
         state.dirty = False
+        state.seen = index.committed
         state.advance(now_ms)
+        if paging.wanted(state, now_ms):
+            await paging.page_in(catalog, supervisor, state)
+            state.advance(now_ms)
         state.unhold(exclude_keys)
         candidates: list[ReadyEntry] = []
         examined = 0

@@ -71,7 +71,11 @@ class Loaded:
     groups: list[tuple[int, int, str, int]]
     """(gid, topic id, group name, next position)."""
     unacked: list[tuple[int, int, int]]
-    """(gid, pos, visible_at_ms)."""
+    """(gid, pos, visible_at_ms): every position without a visible-at time, and per group the
+    `page` earliest with one."""
+    spill: dict[int, tuple[int, int]]
+    """gid -> (visible_at_ms, pos) of the first position `unacked` leaves on disk, for the
+    groups that have more than `page` positions with a visible-at time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,23 +116,69 @@ class Reader:
         self._pool.shutdown(wait=True)
 
 
-def load(conn: sqlite3.Connection) -> Loaded:
-    """Read the durable state the in-memory index is rebuilt from."""
+def load(conn: sqlite3.Connection, page: int) -> Loaded:
+    """Read the durable state the in-memory index is rebuilt from: of each group's positions
+    with a visible-at time only the `page` earliest (`gateway.store.paging`)."""
     topics = []
     for topic_id, name in conn.execute("SELECT id, name FROM topics").fetchall():
         base = topic_base(topic_id)
-        lo, hi = conn.execute(
-            "SELECT min(id), max(id) FROM messages WHERE id > ? AND id <= ?",
-            (base, base + POS_MASK),
+        # Two queries: SQLite answers a lone min() or max() from the rowid b-tree's edge, but
+        # scans the whole range for both in one query (a second per million rows).
+        (lo,) = conn.execute(
+            "SELECT min(id) FROM messages WHERE id > ? AND id <= ?", (base, base + POS_MASK)
+        ).fetchone()
+        (hi,) = conn.execute(
+            "SELECT max(id) FROM messages WHERE id > ? AND id <= ?", (base, base + POS_MASK)
         ).fetchone()
         first = 1 if lo is None else lo - base
         nxt = 1 if hi is None else hi - base + 1
         topics.append((topic_id, name, first, nxt))
     groups = conn.execute("SELECT gid, topic_id, grp, next_pos FROM cursors").fetchall()
-    unacked = conn.execute(
-        "SELECT gid, pos, visible_at_ms FROM unacked ORDER BY gid, pos"
+    unacked: list[tuple[int, int, int]] = conn.execute(
+        "SELECT gid, pos, 0 FROM unacked WHERE visible_at_ms <= 0"
     ).fetchall()
-    return Loaded(topics, groups, unacked)
+    spill: dict[int, tuple[int, int]] = {}
+    for gid, _, _, _ in groups:
+        rows = due_page(conn, gid, (1, 0), page + 1)
+        if len(rows) > page:
+            spill[gid] = rows[page]
+            del rows[page:]
+        unacked.extend((gid, pos, visible_at) for visible_at, pos in rows)
+    return Loaded(topics, groups, unacked, spill)
+
+
+def due_page(
+    conn: sqlite3.Connection, gid: int, start: tuple[int, int], limit: int
+) -> list[tuple[int, int]]:
+    """(visible_at_ms, pos) of the group's first `limit` positions with a visible-at time, from
+    the key `start` = (visible_at_ms, pos) on, in that order (the partial index `unacked_due`)."""
+    return conn.execute(
+        "SELECT visible_at_ms, pos FROM unacked WHERE gid = ? AND visible_at_ms > 0"
+        " AND (visible_at_ms, pos) >= (?, ?) ORDER BY visible_at_ms, pos LIMIT ?",
+        (gid, start[0], start[1], limit),
+    ).fetchall()
+
+
+def due_counts(
+    conn: sqlite3.Connection, gid: int, start: tuple[int, int], now_ms: int
+) -> tuple[int, int, int | None]:
+    """Of the group's positions from the key `start` on: how many are visible at `now_ms`, how
+    many are not, and the earliest visible-at time of those."""
+    visible, delayed, first = conn.execute(
+        "SELECT coalesce(sum(visible_at_ms <= ?), 0), coalesce(sum(visible_at_ms > ?), 0),"
+        " min(CASE WHEN visible_at_ms > ? THEN visible_at_ms END) FROM unacked"
+        " WHERE gid = ? AND visible_at_ms > 0 AND (visible_at_ms, pos) >= (?, ?)",
+        (now_ms, now_ms, now_ms, gid, start[0], start[1]),
+    ).fetchone()
+    return int(visible), int(delayed), first
+
+
+def due_of(
+    conn: sqlite3.Connection, gid: int, positions: Sequence[int]
+) -> list[tuple[int, int]]:
+    """(visible_at_ms, pos) of those of `positions` (sorted) the group has a row for."""
+    select = f"SELECT visible_at_ms, pos FROM unacked WHERE gid = {int(gid)} AND"
+    return [(int(v), int(p)) for v, p in _by_ids(conn, select, "pos", positions)]
 
 
 def load_rows(

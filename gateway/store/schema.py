@@ -30,6 +30,11 @@ DDL = (
     # written in the transaction that stores the copies, so a copy is never stored twice.
     "CREATE TABLE IF NOT EXISTS copied(ledger TEXT NOT NULL, key TEXT NOT NULL,"
     " PRIMARY KEY(ledger, key)) WITHOUT ROWID",
+    # A group's delayed positions by due time, for paging them in (`gateway.store.paging`).
+    # Partial: rows of messages without a delivery time (visible_at_ms 0, most of them) pay
+    # nothing for it. A store created before it gets it when its writer first starts.
+    "CREATE INDEX IF NOT EXISTS unacked_due ON unacked(gid, visible_at_ms)"
+    " WHERE visible_at_ms > 0",
 )
 
 

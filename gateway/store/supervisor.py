@@ -13,15 +13,21 @@ import asyncio
 import contextlib
 import logging
 import pathlib
+import sqlite3
 from collections.abc import Callable
 
 from gateway.errors import Unavailable
+from gateway.store import index, writes
 from gateway.store import reader as rd
-from gateway.store import writes
 from gateway.store.recovery import Recovery
 from gateway.store.writer import GroupCommitWriter
 
 _log = logging.getLogger(__name__)
+
+
+def _load(conn: sqlite3.Connection) -> rd.Loaded:
+    """The tables, with MEMORY_KEEP delayed positions per group (the rest are paged in)."""
+    return rd.load(conn, index.MEMORY_KEEP)
 
 
 class Supervisor:
@@ -69,7 +75,7 @@ class Supervisor:
         await writer.start()
         try:
             self.reader = rd.Reader(self._dir)
-            loaded = await self.reader.run(rd.load)
+            loaded = await self.reader.run(_load)
             if writer.failed is not None:  # it ended meanwhile: nobody would restart it
                 raise Unavailable(f"embedded store did not open: {writer.failed}")
         except BaseException:
@@ -173,7 +179,7 @@ class Supervisor:
                 await writer.start()
                 await writer.submit(writes.BARRIER)
                 assert self.reader is not None
-                loaded = await self.reader.run(rd.load)
+                loaded = await self.reader.run(_load)
                 if writer.failed is not None:
                     raise writer.failed
             except asyncio.CancelledError:

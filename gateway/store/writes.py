@@ -38,7 +38,7 @@ _LOWEST_UNACKED = "SELECT min(pos) FROM unacked WHERE gid = ?"
 _DELETE_MESSAGES = "DELETE FROM messages WHERE id >= ? AND id < ?"
 _INSERT_TOPIC = "INSERT OR IGNORE INTO topics(id, name) VALUES(?, ?)"
 _INSERT_MESSAGE = "INSERT INTO messages VALUES"
-_DELETE_UNACKED = ("DELETE FROM unacked WHERE (gid, pos) IN (VALUES", ")")
+_DELETE_UNACKED_OF_GROUP = "DELETE FROM unacked WHERE gid = ? AND pos IN ("
 
 
 # ------------------------------------------------------------------- the writes, as data
@@ -127,7 +127,27 @@ def _released(conn: sqlite3.Connection, rows: Sequence[UnackedRow]) -> None:
 
 
 def _settled(conn: sqlite3.Connection, rows: Sequence[tuple[int, int]]) -> None:
-    insert_rows(conn, *_DELETE_UNACKED, rows=rows)
+    by_group: dict[int, list[int]] = {}
+    for gid, pos in rows:
+        by_group.setdefault(gid, []).append(pos)
+    for gid, positions in by_group.items():
+        delete_positions(conn, gid, positions)
+
+
+def delete_positions(conn: sqlite3.Connection, gid: int, positions: Sequence[int]) -> None:
+    """Delete the group's unacked rows of `positions`: `gid = ? AND pos IN (...)`, which SQLite
+    answers from the primary key. (The row-value form `(gid, pos) IN (VALUES ...)` scanned the
+    whole table for every statement: a cost per ack that grew with every pending retry.)"""
+    start = 0
+    left = len(positions)
+    for size in CHUNK_SIZES:
+        if left < size:
+            continue
+        sql = _sql(_DELETE_UNACKED_OF_GROUP, ")", 1, size)
+        while left >= size:
+            conn.execute(sql, [gid, *positions[start : start + size]])
+            start += size
+            left -= size
 
 
 def _purged(
@@ -197,16 +217,33 @@ OPERATIONS: dict[str, Callable[..., object]] = {
 def insert_rows(
     conn: sqlite3.Connection, head: str, tail: str = "", *, rows: Sequence[tuple[object, ...]]
 ) -> None:
-    """Run `head (?, ..), (?, ..) tail` over `rows` (all of one width), in as few statements
-    as the parameter limit allows."""
+    """Run `head (?, ..), (?, ..) tail` over `rows` (all of one width), in few statements.
+
+    A statement holds a power of four of rows (up to the parameter limit), the biggest that
+    fits first: so each (head, tail, width) has at most CHUNK_SIZES statements, and SQLite's
+    statement cache holds a few dozen compiled statements in all. One statement per distinct
+    row count, as before, filled that cache with hundreds of large ones (hundreds of MiB in the
+    writer process when batch sizes vary)."""
     if not rows:
         return
     width = len(rows[0])
     per = max(1, MAX_PARAMS // width)
-    for start in range(0, len(rows), per):
-        chunk = rows[start : start + per]
-        conn.execute(_sql(head, tail, width, len(chunk)), [v for row in chunk for v in row])
+    start = 0
+    left = len(rows)
+    for size in CHUNK_SIZES:
+        if size > per:
+            continue
+        if left >= size:
+            sql = _sql(head, tail, width, size)
+            while left >= size:
+                chunk = rows[start : start + size]
+                conn.execute(sql, [v for row in chunk for v in row])
+                start += size
+                left -= size
 
+
+CHUNK_SIZES = (4096, 1024, 256, 64, 16, 4, 1)
+"""Rows per multi-row statement (`insert_rows`), biggest first."""
 
 _SQL: dict[tuple[str, str, int, int], str] = {}
 
@@ -215,8 +252,6 @@ def _sql(head: str, tail: str, width: int, count: int) -> str:
     key = (head, tail, width, count)
     sql = _SQL.get(key)
     if sql is None:
-        one = "(" + ",".join("?" * width) + ")"
-        sql = f"{head} {','.join([one] * count)}{tail}"
-        if len(_SQL) < 4096:
-            _SQL[key] = sql
+        one = "?" if width == 1 else "(" + ",".join("?" * width) + ")"
+        sql = _SQL[key] = f"{head} {','.join([one] * count)}{tail}"
     return sql

@@ -156,3 +156,28 @@ async def test_a_dropped_group_holds_nothing_back(tmp_path: pathlib.Path) -> Non
         assert await store.fetch("t", "a", 10, T0) == []
     finally:
         await store.close()
+
+
+async def test_a_blocked_topic_is_tried_again_only_after_something_moved(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Topics whose oldest message is still leased are not sent to the writer on every trim
+    pass; an ack (or new messages) makes them eligible again."""
+    store = await open_store(tmp_path)
+    try:
+        leased = {}
+        for i in range(40):
+            await store.publish(f"t{i}", messages(0, 3))
+            first, second, third = await store.fetch(f"t{i}", "g", 10, T0)
+            await store.ack([second.lease, third.lease])
+            leased[i] = first
+        assert await store.trim() == 0
+        before = store.writes
+        assert await store.trim() == 0
+        assert store.writes == before  # nothing changed: nothing tried
+        await store.ack([leased[7].lease])
+        assert await store.trim() == 2  # t7: the first two go, the newest stays
+        assert store.writes == before + 2  # one try (and the ack)
+        assert rows(tmp_path) == 40 * 3 - 2
+    finally:
+        await store.close()

@@ -276,3 +276,31 @@ def test_memory_per_pending_timer_is_small() -> None:
         tracemalloc.stop()
     assert len(wheel) == count
     assert used / count < 200
+
+
+def test_earliest_deadline_is_kept_across_advances_that_fire_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller asking for the earliest deadline after every small advance (the store's `wait`
+    after each fetch) gets the cached answer: the far bucket is not searched again each time."""
+    wheel = TimerWheel(T0)
+    for key in range(10_000):
+        wheel.schedule(T0 + 2 * HOUR_MS + key, key)
+    assert wheel.next_deadline_ms() == T0 + 2 * HOUR_MS
+    searches = 0
+    find = TimerWheel._find_next
+
+    def counted(self: TimerWheel) -> int | None:
+        nonlocal searches
+        searches += 1
+        return find(self)
+
+    monkeypatch.setattr(TimerWheel, "_find_next", counted)
+    for step in range(1, 200):
+        assert wheel.advance(T0 + step) == []
+        assert wheel.next_deadline_ms() == T0 + 2 * HOUR_MS
+    assert searches == 0
+    wheel.schedule(T0 + 500, 20_000)
+    assert wheel.next_deadline_ms() == T0 + 500
+    assert wheel.advance(T0 + 500) == [20_000]
+    assert wheel.next_deadline_ms() == T0 + 2 * HOUR_MS
