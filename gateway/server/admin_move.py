@@ -21,7 +21,7 @@ from gateway.limits import (
     message_size,
     too_long,
 )
-from gateway.server.validate import DEFAULT_PAGE, MAX_PAGE, MAX_POSITION, page_token
+from gateway.server.validate import DEFAULT_PAGE, MAX_ATTEMPT, MAX_PAGE, MAX_POSITION, page_token
 from gateway.v1 import admin_pb2 as pb
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
@@ -65,6 +65,11 @@ def _copy(i: int, m: pb.MovedMessage, max_bytes: int) -> Copy:
     if m.deliver_at_ms < 0:
         raise InvalidArgument(f"{field}.deliver_at_ms", m.deliver_at_ms,
                               "0 or a wall-clock ms time")
+    # A count near 2**32 would overflow `Delivery.attempt` (uint32) on its next delivery: the
+    # group's Receive calls would fail and its push streams stall on that message.
+    for name, count in (("attempt", m.attempt), ("retries", m.retries)):
+        if count > MAX_ATTEMPT:
+            raise InvalidArgument(f"{field}.{name}", count, f"0..{MAX_ATTEMPT}")
     out = OutMessage(bytes(m.body), dict(m.properties), m.key, m.tag, m.deliver_at_ms,
                      m.message_id, m.attempt, m.retries)
     size = message_size(out)
