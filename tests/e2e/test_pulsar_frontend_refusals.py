@@ -73,3 +73,38 @@ def test_only_cures_a_resend_cannot_keep_their_code() -> None:
     assert send_failure(pb.AuthorizationError, cpp) == pb.ChecksumError
     assert send_failure(pb.ServiceNotReady, cpp) == pb.ServiceNotReady  # reconnect and resend
     assert send_failure(pb.NotAllowedError, "Pulsar-Java-v3.3.0") == pb.NotAllowedError
+
+
+async def test_a_refused_send_among_pipelined_ones_fails_alone(front: PulsarFrontEnd) -> None:
+    """Sends queued behind each other are stored together; the bad one among them is refused
+    at the edge, so the others are stored and acknowledged."""
+    client = client_for(f"pulsar://127.0.0.1:{front.port}")
+    try:
+        consumer = await run(client.subscribe, "pipelined", "s",
+                             initial_position=pulsar.InitialPosition.Earliest)
+        producer = await run(client.create_producer, "pipelined", batching_enabled=False,
+                             send_timeout_millis=60_000)
+        results: dict[bytes, Any] = {}
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        bodies = [f"good-{i}".encode() for i in range(20)]
+        bodies.insert(10, b"bad")
+
+        def sent(body: bytes) -> Any:
+            def callback(result: Any, _id: Any) -> None:
+                results[body] = result
+                if len(results) == len(bodies):
+                    loop.call_soon_threadsafe(done.set)
+            return callback
+
+        for body in bodies:
+            props = {f"p{i}": "v" for i in range(1100)} if body == b"bad" else {}
+            producer.send_async(body, sent(body), properties=props)
+        await asyncio.wait_for(done.wait(), 20)
+        assert results.pop(b"bad") != pulsar.Result.Ok
+        assert set(results.values()) == {pulsar.Result.Ok}
+        got = sorted(m.data() for m in await receive_all(consumer))
+        assert got == sorted(b for b in bodies if b != b"bad")
+        await run(producer.close)
+    finally:
+        await run(client.close)

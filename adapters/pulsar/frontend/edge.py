@@ -22,7 +22,7 @@ from adapters.pulsar.wire.batch import entries
 from adapters.pulsar.wire.frames import Frame
 from gateway.backend.base import OutMessage
 from gateway.errors import ECHO_CHARS, InvalidArgument, MessageTooLarge
-from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_NAME_BYTES, utf8_len
+from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_NAME_BYTES, check_properties, utf8_len
 
 Cmd = pb.BaseCommand
 
@@ -240,6 +240,8 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
         raise refused("send.sequence_id", send.sequence_id, allowed)
     out = []
     for i, entry in enumerate(found):
+        # Here, not only in the engine: a refusal there fails every frame stored with this one.
+        check_properties(f"messages[{i}].properties", entry.properties)
         size = len(entry.payload) + _text_bytes("partition_key", entry.partition_key)
         for key, value in entry.properties.items():
             size += _text_bytes("properties", key) + _text_bytes("properties", value)
