@@ -110,6 +110,9 @@ class GroupAdmin(MoveVerbs):
         main = await backend.stats(topic, group, now)
         retry = await backend.stats(retry_topic, group, now)
         dead = await backend.stats(dlq_topic, group, now)
+        dead_letters = dead.ready + dead.delayed + dead.leased
+        if dead_letters and _shared(scheme.dead_letter_topic, topic, group):
+            dead_letters = await self._count_of_topic(dlq_topic, group, topic)
         unsettled = self._engine.unsettled(topic, group)
         held = sum(1 for u in unsettled if u.held)
         next_times = [t for t in (main.next_visible_ms, retry.next_visible_ms) if t]
@@ -128,7 +131,7 @@ class GroupAdmin(MoveVerbs):
             delayed=main.delayed,
             inflight=len(unsettled) - held,
             waiting_retry=retry.delayed + held,
-            dead_letters=dead.ready + dead.delayed + dead.leased,
+            dead_letters=dead_letters,
             oldest_ready_ms=min([t for t in (main.oldest_ready_ms, retry.oldest_ready_ms) if t],
                                 default=0),
             next_retry_ms=min(next_times, default=0),
@@ -143,6 +146,14 @@ class GroupAdmin(MoveVerbs):
             max_retries=max_retries,
             consumers=consumers,
         )
+
+    async def _count_of_topic(self, name: str, group: str, topic: str) -> int:
+        """How many of the group's messages in a group-wide destination belong to `topic` (the
+        first MAX_WAITING_SCAN looked at)."""
+        count = 0
+        async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
+            count += sum(1 for m in chunk if _of_topic(m, topic))
+        return count
 
     async def _dlq(self, topic: str, group: str) -> str:
         _check(topic, group)

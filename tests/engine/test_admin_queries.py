@@ -137,6 +137,8 @@ async def test_a_group_wide_destination_is_read_and_emptied_topic_by_topic(h: Ha
     assert (await h.fail(d)).ok
     assert (await admin.waiting_retries("payments", GROUP)).total == 1
 
+    assert (await admin.describe(TOPIC, GROUP)).dead_letters == 1
+    assert (await admin.describe("payments", GROUP)).dead_letters == 1
     page = await admin.dead_letters(TOPIC, GROUP, 10, -1)
     assert [v.message.message_id for v in page.views] == mine
     theirs = await admin.dead_letters("payments", GROUP, 10, -1)
