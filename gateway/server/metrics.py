@@ -138,8 +138,9 @@ class Metrics:
         self.store_bytes.set_function(store_size)
         self._consumers.engine = engine
 
-    def serve(self, host: str, port: int) -> int:
-        self._server, bound = serve_metrics(host, port, self.registry)
+    def serve(self, host: str, port: int, tls: Any = None) -> int:
+        """Serve /metrics on host:port (HTTPS with `tls`, an `ssl.SSLContext`); the port."""
+        self._server, bound = serve_metrics(host, port, self.registry, tls)
         return bound
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ next interval).
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -61,9 +62,10 @@ class _Server(ThreadingMixIn, WSGIServer):
         traceback to stderr)."""
 
 
-def serve_metrics(host: str, port: int, registry: Collector) -> tuple[WSGIServer, int]:
-    """Serve `registry` at `http://host:port/metrics` from a daemon thread; the server and
-    the port it listens on."""
+def serve_metrics(host: str, port: int, registry: Collector,
+                  tls: ssl.SSLContext | None = None) -> tuple[WSGIServer, int]:
+    """Serve `registry` at `http://host:port/metrics` (`https` with `tls`, the gateway's
+    `--tls-cert` context) from a daemon thread; the server and the port it listens on."""
     family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                   flags=socket.AI_PASSIVE)[0]
 
@@ -72,5 +74,10 @@ def serve_metrics(host: str, port: int, registry: Collector) -> tuple[WSGIServer
 
     server = make_server(str(address[0]), port, make_wsgi_app(registry), Server,
                          handler_class=_Handler)
+    if tls is not None:
+        # The handshake happens on the connection's first read, in its own thread and under
+        # its timeout, not in the accepting thread (where one silent client would stop all).
+        server.socket = tls.wrap_socket(server.socket, server_side=True,
+                                        do_handshake_on_connect=False)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server, int(server.server_address[1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 import time
 import urllib.request
@@ -17,6 +18,7 @@ import pytest
 from gateway.client import GatewayClient
 from gateway.server.app import GatewayApp, running_gateway
 from gateway.server.metrics_http import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
+from tests.e2e.test_access_control import make_ca
 
 
 @pytest.fixture
@@ -64,3 +66,20 @@ async def test_idle_connections_are_bounded_and_dropped(app: GatewayApp) -> None
     finally:
         for sock in idle:
             sock.close()
+
+
+async def test_metrics_over_tls_with_the_gateways_certificate(tmp_path: Path) -> None:
+    """`--tls-cert` turns TLS on for every listener, /metrics included (it was plain HTTP)."""
+    files = make_ca(tmp_path)
+    async with running_gateway(tmp_path / "data", admin_listen="127.0.0.1:0",
+                               tls_cert=str(files["server.crt"]),
+                               tls_key=str(files["server.key"])) as app:
+        context = ssl.create_default_context(cafile=str(files["ca.crt"]))
+        url = f"https://127.0.0.1:{app.metrics_port}/metrics"
+
+        def scrape_tls() -> bytes:
+            with urllib.request.urlopen(url, context=context, timeout=10) as answer:
+                return bytes(answer.read())
+
+        assert b"gateway_requests_total" in await asyncio.to_thread(scrape_tls)
+        assert not await asyncio.to_thread(_scrape, app.metrics_port)  # plain HTTP: refused

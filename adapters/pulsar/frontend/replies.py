@@ -138,6 +138,7 @@ def lookup(request_id: int, service_url: str) -> bytes:
     reply = cmd.lookupTopicResponse
     reply.request_id = request_id
     reply.brokerServiceUrl = service_url
+    reply.brokerServiceUrlTls = service_url  # what a client on TLS connects to
     reply.response = pb.CommandLookupTopicResponse.Connect
     reply.authoritative = True
     reply.proxy_through_service_url = False
