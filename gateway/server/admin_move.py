@@ -18,6 +18,7 @@ from gateway.limits import (
     MAX_PROPERTIES,
     check_batch,
     check_name,
+    check_publish_properties,
     message_size,
     too_long,
 )
@@ -150,6 +151,7 @@ class MoveCalls:
             if too_long(getattr(request, field), 2 * MAX_NAME_BYTES):
                 raise InvalidArgument(field, getattr(request, field),
                                       f"at most {2 * MAX_NAME_BYTES} bytes")
+        check_publish_properties("messages", sum(len(m.properties) for m in request.messages))
         copies = [_copy(i, m, self.max_message_bytes) for i, m in enumerate(request.messages)]
         result = await self.admin.import_copies(
             request.topic, request.group, request.ledger, request.naming, copies,

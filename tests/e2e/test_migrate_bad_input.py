@@ -76,6 +76,8 @@ BAD: list[tuple[str, Any, str]] = [
         copy(properties={f"p{i}": "v" for i in range(1025)})]), "messages[0].properties"),
     ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[
         copy(attempt=2**32 - 1)]), "messages[0].attempt"),
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[
+        copy(properties={f"p{i}": "" for i in range(1024)})] * 98), "100000"),
     ("ImportMessages", pb.ImportMessagesRequest(topic="t", group="g", ledger="l", messages=[
         copy(part=pb.MESSAGE_PART_RETRY, retries=1_000_001)]), "messages[0].retries"),
 ]
