@@ -343,9 +343,11 @@ class RequestChecks:
         count = len(request.messages)
         if not 1 <= count <= MAX_BATCH:
             raise Rejected(Code.BAD_REQUEST, "messages", count, f"1..{MAX_BATCH} per request")
-        total = sum(len(m.user_properties) for m in request.messages)
+        # Keys cost what properties cost: 10,000 messages of 128 keys held the loop for 1.3 s.
+        total = sum(len(m.user_properties) + len(m.system_properties.keys)
+                    for m in request.messages)
         if total > MAX_PUBLISH_PROPERTIES:
-            raise Rejected(Code.BAD_REQUEST, "messages", f"{total} user properties",
+            raise Rejected(Code.BAD_REQUEST, "messages", f"{total} user properties and keys",
                            f"at most {MAX_PUBLISH_PROPERTIES} in one request, all messages "
                            "together")
         now_ms = self._now_ms()
