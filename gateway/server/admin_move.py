@@ -6,6 +6,7 @@ edge and their translation to the engine's verbs (`gateway.engine.admin_move`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 from gateway.backend import OutMessage, StoredMessage
@@ -20,7 +21,9 @@ from gateway.limits import (
     check_name,
     check_publish_properties,
     message_size,
+    properties_size,
     too_long,
+    utf8_len,
 )
 from gateway.server.validate import DEFAULT_PAGE, MAX_ATTEMPT, MAX_PAGE, MAX_POSITION, page_token
 from gateway.v1 import admin_pb2 as pb
@@ -29,6 +32,25 @@ Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
 MAX_KEY_CHARS = 1024
 """Longest copy ledger name or source key."""
 MAX_COUNT = (1 << 32) - 1
+PAGE_BYTES = 16 * 1024 * 1024
+"""Most bytes of messages in one page of dead letters or exported messages (at least one
+message): a page of 100 messages of 4 MiB was larger than the gRPC send limit (64 MiB) and
+failed RESOURCE_EXHAUSTED, page after page, so big dead letters could not be listed at all."""
+PAGE_OVERHEAD = 256
+"""What a message adds to a page besides its body, key, tag and properties (ids, counts)."""
+
+
+def fitting(messages: Sequence[StoredMessage]) -> int:
+    """How many of `messages`, from the first, a page holds (at least one)."""
+    total = 0
+    for count, m in enumerate(messages):
+        total += len(m.body) + utf8_len(m.key) + utf8_len(m.tag) + PAGE_OVERHEAD
+        total += properties_size(m.properties)
+        if total > PAGE_BYTES and count:
+            return count
+    return len(messages)
+
+
 PARTS: dict[int, str] = {
     pb.MESSAGE_PART_READY: "ready",
     pb.MESSAGE_PART_RETRY: "retry",
@@ -119,9 +141,13 @@ class MoveCalls:
         _naming("naming", request.naming, False)
         page = await self.admin.export(request.topic, request.group, part, after,
                                        request.limit or DEFAULT_PAGE, request.naming)
+        kept = fitting(page.messages)
+        next_after = page.next_after
+        if kept < len(page.messages):
+            next_after = page.messages[kept - 1].lease.position
         return pb.ExportMessagesResponse(
-            messages=[_moved(m) for m in page.messages],
-            next_page_token=str(page.next_after) if page.next_after >= 0 else "",
+            messages=[_moved(m) for m in page.messages[:kept]],
+            next_page_token=str(next_after) if next_after >= 0 else "",
             source_topic=page.source_topic,
         )
 
