@@ -169,7 +169,7 @@ class GatewayApp:
         # DecodeGuard first: every other interceptor sees decoded requests.
         interceptors: list[Any] = [DecodeGuard(), TimingInterceptor(self.metrics)]
         if self.authorizer is not None:
-            interceptors.append(AuthInterceptor(self.authorizer))
+            interceptors.append(AuthInterceptor(self.authorizer, cfg.max_rpcs))
         interceptors.append(ErrorInterceptor())
         server = grpc.aio.server(
             interceptors=interceptors,
