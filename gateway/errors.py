@@ -116,6 +116,13 @@ class MessageTooLarge(GatewayError):
         self.limit = limit
 
 
+class TooManyCalls(GatewayError):
+    """A limit on calls open at once (not a message's size)."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "TOO_MANY_CALLS"
+
+
 class Unavailable(GatewayError):
     """The back end cannot take the request now (broker down, shutting down)."""
 

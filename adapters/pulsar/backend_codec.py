@@ -48,14 +48,23 @@ def pulsar_topic(topic: str) -> str:
     return DEFAULT_NAMESPACE + topic
 
 
-def count(text: str | None) -> int:
-    """A non-negative int read from a property value; 0 when absent or unreadable."""
+COUNT_MAX = 1_000_000
+"""Largest attempt or retry count read from a message: any broker client may write these
+properties, and a count near 2**32 would overflow a delivery's attempt (uint32)."""
+TIME_MAX_MS = 253_402_300_799_999
+"""Latest time read from a message (the end of year 9999): far beyond it, an int64 overflows."""
+
+
+def count(text: str | None, limit: int = COUNT_MAX) -> int:
+    """A non-negative int read from a property value, in ASCII digits; 0 when absent or
+    unreadable, negative or above `limit` (`str.isdigit` also takes '²', which int() refuses)."""
     if text is None:
         return 0
     value = text.strip()
-    if not value.lstrip("-").isdigit():
+    if not value.isascii() or not value.lstrip("-").isdigit():
         return 0
-    return max(int(value), 0)
+    number = int(value)
+    return number if 0 <= number <= limit else 0
 
 
 def encode(message: OutMessage, message_id: str, publish_ms: int) -> dict[str, str]:
@@ -95,8 +104,8 @@ def decode(
         properties={_internal(k): v for k, v in properties.items() if k not in OWN_PROPS},
         key=key,
         tag=properties.get(TAG_PROP, ""),
-        publish_ms=count(properties.get(PUBLISH_PROP)) or pulsar_publish_ms,
-        deliver_at_ms=count(properties.get(DELIVER_AT_PROP)),
+        publish_ms=count(properties.get(PUBLISH_PROP), TIME_MAX_MS) or pulsar_publish_ms,
+        deliver_at_ms=count(properties.get(DELIVER_AT_PROP), TIME_MAX_MS),
         stated_attempt=count(properties.get(ATTEMPT_PROP)),
         retries=count(properties.get(RETRIES_PROP)),
     )

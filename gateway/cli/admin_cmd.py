@@ -116,6 +116,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 def target_of(args: argparse.Namespace) -> tuple[Target, str]:
     address = args.target or os.environ.get("GATEWAY_TARGET") or "127.0.0.1:50051"
+    port = address.rpartition(":")[2]
+    if port.isascii() and port.isdigit() and not 0 < int(port) < 65536:
+        # gRPC takes the port modulo 65536: 99999 would reach port 34463.
+        raise GatewayError(f"target {address!r}: HOST:PORT with a port in 1..65535")
     token = args.token if args.token is not None else os.environ.get("GATEWAY_TOKEN", "")
     if args.token_file:
         try:

@@ -195,10 +195,13 @@ async def show(client: AdminClient, args: argparse.Namespace, out: TextIO) -> in
 
 
 def _which(args: argparse.Namespace, verb: str) -> tuple[list[str], pb.DeadLetterFilter | None]:
+    """The ids and filter a verb acts on; neither is refused before anything is asked (`delete`
+    has no --all: `purge` deletes every dead letter)."""
     where = filter_of(args)
     ids = list(args.message_ids) if hasattr(args, "message_ids") else []
-    if not ids and where is None and not getattr(args, "all", True):
-        raise InvalidArgument("message_ids", "", f"message ids to {verb}, filter flags, or --all")
+    if not ids and where is None and not getattr(args, "all", False):
+        hint = "or --all" if hasattr(args, "all") else "(`gateway dlq purge` deletes every one)"
+        raise InvalidArgument("message_ids", "", f"message ids to {verb}, filter flags {hint}")
     return ids, where
 
 

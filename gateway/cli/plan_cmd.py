@@ -11,6 +11,7 @@ from gateway.core.plan import Plan, plan
 from gateway.core.policy import RetryPolicy
 from gateway.core.registry import Registry
 from gateway.errors import InvalidArgument
+from gateway.limits import check_name
 from gateway.product import OptionFlag, build_registry, installed
 
 DEFAULT_INVISIBLE_S = 30
@@ -114,6 +115,8 @@ def _with_invisible_duration(registry: Registry) -> list[str]:
 def build(args: argparse.Namespace, registry: Registry | None = None) -> Plan:
     """The plan `args` ask for (`--policy` and the flags of `add_policy_arguments` and
     `add_timing_arguments`)."""
+    check_name("topic", args.topic)
+    check_name("group", args.group)
     registry = registry or build_registry(installed())
     policy = registry.policy(args.policy, policy_options(args), args.naming)
     return plan(

@@ -61,7 +61,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "this long after it leaves, so the same consumer id resumes (0 drops it at once)",
             float)
     own.add("--time-scale", "time_scale", "multiply every policy wait (tests and demos)", float)
-    own.add("--max-message-bytes", "max_message_bytes", "largest message body accepted", int)
+    own.add("--max-message-bytes", "max_message_bytes",
+            "largest message accepted: body + key + tag + property keys and values, in bytes",
+            int)
     own.add("--max-unacked", "max_unacked", "most deliveries one consumer holds unsettled", int)
     own.add("--max-rpcs", "max_rpcs", "calls and open streams served at once", int)
     own.add("--log-level", "log_level", "debug, info, warning or error")

@@ -30,6 +30,10 @@ STATIC = {p.name: p for p in sorted((HERE / "static").iterdir()) if p.suffix in 
 """The files /static/ serves, by name: nothing else is ever read."""
 MAX_BODY_BYTES = 1 << 20
 """Largest form a browser may post."""
+CONNECTION_IDLE_S = 15.0
+"""A connection that sends nothing this long (a new one, or between requests) is closed:
+aiohttp's default keeps it an hour, so idle connections could pile up until the process ran
+out of file descriptors, refusing every listener's clients."""
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -78,7 +82,8 @@ class Console:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, host: str, port: int) -> int:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     keepalive_timeout=CONNECTION_IDLE_S)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port, ssl_context=self._ssl(),
                            reuse_address=True)

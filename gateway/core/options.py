@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 
 from gateway.errors import InvalidArgument
 
 TRUE = frozenset({"1", "true", "yes", "on"})
 FALSE = frozenset({"0", "false", "no", "off"})
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+"""How an integer option is written: ASCII digits (Python's int() also reads `1_000` and other
+scripts' digits, which no other product takes)."""
 
 
 class OptionReader:
@@ -30,10 +34,9 @@ class OptionReader:
         if raw is None:
             value = default
         else:
-            try:
-                value = int(raw)
-            except ValueError:
-                raise InvalidArgument(key, raw, f"an integer in {low}..{high}{suffix}") from None
+            if _INTEGER.fullmatch(raw) is None:
+                raise InvalidArgument(key, raw, f"an integer in {low}..{high}{suffix}")
+            value = int(raw)
             if not low <= value <= high:
                 raise InvalidArgument(key, value, f"{low}..{high}{suffix}")
         self.values[key] = str(value)

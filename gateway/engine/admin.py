@@ -37,6 +37,18 @@ from gateway.engine.port import EngineQueries
 from gateway.errors import InvalidArgument, NotFound
 
 
+def _of_topic(message: StoredMessage, topic: str) -> bool:
+    """Whether a message of a group's retry or dead-letter destination belongs to `topic`.
+    Destinations named by group alone (`%RETRY%g`, `%DLQ%g`) hold the group's messages of
+    every topic; each copy records its origin (one that records none counts for any topic)."""
+    return message.properties.get(ORIGIN_TOPIC, topic) == topic
+
+
+def _shared(name_of: Callable[[str, str], str], topic: str, group: str) -> bool:
+    """Whether a naming function gives `group` one destination for every topic."""
+    return name_of(topic, group) == name_of(f"{topic}-other", group)
+
+
 def _check(topic: str, group: str) -> None:
     if not topic:
         raise InvalidArgument("topic", topic, "a non-empty topic name")
@@ -98,6 +110,9 @@ class GroupAdmin(MoveVerbs):
         main = await backend.stats(topic, group, now)
         retry = await backend.stats(retry_topic, group, now)
         dead = await backend.stats(dlq_topic, group, now)
+        dead_letters = dead.ready + dead.delayed + dead.leased
+        if dead_letters and _shared(scheme.dead_letter_topic, topic, group):
+            dead_letters = await self._count_of_topic(dlq_topic, group, topic)
         unsettled = self._engine.unsettled(topic, group)
         held = sum(1 for u in unsettled if u.held)
         next_times = [t for t in (main.next_visible_ms, retry.next_visible_ms) if t]
@@ -116,7 +131,7 @@ class GroupAdmin(MoveVerbs):
             delayed=main.delayed,
             inflight=len(unsettled) - held,
             waiting_retry=retry.delayed + held,
-            dead_letters=dead.ready + dead.delayed + dead.leased,
+            dead_letters=dead_letters,
             oldest_ready_ms=min([t for t in (main.oldest_ready_ms, retry.oldest_ready_ms) if t],
                                 default=0),
             next_retry_ms=min(next_times, default=0),
@@ -132,10 +147,22 @@ class GroupAdmin(MoveVerbs):
             consumers=consumers,
         )
 
+    async def _count_of_topic(self, name: str, group: str, topic: str) -> int:
+        """How many of the group's messages in a group-wide destination belong to `topic` (the
+        first MAX_WAITING_SCAN looked at)."""
+        count = 0
+        async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
+            count += sum(1 for m in chunk if _of_topic(m, topic))
+        return count
+
     async def _dlq(self, topic: str, group: str) -> str:
         _check(topic, group)
         scheme = await self.naming_of(topic, group)
         return scheme.dead_letter_topic(topic, group)
+
+    async def _dlq_shared(self, topic: str, group: str) -> bool:
+        scheme = await self.naming_of(topic, group)
+        return _shared(scheme.dead_letter_topic, topic, group)
 
     async def dead_letters(
         self, topic: str, group: str, limit: int, after: int,
@@ -147,7 +174,8 @@ class GroupAdmin(MoveVerbs):
         if not 1 <= limit <= 1000:
             raise InvalidArgument("limit", limit, "1..1000")
         dlq = await self._dlq(topic, group)
-        if where is None or where.empty():
+        shared = await self._dlq_shared(topic, group)
+        if (where is None or where.empty()) and not shared:
             page = await self._backend.peek(dlq, group, limit + 1, after)
             more = len(page) > limit
             page = page[:limit]
@@ -162,8 +190,10 @@ class GroupAdmin(MoveVerbs):
                     break
                 scanned += 1
                 last = m.lease.position
+                if not _of_topic(m, topic):
+                    continue
                 view = view_of(m, topic)
-                if matches(view, where):
+                if where is None or matches(view, where):
                     views.append(view)
             if not ended:
                 break
@@ -175,7 +205,7 @@ class GroupAdmin(MoveVerbs):
         found: StoredMessage | None = None
         async for chunk in pages(self._backend, dlq, group):
             for m in chunk:
-                if m.message_id == message_id:
+                if m.message_id == message_id and _of_topic(m, topic):
                     found = m
         if found is None:
             raise NotFound(f"group {group!r} of topic {topic!r} has no dead letter "
@@ -190,7 +220,7 @@ class GroupAdmin(MoveVerbs):
         chosen: list[StoredMessage] = []
         async for chunk in pages(self._backend, dlq, group):
             for m in chunk:
-                if wanted and m.message_id not in wanted:
+                if (wanted and m.message_id not in wanted) or not _of_topic(m, topic):
                     continue
                 if where is not None and not where.empty() and not matches(view_of(m, topic),
                                                                            where):
@@ -265,5 +295,14 @@ class GroupAdmin(MoveVerbs):
         _check(topic, group)
         scheme = await self.naming_of(topic, group)
         count = await self._backend.purge(topic, group)
-        count += await self._backend.purge(scheme.retry_topic(topic, group), group)
+        retry_topic = scheme.retry_topic(topic, group)
+        if retry_topic == topic:
+            return count
+        if not _shared(scheme.retry_topic, topic, group):
+            return count + await self._backend.purge(retry_topic, group)
+        # The group's retry copies of other topics wait there too: only this topic's go.
+        mine = [m.lease async for chunk in pages(self._backend, retry_topic, group)
+                for m in chunk if _of_topic(m, topic)]
+        for start in range(0, len(mine), PEEK_CHUNK):
+            count += await self._backend.remove(mine[start:start + PEEK_CHUNK])
         return count

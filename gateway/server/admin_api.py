@@ -12,7 +12,7 @@ from gateway.engine.api import DeadLetterFilter, DeadLetterView, GroupView
 from gateway.engine.port import EngineQueries
 from gateway.errors import NotFound
 from gateway.server import validate
-from gateway.server.admin_move import MoveCalls
+from gateway.server.admin_move import MoveCalls, fitting
 from gateway.server.timeline import SpoolTimeline, TimelineEvent
 from gateway.server.totals import GroupTotals
 from gateway.v1 import admin_pb2, admin_pb2_grpc
@@ -96,9 +96,13 @@ class AdminService(MoveCalls, admin_pb2_grpc.AdminServicer):
         limit, after = validate.list_dead_letters(request)
         page = await self.admin.dead_letters(request.topic, request.group, limit, after,
                                              _filter(request.filter))
+        kept = fitting([v.message for v in page.views])
+        next_after = page.next_after
+        if kept < len(page.views):  # the rest on the next page
+            next_after = page.views[kept - 1].message.lease.position
         return admin_pb2.ListDeadLettersResponse(
-            dead_letters=[_dead_letter(v) for v in page.views],
-            next_page_token=str(page.next_after) if page.next_after >= 0 else "",
+            dead_letters=[_dead_letter(v) for v in page.views[:kept]],
+            next_page_token=str(next_after) if next_after >= 0 else "",
             scanned=page.scanned,
         )
 

@@ -6,6 +6,7 @@ edge and their translation to the engine's verbs (`gateway.engine.admin_move`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 from gateway.backend import OutMessage, StoredMessage
@@ -18,16 +19,38 @@ from gateway.limits import (
     MAX_PROPERTIES,
     check_batch,
     check_name,
+    check_publish_properties,
     message_size,
+    properties_size,
     too_long,
+    utf8_len,
 )
-from gateway.server.validate import DEFAULT_PAGE, MAX_PAGE, MAX_POSITION, page_token
+from gateway.server.validate import DEFAULT_PAGE, MAX_ATTEMPT, MAX_PAGE, MAX_POSITION, page_token
 from gateway.v1 import admin_pb2 as pb
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
 MAX_KEY_CHARS = 1024
 """Longest copy ledger name or source key."""
 MAX_COUNT = (1 << 32) - 1
+PAGE_BYTES = 16 * 1024 * 1024
+"""Most bytes of messages in one page of dead letters or exported messages (at least one
+message): a page of 100 messages of 4 MiB was larger than the gRPC send limit (64 MiB) and
+failed RESOURCE_EXHAUSTED, page after page, so big dead letters could not be listed at all."""
+PAGE_OVERHEAD = 256
+"""What a message adds to a page besides its body, key, tag and properties (ids, counts)."""
+
+
+def fitting(messages: Sequence[StoredMessage]) -> int:
+    """How many of `messages`, from the first, a page holds (at least one)."""
+    total = 0
+    for count, m in enumerate(messages):
+        total += len(m.body) + utf8_len(m.key) + utf8_len(m.tag) + PAGE_OVERHEAD
+        total += properties_size(m.properties)
+        if total > PAGE_BYTES and count:
+            return count
+    return len(messages)
+
+
 PARTS: dict[int, str] = {
     pb.MESSAGE_PART_READY: "ready",
     pb.MESSAGE_PART_RETRY: "retry",
@@ -65,6 +88,11 @@ def _copy(i: int, m: pb.MovedMessage, max_bytes: int) -> Copy:
     if m.deliver_at_ms < 0:
         raise InvalidArgument(f"{field}.deliver_at_ms", m.deliver_at_ms,
                               "0 or a wall-clock ms time")
+    # A count near 2**32 would overflow `Delivery.attempt` (uint32) on its next delivery: the
+    # group's Receive calls would fail and its push streams stall on that message.
+    for name, count in (("attempt", m.attempt), ("retries", m.retries)):
+        if count > MAX_ATTEMPT:
+            raise InvalidArgument(f"{field}.{name}", count, f"0..{MAX_ATTEMPT}")
     out = OutMessage(bytes(m.body), dict(m.properties), m.key, m.tag, m.deliver_at_ms,
                      m.message_id, m.attempt, m.retries)
     size = message_size(out)
@@ -113,9 +141,13 @@ class MoveCalls:
         _naming("naming", request.naming, False)
         page = await self.admin.export(request.topic, request.group, part, after,
                                        request.limit or DEFAULT_PAGE, request.naming)
+        kept = fitting(page.messages)
+        next_after = page.next_after
+        if kept < len(page.messages):
+            next_after = page.messages[kept - 1].lease.position
         return pb.ExportMessagesResponse(
-            messages=[_moved(m) for m in page.messages],
-            next_page_token=str(page.next_after) if page.next_after >= 0 else "",
+            messages=[_moved(m) for m in page.messages[:kept]],
+            next_page_token=str(next_after) if next_after >= 0 else "",
             source_topic=page.source_topic,
         )
 
@@ -145,6 +177,7 @@ class MoveCalls:
             if too_long(getattr(request, field), 2 * MAX_NAME_BYTES):
                 raise InvalidArgument(field, getattr(request, field),
                                       f"at most {2 * MAX_NAME_BYTES} bytes")
+        check_publish_properties("messages", sum(len(m.properties) for m in request.messages))
         copies = [_copy(i, m, self.max_message_bytes) for i, m in enumerate(request.messages)]
         result = await self.admin.import_copies(
             request.topic, request.group, request.ledger, request.naming, copies,

@@ -169,7 +169,7 @@ class GatewayApp:
         # DecodeGuard first: every other interceptor sees decoded requests.
         interceptors: list[Any] = [DecodeGuard(), TimingInterceptor(self.metrics)]
         if self.authorizer is not None:
-            interceptors.append(AuthInterceptor(self.authorizer))
+            interceptors.append(AuthInterceptor(self.authorizer, cfg.max_rpcs))
         interceptors.append(ErrorInterceptor())
         server = grpc.aio.server(
             interceptors=interceptors,
@@ -227,7 +227,8 @@ class GatewayApp:
         if cfg.admin_listen:
             ahost, aport = check_listener("admin_listen", cfg.admin_listen, cfg)
             self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
-            self.metrics_port = self.metrics.serve(ahost, aport)
+            self.metrics_port = self.metrics.serve(
+                ahost, aport, self._ssl_context() if cfg.tls_cert else None)
         await self._health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         await self._set_serving(self.backend.healthy())
         self.backend.on_state_change(self._health_changed.set)

@@ -39,7 +39,13 @@ import grpc
 from gateway.core.destinations import MAX_NAME_CHARS, Destinations
 from gateway.core.naming import NamingScheme
 from gateway.engine.api import SettleGuard
-from gateway.errors import GatewayError, InvalidArgument, PermissionDenied, Unauthenticated
+from gateway.errors import (
+    GatewayError,
+    InvalidArgument,
+    PermissionDenied,
+    TooManyCalls,
+    Unauthenticated,
+)
 from gateway.server.errors import abort_error
 from gateway.server.handlers import Behaviour, inner_behaviour, rebuild, responses
 
@@ -269,11 +275,23 @@ def bearer(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
     return None
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Authenticates every gateway.v1 call and checks its permission before the handler runs."""
+OPEN_STREAMS = 100
+"""Streams that need no token (health `Watch`, reflection) open at once. Without a bound,
+anyone who reaches the port could hold `--max-rpcs` of them and every caller with a token
+would be refused RESOURCE_EXHAUSTED."""
 
-    def __init__(self, authorizer: Authorizer) -> None:
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Authenticates every gateway.v1 call and checks its permission before the handler runs;
+    the streams open to everyone (grpc.* services) are capped at OPEN_STREAMS."""
+
+    def __init__(self, authorizer: Authorizer, max_rpcs: int | None = None) -> None:
+        """`max_rpcs`: the server's limit on calls at once; the open streams get at most
+        half of it."""
         self.authorizer = authorizer
+        self.open_streams = 0
+        self.max_open_streams = OPEN_STREAMS if max_rpcs is None else max(
+            1, min(OPEN_STREAMS, max_rpcs // 2))
 
     async def intercept_service(
         self,
@@ -282,7 +300,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         method = details.method
         handler = await continuation(details)
-        if handler is None or method in OPEN_METHODS or not method.startswith(PROTECTED_PREFIX):
+        if handler is None:
+            return handler
+        if method in OPEN_METHODS or not method.startswith(PROTECTED_PREFIX):
+            if method.startswith("/grpc.") and (handler.unary_stream or handler.stream_stream):
+                return rebuild(handler, inner_behaviour(handler), self._counted(handler))
             return handler
         try:
             principal = self.authorizer.authenticate(bearer(details.invocation_metadata))
@@ -291,6 +313,23 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         check = self._check_for(method, principal)
         guard = self.authorizer.settle_guard(principal) if method in SETTLING_METHODS else None
         return rebuild(handler, *_guarded(handler, check, guard))
+
+    def _counted(self, handler: grpc.RpcMethodHandler) -> Behaviour:
+        inner = inner_behaviour(handler)
+
+        async def stream(request: Any, context: Any) -> Any:
+            if self.open_streams >= self.max_open_streams:
+                await abort_error(context, TooManyCalls(
+                    f"{self.max_open_streams} streams without a token are open, the most "
+                    "allowed"))
+            self.open_streams += 1
+            try:
+                async for item in responses(inner, request, context):
+                    yield item
+            finally:
+                self.open_streams -= 1
+
+        return stream
 
     def _check_for(self, method: str, principal: Principal) -> Callable[[Any], None]:
         authz = self.authorizer

@@ -25,7 +25,6 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    start_http_server,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.gc_collector import GCCollector
@@ -36,6 +35,7 @@ from prometheus_client.registry import Collector
 from gateway.engine.observe import Transition
 from gateway.engine.port import EngineQueries
 from gateway.server.handlers import inner_behaviour, rebuild, responses
+from gateway.server.metrics_http import serve_metrics
 
 SETTLE_OUTCOMES = {"COMMITTED": "ack", "WAITING_RETRY": "retry", "DEAD_LETTERED": "dead_letter",
                    "DISCARDED": "discard", "READY": "released"}
@@ -148,10 +148,10 @@ class Metrics:
         self.store_bytes.set_function(store_size)
         self._consumers.engine = engine
 
-    def serve(self, host: str, port: int) -> int:
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        self._server = server
-        return int(server.server_address[1])
+    def serve(self, host: str, port: int, tls: Any = None) -> int:
+        """Serve /metrics on host:port (HTTPS with `tls`, an `ssl.SSLContext`); the port."""
+        self._server, bound = serve_metrics(host, port, self.registry, tls)
+        return bound
 
     def close(self) -> None:
         if self._server is not None:

@@ -25,6 +25,7 @@ from gateway.limits import (
     check_deliver_at,
     check_name,
     check_properties,
+    check_publish_properties,
     check_text,
     too_long,
 )
@@ -86,6 +87,7 @@ def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
 def publish(request: pb.PublishRequest, now_ms: int) -> None:
     check_name("topic", request.topic)
     check_batch("messages", len(request.messages))
+    check_publish_properties("messages", sum(len(m.properties) for m in request.messages))
     for i, message in enumerate(request.messages):
         _message(message, i, now_ms)
 

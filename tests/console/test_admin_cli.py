@@ -114,7 +114,11 @@ def test_exit_statuses(gw: Gateway, dead: list[str], capsys: pytest.CaptureFixtu
     assert run(gw, capsys, "dlq", "list", "cli-orders", "cli", "--min-attempt", "4",
                "--max-attempt", "2")[0] == 2
     assert run(gw, capsys, "dlq", "resend", "cli-orders", "cli", "--yes")[0] == 2  # nothing
+    # delete without ids or filter: refused before it asks (it has no --all; purge does that)
+    code, _, err = run(gw, capsys, "dlq", "delete", "cli-orders", "cli")
+    assert code == 2 and "message_ids" in err and "dlq purge" in err and "[y/N]" not in err
     assert run(gw, capsys, "dlq", "resend", "cli-orders", "cli", "no-such-id", "--yes")[0] == 3
+    assert main(["topics", "--target", "127.0.0.1:99999"]) == 2  # not port 34463
     code = main(["topics", "--target", "127.0.0.1:1", "--timeout-s", "3"])
     _, err = capsys.readouterr()
     assert code == 5 and "UNAVAILABLE" in err

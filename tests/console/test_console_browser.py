@@ -196,3 +196,28 @@ def test_console_end_to_end(gw: Gateway, artifacts: Path) -> None:
     assert len(shot.saved) >= 20
     for path in shot.saved:
         assert path.stat().st_size > 5000, path
+
+
+def test_a_long_name_does_not_widen_the_pages(gw: Gateway, artifacts: Path) -> None:
+    """Topic and group names may be 255 characters without a space: every page still fits a
+    phone's width and a desktop's (no sideways scrolling), the overview's numbers included."""
+    topic, group = "t-" + "x" * 253, "g-" + "y" * 120
+    fill_dead_letters(gw, topic, group, [(b"long-named", {})])
+    query = f"topic={topic}&group={group}"
+    with browser.chromium() as driver:
+        driver.get(f"{gw.console}/login")
+        login(driver, ADMIN_TOKEN)
+        (artifacts / "long-names").mkdir(exist_ok=True)
+        shots = browser.Shots(driver, artifacts / "long-names")
+        for name, path in [("overview", "/"), ("group", f"/group?{query}"),
+                           ("dead-letters", f"/dead-letters?{query}")]:
+            driver.get(gw.console + path)
+            shots(name)
+            for width, height, mobile in browser.WIDTHS.values():
+                driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+                    "width": width, "height": height, "deviceScaleFactor": 1,
+                    "mobile": mobile})
+                overflow = driver.execute_script(
+                    "return document.documentElement.scrollWidth - window.innerWidth")
+                assert overflow <= 0, f"{name} at {width} px is {overflow} px too wide"
+            driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})

@@ -5,12 +5,15 @@ console without tokens reached under a foreign Host name (DNS rebinding)."""
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
 
+from gateway.console.server import CONNECTION_IDLE_S
 from tests.console.gateway_proc import (
     ADMIN_TOKEN,
     APP_TOKEN,
@@ -225,3 +228,20 @@ async def test_without_tokens_only_loopback_host_names(tmp_path: Path) -> None:
                     "csrf": csrf, "topic": "orders", "group": "g", "confirm": "yes"},
                     allow_redirects=False) as r:
                 assert r.status == 303
+
+
+def test_idle_connections_are_closed(gw: Gateway) -> None:
+    """A connection that sends nothing, or never finishes its request, is closed after
+    CONNECTION_IDLE_S (aiohttp's default kept it an hour: enough of them would use up the
+    process's file descriptors, and every listener's clients would be refused)."""
+    address = urlsplit(gw.console)
+    silent = socket.create_connection((address.hostname, address.port))
+    partial = socket.create_connection((address.hostname, address.port))
+    partial.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    try:
+        for sock in (silent, partial):
+            sock.settimeout(CONNECTION_IDLE_S + 30)
+            assert sock.recv(1) == b""  # closed by the console, not by our timeout
+    finally:
+        silent.close()
+        partial.close()

@@ -74,6 +74,12 @@ BAD: list[tuple[str, Any, str]] = [
         copy(message_id="m" * 300)]), "messages[0].message_id"),
     ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[
         copy(properties={f"p{i}": "v" for i in range(1025)})]), "messages[0].properties"),
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[
+        copy(attempt=2**32 - 1)]), "messages[0].attempt"),
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[
+        copy(properties={f"p{i}": "" for i in range(1024)})] * 98), "100000"),
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", group="g", ledger="l", messages=[
+        copy(part=pb.MESSAGE_PART_RETRY, retries=1_000_001)]), "messages[0].retries"),
 ]
 
 
@@ -107,3 +113,23 @@ async def test_too_large_copies_and_open_consumers(app: GatewayApp) -> None:
                     topic="busy", group="g", part=pb.MESSAGE_PART_READY), timeout=10)
             assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert "consumer(s) open" in (caught.value.details() or "")
+
+
+async def test_a_copy_at_the_largest_attempt_is_delivered(app: GatewayApp) -> None:
+    """The largest counts an import takes still fit a delivery (`Delivery.attempt` is uint32):
+    the copy and a message published after it are received, nothing fails INTERNAL."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)
+        await stub.ImportMessages(pb.ImportMessagesRequest(
+            topic="high", group="g", ledger="l", messages=[
+                copy(body=b"old", attempt=1_000_000, retries=1_000_000)]), timeout=10)
+    async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
+        await client.publish("high", [b"new"])
+        got: list[Any] = []
+        for _ in range(20):
+            got += await client.receive("high", "g", policy="rocketmq-simple",
+                                        max_messages=10, wait_ms=1000)
+            if len(got) >= 2:
+                break
+        assert sorted(d.body for d in got) == [b"new", b"old"]
+        assert max(d.attempt for d in got) == 1_000_001

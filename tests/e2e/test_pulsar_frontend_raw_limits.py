@@ -15,6 +15,7 @@ import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
 from adapters.pulsar.wire import wire_pb2 as pb
 from gateway.engine.clock import SystemClock
+from gateway.limits import MAX_PUBLISH_PROPERTIES
 from gateway.server.app import running_gateway
 from tests.pulsar_raw import Cmd, RawClient
 
@@ -295,3 +296,19 @@ async def test_sequence_ids_beyond_uint64_are_refused(front: PulsarFrontEnd) -> 
     client.send(raw.subscribe(2, 2, pb.CommandSubscribe.Exclusive))
     await client.expect(Cmd.SUCCESS)
     await still_serving(client)
+
+
+async def test_properties_of_one_send_are_capped(front: PulsarFrontEnd) -> None:
+    """At most MAX_PUBLISH_PROPERTIES in one SEND, all batch entries together."""
+    per_entry = 1024
+    count = MAX_PUBLISH_PROPERTIES // per_entry + 1
+    single = pb.SingleMessageMetadata(payload_size=0)
+    for i in range(per_entry):
+        single.properties.add(key=f"{i}", value="")
+    data = single.SerializeToString()
+    payload = (len(data).to_bytes(4, "big") + data) * count
+    client = await producing(front.port)
+    client.send(batch_send(count), batch_meta(count), payload)
+    reply = await refused_send(client, 0)
+    assert str(MAX_PUBLISH_PROPERTIES) in reply.message
+    await only_sentinel_stored(client, 1)

@@ -17,7 +17,7 @@ from google.protobuf import message_factory
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from test_rocketmq_frontend import Gateway, _settings
 
-from gateway.limits import MAX_BATCH, MAX_DELAY_MS
+from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_PUBLISH_PROPERTIES
 
 pytestmark = pytest.mark.slow
 
@@ -146,6 +146,29 @@ def test_too_many_messages_in_one_send_are_refused(stub: Any) -> None:
     assert reply.status.code == Code.BAD_REQUEST, reply.status
     assert "messages" in reply.status.message and str(MAX_BATCH) in reply.status.message
     assert _receive_all(stub, topic, _name("g")) == (Code.MESSAGE_NOT_FOUND, [])
+
+
+def test_too_many_user_properties_in_one_send_are_refused(stub: Any) -> None:
+    """128 per message (RocketMQ's limit), and MAX_PUBLISH_PROPERTIES in one send, user
+    properties and keys together."""
+    topic = _name("t")
+    request = service_pb2.SendMessageRequest()
+    count = MAX_PUBLISH_PROPERTIES // 128 + 1
+    for i in range(count):
+        message = request.messages.add(body=b"x")
+        message.topic.name = topic
+        message.system_properties.message_id = f"M{i}"
+        message.user_properties.update({f"p{j}": "" for j in range(128)})
+    reply = stub.SendMessage(request, timeout=30)
+    assert reply.status.code == Code.BAD_REQUEST, reply.status
+    assert str(MAX_PUBLISH_PROPERTIES) in reply.status.message
+    assert _receive_all(stub, topic, _name("g")) == (Code.MESSAGE_NOT_FOUND, [])
+    for message in request.messages:  # keys count the same
+        message.ClearField("user_properties")
+        message.system_properties.keys.extend(f"k{j}" for j in range(128))
+    reply = stub.SendMessage(request, timeout=30)
+    assert reply.status.code == Code.BAD_REQUEST, reply.status
+    assert "keys" in reply.status.message
 
 
 def _with(request: Any, change: Callable[[Any], None]) -> Any:

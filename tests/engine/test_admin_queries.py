@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.engine import admin_scan
-from gateway.engine.api import DeadLetterFilter
+from gateway.engine.api import DeadLetterFilter, SettleAction
 from gateway.errors import InvalidArgument, NotFound
 
 from .harness import GROUP, TOPIC, Harness
@@ -121,3 +121,33 @@ async def test_groups_from_subscriptions_and_dead_letter_topics(h: Harness) -> N
     assert await h.engine.admin.groups() == [(TOPIC, GROUP)]
     assert await h.engine.admin.groups([("other", "g2")]) == sorted(
         [(TOPIC, GROUP), ("other", "g2")])
+
+
+async def test_a_group_wide_destination_is_read_and_emptied_topic_by_topic(h: Harness) -> None:
+    """`%DLQ%group` and `%RETRY%group` hold the group's messages of every topic: listing,
+    showing, resending, deleting and purging one topic's touch only that topic's."""
+    admin = h.engine.admin
+    other = h.spec("rocketmq", topic="payments")
+    mine = await _dead(h, [b"order-dead"])
+    await h.publish(b"pay-dead", topic="payments")
+    (d,) = await h.receive(other)
+    assert (await h.settle(d.receipt, SettleAction.DEAD_LETTER, reason="x")).ok
+    await h.publish(b"pay-retry", topic="payments")
+    (d,) = await h.receive(other)
+    assert (await h.fail(d)).ok
+    assert (await admin.waiting_retries("payments", GROUP)).total == 1
+
+    assert (await admin.describe(TOPIC, GROUP)).dead_letters == 1
+    assert (await admin.describe("payments", GROUP)).dead_letters == 1
+    page = await admin.dead_letters(TOPIC, GROUP, 10, -1)
+    assert [v.message.message_id for v in page.views] == mine
+    theirs = await admin.dead_letters("payments", GROUP, 10, -1)
+    assert [v.message.body for v in theirs.views] == [b"pay-dead"]
+    with pytest.raises(NotFound):
+        await admin.dead_letter(TOPIC, GROUP, theirs.views[0].message.message_id)
+    assert await admin.delete(TOPIC, GROUP, []) == 1  # every one of TOPIC's: its own only
+    assert await admin.resend(TOPIC, GROUP, []) == 0
+    assert [v.message.body for v in (await admin.dead_letters("payments", GROUP, 10,
+                                                                 -1)).views] == [b"pay-dead"]
+    await admin.purge(TOPIC, GROUP)
+    assert (await admin.waiting_retries("payments", GROUP)).total == 1

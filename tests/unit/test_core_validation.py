@@ -19,6 +19,10 @@ CASES = [
     ("rocketmq", {"max_retries": "1001", "version": "5"}, "max_retries", "0..1000"),
     ("rocketmq", {"max_retries": "-1", "version": "4"}, "max_retries", "0..2147483647"),
     ("rocketmq", {"max_retries": "many"}, "max_retries", "an integer in 0..1000"),
+    # int() reads these too; an option is written in ASCII digits only.
+    ("rocketmq", {"max_retries": "1_000"}, "max_retries", "an integer in 0..1000"),
+    ("rocketmq", {"max_retries": "\u0663"}, "max_retries", "an integer in 0..1000"),
+    ("rocketmq", {"max_retries": "\uff13"}, "max_retries", "an integer in 0..1000"),
     ("rocketmq", {"version": "3"}, "version", "one of 4, 5"),
     ("rocketmq", {"broadcast": "maybe"}, "broadcast", "true or false"),
     ("rocketmq", {"dead_letter": "2"}, "dead_letter", "true or false"),

@@ -356,6 +356,9 @@ def test_pulsar_nack_exclusive_never_exhausted(capsys):
         (["--policy", "rocketmq", "--limit", "0"], ["limit", "1 or more"]),
         (["--policy", "rocketmq", "--processing-ms", "-1"], ["processing_ms", "0 or more"]),
         (["--policy", "pulsar", "--delay-ms", "1", "--delay-s", "1"], ["delay_s", "--delay-ms"]),
+        (["--policy", "rocketmq", "--group", ""], ["group", "non-empty"]),  # printed %RETRY%
+        (["--policy", "pulsar", "--topic", "t\n"], ["topic", "printable"]),
+        (["--policy", "pulsar", "--topic", "t" * 256], ["topic", "255 bytes"]),
     ],
 )
 def test_bad_input_exits_2_with_field_and_range(capsys, args, texts):

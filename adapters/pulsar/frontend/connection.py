@@ -105,6 +105,8 @@ class Connection:
         self._closed = False
         self._topics: dict[int, tuple[str, str]] = {}
         self._principal: Any = None
+        self._client_version = ""
+        """CONNECT's `client_version`: which library the client is built on."""
         self._waiting = False
         """True while reading waits for the listener's budget (the client is not idle)."""
 
@@ -216,6 +218,7 @@ class Connection:
 
     def _connected(self, connect: pb.CommandConnect) -> bool:
         """Answer CONNECT; False (after an ERROR) when the client may not connect."""
+        self._client_version = connect.client_version
         authorizer = self._shared.authorizer
         if authorizer is not None:
             token = connect.auth_data.decode(errors="replace") if connect.auth_data else None
@@ -245,7 +248,10 @@ class Connection:
         try:
             edge.check_command(cmd)
         except GatewayError as exc:
-            reply = replies.refusal(cmd, replies.server_error(exc), exc.message)
+            code = replies.server_error(exc)
+            if cmd.type == Cmd.SEND:
+                code = replies.send_failure(code, self._client_version)
+            reply = replies.refusal(cmd, code, exc.message)
             if reply is not None:
                 self.write(reply)
             log.info("pulsar command refused", connection=self.id, error=exc.message)
@@ -359,6 +365,7 @@ class Connection:
             dedup=self._shared.dedup,
             limit=self._shared.max_message_size,
             budget=self._shared.budget,
+            client_version=self._client_version,
         )
         last = self._shared.dedup.last(topic, name)
         self.write(replies.producer_success(request.request_id, name, last))

@@ -22,7 +22,14 @@ from adapters.pulsar.wire.batch import entries
 from adapters.pulsar.wire.frames import Frame
 from gateway.backend.base import OutMessage
 from gateway.errors import ECHO_CHARS, InvalidArgument, MessageTooLarge
-from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_NAME_BYTES, utf8_len
+from gateway.limits import (
+    MAX_BATCH,
+    MAX_DELAY_MS,
+    MAX_NAME_BYTES,
+    check_properties,
+    check_publish_properties,
+    utf8_len,
+)
 
 Cmd = pb.BaseCommand
 
@@ -232,6 +239,7 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
         allowed = f"0..{now_ms + MAX_DELAY_MS} (at most {MAX_DELAY_MS} ms from now)"
         raise refused("metadata.deliver_at_time", deliver_at, allowed)
     found = entries(metadata, frame.payload, limit=limit, max_count=MAX_MESSAGES_PER_SEND)
+    check_publish_properties("messages", sum(len(entry.properties) for entry in found))
     send = frame.command.send
     if send.HasField("num_messages") and send.num_messages != len(found):
         raise refused("send.num_messages", send.num_messages, f"{len(found)}, as in the payload")
@@ -240,6 +248,8 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
         raise refused("send.sequence_id", send.sequence_id, allowed)
     out = []
     for i, entry in enumerate(found):
+        # Here, not only in the engine: a refusal there fails every frame stored with this one.
+        check_properties(f"messages[{i}].properties", entry.properties)
         size = len(entry.payload) + _text_bytes("partition_key", entry.partition_key)
         for key, value in entry.properties.items():
             size += _text_bytes("properties", key) + _text_bytes("properties", value)

@@ -66,8 +66,10 @@ class ProducerSession:
         dedup: DedupRegistry,
         limit: int,
         budget: ReadBudget,
+        client_version: str = "",
     ) -> None:
-        """`limit`: the most bytes of body + key + properties of one message."""
+        """`limit`: the most bytes of body + key + properties of one message; `client_version`:
+        the connection's, for the code of a refusal (`replies.send_failure`)."""
         self.producer_id = producer_id
         self.topic = topic
         self.name = name
@@ -77,6 +79,7 @@ class ProducerSession:
         self._dedup = dedup
         self._limit = limit
         self._budget = budget
+        self._client_version = client_version
         self._held = 0
         """Budget held by frames taken and not yet answered."""
         self._queue: asyncio.Queue[_Send] = asyncio.Queue()
@@ -184,11 +187,11 @@ class ProducerSession:
             self._held -= item.cost
             self._budget.give(item.cost)
             if item.error is not None:
-                self._write(replies.send_error(self.producer_id, item.sequence_id, *item.error))
+                code, text = item.error
+                self._refuse(item.sequence_id, code, text)
             elif failure is not None and item in fresh:
-                code = replies.server_error(failure)
-                text = replies.error_text(failure)
-                self._write(replies.send_error(self.producer_id, item.sequence_id, code, text))
+                self._refuse(item.sequence_id, replies.server_error(failure),
+                             replies.error_text(failure))
             else:
                 self._dedup.record(self.topic, self.name, item.highest)
                 # Its first message's id; a resend stored before gets an id of its own.
@@ -202,3 +205,7 @@ class ProducerSession:
                         self.producer_id, item.sequence_id, item.highest, ledger, entry
                     )
                 )
+
+    def _refuse(self, sequence_id: int, code: int, text: str) -> None:
+        code = replies.send_failure(code, self._client_version)
+        self._write(replies.send_error(self.producer_id, sequence_id, code, text))

@@ -39,6 +39,22 @@ MAX_TEXT_CHARS = 1000
 """Longest error message sent (values in it are cut shorter where they are checked)."""
 RETRYABLE = frozenset({pb.ServiceNotReady, pb.UnknownError, pb.TooManyRequests})
 """Errors after which the client retries (it needs the connection closed to do so)."""
+CPP_CLIENT = "Pulsar-CPP-"
+"""How clients built on Pulsar's C++ library (pulsar-client for Python and Node, C++) name
+themselves in CONNECT's `client_version`."""
+
+
+def send_failure(code: int, client_version: str) -> int:
+    """The SEND_ERROR code that fails just the one refused send of this client, for a refusal
+    a resend cannot cure (a bad value, a message too large, a denied topic).
+
+    The C++ library fails a single send only on ChecksumError; on any other SEND_ERROR it closes
+    the connection, reconnects and sends the same frame again, for ever (its `send()` never
+    returns). Java clients fail the send on NotAllowedError. Retryable codes stay as they are:
+    there the reconnect and resend is what should happen."""
+    if code in RETRYABLE or not client_version.startswith(CPP_CLIENT):
+        return code
+    return pb.ChecksumError
 
 
 def server_error(exc: BaseException) -> int:
@@ -122,6 +138,7 @@ def lookup(request_id: int, service_url: str) -> bytes:
     reply = cmd.lookupTopicResponse
     reply.request_id = request_id
     reply.brokerServiceUrl = service_url
+    reply.brokerServiceUrlTls = service_url  # what a client on TLS connects to
     reply.response = pb.CommandLookupTopicResponse.Connect
     reply.authoritative = True
     reply.proxy_through_service_url = False

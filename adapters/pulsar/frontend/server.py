@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from pathlib import Path
 
 import structlog
@@ -65,6 +66,9 @@ class PulsarFrontEnd:
     frames read and not yet answered may hold `read_budget_bytes` across all connections (more
     waits). Values inside commands are checked by `adapters.pulsar.frontend.edge`.
 
+    With `tls` (the gateway's `--tls-cert` context, client certificates included) it serves
+    TLS only: clients connect to `pulsar+ssl://`, and lookups send them there.
+
     With a `state_dir` (the product gives `DATA_DIR/pulsar`) producers' sequence ids survive
     restarts (`adapters.pulsar.frontend.journal`); without one they last as long as the front
     end.
@@ -87,6 +91,7 @@ class PulsarFrontEnd:
         max_unacked_per_consumer: int = MAX_UNACKED,
         read_budget_bytes: int = READ_BUDGET_BYTES,
         state_dir: str | Path | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._engine = engine
         self._host = host
@@ -115,6 +120,7 @@ class PulsarFrontEnd:
         self._max_unacked = max_unacked_per_consumer
         self._read_budget_bytes = read_budget_bytes
         self._authorizer = authorizer
+        self._tls = tls
         self._server: asyncio.Server | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
         self._ids = IdAllocator(ordered=engine.positions)
@@ -133,14 +139,17 @@ class PulsarFrontEnd:
     @property
     def service_url(self) -> str:
         """The URL clients are pointed at by lookups."""
-        return self._advertised_url or f"pulsar://{self._host}:{self.port}"
+        scheme = "pulsar+ssl" if self._tls is not None else "pulsar"
+        return self._advertised_url or f"{scheme}://{self._host}:{self.port}"
 
     async def start(self) -> None:
         """Bind and start accepting connections."""
         if self._journal is not None:
             await asyncio.to_thread(self._dedup.load)
             self._journal.start()
-        self._server = await asyncio.start_server(self._accept, self._host, self._requested_port)
+        self._server = await asyncio.start_server(
+            self._accept, self._host, self._requested_port, ssl=self._tls,
+            ssl_handshake_timeout=self._handshake_timeout_s if self._tls is not None else None)
         self._shared = Shared(
             engine=self._engine,
             service_url=self.service_url,

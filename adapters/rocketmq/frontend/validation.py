@@ -19,7 +19,7 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from adapters.rocketmq.dialect import INVISIBLE_RANGE_MS
 from gateway.errors import Unimplemented
-from gateway.limits import MAX_BATCH, MAX_DELAY_MS
+from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_PUBLISH_PROPERTIES
 
 from . import codec
 from .codec import Rejected
@@ -343,6 +343,13 @@ class RequestChecks:
         count = len(request.messages)
         if not 1 <= count <= MAX_BATCH:
             raise Rejected(Code.BAD_REQUEST, "messages", count, f"1..{MAX_BATCH} per request")
+        # Keys cost what properties cost: 10,000 messages of 128 keys held the loop for 1.3 s.
+        total = sum(len(m.user_properties) + len(m.system_properties.keys)
+                    for m in request.messages)
+        if total > MAX_PUBLISH_PROPERTIES:
+            raise Rejected(Code.BAD_REQUEST, "messages", f"{total} user properties and keys",
+                           f"at most {MAX_PUBLISH_PROPERTIES} in one request, all messages "
+                           "together")
         now_ms = self._now_ms()
         for index, message in enumerate(request.messages):
             self._message(message, f"messages[{index}]", now_ms)
