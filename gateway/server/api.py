@@ -8,14 +8,18 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from typing import Any, TypeAlias
 
-from gateway.engine.api import Settlement, SettleResult
+from gateway.engine.api import Delivery, SettleAction, Settlement, SettleResult
 from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
-from gateway.limits import MAX_CREDIT
+from gateway.limits import MAX_CREDIT, properties_size, utf8_len
 from gateway.server import convert, validate
 from gateway.server.auth import current_settle_guard
 from gateway.tracing.context import from_metadata, with_carrier
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
+
+RESPONSE_BYTES = 4 * 1024 * 1024
+"""Deliveries one response carries at most, in message bytes (at least one delivery): gRPC
+clients receive at most 4 MiB per message by default, and the server sends at most 64 MiB."""
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
 Outbox: TypeAlias = asyncio.Queue[gateway_pb2.ConsumeResponse | Exception | None]
@@ -46,6 +50,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         invisible = request.invisible_ms if request.invisible_ms else None
         deliveries = await self.engine.receive(spec, request.max_messages, invisible,
                                                request.wait_ms)
+        deliveries, rest = fitting(deliveries)
+        if rest:  # more than one response holds: give them back untouched, for the next call
+            await self.engine.settle([Settlement(d.receipt, SettleAction.RELEASE) for d in rest])
         response = gateway_pb2.ReceiveResponse()
         convert.add_deliveries(response.deliveries, deliveries)
         return response
@@ -205,12 +212,24 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         try:
             while True:
                 batch = await consumer.next_batch(256)
-                response = gateway_pb2.ConsumeResponse()
-                response.deliveries.SetInParent()
-                convert.add_deliveries(response.deliveries.deliveries, batch)
-                await outbox.put(response)
+                while batch:
+                    part, batch = fitting(batch)
+                    response = gateway_pb2.ConsumeResponse()
+                    response.deliveries.SetInParent()
+                    convert.add_deliveries(response.deliveries.deliveries, part)
+                    await outbox.put(response)
         except Unavailable:
             await outbox.put(None)
+
+
+def fitting(deliveries: list[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
+    """The longest prefix of `deliveries` within RESPONSE_BYTES (at least one), and the rest."""
+    total = 0
+    for n, d in enumerate(deliveries):
+        total += len(d.body) + utf8_len(d.key) + utf8_len(d.tag) + properties_size(d.properties)
+        if total > RESPONSE_BYTES and n > 0:
+            return deliveries[:n], deliveries[n:]
+    return deliveries, []
 
 
 def _add_credit(consumer: ConsumerPort, n: int, field: str) -> None:
