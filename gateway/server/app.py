@@ -76,6 +76,9 @@ STREAMS_PER_CONNECTION = 1000
 """Concurrent calls one HTTP/2 connection may carry (more wait for the client's next stream)."""
 HANDSHAKE_TIMEOUT_MS = 10_000
 """A connection that has not finished its TLS / HTTP/2 handshake by then is closed."""
+IDLE_CONNECTION_MS = 120_000
+"""A connection that carries no call for this long is closed (GOAWAY); gRPC clients reconnect
+by themselves on their next call, so only idle sockets go (file descriptors are bounded)."""
 
 
 class GatewayApp:
@@ -180,6 +183,7 @@ class GatewayApp:
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", STREAMS_PER_CONNECTION),
                 ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+                ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
             ],
         )
         gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayService(self.engine), server)
