@@ -16,7 +16,7 @@ from gateway.core.policy import RetryPolicy
 from gateway.core.properties import ORIGIN_TOPIC, visible_properties
 from gateway.core.record import Record
 from gateway.core.states import READY, WAITING_RETRY
-from gateway.engine.api import Delivery, InitialPosition, SubscriptionSpec
+from gateway.engine.api import ConsumerType, Delivery, InitialPosition, SubscriptionSpec
 from gateway.engine.base import Batch
 from gateway.engine.dispatch import (
     KEY_SHARED,
@@ -28,8 +28,10 @@ from gateway.engine.dispatch import (
     wait_any,
 )
 from gateway.engine.expiry import Expiring
-from gateway.errors import GatewayError, InvalidArgument, Unavailable
+from gateway.errors import AlreadyExists, GatewayError, InvalidArgument, Unavailable
 from gateway.limits import MAX_RECEIVE, MAX_WAIT_MS
+
+EXCLUSIVE = ConsumerType.EXCLUSIVE
 
 log = structlog.get_logger("gateway.engine")
 
@@ -76,6 +78,16 @@ class Delivering(Expiring):
                 found.append(name)
         return found
 
+    def _check_exclusive(self, spec: SubscriptionSpec) -> None:
+        """An exclusive subscription takes one consumer: a second one, or any consumer while an
+        exclusive one is there, is refused (ALREADY_EXISTS)."""
+        sub = self.subscriptions.get((spec.topic, spec.group))
+        if sub is None or not sub.consumers:
+            return
+        if EXCLUSIVE in (spec.consumer_type, sub.spec.consumer_type):
+            raise AlreadyExists(f"the exclusive subscription {spec.group!r} on {spec.topic!r} "
+                                "has a consumer already")
+
     async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> Consumer:
         """A push consumer on `spec`, with `credit` to start with."""
         if not self._accepting:
@@ -88,6 +100,7 @@ class Delivering(Expiring):
         anonymous = policy.retries_enabled is False and not spec.consumer_id
         if anonymous:
             spec = replace(spec, consumer_id=consumer_id)
+        self._check_exclusive(spec)
         sub = self._subscription(spec, policy, anonymous)
         await self._place(sub)
         consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked, policy)

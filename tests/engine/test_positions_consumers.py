@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import pytest
+
 from gateway.engine.api import ConsumerType
+from gateway.errors import AlreadyExists
 
 from .harness import Harness, idle
 
@@ -41,6 +44,22 @@ async def test_failover_has_one_active_consumer_and_the_next_takes_over(h: Harne
 async def test_exclusive_and_shared_consumers_are_active(h: Harness) -> None:
     shared = [await h.open(h.spec("pulsar-nack", group="s")) for _ in range(2)]
     assert all(c.active for c in shared)
+
+
+async def test_an_exclusive_subscription_takes_one_consumer(h: Harness) -> None:
+    exclusive = h.spec("pulsar-nack", group="x", consumer_type=ConsumerType.EXCLUSIVE)
+    first = await h.open(exclusive)
+    for second in (exclusive, h.spec("pulsar-nack", group="x")):
+        with pytest.raises(AlreadyExists):
+            await h.open(second)
+    # An exclusive consumer cannot join a group that has consumers of another type either.
+    await h.open(h.spec("pulsar-nack", group="y"))
+    with pytest.raises(AlreadyExists):
+        await h.open(h.spec("pulsar-nack", group="y", consumer_type=ConsumerType.EXCLUSIVE))
+    # Once the first has gone, the next one is taken.
+    await first.close()
+    await idle()
+    assert (await h.open(exclusive)).active
 
 
 def owners(deliveries: dict[str, list[str]]) -> dict[str, set[str]]:

@@ -88,7 +88,7 @@ async def test_unknown_and_earlier_receipts_are_stale(h: Harness) -> None:
         ("rabbitmq", ConsumerType.SHARED, 0),
         ("pulsar", ConsumerType.SHARED, 0),
         ("pulsar-nack", ConsumerType.SHARED, 1),  # the redelivery count counts it
-        ("pulsar-nack", ConsumerType.EXCLUSIVE, 0),
+        ("pulsar-nack", ConsumerType.FAILOVER, 0),  # an exclusive one takes no heir
     ],
 )
 async def test_a_lost_consumer_gives_its_deliveries_back_at_once(
