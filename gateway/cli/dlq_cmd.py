@@ -199,6 +199,8 @@ def _which(args: argparse.Namespace, verb: str) -> tuple[list[str], pb.DeadLette
     has no --all: `purge` deletes every dead letter)."""
     where = filter_of(args)
     ids = list(args.message_ids) if hasattr(args, "message_ids") else []
+    if ids and getattr(args, "all", False):
+        raise InvalidArgument("all", "--all", "either message ids or --all, not both")
     if not ids and where is None and not getattr(args, "all", False):
         hint = "or --all" if hasattr(args, "all") else "(`gateway dlq purge` deletes every one)"
         raise InvalidArgument("message_ids", "", f"message ids to {verb}, filter flags {hint}")

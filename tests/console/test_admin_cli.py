@@ -117,6 +117,10 @@ def test_exit_statuses(gw: Gateway, dead: list[str], capsys: pytest.CaptureFixtu
     # delete without ids or filter: refused before it asks (it has no --all; purge does that)
     code, _, err = run(gw, capsys, "dlq", "delete", "cli-orders", "cli")
     assert code == 2 and "message_ids" in err and "dlq purge" in err and "[y/N]" not in err
+    # ids and --all together: which one was meant? Refused before anything happens.
+    code, _, err = run(gw, capsys, "dlq", "resend", "cli-orders", "cli", "some-id", "--all",
+                       "--yes")
+    assert code == 2 and "--all" in err
     assert run(gw, capsys, "dlq", "resend", "cli-orders", "cli", "no-such-id", "--yes")[0] == 3
     assert main(["topics", "--target", "127.0.0.1:99999"]) == 2  # not port 34463
     code = main(["topics", "--target", "127.0.0.1:1", "--timeout-s", "3"])
