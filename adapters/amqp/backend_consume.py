@@ -21,6 +21,7 @@ from aio_pika.exceptions import ChannelInvalidStateError
 
 from adapters.amqp.backend_link import Link, guard
 from adapters.amqp.backend_send import Publisher
+from adapters.amqp.backend_tx import Committer
 from adapters.amqp.codec import decode
 from adapters.amqp.counters import reconcile_attempt, stated_retries
 from adapters.amqp.queues import queue_name
@@ -102,6 +103,8 @@ class Consumer:
         self.topics: dict[str, TopicState] = {}
         self._instance = uuid.uuid4().hex[:12]
         self._sequence = 0
+        self.committer = Committer(confirm_timeout_s)
+        """Every ack and requeue on the consuming channel is committed through it."""
         self._unsettled: dict[int, tuple[object, set[int]]] = {}
         """Per consuming channel (by id, with the channel kept alive): delivery tags not settled."""
 
@@ -155,38 +158,48 @@ class Consumer:
             entry = self._unsettled[id(channel)] = (channel, set())
         return entry[1]
 
-    async def ack_all(self, helds: Sequence[Held]) -> None:
-        """Ack deliveries, folding the longest run of the channel's oldest unsettled tags into
-        one `basic.ack(multiple)`; the rest are acked one by one; closed-channel ones skipped."""
-        by_channel: dict[int, list[Held]] = {}
+    @staticmethod
+    def by_channel(helds: Sequence[Held]) -> list[list[Held]]:
+        """Live deliveries grouped by the channel they came on (deliveries of a closed channel
+        are left out: RabbitMQ requeued them)."""
+        groups: dict[int, list[Held]] = {}
         for held in helds:
             if held.alive():
-                by_channel.setdefault(id(held.message.channel), []).append(held)
-        for group in by_channel.values():
-            group.sort(key=lambda h: h.message.delivery_tag or 0)
-            unsettled = self._unsettled_tags(group[0].message)
-            oldest = sorted(unsettled)[: len(group)]
-            run = 0
-            while run < len(group) and group[run].message.delivery_tag == oldest[run]:
-                run += 1
-            async with guard("ack"):
-                if run > 1:
-                    await group[run - 1].message.ack(multiple=True)
-                    singles = group[run:]
-                else:
-                    singles = group
-                for held in singles:
-                    await held.message.ack()
-            for held in group:
-                unsettled.discard(held.message.delivery_tag or 0)
+                groups.setdefault(id(held.message.channel), []).append(held)
+        return list(groups.values())
 
-    async def requeue(self, held: Held) -> None:
-        """`basic.nack(requeue)`: the message goes back to its place in the queue."""
-        if not held.alive():
+    async def write_acks(self, group: Sequence[Held]) -> None:
+        """Write the acks of deliveries of one channel, folding the longest run of the channel's
+        oldest unsettled tags into one `basic.ack(multiple)`; the rest one by one. They take
+        effect when the channel's transaction commits (`backend_tx`)."""
+        ordered = sorted(group, key=lambda h: h.message.delivery_tag or 0)
+        if not ordered:
             return
-        async with guard("requeue"):
-            await held.message.nack(requeue=True)
-        self._unsettled_tags(held.message).discard(held.message.delivery_tag or 0)
+        unsettled = self._unsettled_tags(ordered[0].message)
+        oldest = sorted(unsettled)[: len(ordered)]
+        run = 0
+        while run < len(ordered) and ordered[run].message.delivery_tag == oldest[run]:
+            run += 1
+        if run > 1:
+            await ordered[run - 1].message.ack(multiple=True)
+            singles = ordered[run:]
+        else:
+            singles = ordered
+        for held in singles:
+            await held.message.ack()
+
+    def forget_settled(self, helds: Sequence[Held]) -> None:
+        """Deliveries acked or requeued for good: no longer unsettled on their channel."""
+        for held in helds:
+            with suppress(ChannelInvalidStateError):
+                self._unsettled_tags(held.message).discard(held.message.delivery_tag or 0)
+
+    async def ack_all(self, helds: Sequence[Held]) -> None:
+        """Ack deliveries, one committed transaction per channel; closed-channel ones skipped."""
+        for group in self.by_channel(helds):
+            channel = group[0].message.channel
+            await self.committer.run(channel, partial(_ack_unit, self, group))
+            self.forget_settled(group)
 
     async def topic(self, topic: str, group: str) -> TopicState:
         """The consumption state of `topic`, starting its consumer on first use."""
@@ -262,3 +275,8 @@ class Consumer:
         held = [h for h in state.buffer if h.alive()]
         held += [h for h, _ in state.leased.values() if h.alive()]
         return sorted(held, key=lambda h: int(h.token.rsplit(":", 1)[1]))
+
+
+async def _ack_unit(consumer: Consumer, group: Sequence[Held], _: object) -> None:
+    await consumer.write_acks(group)
+

@@ -20,6 +20,7 @@ Retry and dead-letter destinations are ordinary topics. Product-specific code li
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -176,6 +177,28 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def release(self, releases: Sequence[Release]) -> None:
         """Give leased messages back, visible at the given times with new counters; durable."""
+
+    async def settle(
+        self,
+        copies: Mapping[str, Sequence[OutMessage]],
+        acks: Sequence[Lease],
+        releases: Sequence[Release],
+    ) -> None:
+        """Carry out one settle batch: publish `copies` (retry and dead-letter copies, by topic;
+        a copy carries the message id of the leased message in `acks` it replaces), ack `acks`
+        and release `releases`.
+
+        The default does them in that order, each durable before the next: a crash in between
+        may keep a copy *and* its original (the original is delivered again: at least once). A
+        back end that can make the batch all-or-nothing overrides it; several processes sharing
+        one broker need that for each retry to fire once and each dead letter to be written
+        once when one of them dies (RabbitMQ: one AMQP transaction)."""
+        if copies:
+            await asyncio.gather(*(self.publish(topic, msgs) for topic, msgs in copies.items()))
+        if acks:
+            await self.ack(acks)
+        if releases:
+            await self.release(releases)
 
     @abc.abstractmethod
     async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:

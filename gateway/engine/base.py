@@ -182,13 +182,8 @@ class EngineBase:
             return
         if batch.copies:
             self._known_topics.update(batch.copies)
-            await asyncio.gather(
-                *(self.backend.publish(topic, msgs) for topic, msgs in batch.copies.items())
-            )
-        if batch.acks:
-            await self.backend.ack(batch.acks)
-        if batch.releases:
-            await self.backend.release(batch.releases)
+        # One call: a back end may make the copies and the acks they replace all-or-nothing.
+        await self.backend.settle(batch.copies, batch.acks, batch.releases)
 
     # ------------------------------------------------------------ observers
     @contextlib.contextmanager
