@@ -37,12 +37,13 @@ from collections.abc import Mapping, Sequence
 
 import structlog
 from aiormq.abc import AbstractChannel
+from pamqp.base import Frame
 
 from adapters.amqp import backend_admin
 from adapters.amqp.backend_consume import Consumer, Held
 from adapters.amqp.backend_link import Link
 from adapters.amqp.backend_send import Publisher, Send
-from adapters.amqp.backend_tx import Written, returned, write_publishes
+from adapters.amqp.backend_tx import Written, returned, write_frames, write_publishes
 from adapters.amqp.counters import DELIVERY_COUNT_HEADER
 from adapters.amqp.delays import DEFAULT_TEMPLATE, check_template
 from adapters.amqp.naming import RABBITMQ
@@ -285,13 +286,16 @@ class RabbitMQBackend(Backend):
                            acks: list[Held] = acks, requeues: list[Held] = requeues) -> None:
                 nonlocal written
                 written = await write_publishes(channel, items)
-                await self._consumer.write_acks(acks)
-                for held in requeues:
-                    await held.message.nack(requeue=True)
+                frames: list[Frame] = [*self._consumer.ack_frames(acks),
+                                       *self._consumer.nack_frames(requeues)]
+                await write_frames(channel, frames)
 
             channel = (acks or requeues)[0].message.channel
-            await self._consumer.committer.run(channel, unit)
-            self._consumer.forget_settled([*acks, *requeues])
+            try:
+                await self._consumer.committer.run(channel, unit)
+            except BaseException:
+                self._consumer.unsettle([*acks, *requeues])
+                raise
             for position in returned(channel, written):
                 topic, send = sends[position]
                 log.warning("copy returned by RabbitMQ: publishing it again", topic=topic,

@@ -9,6 +9,7 @@ headers and are reconciled with the broker's redelivery evidence (`counters.reco
 from __future__ import annotations
 
 import asyncio
+import heapq
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -18,10 +19,12 @@ from functools import partial
 
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
+from aiormq.abc import AbstractChannel
+from pamqp import commands as spec
 
 from adapters.amqp.backend_link import Link, guard
 from adapters.amqp.backend_send import Publisher
-from adapters.amqp.backend_tx import Committer
+from adapters.amqp.backend_tx import Committer, write_frames
 from adapters.amqp.codec import decode
 from adapters.amqp.counters import reconcile_attempt, stated_retries
 from adapters.amqp.queues import queue_name
@@ -168,38 +171,53 @@ class Consumer:
                 groups.setdefault(id(held.message.channel), []).append(held)
         return list(groups.values())
 
-    async def write_acks(self, group: Sequence[Held]) -> None:
-        """Write the acks of deliveries of one channel, folding the longest run of the channel's
-        oldest unsettled tags into one `basic.ack(multiple)`; the rest one by one. They take
-        effect when the channel's transaction commits (`backend_tx`)."""
+    def ack_frames(self, group: Sequence[Held]) -> list[spec.Basic.Ack]:
+        """The `basic.ack` frames for deliveries of one channel: the longest run of the channel's
+        oldest unsettled tags folded into one `basic.ack(multiple)`, the rest one by one. Their
+        tags stop counting as unsettled at once, so that a later unit of the same transaction
+        folds past them; `unsettle` puts them back when the transaction fails."""
         ordered = sorted(group, key=lambda h: h.message.delivery_tag or 0)
         if not ordered:
-            return
+            return []
         unsettled = self._unsettled_tags(ordered[0].message)
-        oldest = sorted(unsettled)[: len(ordered)]
+        oldest = heapq.nsmallest(len(ordered), unsettled)
         run = 0
-        while run < len(ordered) and ordered[run].message.delivery_tag == oldest[run]:
+        while run < len(oldest) and ordered[run].message.delivery_tag == oldest[run]:
             run += 1
+        frames: list[spec.Basic.Ack] = []
+        singles: Sequence[Held] = ordered
         if run > 1:
-            await ordered[run - 1].message.ack(multiple=True)
+            frames.append(spec.Basic.Ack(delivery_tag=oldest[run - 1], multiple=True))
             singles = ordered[run:]
-        else:
-            singles = ordered
-        for held in singles:
-            await held.message.ack()
+        frames += [spec.Basic.Ack(delivery_tag=h.message.delivery_tag or 0) for h in singles]
+        for held in ordered:
+            unsettled.discard(held.message.delivery_tag or 0)
+        return frames
 
-    def forget_settled(self, helds: Sequence[Held]) -> None:
-        """Deliveries acked or requeued for good: no longer unsettled on their channel."""
+    def nack_frames(self, group: Sequence[Held]) -> list[spec.Basic.Nack]:
+        """`basic.nack(requeue)` frames: the messages go back to their places in the queue."""
+        unsettled = self._unsettled_tags(group[0].message) if group else set()
+        for held in group:
+            unsettled.discard(held.message.delivery_tag or 0)
+        return [spec.Basic.Nack(delivery_tag=h.message.delivery_tag or 0, requeue=True)
+                for h in group]
+
+    def unsettle(self, helds: Sequence[Held]) -> None:
+        """A transaction that acked or requeued `helds` failed: they are unsettled again (as
+        long as their channel lives)."""
         for held in helds:
-            with suppress(ChannelInvalidStateError):
-                self._unsettled_tags(held.message).discard(held.message.delivery_tag or 0)
+            if held.alive():
+                self._unsettled_tags(held.message).add(held.message.delivery_tag or 0)
 
     async def ack_all(self, helds: Sequence[Held]) -> None:
         """Ack deliveries, one committed transaction per channel; closed-channel ones skipped."""
         for group in self.by_channel(helds):
             channel = group[0].message.channel
-            await self.committer.run(channel, partial(_ack_unit, self, group))
-            self.forget_settled(group)
+            try:
+                await self.committer.run(channel, partial(_ack_unit, self, group))
+            except BaseException:
+                self.unsettle(group)
+                raise
 
     async def topic(self, topic: str, group: str) -> TopicState:
         """The consumption state of `topic`, starting its consumer on first use."""
@@ -277,6 +295,5 @@ class Consumer:
         return sorted(held, key=lambda h: int(h.token.rsplit(":", 1)[1]))
 
 
-async def _ack_unit(consumer: Consumer, group: Sequence[Held], _: object) -> None:
-    await consumer.write_acks(group)
-
+async def _ack_unit(consumer: Consumer, group: Sequence[Held], channel: AbstractChannel) -> None:
+    await write_frames(channel, consumer.ack_frames(group))

@@ -29,6 +29,7 @@ from functools import partial
 import aiormq
 from aiormq.abc import AbstractChannel, ChannelFrame, DeliveredMessage
 from pamqp import commands as spec
+from pamqp.base import Frame
 from pamqp.body import ContentBody
 from pamqp.header import ContentHeader
 
@@ -111,6 +112,19 @@ class Committer:
             self._selected = None
             with suppress(Exception):
                 await channel.close()
+
+
+async def write_frames(channel: AbstractChannel, frames: Sequence[Frame]) -> None:
+    """Queue method frames (acks, nacks) on the channel as one write, in order after what was
+    queued before; they take effect when the transaction commits."""
+    if not frames:
+        return
+    if not isinstance(channel, aiormq.Channel):
+        raise TypeError(f"not an aiormq channel: {channel!r}")
+    if channel.is_closed:
+        raise aiormq.exceptions.ChannelInvalidStateError("channel is closed")
+    await channel.write_queue.put(
+        ChannelFrame.marshall(channel_number=channel.number, frames=list(frames)))
 
 
 Written = list[tuple[int, asyncio.Future[object]]]
