@@ -5,10 +5,10 @@ Consumers are spread over the replicas: gRPC API consumers on each, and a native
 consumer on replica 1's AMQP front end, all in one group under one policy (RabbitMQ's: a retry
 every 10 s, 16 retries, then the queue's dead-letter exchange; time runs 100 times faster).
 Publishers write through every replica while the group consumes. One message in ten fails every
-time; replica 0 is killed (SIGKILL) once about a third of the good messages are acked, by one of
-its consumers 2 to 40 ms after that consumer sent a failure, so that the kill falls while the replica
-carries a retry out (publishes the retry copy and acks the original); then it is started again
-on the same port and data directory with a new consumer. `replicas_ledger.Ledger` counts every
+time; replica 0 is killed (SIGKILL) once about a third of the good messages are acked, by one
+of its consumers 2 to 40 ms after that consumer sent a failure, so that the kill falls while the
+replica carries a retry out (publishes the retry copy and acks the original); then it is started
+again on the same port and data directory with a new consumer. `replicas_ledger.Ledger` counts every
 delivery by message and checks the rules; the dead letters are read from RabbitMQ itself.
 """
 
