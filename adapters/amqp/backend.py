@@ -25,9 +25,14 @@ What the model cannot give is declared in `capabilities` (the contract suite ski
 Broker trouble: the connection is `connect_robust`; while it is down `healthy()` is False and
 `publish` raises `Unavailable`; consumers, prefetch and queues come back by themselves.
 
+Settling: every ack, requeue and retry or dead-letter copy goes out on the consuming channel in
+AMQP transactions (`backend_tx`), a copy in the same transaction as the ack of the delivery it
+replaces, so a gateway killed mid-settle never leaves a message twice (several gateways may
+share the broker).
+
 The parts: the connection (`backend_link`), publishing (`backend_send`), consuming
-(`backend_consume`) and the admin verbs (`backend_admin`); here they are put together, and
-`release` uses them all.
+(`backend_consume`), transactions (`backend_tx`) and the admin verbs (`backend_admin`); here they
+are put together, and `settle` uses them all.
 """
 
 from __future__ import annotations
