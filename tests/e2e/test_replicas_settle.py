@@ -20,7 +20,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from amqp_node import URL, delete_queues, plain_connection, ready_in, unique
+from amqp_node import URL, collect, delete_queues, plain_connection, ready_in, unique
+
+from adapters.amqp.backend import RabbitMQBackend
+from gateway.backend.base import OutMessage
 
 pytestmark = pytest.mark.slow
 
@@ -78,3 +81,27 @@ async def test_a_kill_around_the_commit_keeps_the_message_exactly_once(
     async with plain_connection() as connection:
         assert await ready_in(connection, source) == left_in_source
         assert await ready_in(connection, target) == in_target
+
+
+async def test_a_copy_the_broker_returns_is_published_again(queues: tuple[str, str]) -> None:
+    """The copy's queue was deleted behind the back end's back: RabbitMQ returns the copy in the
+    transaction (the ack of its original is committed), and the back end declares the queue
+    again and publishes the copy, so the message is not lost."""
+    source, target = queues
+    backend = RabbitMQBackend(URL)
+    await backend.open()
+    try:
+        for round_ in range(2):
+            await backend.publish(source, [OutMessage(b"payload", message_id=f"m-{round_}")])
+            [got] = await collect(backend, source, "g", 1)
+            copy = OutMessage(b"payload", message_id=f"m-{round_}", attempt=1, retries=1)
+            await backend.settle({target: [copy]}, [got.lease], [])
+            if round_ == 0:
+                async with plain_connection() as connection:
+                    assert await ready_in(connection, target) == 1
+                    await delete_queues(connection, target)
+        async with plain_connection() as connection:
+            assert await ready_in(connection, target) == 1
+            assert await ready_in(connection, source) == 0
+    finally:
+        await backend.close()
