@@ -25,23 +25,34 @@ What the model cannot give is declared in `capabilities` (the contract suite ski
 Broker trouble: the connection is `connect_robust`; while it is down `healthy()` is False and
 `publish` raises `Unavailable`; consumers, prefetch and queues come back by themselves.
 
+Settling: every ack, requeue and retry or dead-letter copy goes out on the consuming channel in
+AMQP transactions (`backend_tx`), a copy in the same transaction as the ack of the delivery it
+replaces, so a gateway killed mid-settle never leaves a message twice (several gateways may
+share the broker).
+
 The parts: the connection (`backend_link`), publishing (`backend_send`), consuming
-(`backend_consume`) and the admin verbs (`backend_admin`); here they are put together, and
-`release` uses them all.
+(`backend_consume`), transactions (`backend_tx`) and the admin verbs (`backend_admin`); here they
+are put together, and `carry_out` uses them all.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+import structlog
+from aiormq.abc import AbstractChannel
+from pamqp.base import Frame
 
 from adapters.amqp import backend_admin
 from adapters.amqp.backend_consume import Consumer, Held
 from adapters.amqp.backend_link import Link
 from adapters.amqp.backend_send import Publisher, Send
+from adapters.amqp.backend_tx import Written, returned, write_frames, write_publishes
 from adapters.amqp.counters import DELIVERY_COUNT_HEADER
 from adapters.amqp.delays import DEFAULT_TEMPLATE, check_template
 from adapters.amqp.naming import RABBITMQ
+from adapters.amqp.pipeline import Item
 from gateway.backend.base import (
     Backend,
     Lease,
@@ -53,6 +64,8 @@ from gateway.backend.base import (
 from gateway.core.naming import NamingScheme
 from gateway.engine.clock import Clock, SystemClock
 from gateway.errors import InvalidArgument, Unavailable
+
+log = structlog.get_logger("gateway.rabbitmq")
 
 
 class RabbitMQBackend(Backend):
@@ -175,48 +188,125 @@ class RabbitMQBackend(Backend):
         return self._quorum or DELIVERY_COUNT_HEADER in headers or not held.message.redelivered
 
     async def release(self, releases: Sequence[Release]) -> None:
-        """Give deliveries back: requeue in place when that yields the asked counters and the
-        message is visible now; otherwise publish a copy with the new counters (through a delay
-        queue when visible later), wait for its confirm, then ack the original.
+        """Give deliveries back (see `carry_out`)."""
+        await self.carry_out({}, (), releases)
 
-        A lease whose channel closed meanwhile is skipped: RabbitMQ already requeued that message,
-        which comes back at once counted as redelivered (the release is lost, never the message).
-        If the copies cannot be confirmed, the originals stay leased and `Unavailable` is raised.
-        """
+    async def carry_out(
+        self,
+        copies: Mapping[str, Sequence[OutMessage]],
+        acks: Sequence[Lease],
+        releases: Sequence[Release],
+    ) -> None:
+        """One settle batch, all or nothing per consuming channel (`backend_tx`): the retry and
+        dead-letter copies are published on the channel the originals came on, in the AMQP
+        transaction that acks them. A release is a requeue in place when that yields the asked
+        counters and the message is visible now; otherwise a copy with the new counters
+        (through a delay queue when visible later) in place of the original.
+
+        A copy replaces the acked lease with its message id; the lease of an original whose
+        channel closed meanwhile is skipped with its copy: RabbitMQ already requeued that
+        message, which comes back at once counted as redelivered (a release or retry is lost,
+        never the message, and never doubled). If the transaction cannot be committed nothing
+        of it took effect: the leases stay held and `Unavailable` is raised."""
         now_ms = self._clock.now_ms()
-        by_topic: dict[str, list[tuple[Held, Release]]] = {}
+        taken: list[tuple[Held, Lease]] = []
+        acked: list[Held] = []
+        for lease in acks:
+            held = self._consumer.take(lease)
+            if held is not None:
+                taken.append((held, lease))
+                acked.append(held)
+        requeued: list[Held] = []
+        moves: list[tuple[str, Send, Held]] = []
         for release in releases:
             held = self._consumer.take(release.lease)
-            if held is None or not held.alive():
+            if held is None:
                 continue
+            taken.append((held, release.lease))
             if release.visible_at_ms <= now_ms and self._requeue_keeps_count(held, release):
-                await self._consumer.requeue(held)
+                requeued.append(held)
                 continue
-            by_topic.setdefault(release.lease.topic, []).append((held, release))
-        for topic, pending in by_topic.items():
-            copies: list[Send] = []
-            for held, release in pending:
-                env = held.envelope
-                copy = OutMessage(
-                    body=held.message.body,
-                    properties=env.properties,
-                    key=env.key,
-                    tag=env.tag,
-                    deliver_at_ms=release.visible_at_ms if release.visible_at_ms > now_ms else 0,
-                    message_id=env.message_id,
-                    attempt=release.attempt,
-                    retries=release.retries,
-                )
-                copies.append((copy, env.message_id or uuid.uuid4().hex, env.publish_ms))
+            env = held.envelope
+            copy = OutMessage(
+                body=held.message.body,
+                properties=env.properties,
+                key=env.key,
+                tag=env.tag,
+                deliver_at_ms=release.visible_at_ms if release.visible_at_ms > now_ms else 0,
+                message_id=env.message_id,
+                attempt=release.attempt,
+                retries=release.retries,
+            )
+            moves.append((release.lease.topic, (copy, env.message_id or uuid.uuid4().hex,
+                                                env.publish_ms), held))
+            acked.append(held)
+        by_id = {held.envelope.message_id: held for held in acked if held.envelope.message_id}
+        loose: dict[str, list[Send]] = {}
+        for topic, messages in copies.items():
+            for message in messages:
+                send = (message, message.message_id or uuid.uuid4().hex, now_ms)
+                original = by_id.get(message.message_id)
+                if original is None:
+                    loose.setdefault(topic, []).append(send)
+                else:
+                    moves.append((topic, send, original))
+        try:
+            for topic, sends in loose.items():  # no original here: published on their own
+                await self._publisher.send(topic, sends)
+            await self._commit(moves, acked, requeued)
+        except Unavailable:
+            for held, lease in taken:
+                state = self._consumer.topics.get(lease.topic)
+                if state is not None and held.alive():
+                    state.leased[held.token] = (held, lease.group)
+            raise
+
+    async def _commit(
+        self, moves: list[tuple[str, Send, Held]], acked: list[Held], requeued: list[Held]
+    ) -> None:
+        """Per channel: publish its copies, ack its originals and requeue its requeues in one
+        transaction; copies the broker returned (a queue deleted meanwhile) are published again
+        after declaring their queues anew."""
+        channels: dict[int, tuple[list[tuple[str, Send]], list[Held], list[Held]]] = {}
+        for topic, send, held in moves:
+            if held.alive():
+                channels.setdefault(id(held.message.channel), ([], [], []))[0].append((topic, send))
+        for held in acked:
+            if held.alive():
+                channels.setdefault(id(held.message.channel), ([], [], []))[1].append(held)
+        for held in requeued:
+            if held.alive():
+                channels.setdefault(id(held.message.channel), ([], [], []))[2].append(held)
+        for sends, acks, requeues in channels.values():
+            by_topic: dict[str, list[Send]] = {}
+            for topic, send in sends:
+                by_topic.setdefault(topic, []).append(send)
+            sends = [(topic, send) for topic, group in by_topic.items() for send in group]
+            items: list[Item] = []
+            for topic, group in by_topic.items():
+                items += await self._publisher.route(topic, group)
+            written: Written = []
+
+            async def unit(channel: AbstractChannel, items: list[Item] = items,
+                           acks: list[Held] = acks, requeues: list[Held] = requeues) -> None:
+                nonlocal written
+                written = await write_publishes(channel, items)
+                frames: list[Frame] = [*self._consumer.ack_frames(acks),
+                                       *self._consumer.nack_frames(requeues)]
+                await write_frames(channel, frames)
+
+            channel = (acks or requeues)[0].message.channel
             try:
-                await self._publisher.send(topic, copies)
-            except Unavailable:
-                state = self._consumer.topics.get(topic)
-                if state is not None:
-                    for held, release in pending:
-                        state.leased[held.token] = (held, release.lease.group)
+                await self._consumer.committer.run(channel, unit)
+            except BaseException:
+                self._consumer.unsettle([*acks, *requeues])
                 raise
-            await self._consumer.ack_all([held for held, _ in pending])
+            for position in returned(channel, written):
+                topic, send = sends[position]
+                log.warning("copy returned by RabbitMQ: publishing it again", topic=topic,
+                            message_id=send[1])
+                self._publisher.forget(topic)
+                await self._publisher.send(topic, [send])
 
     # -- admin -----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ headers and are reconciled with the broker's redelivery evidence (`counters.reco
 from __future__ import annotations
 
 import asyncio
+import heapq
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -18,9 +19,12 @@ from functools import partial
 
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
+from aiormq.abc import AbstractChannel
+from pamqp import commands as spec
 
 from adapters.amqp.backend_link import Link, guard
 from adapters.amqp.backend_send import Publisher
+from adapters.amqp.backend_tx import Committer, write_frames
 from adapters.amqp.codec import decode
 from adapters.amqp.counters import reconcile_attempt, stated_retries
 from adapters.amqp.queues import queue_name
@@ -102,6 +106,8 @@ class Consumer:
         self.topics: dict[str, TopicState] = {}
         self._instance = uuid.uuid4().hex[:12]
         self._sequence = 0
+        self.committer = Committer(confirm_timeout_s)
+        """Every ack and requeue on the consuming channel is committed through it."""
         self._unsettled: dict[int, tuple[object, set[int]]] = {}
         """Per consuming channel (by id, with the channel kept alive): delivery tags not settled."""
 
@@ -155,38 +161,63 @@ class Consumer:
             entry = self._unsettled[id(channel)] = (channel, set())
         return entry[1]
 
-    async def ack_all(self, helds: Sequence[Held]) -> None:
-        """Ack deliveries, folding the longest run of the channel's oldest unsettled tags into
-        one `basic.ack(multiple)`; the rest are acked one by one; closed-channel ones skipped."""
-        by_channel: dict[int, list[Held]] = {}
+    @staticmethod
+    def by_channel(helds: Sequence[Held]) -> list[list[Held]]:
+        """Live deliveries grouped by the channel they came on (deliveries of a closed channel
+        are left out: RabbitMQ requeued them)."""
+        groups: dict[int, list[Held]] = {}
         for held in helds:
             if held.alive():
-                by_channel.setdefault(id(held.message.channel), []).append(held)
-        for group in by_channel.values():
-            group.sort(key=lambda h: h.message.delivery_tag or 0)
-            unsettled = self._unsettled_tags(group[0].message)
-            oldest = sorted(unsettled)[: len(group)]
-            run = 0
-            while run < len(group) and group[run].message.delivery_tag == oldest[run]:
-                run += 1
-            async with guard("ack"):
-                if run > 1:
-                    await group[run - 1].message.ack(multiple=True)
-                    singles = group[run:]
-                else:
-                    singles = group
-                for held in singles:
-                    await held.message.ack()
-            for held in group:
-                unsettled.discard(held.message.delivery_tag or 0)
+                groups.setdefault(id(held.message.channel), []).append(held)
+        return list(groups.values())
 
-    async def requeue(self, held: Held) -> None:
-        """`basic.nack(requeue)`: the message goes back to its place in the queue."""
-        if not held.alive():
-            return
-        async with guard("requeue"):
-            await held.message.nack(requeue=True)
-        self._unsettled_tags(held.message).discard(held.message.delivery_tag or 0)
+    def ack_frames(self, group: Sequence[Held]) -> list[spec.Basic.Ack]:
+        """The `basic.ack` frames for deliveries of one channel: the longest run of the channel's
+        oldest unsettled tags folded into one `basic.ack(multiple)`, the rest one by one. Their
+        tags stop counting as unsettled at once, so that a later unit of the same transaction
+        folds past them; `unsettle` puts them back when the transaction fails."""
+        ordered = sorted(group, key=lambda h: h.message.delivery_tag or 0)
+        if not ordered:
+            return []
+        unsettled = self._unsettled_tags(ordered[0].message)
+        oldest = heapq.nsmallest(len(ordered), unsettled)
+        run = 0
+        while run < len(oldest) and ordered[run].message.delivery_tag == oldest[run]:
+            run += 1
+        frames: list[spec.Basic.Ack] = []
+        singles: Sequence[Held] = ordered
+        if run > 1:
+            frames.append(spec.Basic.Ack(delivery_tag=oldest[run - 1], multiple=True))
+            singles = ordered[run:]
+        frames += [spec.Basic.Ack(delivery_tag=h.message.delivery_tag or 0) for h in singles]
+        for held in ordered:
+            unsettled.discard(held.message.delivery_tag or 0)
+        return frames
+
+    def nack_frames(self, group: Sequence[Held]) -> list[spec.Basic.Nack]:
+        """`basic.nack(requeue)` frames: the messages go back to their places in the queue."""
+        unsettled = self._unsettled_tags(group[0].message) if group else set()
+        for held in group:
+            unsettled.discard(held.message.delivery_tag or 0)
+        return [spec.Basic.Nack(delivery_tag=h.message.delivery_tag or 0, requeue=True)
+                for h in group]
+
+    def unsettle(self, helds: Sequence[Held]) -> None:
+        """A transaction that acked or requeued `helds` failed: they are unsettled again (as
+        long as their channel lives)."""
+        for held in helds:
+            if held.alive():
+                self._unsettled_tags(held.message).add(held.message.delivery_tag or 0)
+
+    async def ack_all(self, helds: Sequence[Held]) -> None:
+        """Ack deliveries, one committed transaction per channel; closed-channel ones skipped."""
+        for group in self.by_channel(helds):
+            channel = group[0].message.channel
+            try:
+                await self.committer.run(channel, partial(_ack_unit, self, group))
+            except BaseException:
+                self.unsettle(group)
+                raise
 
     async def topic(self, topic: str, group: str) -> TopicState:
         """The consumption state of `topic`, starting its consumer on first use."""
@@ -262,3 +293,7 @@ class Consumer:
         held = [h for h in state.buffer if h.alive()]
         held += [h for h, _ in state.leased.values() if h.alive()]
         return sorted(held, key=lambda h: int(h.token.rsplit(":", 1)[1]))
+
+
+async def _ack_unit(consumer: Consumer, group: Sequence[Held], channel: AbstractChannel) -> None:
+    await write_frames(channel, consumer.ack_frames(group))

@@ -120,9 +120,10 @@ class Publisher:
         self._routes.add((name, queue, routing_key))
         return name, routing_key
 
-    async def send(self, topic: str, items: Sequence[Send]) -> None:
-        """Publish (message, id, publish_ms) to `topic`, its delay queues or, for dead-letter
-        copies, through the dead-letter exchange bound to `topic`; await all confirms."""
+    async def route(self, topic: str, items: Sequence[Send]) -> list[Item]:
+        """Declare what publishing `items` to `topic` needs (its queue, delay queues, dead-letter
+        routes; each once while open) and return them as publishes: (exchange, routing key,
+        body, properties)."""
         channel = self._link.channel(self._link.publisher)
         now_ms = self._clock.now_ms()
         try:
@@ -144,12 +145,29 @@ class Publisher:
                         )
                     properties = encode(message, message_id, publish_ms)
                     routed.append((exchange, route, message.body, properties))
+                return routed
+        except (Unavailable, InvalidArgument):
+            self.forget(topic)
+            raise
+
+    def forget(self, topic: str) -> None:
+        """Declare `topic`'s queues and routes again on next use: a queue deleted behind our back
+        makes publishes unroutable."""
+        self.declared.discard(topic)
+        for name in self.delay_queues(topic):
+            del self.delay_declared[name]
+        self._routes = {k for k in self._routes if k[1] != queue_name(topic)}
+
+    async def send(self, topic: str, items: Sequence[Send]) -> None:
+        """Publish (message, id, publish_ms) to `topic`, its delay queues or, for dead-letter
+        copies, through the dead-letter exchange bound to `topic` (`route`); await all
+        confirms."""
+        routed = await self.route(topic, items)
+        channel = self._link.channel(self._link.publisher)
+        try:
+            async with guard("publish", topic), asyncio.timeout(self._confirm_timeout_s):
                 raw = await channel.get_underlay_channel()
                 await publish_batch(raw, routed)
         except (Unavailable, InvalidArgument):
-            # a queue deleted behind our back makes publishes unroutable: declare again next time
-            self.declared.discard(topic)
-            for name in self.delay_queues(topic):
-                del self.delay_declared[name]
-            self._routes = {k for k in self._routes if k[1] != queue_name(topic)}
+            self.forget(topic)
             raise

@@ -26,11 +26,11 @@ Item = tuple[str, str, bytes, spec.Basic.Properties]
 """(exchange, routing key, body, properties) of one mandatory publish."""
 
 
-def _chunks(body: bytes, size: int) -> list[ContentBody]:
+def chunks(body: bytes, size: int) -> list[ContentBody]:
     return [ContentBody(body[start : start + size]) for start in range(0, len(body), size)]
 
 
-def _forget(channel: aiormq.Channel, message_id: str, tag: int, _: object) -> None:
+def forget(channel: aiormq.Channel, message_id: str, tag: int, _: object) -> None:
     if channel.message_id_delivery_tag.get(message_id) == tag:
         del channel.message_id_delivery_tag[message_id]
 
@@ -56,7 +56,7 @@ async def publish_batch(channel: AbstractChannel, items: Sequence[Item]) -> None
     for exchange, route, body, props in items:
         frames.append(spec.Basic.Publish(exchange=exchange, routing_key=route, mandatory=True))
         frames.append(ContentHeader(properties=props, body_size=len(body)))
-        frames.extend(_chunks(body, channel.max_content_size))
+        frames.extend(chunks(body, channel.max_content_size))
     payload = ChannelFrame.marshall(channel_number=channel.number, frames=frames)
     confirmations: list[asyncio.Future[object]] = []
     async with channel.lock:
@@ -67,7 +67,7 @@ async def publish_batch(channel: AbstractChannel, items: Sequence[Item]) -> None
             channel.confirmations[tag] = future
             if props.message_id:
                 channel.message_id_delivery_tag[props.message_id] = tag
-                future.add_done_callback(partial(_forget, channel, props.message_id, tag))
+                future.add_done_callback(partial(forget, channel, props.message_id, tag))
             confirmations.append(future)
         channel.delivery_tag = first + len(items) - 1
         try:

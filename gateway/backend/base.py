@@ -206,12 +206,16 @@ class Backend(abc.ABC):
         acks: Sequence[Lease],
         releases: Sequence[Release],
     ) -> None:
-        """A settle batch's work, durable on return: append `copies` (retry and dead-letter
-        copies, by topic), then ack `acks` (among them the originals of the copies) and release
-        `releases`. A copy is durable no later than the ack of its original, so a crash in
-        between leaves both (delivered again, never lost). Here: the copies are published,
-        then the acks and the releases made, each awaited; a back end that can commit them
-        together overrides it (the embedded store: one transaction)."""
+        """Carry out one settle batch, durable on return: publish `copies` (retry and dead-letter
+        copies, by topic; a copy carries the message id of the leased message in `acks` it
+        replaces), ack `acks` and release `releases`.
+
+        The default does them in that order, each durable before the next: a crash in between
+        may keep a copy *and* its original (the original is delivered again: at least once,
+        never lost). A back end that can make the batch all-or-nothing overrides it: the
+        embedded store commits it in one transaction; several processes sharing one broker need
+        it for each retry to fire once and each dead letter to be written once when one of them
+        dies (RabbitMQ: one AMQP transaction)."""
         if copies:
             await asyncio.gather(*(self.publish(topic, messages)
                                    for topic, messages in copies.items() if messages))

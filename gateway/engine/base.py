@@ -263,6 +263,7 @@ class EngineBase:
             return
         if batch.copies:
             self._known_topics.update(batch.copies)
+        # One call: a back end may make the copies and the acks they replace all-or-nothing.
         await self.backend.carry_out(batch.copies, batch.acks, batch.releases)
 
     # ------------------------------------------------------------ observers

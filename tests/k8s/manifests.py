@@ -18,7 +18,7 @@ from .kubectl import Resource, kustomize
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
 BASE = K8S / "base"
-OVERLAYS = ("embedded", "rabbitmq", "pulsar")
+OVERLAYS = ("embedded", "rabbitmq", "pulsar", "replicas")
 TARGETS = ("base", *OVERLAYS)
 
 GATEWAY_CONTAINER = "gateway"
