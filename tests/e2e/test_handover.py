@@ -36,11 +36,11 @@ from rocketmq import (
     Producer,
     PushConsumer,
 )
-from rocketmq.grpc_protocol import definition_pb2
 
 from adapters.rocketmq.frontend import FrontendSettings
 from gateway.engine.api import GroupView
 from gateway.server.app import GatewayApp, running_gateway
+from tests.e2e.sdk_cleanup import close_rocketmq_client
 
 pytestmark = pytest.mark.slow
 
@@ -148,13 +148,11 @@ def clients() -> Iterator[list[Any]]:
     started: list[Any] = []
     yield started
     for client in reversed(started):
-        with contextlib.suppress(Exception):  # a client of a stopped gateway may fail
-            if isinstance(client, pulsar.Client):
+        if isinstance(client, pulsar.Client):
+            with contextlib.suppress(Exception):  # a client of a stopped gateway may fail
                 client.close()
-            else:
-                client.shutdown()
-                # Flush the SDK's metrics to the gateway now, not at interpreter exit.
-                client.client_metrics.reset_metrics(definition_pb2.Metric(on=False))
+        else:
+            close_rocketmq_client(client)
 
 
 def _names() -> tuple[str, str]:

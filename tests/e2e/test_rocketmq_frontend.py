@@ -9,7 +9,6 @@ Listeners report into queues and tests block on those queues: nothing sleeps for
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import queue
 import threading
@@ -41,6 +40,7 @@ from adapters.rocketmq.dialect import BACKOFF_MS
 from adapters.rocketmq.frontend import FrontendSettings
 from gateway.server.app import GatewayApp
 from gateway.server.config import ServeConfig
+from tests.e2e.sdk_cleanup import close_rocketmq_client
 
 pytestmark = pytest.mark.slow
 
@@ -134,11 +134,7 @@ def clients() -> Iterator[list[Any]]:
     started: list[Any] = []
     yield started
     for client in reversed(started):
-        with contextlib.suppress(Exception):  # a client of a stopped gateway may fail
-            client.shutdown()
-        # Flush the push consumers' metrics to the gateway now, not at interpreter exit.
-        with contextlib.suppress(Exception):
-            client.client_metrics.reset_metrics(definition_pb2.Metric(on=False))
+        close_rocketmq_client(client)
 
 
 def _name(prefix: str) -> str:

@@ -6,7 +6,6 @@ then dead-lettered form one trace (the SDK's in-memory exporter)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import queue
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -29,7 +28,7 @@ from rocketmq import (
     PushConsumer,
     SimpleConsumer,
 )
-from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
+from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 from rocketmq.v5.model import message as sdk_message
 
 from gateway.client import GatewayClient
@@ -38,6 +37,7 @@ from gateway.tracing.context import parse
 from gateway.tracing.spans import Tracing, header
 from gateway.v1 import gateway_pb2
 from tests.amqp_front import free_port
+from tests.e2e.sdk_cleanup import close_rocketmq_client
 
 pytestmark = pytest.mark.slow
 
@@ -311,11 +311,7 @@ async def test_a_rocketmq_push_consumer_retried_twice_then_dead_lettered_is_one_
                     break
                 await asyncio.sleep(0.1)
         finally:
-            await asyncio.to_thread(consumer.shutdown)
-            # Flush the consumer's own metrics to the gateway now, not at interpreter exit.
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(consumer.client_metrics.reset_metrics,
-                                        definition_pb2.Metric(on=False))
+            await asyncio.to_thread(close_rocketmq_client, consumer)
     tracing.close()
     assert parse(seen_by_sdk[body].system_properties.trace_context).trace_id == TRACE  # type: ignore[union-attr]
     ours = [s for s in exporter.get_finished_spans()
