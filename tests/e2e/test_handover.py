@@ -40,7 +40,7 @@ from rocketmq import (
 from adapters.rocketmq.frontend import FrontendSettings
 from gateway.engine.api import GroupView
 from gateway.server.app import GatewayApp, running_gateway
-from tests.e2e.sdk_cleanup import close_rocketmq_client
+from tests.e2e.sdk_cleanup import close_rocketmq_clients
 
 pytestmark = pytest.mark.slow
 
@@ -151,8 +151,7 @@ def clients() -> Iterator[list[Any]]:
         if isinstance(client, pulsar.Client):
             with contextlib.suppress(Exception):  # a client of a stopped gateway may fail
                 client.close()
-        else:
-            close_rocketmq_client(client)
+    close_rocketmq_clients(c for c in reversed(started) if not isinstance(c, pulsar.Client))
 
 
 def _names() -> tuple[str, str]:

@@ -40,7 +40,7 @@ from adapters.rocketmq.dialect import BACKOFF_MS
 from adapters.rocketmq.frontend import FrontendSettings
 from gateway.server.app import GatewayApp
 from gateway.server.config import ServeConfig
-from tests.e2e.sdk_cleanup import close_rocketmq_client
+from tests.e2e.sdk_cleanup import close_rocketmq_clients
 
 pytestmark = pytest.mark.slow
 
@@ -133,8 +133,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
 def clients() -> Iterator[list[Any]]:
     started: list[Any] = []
     yield started
-    for client in reversed(started):
-        close_rocketmq_client(client)
+    close_rocketmq_clients(reversed(started))
 
 
 def _name(prefix: str) -> str:

@@ -37,7 +37,7 @@ from gateway.tracing.context import parse
 from gateway.tracing.spans import Tracing, header
 from gateway.v1 import gateway_pb2
 from tests.amqp_front import free_port
-from tests.e2e.sdk_cleanup import close_rocketmq_client
+from tests.e2e.sdk_cleanup import close_rocketmq_clients
 
 pytestmark = pytest.mark.slow
 
@@ -311,7 +311,7 @@ async def test_a_rocketmq_push_consumer_retried_twice_then_dead_lettered_is_one_
                     break
                 await asyncio.sleep(0.1)
         finally:
-            await asyncio.to_thread(close_rocketmq_client, consumer)
+            await asyncio.to_thread(close_rocketmq_clients, [consumer])
     tracing.close()
     assert parse(seen_by_sdk[body].system_properties.trace_context).trace_id == TRACE  # type: ignore[union-attr]
     ours = [s for s in exporter.get_finished_spans()
