@@ -29,6 +29,7 @@ from gateway.core.properties import (
     DELIVER_AT_MS,
     PUBLISH_MS,
     RETRIES,
+    TIME_MAX_MS,
 )
 
 KEY_HEADER = "x-key"
@@ -99,10 +100,10 @@ def decode(
 ) -> Envelope:
     """Gateway fields of a received message; `received_ms` stands in for a missing publish time."""
     data: Mapping[str, object] = headers or {}
-    publish_ms = header_int(data.get(PUBLISH_MS))
+    publish_ms = header_int(data.get(PUBLISH_MS), TIME_MAX_MS)
     if publish_ms is None:
         publish_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else received_ms
-    deliver_at_ms = header_int(data.get(DELIVER_AT_MS)) or 0
+    deliver_at_ms = header_int(data.get(DELIVER_AT_MS), TIME_MAX_MS) or 0
     properties = {
         name: header_text(value)
         for name, value in data.items()

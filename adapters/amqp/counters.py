@@ -12,26 +12,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gateway.core.properties import ATTEMPT, RETRIES
+from gateway.core.properties import ATTEMPT, COUNT_MAX, RETRIES, read_count
 
 DEATH_HEADER = "x-death"
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 
 
-def header_int(value: object) -> int | None:
-    """A non-negative int read from an AMQP header value (int, float, str or bytes); else None."""
+def header_int(value: object, limit: int = COUNT_MAX) -> int | None:
+    """A count or time read from an AMQP header value (int, float, str or bytes); None when it
+    cannot be read or is above `limit` (any AMQP client may write these headers, so the value may
+    be anything: '²', 2**64, NaN). A negative number reads as 0."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int):
-        return max(value, 0)
     if isinstance(value, float):
-        return max(int(value), 0) if value == value and abs(value) != float("inf") else None
+        if value != value or abs(value) == float("inf"):
+            return None
+        value = int(value)
+    if isinstance(value, int):
+        return max(value, 0) if value <= limit else None
     if isinstance(value, bytes | bytearray):
         value = bytes(value).decode("utf-8", "replace")
     if isinstance(value, str):
         text = value.strip()
-        if text.lstrip("-").isdigit():
-            return max(int(text), 0)
+        if text.startswith("-") and read_count(text[1:], 2**63) is not None:
+            return 0
+        return read_count(text, limit)
     return None
 
 
@@ -99,7 +104,8 @@ def reconcile_attempt(headers: Mapping[str, object] | None, redelivered: bool, q
     """
     data: Mapping[str, object] = headers or {}
     stated = header_int(data.get(ATTEMPT)) or 0
-    return max(stated, rejected_deliveries(data, queue)) + redeliveries(data, redelivered)
+    total = max(stated, rejected_deliveries(data, queue)) + redeliveries(data, redelivered)
+    return min(total, COUNT_MAX)
 
 
 def stated_retries(headers: Mapping[str, object] | None) -> int:

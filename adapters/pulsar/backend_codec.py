@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from gateway.backend.base import OutMessage
 from gateway.backend.envelope import Envelope
-from gateway.core.properties import RESERVED_PREFIX
+from gateway.core.properties import COUNT_MAX, RESERVED_PREFIX, TIME_MAX_MS, read_count
 
 ID_PROP = "gateway-id"
 TAG_PROP = "gateway-tag"
@@ -48,23 +48,9 @@ def pulsar_topic(topic: str) -> str:
     return DEFAULT_NAMESPACE + topic
 
 
-COUNT_MAX = 1_000_000
-"""Largest attempt or retry count read from a message: any broker client may write these
-properties, and a count near 2**32 would overflow a delivery's attempt (uint32)."""
-TIME_MAX_MS = 253_402_300_799_999
-"""Latest time read from a message (the end of year 9999): far beyond it, an int64 overflows."""
-
-
 def count(text: str | None, limit: int = COUNT_MAX) -> int:
-    """A non-negative int read from a property value, in ASCII digits; 0 when absent or
-    unreadable, negative or above `limit` (`str.isdigit` also takes '²', which int() refuses)."""
-    if text is None:
-        return 0
-    value = text.strip()
-    if not value.isascii() or not value.lstrip("-").isdigit():
-        return 0
-    number = int(value)
-    return number if 0 <= number <= limit else 0
+    """A count or time read from a property value (`read_count`); 0 when it cannot be read."""
+    return read_count(text, limit) or 0
 
 
 def encode(message: OutMessage, message_id: str, publish_ms: int) -> dict[str, str]:

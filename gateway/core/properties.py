@@ -55,6 +55,27 @@ trace field) and back out on delivery; retry and dead-letter copies keep it."""
 TRACESTATE = "tracestate"
 """A message's W3C `tracestate`, beside its `traceparent`."""
 
+COUNT_MAX = 1_000_000
+"""Largest attempt or retry count a back end reads from a message: any client of the broker may
+write these properties, and a count near 2**32 would overflow a delivery's attempt (uint32)."""
+TIME_MAX_MS = 253_402_300_799_999
+"""Latest time a back end reads from a message (the end of year 9999); far beyond it an int64
+overflows."""
+
+
+def read_count(text: str | None, limit: int = COUNT_MAX) -> int | None:
+    """A non-negative int read from a property's text, in ASCII digits (surrounding blanks
+    allowed); None when absent, unreadable, negative or above `limit`. `str.isdigit` alone also
+    takes '²' or '٣', which `int()` refuses or reads as another number."""
+    if text is None:
+        return None
+    value = text.strip()
+    if not value.isascii() or not value.isdigit():
+        return None
+    number = int(value)
+    return number if number <= limit else None
+
+
 RESERVED = frozenset({
     ORIGIN_TOPIC, DEAD_REASON, DEAD_AT, ATTEMPT, RETRIES, PUBLISH_MS, DELIVER_AT_MS,
     DEATH_REASON, ORIGINAL_QUEUE, DEAD_LETTER_ROUTE,

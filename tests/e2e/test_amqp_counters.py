@@ -15,6 +15,7 @@ from adapters.amqp.counters import (
 )
 from adapters.amqp.delays import check_template, delay_bucket_ms, delay_queue
 from gateway.backend.base import OutMessage
+from gateway.core.properties import COUNT_MAX, TIME_MAX_MS
 from gateway.errors import InvalidArgument
 
 Q = "orders"
@@ -92,10 +93,34 @@ def test_odd_x_death_shapes(raw: object, expected: int) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(3, 3), ("7", 7), (b"9", 9), (-2, 0), (True, None), ("x", None), (2.9, 2), (None, None)],
+    [(3, 3), ("7", 7), (b"9", 9), (-2, 0), (True, None), ("x", None), (2.9, 2), (None, None),
+     (" 8 ", 8), ("-4", 0),
+     # Any AMQP client may write these headers: what int() refuses or a delivery cannot carry
+     # reads as absent, never raises.
+     ("²", None), ("٣", None), ("1_000", None), ("", None), (2**32, None), (str(2**32), None),
+     ("9" * 40, None), (float("nan"), None), (float("inf"), None), (1e300, None),
+     (COUNT_MAX, COUNT_MAX), (COUNT_MAX + 1, None)],
 )
 def test_header_int(value: object, expected: int | None) -> None:
     assert header_int(value) == expected
+
+
+@pytest.mark.parametrize("value", ["²", 2**32, "9" * 40, -(2**70), 1e300, float("nan")])
+def test_odd_counters_from_any_publisher_never_raise_or_overflow(value: object) -> None:
+    headers = {"x-gateway-attempt": value, "x-gateway-retries": value,
+               "x-delivery-count": value, "x-death": [death(Q, "rejected", value)] * 3}
+    assert 0 <= reconcile_attempt(headers, True, Q) <= COUNT_MAX
+    assert 0 <= stated_retries(headers) <= COUNT_MAX
+    env = decode({**headers, "x-gateway-publish-ms": value, "x-gateway-deliver-at-ms": value},
+                 "m1", None, 1234)
+    assert 0 <= env.stated_attempt <= COUNT_MAX and 0 <= env.retries <= COUNT_MAX
+    assert 0 <= env.publish_ms <= TIME_MAX_MS and 0 <= env.deliver_at_ms <= TIME_MAX_MS
+
+
+def test_the_attempt_is_capped_where_many_rejects_add_up() -> None:
+    headers = {"x-gateway-attempt": COUNT_MAX,
+               "x-death": [death(Q, "rejected", COUNT_MAX)] * 5, "x-delivery-count": COUNT_MAX}
+    assert reconcile_attempt(headers, True, Q) == COUNT_MAX
 
 
 def test_odd_attempt_and_delivery_count_headers_fall_back() -> None:
