@@ -147,6 +147,40 @@ class FrontEnd(Protocol):
         ...
 
 
+class OwnServer(Protocol):
+    """A protocol server on a listener of its own (bound by `start`)."""
+
+    @property
+    def port(self) -> int: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class OwnListener:
+    """A `FrontEnd` that serves on a listener of its own: it mounts nothing on the gRPC server
+    and starts and stops its server with the gateway."""
+
+    def __init__(self, server: OwnServer) -> None:
+        self.front = server
+
+    @property
+    def port(self) -> int:
+        """The bound port (after `start`)."""
+        return self.front.port
+
+    def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
+        """Nothing to mount: it listens on its own."""
+        return ()
+
+    async def start(self) -> None:
+        await self.front.start()
+
+    async def stop(self) -> None:
+        await self.front.stop()
+
+
 ListenerCheck = Callable[[str, str], tuple[str, int]]
 """(setting key, HOST:PORT) -> (host, port), refusing what the gateway's listener rule refuses
 (a non-loopback address while no tokens file is configured)."""

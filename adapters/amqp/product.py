@@ -12,12 +12,9 @@ from typing import TYPE_CHECKING
 
 from adapters.amqp import dialect
 from gateway.core.registry import Registry
-from gateway.product import FrontEnd, Host, OptionFlag, Product, setting
+from gateway.product import FrontEnd, Host, OptionFlag, OwnListener, Product, setting
 
 if TYPE_CHECKING:
-    import grpc
-
-    from adapters.amqp.frontend import AMQPFrontEnd
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
     from gateway.migrate.endpoint import Destination, Source, Url
@@ -50,28 +47,6 @@ class AMQPConfig:
         if not 1 <= self.amqp_max_connections <= 100_000:
             raise InvalidArgument("amqp_max_connections", self.amqp_max_connections,
                                   "1..100000")
-
-
-class AMQPListener:
-    """The AMQP front end: a listener of its own, bound on `start`."""
-
-    def __init__(self, front: AMQPFrontEnd) -> None:
-        self.front = front
-
-    @property
-    def port(self) -> int:
-        """The bound port (after `start`)."""
-        return self.front.port
-
-    def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
-        """Nothing to mount: it listens on its own."""
-        return ()
-
-    async def start(self) -> None:
-        await self.front.start()
-
-    async def stop(self) -> None:
-        await self.front.stop()
 
 
 class AMQP(Product[AMQPConfig]):
@@ -116,7 +91,7 @@ class AMQP(Product[AMQPConfig]):
             max_message_bytes=host.max_message_bytes)
         if host.queries is None:
             raise TypeError("the AMQP front end needs the engine's queries")
-        return AMQPListener(AMQPFrontEnd(
+        return OwnListener(AMQPFrontEnd(
             host.engine, host.queries, address, port,
             state_dir=Path(host.data_dir or ".") / "amqp", authorizer=host.authorizer,
             tls=host.tls, limits=limits))

@@ -13,12 +13,9 @@ from typing import TYPE_CHECKING
 
 from adapters.pulsar import dialect
 from gateway.core.registry import Registry
-from gateway.product import FrontEnd, Host, OptionFlag, Product, setting
+from gateway.product import FrontEnd, Host, OptionFlag, OwnListener, Product, setting
 
 if TYPE_CHECKING:
-    import grpc
-
-    from adapters.pulsar.frontend import PulsarFrontEnd
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
     from gateway.migrate.endpoint import Destination, Source, Url
@@ -37,28 +34,6 @@ class PulsarConfig:
     pulsar_service_url: str = setting("", toml="pulsar.service_url", flag="--pulsar-service-url")
     """The Pulsar cluster of `--backend pulsar`."""
     pulsar_token: str = setting("", toml="pulsar.token")
-
-
-class PulsarListener:
-    """The Pulsar front end: a listener of its own, bound on `start`."""
-
-    def __init__(self, front: PulsarFrontEnd) -> None:
-        self.front = front
-
-    @property
-    def port(self) -> int:
-        """The bound port (after `start`)."""
-        return self.front.port
-
-    def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
-        """Nothing to mount: it listens on its own."""
-        return ()
-
-    async def start(self) -> None:
-        await self.front.start()
-
-    async def stop(self) -> None:
-        await self.front.stop()
 
 
 class Pulsar(Product[PulsarConfig]):
@@ -96,7 +71,7 @@ class Pulsar(Product[PulsarConfig]):
         from adapters.pulsar.frontend import PulsarFrontEnd
 
         address, port = host.listener("pulsar_listen", config.pulsar_listen)
-        return PulsarListener(PulsarFrontEnd(
+        return OwnListener(PulsarFrontEnd(
             host.engine, address, port, advertised_url=config.pulsar_advertised or None,
             max_message_size=host.max_message_bytes, authorizer=host.authorizer,
             state_dir=f"{host.data_dir}/pulsar" if host.data_dir else None, tls=host.tls))

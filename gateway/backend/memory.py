@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage, TopicStats
+from gateway.backend.waiting import park
 from gateway.engine.clock import Clock, SystemClock
 from gateway.errors import InvalidArgument, NotFound, Unavailable
 
@@ -317,21 +318,7 @@ class InMemoryBackend(Backend):
         state = self._group(self._topic(topic), group)
         if state.dirty:
             return
-        timeout = max(0.0, timeout_s)
-        due = state.next_delayed()
-        if due is not None:
-            until_due_ms = due - self._clock.now_ms()
-            if until_due_ms <= 0:
-                return
-            timeout = min(timeout, until_due_ms / 1000)
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        state.waiters.append(waiter)
-        try:
-            await asyncio.wait({waiter}, timeout=timeout)
-        finally:
-            if waiter in state.waiters:
-                state.waiters.remove(waiter)
-            waiter.cancel()
+        await park(state.waiters, timeout_s, state.next_delayed(), self._clock.now_ms())
 
     def poke(self) -> None:
         """Wake the `wait` callers of every group with a delayed message due by the clock now

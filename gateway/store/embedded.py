@@ -37,6 +37,7 @@ from gateway.backend.base import (
     StoredMessage,
     TopicStats,
 )
+from gateway.backend.waiting import park
 from gateway.engine.clock import Clock, SystemClock
 from gateway.errors import GatewayError
 from gateway.store import admin, guard, moves, positions, recovery, schema, writes
@@ -274,26 +275,15 @@ class EmbeddedStore(Backend):
         state = self._catalog.group(self._catalog.topic(topic), group)
         if state.dirty or state.topic.committed > state.seen:
             return
-        timeout = max(0.0, timeout_s)
         deadline = state.timers.next_deadline_ms()
         if state.spill_at is not None and (deadline is None or state.spill_at[0] < deadline):
             deadline = state.spill_at[0]  # the first position on disk only falls due then
-        if deadline is not None:
-            until_due_ms = deadline - self._clock.now_ms()
-            if until_due_ms <= 0:
-                return
-            timeout = min(timeout, until_due_ms / 1000)
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        state.waiters.append(waiter)
         state.topic.waiting.add(state)
         try:
-            await asyncio.wait({waiter}, timeout=timeout)
+            await park(state.waiters, timeout_s, deadline, self._clock.now_ms())
         finally:
-            if waiter in state.waiters:
-                state.waiters.remove(waiter)
             if not state.waiters:
                 state.topic.waiting.discard(state)
-            waiter.cancel()
 
     async def ack(self, leases: Sequence[Lease]) -> None:
         writer, _ = self._supervisor.ready()
