@@ -48,11 +48,11 @@ from adapters.amqp import backend_admin
 from adapters.amqp.backend_consume import Consumer, Held
 from adapters.amqp.backend_link import Link
 from adapters.amqp.backend_send import Publisher, Send
-from adapters.amqp.backend_tx import Written, returned, write_frames, write_publishes
+from adapters.amqp.backend_tx import returned, write_frames, write_publishes
 from adapters.amqp.counters import DELIVERY_COUNT_HEADER
 from adapters.amqp.delays import DEFAULT_TEMPLATE, check_template
 from adapters.amqp.naming import RABBITMQ
-from adapters.amqp.pipeline import Item
+from adapters.amqp.pipeline import Item, Written
 from gateway.backend.base import (
     Backend,
     Lease,

@@ -24,17 +24,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
-from functools import partial
 
 import aiormq
 from aiormq.abc import AbstractChannel, ChannelFrame, DeliveredMessage
 from pamqp import commands as spec
 from pamqp.base import Frame
-from pamqp.body import ContentBody
-from pamqp.header import ContentHeader
 
 from adapters.amqp.backend_link import BROKER_ERRORS
-from adapters.amqp.pipeline import Item, chunks, forget
+from adapters.amqp.pipeline import Item, Written, write_mandatory
 from gateway.errors import Unavailable
 
 Unit = Callable[[AbstractChannel], Awaitable[None]]
@@ -127,10 +124,6 @@ async def write_frames(channel: AbstractChannel, frames: Sequence[Frame]) -> Non
         ChannelFrame.marshall(channel_number=channel.number, frames=list(frames)))
 
 
-Written = list[tuple[int, asyncio.Future[object]]]
-"""Publishes written in a transaction: (publish sequence number, future) per item."""
-
-
 async def write_publishes(channel: AbstractChannel, items: Sequence[Item]) -> Written:
     """Write mandatory publishes on a transactional channel (no confirms): one future per item,
     done if the broker returns the message. Read them with `returned` after the commit."""
@@ -138,26 +131,7 @@ async def write_publishes(channel: AbstractChannel, items: Sequence[Item]) -> Wr
         return []
     if not isinstance(channel, aiormq.Channel):
         raise TypeError(f"not an aiormq channel: {channel!r}")
-    frames: list[spec.Basic.Publish | ContentHeader | ContentBody] = []
-    for exchange, route, body, props in items:
-        frames.append(spec.Basic.Publish(exchange=exchange, routing_key=route, mandatory=True))
-        frames.append(ContentHeader(properties=props, body_size=len(body)))
-        frames.extend(chunks(body, channel.max_content_size))
-    payload = ChannelFrame.marshall(channel_number=channel.number, frames=frames)
-    written: Written = []
-    async with channel.lock:
-        first = channel.delivery_tag + 1
-        for offset, (_, _, _, props) in enumerate(items):
-            tag = first + offset
-            future = channel.create_future()
-            channel.confirmations[tag] = future
-            if props.message_id:
-                channel.message_id_delivery_tag[props.message_id] = tag
-                future.add_done_callback(partial(forget, channel, props.message_id, tag))
-            written.append((tag, future))
-        channel.delivery_tag = first + len(items) - 1
-        await channel.write_queue.put(payload)
-    return written
+    return await write_mandatory(channel, items)
 
 
 def returned(channel: AbstractChannel, written: Written) -> list[int]:

@@ -35,6 +35,44 @@ def forget(channel: aiormq.Channel, message_id: str, tag: int, _: object) -> Non
         del channel.message_id_delivery_tag[message_id]
 
 
+Written = list[tuple[int, asyncio.Future[object]]]
+"""Publishes written: (publish sequence number, future) per item."""
+
+
+async def write_mandatory(channel: aiormq.Channel, items: Sequence[Item]) -> Written:
+    """Queue mandatory publishes of every item as one write, with aiormq's own bookkeeping: a
+    publish sequence number and a future per item (settled by a confirm, a nack or a
+    `basic.return`), message id -> sequence number. If the write cannot be queued, the
+    bookkeeping is undone and the error raised."""
+    frames: list[spec.Basic.Publish | ContentHeader | ContentBody] = []
+    for exchange, route, body, props in items:
+        frames.append(spec.Basic.Publish(exchange=exchange, routing_key=route, mandatory=True))
+        frames.append(ContentHeader(properties=props, body_size=len(body)))
+        frames.extend(chunks(body, channel.max_content_size))
+    payload = ChannelFrame.marshall(channel_number=channel.number, frames=frames)
+    written: Written = []
+    async with channel.lock:
+        first = channel.delivery_tag + 1
+        for offset, (_, _, _, props) in enumerate(items):
+            tag = first + offset
+            future = channel.create_future()
+            channel.confirmations[tag] = future
+            if props.message_id:
+                channel.message_id_delivery_tag[props.message_id] = tag
+                future.add_done_callback(partial(forget, channel, props.message_id, tag))
+            written.append((tag, future))
+        channel.delivery_tag = first + len(items) - 1
+        try:
+            await channel.write_queue.put(payload)
+        except BaseException:
+            channel.delivery_tag = first - 1
+            for tag, future in written:
+                channel.confirmations.pop(tag, None)
+                future.cancel()
+            raise
+    return written
+
+
 async def publish_batch(channel: AbstractChannel, items: Sequence[Item]) -> None:
     """Publish every item (mandatory) and return once the broker confirmed all of them."""
     if not items:
@@ -52,34 +90,8 @@ async def publish_batch(channel: AbstractChannel, items: Sequence[Item]) -> None
         return
     if channel.is_closed:
         raise aiormq.exceptions.ChannelInvalidStateError("channel is closed")
-    frames: list[spec.Basic.Publish | ContentHeader | ContentBody] = []
-    for exchange, route, body, props in items:
-        frames.append(spec.Basic.Publish(exchange=exchange, routing_key=route, mandatory=True))
-        frames.append(ContentHeader(properties=props, body_size=len(body)))
-        frames.extend(chunks(body, channel.max_content_size))
-    payload = ChannelFrame.marshall(channel_number=channel.number, frames=frames)
-    confirmations: list[asyncio.Future[object]] = []
-    async with channel.lock:
-        first = channel.delivery_tag + 1
-        for offset, (_, _, _, props) in enumerate(items):
-            tag = first + offset
-            future = channel.create_future()
-            channel.confirmations[tag] = future
-            if props.message_id:
-                channel.message_id_delivery_tag[props.message_id] = tag
-                future.add_done_callback(partial(forget, channel, props.message_id, tag))
-            confirmations.append(future)
-        channel.delivery_tag = first + len(items) - 1
-        try:
-            await channel.write_queue.put(payload)
-        except BaseException:
-            channel.delivery_tag = first - 1
-            for offset in range(len(items)):
-                channel.confirmations.pop(first + offset, None)
-            for future in confirmations:
-                future.cancel()
-            raise
-    results = await asyncio.gather(*confirmations)
+    written = await write_mandatory(channel, items)
+    results = await asyncio.gather(*(future for _, future in written))
     _raise_returned(results)
 
 
