@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from gateway.backend.base import Lease, StoredMessage, TopicStats
 from gateway.store import guard, paging, writes
 from gateway.store import reader as rd
-from gateway.store.catalog import Catalog, write_scanned
+from gateway.store.catalog import Catalog, scan_through
 from gateway.store.codec import stored
 from gateway.store.index import GroupIndex, TopicIndex
 from gateway.store.supervisor import Supervisor
@@ -111,14 +111,7 @@ async def remove(
 async def _remove(supervisor: Supervisor, state: GroupIndex, positions: set[int]) -> int:
     writer, reader = supervisor.ready()
     index = state.topic
-    top = min(max(positions) + 1, index.next_pos)
-    if top > state.cursor:
-        args = (index.topic_id, state.cursor, top, -1)
-        metas = await reader.run(lambda conn: rd.scan_meta(conn, *args))
-        if metas:
-            rows = state.absorb(metas, state.timers.now_ms)
-            state.cursor = metas[-1].pos + 1
-            write_scanned(writer, state, rows)
+    await scan_through(writer, reader, state, positions)
     gone: set[int] = set()
     for pos in positions:
         handed_out = state.leased.pop(pos, "") or state.releasing.pop(pos, "")

@@ -12,7 +12,7 @@ import uuid
 from gateway.errors import InvalidArgument
 from gateway.store import guard, writes
 from gateway.store.index import GroupIndex, TopicIndex
-from gateway.store.reader import Loaded
+from gateway.store.reader import Loaded, Reader, scan_meta
 from gateway.store.writer import GroupCommitWriter
 from gateway.store.writes import UnackedRow
 from gateway.timewheel import TimerWheel
@@ -114,3 +114,21 @@ def write_scanned(writer: GroupCommitWriter, group: GroupIndex, rows: list[Unack
     cursor = (group.gid, group.topic.topic_id, group.name, group.cursor)
     group.durable = True
     writer.submit_nowait(writes.scanned(rows, cursor))
+
+
+async def scan_through(
+    writer: GroupCommitWriter, reader: Reader, state: GroupIndex, positions: set[int]
+) -> None:
+    """Bring the group's index up to the highest of `positions` (not past the topic's end):
+    the positions it has not scanned yet are read and written as scanned, so that an admin
+    action or a move on those positions finds them in the index."""
+    index = state.topic
+    top = min(max(positions) + 1, index.next_pos)
+    if top <= state.cursor:
+        return
+    args = (index.topic_id, state.cursor, top, -1)
+    metas = await reader.run(lambda conn: scan_meta(conn, *args))
+    if metas:
+        rows = state.absorb(metas, state.timers.now_ms)
+        state.cursor = metas[-1].pos + 1
+        write_scanned(writer, state, rows)

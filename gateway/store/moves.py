@@ -19,7 +19,7 @@ from gateway.backend.base import KeyedCopy, Move, OutMessage
 from gateway.errors import Unavailable
 from gateway.store import guard, writes
 from gateway.store import reader as rd
-from gateway.store.catalog import Catalog, write_scanned
+from gateway.store.catalog import Catalog, scan_through
 from gateway.store.index import GroupIndex
 from gateway.store.writer import GroupCommitWriter
 
@@ -76,15 +76,7 @@ async def _take(
 ) -> set[int]:
     """Take `positions` out of the group's index unless they are handed out (leased): the
     positions taken. Nothing is written yet."""
-    index = state.topic
-    top = min(max(positions) + 1, index.next_pos)
-    if top > state.cursor:
-        args = (index.topic_id, state.cursor, top, -1)
-        metas = await reader.run(lambda conn: rd.scan_meta(conn, *args))
-        if metas:
-            rows = state.absorb(metas, state.timers.now_ms)
-            state.cursor = metas[-1].pos + 1
-            write_scanned(writer, state, rows)
+    await scan_through(writer, reader, state, positions)
     free = {pos for pos in positions if pos not in state.leased and pos not in state.releasing}
     taken = {pos for pos in free if state.timers.cancel(pos)}
     return taken | state.drop_visible(free - taken)
