@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from gateway.backend import Backend, OutMessage, StoredMessage
+from gateway.backend import Backend, OutMessage, StoredMessage, TopicStats
 from gateway.core.destinations import Destinations
 from gateway.core.naming import NamingScheme
 from gateway.core.properties import ORIGIN_TOPIC, visible_properties
@@ -115,6 +115,9 @@ class GroupAdmin(MoveVerbs):
             dead_letters = await self._count_of_topic(dlq_topic, group, topic)
         unsettled = self._engine.unsettled(topic, group)
         held = sum(1 for u in unsettled if u.held)
+        if retry.ready + retry.delayed and _shared(scheme.retry_topic, topic, group):
+            retry = await self._retries_of_topic(retry_topic, group, topic, now,
+                                                 {u.message_id for u in unsettled})
         next_times = [t for t in (main.next_visible_ms, retry.next_visible_ms) if t]
         state = self._engine.group_state(topic, group)
         consumers: tuple[ConsumerView, ...] = ()
@@ -154,6 +157,26 @@ class GroupAdmin(MoveVerbs):
         async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
             count += sum(1 for m in chunk if _of_topic(m, topic))
         return count
+
+    async def _retries_of_topic(self, name: str, group: str, topic: str, now: int,
+                                in_flight: set[str]) -> TopicStats:
+        """The group's retries of `topic` in a group-wide retry destination (the first
+        MAX_WAITING_SCAN looked at): due and waiting apart, those in flight left out."""
+        ready = delayed = 0
+        oldest: int | None = None
+        next_due: int | None = None
+        async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
+            for m in chunk:
+                if not _of_topic(m, topic) or m.message_id in in_flight:
+                    continue
+                if m.deliver_at_ms > now:
+                    delayed += 1
+                    next_due = min(next_due or m.deliver_at_ms, m.deliver_at_ms)
+                else:
+                    ready += 1
+                    oldest = min(oldest or m.publish_ms, m.publish_ms)
+        return TopicStats(ready=ready, delayed=delayed, leased=0, oldest_ready_ms=oldest,
+                          next_visible_ms=next_due)
 
     async def _dlq(self, topic: str, group: str) -> str:
         _check(topic, group)

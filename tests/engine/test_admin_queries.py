@@ -66,6 +66,30 @@ async def test_waiting_retries_count_only_their_topic(h: Harness) -> None:
     assert (await h.engine.admin.waiting_retries("payments", GROUP)).total == 1
 
 
+async def test_describe_counts_only_its_topic_in_a_group_wide_retry_topic(h: Harness) -> None:
+    """describe reads `%RETRY%group` as waiting_retries does: each topic's own copies, waiting
+    and due apart, with the topic's own next due time."""
+    admin = h.engine.admin
+    await h.publish(b"p", topic="payments")
+    (d,) = await h.receive(h.spec("rocketmq", topic="payments"))
+    theirs_failed = h.now()
+    assert (await h.fail(d)).ok  # the first retry: 10 s
+    await h.advance(SECOND)
+    await h.publish(b"a", b"b")
+    mine_failed = h.now()
+    for m in await h.receive(h.spec("rocketmq"), n=2):
+        assert (await h.fail(m, delay_level=4)).ok  # 30 s
+    view, theirs = await admin.describe(TOPIC, GROUP), await admin.describe("payments", GROUP)
+    assert (view.waiting_retry, view.ready, view.next_retry_ms) == (
+        2, 0, mine_failed + 30 * SECOND)
+    assert (theirs.waiting_retry, theirs.ready, theirs.next_retry_ms) == (
+        1, 0, theirs_failed + 10 * SECOND)
+    await h.advance(9 * SECOND)  # payments' retry is due; ours still wait
+    view, theirs = await admin.describe(TOPIC, GROUP), await admin.describe("payments", GROUP)
+    assert (view.waiting_retry, view.ready) == (2, 0)
+    assert (theirs.waiting_retry, theirs.ready) == (0, 1)
+
+
 async def test_dead_letters_filter_page_get_delete_resend(h: Harness) -> None:
     ids = await _dead(h, [b'{"id": 1}', b"plain", b"needle here"], reason="timeout")
     admin = h.engine.admin
