@@ -115,9 +115,10 @@ class GroupAdmin(MoveVerbs):
             dead_letters = await self._count_of_topic(dlq_topic, group, topic)
         unsettled = self._engine.unsettled(topic, group)
         held = sum(1 for u in unsettled if u.held)
-        if retry.ready + retry.delayed and _shared(scheme.retry_topic, topic, group):
+        if (retry.ready + retry.delayed and _shared(scheme.retry_topic, topic, group)
+                and self._other_topics(topic, group)):
             retry = await self._retries_of_topic(retry_topic, group, topic, now,
-                                                 {u.message_id for u in unsettled})
+                                                 {u.message_id for u in unsettled}) or retry
         next_times = [t for t in (main.next_visible_ms, retry.next_visible_ms) if t]
         state = self._engine.group_state(topic, group)
         consumers: tuple[ConsumerView, ...] = ()
@@ -158,14 +159,20 @@ class GroupAdmin(MoveVerbs):
             count += sum(1 for m in chunk if _of_topic(m, topic))
         return count
 
+    def _other_topics(self, topic: str, group: str) -> bool:
+        """Whether the engine runs `group` on another topic too (so that a group-wide
+        destination may hold copies of other topics)."""
+        return any(g.group == group and g.topic != topic for g in self._engine.groups())
+
     async def _retries_of_topic(self, name: str, group: str, topic: str, now: int,
-                                in_flight: set[str]) -> TopicStats:
-        """The group's retries of `topic` in a group-wide retry destination (the first
-        MAX_WAITING_SCAN looked at): due and waiting apart, those in flight left out."""
-        ready = delayed = 0
+                                in_flight: set[str]) -> TopicStats | None:
+        """The group's retries of `topic` in a group-wide retry destination: due and waiting
+        apart, those in flight left out; None when it holds more than MAX_WAITING_SCAN."""
+        ready = delayed = scanned = 0
         oldest: int | None = None
         next_due: int | None = None
         async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
+            scanned += len(chunk)
             for m in chunk:
                 if not _of_topic(m, topic) or m.message_id in in_flight:
                     continue
@@ -175,6 +182,8 @@ class GroupAdmin(MoveVerbs):
                 else:
                     ready += 1
                     oldest = min(oldest or m.publish_ms, m.publish_ms)
+        if scanned >= MAX_WAITING_SCAN:
+            return None
         return TopicStats(ready=ready, delayed=delayed, leased=0, oldest_ready_ms=oldest,
                           next_visible_ms=next_due)
 
