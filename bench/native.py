@@ -198,6 +198,10 @@ def _rocketmq(target: str, args: argparse.Namespace) -> float:
     finally:
         producer.shutdown()
         consumer.shutdown()
+        # The push consumer's meter provider outlives shutdown(); stop it before the gateway goes.
+        from rocketmq.grpc_protocol import definition_pb2
+
+        consumer.client_metrics.reset_metrics(definition_pb2.Metric(on=False))
 
 
 async def rocketmq(target: str, pulsar_url: str, args: argparse.Namespace) -> float:
