@@ -31,6 +31,8 @@ from gateway.engine.api import (
     DeadLetterPage,
     DeadLetterView,
     GroupView,
+    Scanned,
+    Scans,
     WaitingRetries,
 )
 from gateway.engine.port import EngineQueries
@@ -100,7 +102,9 @@ class GroupAdmin(MoveVerbs):
                                           await self._backend.topics())
         return sorted(found)
 
-    async def describe(self, topic: str, group: str) -> GroupView:
+    async def describe(self, topic: str, group: str, scans: Scans | None = None) -> GroupView:
+        """See `EngineQueries.describe`; `scans` keeps what group-wide destinations were read
+        for, so that describing many groups reads each destination once."""
         _check(topic, group)
         scheme = await self.naming_of(topic, group)
         retry_topic = scheme.retry_topic(topic, group)
@@ -112,13 +116,14 @@ class GroupAdmin(MoveVerbs):
         dead = await backend.stats(dlq_topic, group, now)
         dead_letters = dead.ready + dead.delayed + dead.leased
         if dead_letters and _shared(scheme.dead_letter_topic, topic, group):
-            dead_letters = await self._count_of_topic(dlq_topic, group, topic)
+            dead_letters = await self._count_of_topic(dlq_topic, group, topic, scans)
         unsettled = self._engine.unsettled(topic, group)
         held = sum(1 for u in unsettled if u.held)
         if (retry.ready + retry.delayed and _shared(scheme.retry_topic, topic, group)
                 and self._other_topics(topic, group)):
             retry = await self._retries_of_topic(retry_topic, group, topic, now,
-                                                 {u.message_id for u in unsettled}) or retry
+                                                 {u.message_id for u in unsettled},
+                                                 scans) or retry
         next_times = [t for t in (main.next_visible_ms, retry.next_visible_ms) if t]
         state = self._engine.group_state(topic, group)
         consumers: tuple[ConsumerView, ...] = ()
@@ -151,13 +156,26 @@ class GroupAdmin(MoveVerbs):
             consumers=consumers,
         )
 
-    async def _count_of_topic(self, name: str, group: str, topic: str) -> int:
-        """How many of the group's messages in a group-wide destination belong to `topic` (the
-        first MAX_WAITING_SCAN looked at)."""
-        count = 0
+    async def _scan(self, name: str, group: str, scans: Scans | None) -> Scanned:
+        """The group's messages in a group-wide destination, the first MAX_WAITING_SCAN, as
+        (origin topic or None, message id, deliver at, publish time); read once per `scans`."""
+        if scans is not None and (name, group) in scans:
+            return scans[(name, group)]
+        rows: list[tuple[str | None, str, int, int]] = []
         async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
-            count += sum(1 for m in chunk if _of_topic(m, topic))
-        return count
+            rows.extend((m.properties.get(ORIGIN_TOPIC), m.message_id, m.deliver_at_ms,
+                         m.publish_ms) for m in chunk)
+        scanned = Scanned(rows, len(rows) < MAX_WAITING_SCAN)
+        if scans is not None:
+            scans[(name, group)] = scanned
+        return scanned
+
+    async def _count_of_topic(self, name: str, group: str, topic: str,
+                              scans: Scans | None = None) -> int:
+        """How many of the group's messages in a group-wide destination belong to `topic` (the
+        first MAX_WAITING_SCAN looked at; a copy that records no origin counts for any topic)."""
+        rows = (await self._scan(name, group, scans)).rows
+        return sum(1 for origin, *_ in rows if origin is None or origin == topic)
 
     def _other_topics(self, topic: str, group: str) -> bool:
         """Whether the engine runs `group` on another topic too (so that a group-wide
@@ -165,25 +183,25 @@ class GroupAdmin(MoveVerbs):
         return any(g.group == group and g.topic != topic for g in self._engine.groups())
 
     async def _retries_of_topic(self, name: str, group: str, topic: str, now: int,
-                                in_flight: set[str]) -> TopicStats | None:
+                                in_flight: set[str], scans: Scans | None = None
+                                ) -> TopicStats | None:
         """The group's retries of `topic` in a group-wide retry destination: due and waiting
         apart, those in flight left out; None when it holds more than MAX_WAITING_SCAN."""
-        ready = delayed = scanned = 0
+        scanned = await self._scan(name, group, scans)
+        if not scanned.complete:
+            return None
+        ready = delayed = 0
         oldest: int | None = None
         next_due: int | None = None
-        async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
-            scanned += len(chunk)
-            for m in chunk:
-                if not _of_topic(m, topic) or m.message_id in in_flight:
-                    continue
-                if m.deliver_at_ms > now:
-                    delayed += 1
-                    next_due = min(next_due or m.deliver_at_ms, m.deliver_at_ms)
-                else:
-                    ready += 1
-                    oldest = min(oldest or m.publish_ms, m.publish_ms)
-        if scanned >= MAX_WAITING_SCAN:
-            return None
+        for origin, message_id, deliver_at_ms, publish_ms in scanned.rows:
+            if (origin is not None and origin != topic) or message_id in in_flight:
+                continue
+            if deliver_at_ms > now:
+                delayed += 1
+                next_due = min(next_due or deliver_at_ms, deliver_at_ms)
+            else:
+                ready += 1
+                oldest = min(oldest or publish_ms, publish_ms)
         return TopicStats(ready=ready, delayed=delayed, leased=0, oldest_ready_ms=oldest,
                           next_visible_ms=next_due)
 

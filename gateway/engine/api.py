@@ -247,3 +247,17 @@ class ImportResult:
     skipped: int
     retry_topic: str
     dead_letter_topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class Scanned:
+    """What one read of a group-wide destination found."""
+
+    rows: list[tuple[str | None, str, int, int]]
+    """(origin topic or None, message id, deliver at ms, publish ms) per message."""
+    complete: bool
+    """False when the destination holds more than the read looked at."""
+
+
+Scans = dict[tuple[str, str], Scanned]
+"""Group-wide destinations already read, by (destination, group), for one request."""

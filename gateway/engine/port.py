@@ -32,6 +32,7 @@ from gateway.engine.api import (
     ExportPage,
     GroupView,
     ImportResult,
+    Scans,
     SettleGuard,
     Settlement,
     SettleResult,
@@ -229,8 +230,10 @@ class AdminPort(Protocol):
         dead-letter topics the back end holds; sorted."""
         ...
 
-    async def describe(self, topic: str, group: str) -> GroupView:
-        """Counts of the group's messages by state; its retry and dead-letter topics."""
+    async def describe(self, topic: str, group: str, scans: Scans | None = None) -> GroupView:
+        """Counts of the group's messages by state; its retry and dead-letter topics. Pass one
+        `scans` dict ({}) to the describes of one request: a destination shared by a group's
+        topics is then read once for all of them."""
         ...
 
     async def dead_letters(

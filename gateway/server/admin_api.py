@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias
 
-from gateway.engine.api import DeadLetterFilter, DeadLetterView, GroupView
+from gateway.engine.api import DeadLetterFilter, DeadLetterView, GroupView, Scans
 from gateway.engine.port import EngineQueries
 from gateway.errors import NotFound
 from gateway.server import validate
@@ -70,8 +70,9 @@ class AdminService(MoveCalls, admin_pb2_grpc.AdminServicer):
     async def ListGroups(self, request: admin_pb2.ListGroupsRequest, context: Ctx) -> Any:
         pairs = await self.admin.groups(self.totals.groups())
         response = admin_pb2.ListGroupsResponse(truncated=len(pairs) > MAX_GROUPS)
+        scans: Scans = {}
         for topic, group in pairs[:MAX_GROUPS]:
-            view = await self.admin.describe(topic, group)
+            view = await self.admin.describe(topic, group, scans)
             response.groups.append(admin_pb2.GroupSummary(
                 topic=topic, group=group, view=self._group(topic, group, view)))
         return response

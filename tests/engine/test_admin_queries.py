@@ -8,7 +8,7 @@ import pytest
 
 from gateway.engine import admin as admin_module
 from gateway.engine import admin_scan
-from gateway.engine.api import DeadLetterFilter, SettleAction
+from gateway.engine.api import DeadLetterFilter, Scans, SettleAction
 from gateway.errors import InvalidArgument, NotFound
 
 from .harness import GROUP, TOPIC, Harness
@@ -91,6 +91,19 @@ async def test_describe_counts_only_its_topic_in_a_group_wide_retry_topic(
     view, theirs = await admin.describe(TOPIC, GROUP), await admin.describe("payments", GROUP)
     assert (view.waiting_retry, view.ready) == (2, 0)
     assert (theirs.waiting_retry, theirs.ready) == (0, 1)
+    # Describing several groups in one request reads the shared destination once.
+    peeks: list[str] = []
+    peek = h.backend.peek
+
+    async def counted(topic: str, *args: object) -> object:
+        peeks.append(topic)
+        return await peek(topic, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(h.backend, "peek", counted)
+    scans: Scans = {}
+    assert await admin.describe(TOPIC, GROUP, scans) == view
+    assert await admin.describe("payments", GROUP, scans) == theirs
+    assert peeks == [f"%RETRY%{GROUP}"] and list(scans) == [(f"%RETRY%{GROUP}", GROUP)]
     # Past the scan's bound the destination's own counts stand (an upper bound per topic).
     monkeypatch.setattr(admin_module, "MAX_WAITING_SCAN", 2)
     view = await admin.describe(TOPIC, GROUP)
