@@ -263,16 +263,17 @@ class Delivering(Expiring):
         while not sub.closed and self._accepting:
             sub.wake.clear()
             sub.unpark()
-            credit = sub.credit()
+            batch = self._config.dispatch_batch
+            credit = sub.credit(batch)
             if credit <= 0:
                 await sub.wake.wait()
                 continue
             try:
                 self._deliver_held(sub)
-                credit = sub.credit()
+                credit = sub.credit(batch)
                 if credit <= 0:
                     continue
-                got = await self._fetch(sub, min(credit, self._config.dispatch_batch))
+                got = await self._fetch(sub, min(credit, batch))
             except asyncio.CancelledError:
                 raise
             except GatewayError as exc:

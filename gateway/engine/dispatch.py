@@ -216,17 +216,25 @@ class Subscription:
         if own and own not in self.retry_sources:
             self.retry_sources.append(own)
 
-    def credit(self) -> int:
-        active = self.receivers()
-        return sum(max(0, c.room()) for c in active)
+    def credit(self, enough: int | None = None) -> int:
+        """The room of the consumers that get deliveries, summed; the sum stops once it reaches
+        `enough` (a dispatcher that fetches at most that many needs to know no more)."""
+        total = 0
+        for consumer in self.receivers():
+            room = consumer.room()
+            if room > 0:
+                total += room
+                if enough is not None and total >= enough:
+                    break
+        return total
 
     def announce(self) -> None:
         """Tell each consumer whether it is the one that gets deliveries, after the consumers
         changed (exclusive and failover subscriptions have one such at a time, in the order
         the consumers subscribed; for the others every consumer gets deliveries)."""
-        receivers = self.receivers()
+        receivers = {id(c) for c in self.receivers()}
         for consumer in self.consumers:
-            consumer.set_active(consumer in receivers)
+            consumer.set_active(id(consumer) in receivers)
 
     def unpark(self) -> None:
         """Let parked keys go again whose consumer has room now or is gone."""
