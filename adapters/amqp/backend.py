@@ -227,16 +227,7 @@ class RabbitMQBackend(Backend):
                 requeued.append(held)
                 continue
             env = held.envelope
-            copy = OutMessage(
-                body=held.message.body,
-                properties=env.properties,
-                key=env.key,
-                tag=env.tag,
-                deliver_at_ms=release.visible_at_ms if release.visible_at_ms > now_ms else 0,
-                message_id=env.message_id,
-                attempt=release.attempt,
-                retries=release.retries,
-            )
+            copy = env.released_copy(held.message.body, release, now_ms)
             moves.append((release.lease.topic, (copy, env.message_id or uuid.uuid4().hex,
                                                 env.publish_ms), held))
             acked.append(held)

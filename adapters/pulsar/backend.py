@@ -446,17 +446,7 @@ class PulsarBackend(Backend):
 def _copy(held: Held, release: Release, now_ms: int) -> tuple[OutMessage, str, int]:
     """The retry copy of a held message with the released counters and visible time."""
     env = held.envelope
-    message = OutMessage(
-        body=held.message.data(),
-        properties=env.properties,
-        key=env.key,
-        tag=env.tag,
-        deliver_at_ms=release.visible_at_ms if release.visible_at_ms > now_ms else 0,
-        message_id=env.message_id,
-        attempt=release.attempt,
-        retries=release.retries,
-    )
-    return message, env.message_id, env.publish_ms
+    return env.released_copy(held.message.data(), release, now_ms), env.message_id, env.publish_ms
 
 
 def _ack_all(consumer: Any, messages: Sequence[Any]) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.backend.base import OutMessage, Release
+
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
@@ -26,3 +28,17 @@ class Envelope:
     """Deliveries before this copy was published, as the copy states (0 when it does not)."""
     retries: int = 0
     """Failures counted before this copy was published, as the copy states."""
+
+    def released_copy(self, body: bytes, release: Release, now_ms: int) -> OutMessage:
+        """The copy a broker-backed back end publishes to give this message back: its fields
+        with the release's counters, visible at the release's time (at once if that has come)."""
+        return OutMessage(
+            body=body,
+            properties=self.properties,
+            key=self.key,
+            tag=self.tag,
+            deliver_at_ms=release.visible_at_ms if release.visible_at_ms > now_ms else 0,
+            message_id=self.message_id,
+            attempt=release.attempt,
+            retries=release.retries,
+        )
