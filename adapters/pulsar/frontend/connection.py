@@ -17,33 +17,27 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from adapters.pulsar.frontend import edge, replies, starts
-from adapters.pulsar.frontend.budget import FRAME_COST, ReadBudget
-from adapters.pulsar.frontend.consumers import MAX_UNACKED, SUB_TYPES, ConsumerSession
-from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
-from adapters.pulsar.frontend.ports import AuthorizerPort
+from adapters.pulsar.frontend.budget import FRAME_COST
+from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.producers import ProducerSession
-from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
+from adapters.pulsar.frontend.shared import Shared
 from adapters.pulsar.frontend.topics import engine_topic
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import (
     FRAME_OVERHEAD,
-    MAX_MESSAGE_SIZE,
     Frame,
     FrameError,
     decode_frame,
     frame_size,
 )
 from gateway.engine.api import ConsumerType, SubscriptionSpec
-from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
@@ -53,40 +47,13 @@ MAX_PROTOCOL_VERSION = 19
 NO_REQUEST = replies.NO_REQUEST
 HANDSHAKE_FRAME_SIZE = 64 * 1024
 """Largest frame accepted before CONNECT has been answered."""
-HANDSHAKE_TIMEOUT_S = 10.0
 CLOSE_FLUSH_S = 5.0
 """How long a closing connection may take to send what is buffered for its client."""
-MAX_PRODUCERS = 1000
-"""Producers per connection."""
-MAX_CONSUMERS = 1000
-"""Consumers per connection."""
 POLICY = "pulsar-nack"
 POLICY_OPTIONS = {"nack_delay_ms": "0"}
 """The client waits its own negative-ack delay before it asks for a redelivery, and tracks its
 own ack timeout; so the engine redelivers at once and sets no deadline of its own."""
 Cmd = pb.BaseCommand
-
-
-@dataclass(frozen=True, slots=True)
-class Shared:
-    """What all connections of one front end share."""
-
-    engine: EnginePort
-    service_url: str
-    ids: IdAllocator
-    dedup: DedupRegistry
-    subscriptions: SubscriptionRegistry
-    keepalive_s: float
-    max_message_size: int = MAX_MESSAGE_SIZE
-    """Announced in CONNECTED; the client refuses larger messages itself."""
-    authorizer: AuthorizerPort | None = None
-    """When set, CONNECT must carry a valid token and topics are checked per principal."""
-    connection_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
-    max_producers: int = MAX_PRODUCERS
-    max_consumers: int = MAX_CONSUMERS
-    max_unacked: int = MAX_UNACKED
-    budget: ReadBudget = field(default_factory=ReadBudget)
 
 
 class Connection:

@@ -11,17 +11,17 @@ import structlog
 
 from adapters.pulsar.frontend import replies
 from adapters.pulsar.frontend.budget import READ_BUDGET_BYTES, ReadBudget
-from adapters.pulsar.frontend.connection import (
-    HANDSHAKE_TIMEOUT_S,
-    MAX_CONSUMERS,
-    MAX_PRODUCERS,
-    Connection,
-    Shared,
-)
+from adapters.pulsar.frontend.connection import Connection
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.journal import Journal
 from adapters.pulsar.frontend.ports import AuthorizerPort
+from adapters.pulsar.frontend.shared import (
+    HANDSHAKE_TIMEOUT_S,
+    MAX_CONSUMERS,
+    MAX_PRODUCERS,
+    Shared,
+)
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import FRAME_OVERHEAD, MAX_MESSAGE_SIZE

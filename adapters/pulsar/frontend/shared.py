@@ -1,0 +1,44 @@
+"""What all connections of one Pulsar front end share (the engine, id and dedup registries, the
+subscriptions, the read budget) and the per-connection limits they hold to."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from adapters.pulsar.frontend.budget import ReadBudget
+from adapters.pulsar.frontend.consumers import MAX_UNACKED
+from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
+from adapters.pulsar.frontend.ports import AuthorizerPort
+from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
+from adapters.pulsar.wire.frames import MAX_MESSAGE_SIZE
+from gateway.engine.port import EnginePort
+
+HANDSHAKE_TIMEOUT_S = 10.0
+MAX_PRODUCERS = 1000
+"""Producers per connection."""
+MAX_CONSUMERS = 1000
+"""Consumers per connection."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What all connections of one front end share."""
+
+    engine: EnginePort
+    service_url: str
+    ids: IdAllocator
+    dedup: DedupRegistry
+    subscriptions: SubscriptionRegistry
+    keepalive_s: float
+    max_message_size: int = MAX_MESSAGE_SIZE
+    """Announced in CONNECTED; the client refuses larger messages itself."""
+    authorizer: AuthorizerPort | None = None
+    """When set, CONNECT must carry a valid token and topics are checked per principal."""
+    connection_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    max_producers: int = MAX_PRODUCERS
+    max_consumers: int = MAX_CONSUMERS
+    max_unacked: int = MAX_UNACKED
+    budget: ReadBudget = field(default_factory=ReadBudget)
