@@ -259,15 +259,19 @@ class RabbitMQBackend(Backend):
         transaction; copies the broker returned (a queue deleted meanwhile) are published again
         after declaring their queues anew."""
         channels: dict[int, tuple[list[tuple[str, Send]], list[Held], list[Held]]] = {}
+
+        def of(held: Held) -> tuple[list[tuple[str, Send]], list[Held], list[Held]]:
+            return channels.setdefault(id(held.message.channel), ([], [], []))
+
         for topic, send, held in moves:
             if held.alive():
-                channels.setdefault(id(held.message.channel), ([], [], []))[0].append((topic, send))
+                of(held)[0].append((topic, send))
         for held in acked:
             if held.alive():
-                channels.setdefault(id(held.message.channel), ([], [], []))[1].append(held)
+                of(held)[1].append(held)
         for held in requeued:
             if held.alive():
-                channels.setdefault(id(held.message.channel), ([], [], []))[2].append(held)
+                of(held)[2].append(held)
         for sends, acks, requeues in channels.values():
             by_topic: dict[str, list[Send]] = {}
             for topic, send in sends:
