@@ -184,8 +184,7 @@ class RabbitMQBackend(Backend):
         """Whether `nack(requeue)` makes the next delivery count exactly `release.attempt`."""
         if release.retries != held.retries or release.attempt != held.attempt + 1:
             return False
-        headers = held.message.headers or {}
-        return self._quorum or DELIVERY_COUNT_HEADER in headers or not held.message.redelivered
+        return self._quorum or DELIVERY_COUNT_HEADER in held.headers or not held.redelivered
 
     async def release(self, releases: Sequence[Release]) -> None:
         """Give deliveries back (see `carry_out`)."""
@@ -227,7 +226,7 @@ class RabbitMQBackend(Backend):
                 requeued.append(held)
                 continue
             env = held.envelope
-            copy = env.released_copy(held.message.body, release, now_ms)
+            copy = env.released_copy(held.body, release, now_ms)
             moves.append((release.lease.topic, (copy, env.message_id or uuid.uuid4().hex,
                                                 env.publish_ms), held))
             acked.append(held)
@@ -261,7 +260,7 @@ class RabbitMQBackend(Backend):
         channels: dict[int, tuple[list[tuple[str, Send]], list[Held], list[Held]]] = {}
 
         def of(held: Held) -> tuple[list[tuple[str, Send]], list[Held], list[Held]]:
-            return channels.setdefault(id(held.message.channel), ([], [], []))
+            return channels.setdefault(id(held.channel), ([], [], []))
 
         for topic, send, held in moves:
             if held.alive():
@@ -290,7 +289,7 @@ class RabbitMQBackend(Backend):
                                        *self._consumer.nack_frames(requeues)]
                 await write_frames(channel, frames)
 
-            channel = (acks or requeues)[0].message.channel
+            channel = (acks or requeues)[0].channel
             try:
                 await self._consumer.committer.run(channel, unit)
             except BaseException:

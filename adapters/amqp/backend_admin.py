@@ -171,8 +171,10 @@ async def remove(
 async def purge(
     connection: AbstractRobustConnection, consumer: Consumer, publisher: Publisher, topic: str
 ) -> int:
-    """Ack every held delivery and purge the queue and its known delay queues."""
+    """Ack every held delivery (its consumer paused first, so that none is in flight) and purge
+    the queue and its known delay queues."""
     removed = 0
+    await consumer.pause(topic)
     state = consumer.topics.get(topic)
     if state is not None:
         held = [h for h in state.buffer] + [h for h, _ in state.leased.values()]

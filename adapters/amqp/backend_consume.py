@@ -12,14 +12,12 @@ import asyncio
 import heapq
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
 
-from aio_pika.abc import AbstractIncomingMessage
-from aio_pika.exceptions import ChannelInvalidStateError
-from aiormq.abc import AbstractChannel
+from aiormq.abc import AbstractChannel, DeliveredMessage
 from pamqp import commands as spec
 
 from adapters.amqp.backend_link import Link, guard
@@ -38,7 +36,13 @@ from gateway.errors import Unavailable
 class Held:
     """One delivery received on the consuming channel, buffered or leased."""
 
-    message: AbstractIncomingMessage
+    channel: AbstractChannel
+    """The channel it came on (its acks must go there)."""
+    tag: int
+    """Its delivery tag on that channel."""
+    body: bytes
+    headers: Mapping[str, object]
+    redelivered: bool
     token: str
     envelope: Envelope
     attempt: int
@@ -46,18 +50,15 @@ class Held:
 
     def alive(self) -> bool:
         """False once its channel closed: RabbitMQ requeued it and will deliver it again."""
-        try:
-            return not self.message.channel.is_closed
-        except ChannelInvalidStateError:
-            return False
+        return not self.channel.is_closed
 
     def stored(self, topic: str, group: str) -> StoredMessage:
         env = self.envelope
         return StoredMessage(
-            lease=Lease(topic, group, self.message.delivery_tag or 0, self.token),
+            lease=Lease(topic, group, self.tag, self.token),
             message_id=env.message_id,
             topic=topic,
-            body=self.message.body,
+            body=self.body,
             properties=env.properties,
             key=env.key,
             tag=env.tag,
@@ -80,7 +81,22 @@ class TopicState:
     wake: asyncio.TimerHandle | None = None
     """Pending `arrived.set()`: deliveries arriving within the wake delay wake waiters once."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    consuming: bool = False
+    channel: AbstractChannel | None = None
+    """The channel the queue is consumed on (`consumer_tag`), once consuming."""
+    consumer_tag: str = ""
+
+    def consuming(self) -> bool:
+        """Whether the queue's consumer lives: its channel is open and the broker did not cancel
+        it (a deleted queue cancels its consumers)."""
+        channel = self.channel
+        return channel is not None and not channel.is_closed and bool(self.consumer_tag)
+
+    def wake_on_cancel(self, frame: spec.Basic.Cancel) -> None:
+        """The broker cancelled a consumer on the channel (a deleted queue): if it was this
+        queue's, wake its waiters so that the next fetch consumes it again."""
+        if frame.consumer_tag == self.consumer_tag:
+            self.consumer_tag = ""
+            self.arrived.set()
 
 
 class Consumer:
@@ -120,22 +136,29 @@ class Consumer:
         self.topics.clear()
         self._unsettled.clear()
 
-    async def _on_delivery(self, state: TopicState, message: AbstractIncomingMessage) -> None:
-        """Consumer callback: buffer the delivery (decoded once) and wake waiters."""
+    async def _on_delivery(self, state: TopicState, message: DeliveredMessage) -> None:
+        """Consumer callback (straight from aiormq: no per-message wrapper object or task beyond
+        aiormq's own): buffer the delivery (decoded once) and wake waiters."""
         if self.topics.get(state.name) is not state:
             return  # closed meanwhile: the broker requeues it with the channel
         self._sequence += 1
-        headers = dict(message.headers or {})
+        properties = message.header.properties
+        headers = dict(properties.headers or {})
+        redelivered = bool(message.redelivered)
         held = Held(
-            message=message,
+            channel=message.channel,
+            tag=message.delivery_tag or 0,
+            body=message.body,
+            headers=headers,
+            redelivered=redelivered,
             token=f"{self._instance}:{self._sequence}",
-            envelope=decode(headers, message.message_id, message.timestamp, self._clock.now_ms()),
-            attempt=reconcile_attempt(
-                headers, bool(message.redelivered), queue_name(state.name)
+            envelope=decode(
+                headers, properties.message_id, properties.timestamp, self._clock.now_ms()
             ),
+            attempt=reconcile_attempt(headers, redelivered, queue_name(state.name)),
             retries=stated_retries(headers),
         )
-        self._unsettled_tags(message).add(message.delivery_tag or 0)
+        self._unsettled_tags(held.channel).add(held.tag)
         state.buffer.append(held)
         if state.wake is None and not state.arrived.is_set():
             state.wake = asyncio.get_running_loop().call_later(
@@ -147,11 +170,9 @@ class Consumer:
         state.wake = None
         state.arrived.set()
 
-    def _unsettled_tags(self, message: AbstractIncomingMessage) -> set[int]:
-        """The unsettled delivery tags of the channel `message` came on (pruning closed ones)."""
-        try:
-            channel = message.channel
-        except ChannelInvalidStateError:
+    def _unsettled_tags(self, channel: AbstractChannel) -> set[int]:
+        """The unsettled delivery tags of a consuming channel (pruning closed ones)."""
+        if channel.is_closed:
             return set()
         entry = self._unsettled.get(id(channel))
         if entry is None or entry[0] is not channel:
@@ -168,7 +189,7 @@ class Consumer:
         groups: dict[int, list[Held]] = {}
         for held in helds:
             if held.alive():
-                groups.setdefault(id(held.message.channel), []).append(held)
+                groups.setdefault(id(held.channel), []).append(held)
         return list(groups.values())
 
     def ack_frames(self, group: Sequence[Held]) -> list[spec.Basic.Ack]:
@@ -176,71 +197,91 @@ class Consumer:
         oldest unsettled tags folded into one `basic.ack(multiple)`, the rest one by one. Their
         tags stop counting as unsettled at once, so that a later unit of the same transaction
         folds past them; `unsettle` puts them back when the transaction fails."""
-        ordered = sorted(group, key=lambda h: h.message.delivery_tag or 0)
+        ordered = sorted(group, key=lambda h: h.tag)
         if not ordered:
             return []
-        unsettled = self._unsettled_tags(ordered[0].message)
+        unsettled = self._unsettled_tags(ordered[0].channel)
         oldest = heapq.nsmallest(len(ordered), unsettled)
         run = 0
-        while run < len(oldest) and ordered[run].message.delivery_tag == oldest[run]:
+        while run < len(oldest) and ordered[run].tag == oldest[run]:
             run += 1
         frames: list[spec.Basic.Ack] = []
         singles: Sequence[Held] = ordered
         if run > 1:
             frames.append(spec.Basic.Ack(delivery_tag=oldest[run - 1], multiple=True))
             singles = ordered[run:]
-        frames += [spec.Basic.Ack(delivery_tag=h.message.delivery_tag or 0) for h in singles]
+        frames += [spec.Basic.Ack(delivery_tag=h.tag) for h in singles]
         for held in ordered:
-            unsettled.discard(held.message.delivery_tag or 0)
+            unsettled.discard(held.tag)
         return frames
 
     def nack_frames(self, group: Sequence[Held]) -> list[spec.Basic.Nack]:
         """`basic.nack(requeue)` frames: the messages go back to their places in the queue."""
-        unsettled = self._unsettled_tags(group[0].message) if group else set()
+        unsettled = self._unsettled_tags(group[0].channel) if group else set()
         for held in group:
-            unsettled.discard(held.message.delivery_tag or 0)
-        return [spec.Basic.Nack(delivery_tag=h.message.delivery_tag or 0, requeue=True)
-                for h in group]
+            unsettled.discard(held.tag)
+        return [spec.Basic.Nack(delivery_tag=h.tag, requeue=True) for h in group]
 
     def unsettle(self, helds: Sequence[Held]) -> None:
         """A transaction that acked or requeued `helds` failed: they are unsettled again (as
         long as their channel lives)."""
         for held in helds:
             if held.alive():
-                self._unsettled_tags(held.message).add(held.message.delivery_tag or 0)
+                self._unsettled_tags(held.channel).add(held.tag)
 
     async def ack_all(self, helds: Sequence[Held]) -> None:
         """Ack deliveries, one committed transaction per channel; closed-channel ones skipped."""
         for group in self.by_channel(helds):
-            channel = group[0].message.channel
             try:
-                await self.committer.run(channel, partial(_ack_unit, self, group))
+                await self.committer.run(group[0].channel, partial(_ack_unit, self, group))
             except BaseException:
                 self.unsettle(group)
                 raise
 
     async def topic(self, topic: str, group: str) -> TopicState:
-        """The consumption state of `topic`, starting its consumer on first use."""
+        """The consumption state of `topic`, starting its consumer on first use and again
+        whenever it died (its channel closed, or the broker cancelled it)."""
         state = self.topics.get(topic)
         if state is None:
             state = self.topics[topic] = TopicState(topic)
         state.groups.add(group)
-        if state.consuming:
+        if state.consuming():
             return state
         async with state.lock:
-            if state.consuming:
+            if state.consuming():
                 return state
             channel = self._link.channel(self._link.consumer)
             async with guard("consume", topic), asyncio.timeout(self._confirm_timeout_s):
-                queue = await channel.declare_queue(
+                await channel.declare_queue(
                     queue_name(topic),
                     durable=True,
                     arguments=self._publisher.queue_arguments(),
                 )
                 self._publisher.declared.add(topic)
-                await queue.consume(partial(self._on_delivery, state), no_ack=False)
-            state.consuming = True
+                raw = await channel.get_underlay_channel()
+                if state.wake_on_cancel not in raw.on_consumer_cancel_callbacks:
+                    raw.on_consumer_cancel_callbacks.add(state.wake_on_cancel)
+                ok = await raw.basic_consume(
+                    queue_name(topic), partial(self._on_delivery, state), no_ack=False
+                )
+            state.channel, state.consumer_tag = raw, ok.consumer_tag or ""
         return state
+
+    async def pause(self, topic: str) -> None:
+        """Cancel `topic`'s consumer and return once the broker confirmed it: every delivery
+        sent to it before is then buffered (aiormq reads a channel's frames in order and the
+        `basic.cancel-ok` comes after them). The next fetch or wait consumes the queue again."""
+        state = self.topics.get(topic)
+        if state is None:
+            return
+        async with state.lock:
+            if not state.consuming() or state.channel is None:
+                return
+            channel, tag = state.channel, state.consumer_tag
+            state.consumer_tag = ""
+            async with guard("cancel consumer", topic), asyncio.timeout(self._confirm_timeout_s):
+                await channel.basic_cancel(tag)
+            await asyncio.sleep(0)  # the deliveries read before the cancel-ok run their callbacks
 
     async def fetch(
         self, topic: str, group: str, max_messages: int, exclude_keys: frozenset[str]

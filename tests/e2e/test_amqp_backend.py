@@ -268,6 +268,47 @@ async def test_purge_and_remove_cover_held_deliveries(backend: RabbitMQBackend, 
         assert await ready_in(connection, topic) == 0
 
 
+async def test_purge_takes_deliveries_still_in_flight(topic: str) -> None:
+    """Deliveries the broker already sent but the back end did not buffer yet are unacked in the
+    broker's eyes, so a queue purge misses them: purge pauses the consumer first."""
+    backend = RabbitMQBackend(URL, prefetch=1000)
+    await backend.open()
+    try:
+        for _ in range(3):
+            await backend.publish(topic, [OutMessage(body=b"x" * 512) for _ in range(300)])
+            got = await collect(backend, topic, GROUP, 1)
+            assert len(got) == 1
+            assert await backend.purge(topic, GROUP) == 300
+            assert await backend.fetch(topic, GROUP, 1000, wall_clock_ms()) == []
+            await backend.wait(topic, GROUP, 0.3)
+            assert await backend.fetch(topic, GROUP, 1000, wall_clock_ms()) == []
+        await backend.publish(topic, [OutMessage(body=b"after")])
+        [after] = await collect(backend, topic, GROUP, 1)
+        assert after.body == b"after"
+        await backend.ack([after.lease])
+    finally:
+        await backend.close()
+
+
+async def test_consuming_resumes_after_the_queue_is_deleted_behind_its_back(
+    backend: RabbitMQBackend, topic: str
+) -> None:
+    """The broker cancels the consumer of a deleted queue; the next fetch consumes it anew."""
+    await backend.publish(topic, [OutMessage(body=b"before")])
+    [before] = await collect(backend, topic, GROUP, 1)
+    await backend.ack([before.lease])
+    async with plain_connection() as connection:
+        await delete_queues(connection, topic)
+    await backend.wait(topic, GROUP, 0.2)  # woken by the cancel: consumes the queue anew
+    try:
+        await backend.publish(topic, [OutMessage(body=b"again")])
+    except Unavailable:  # published before the queue was declared again: unroutable
+        await backend.publish(topic, [OutMessage(body=b"again")])
+    [again] = await collect(backend, topic, GROUP, 1, timeout_s=5.0)
+    assert again.body == b"again"
+    await backend.ack([again.lease])
+
+
 async def test_quorum_queue_counts_redeliveries(topic: str) -> None:
     first = RabbitMQBackend(URL, quorum=True)
     await first.open()
