@@ -77,6 +77,8 @@ class Ledger:
     """Failures of consumers on replicas that were not killed."""
     kill_at: float | None = None
     killed: int = -1
+    restart_at: float | None = None
+    """When the killed replica was started again (its new consumers are not the dead ones)."""
 
     def delivered(self, body: str, consumer: str, replica: int, attempt: int | None,
                   retries: int) -> Seen:
@@ -125,9 +127,12 @@ class Ledger:
 
     def _lost_with_replica(self, seen: Seen) -> bool:
         """A delivery held by the killed replica when it died, never settled as far as its
-        consumer knows."""
+        consumer knows. Its consumer may record it a little after the kill (the frame was on
+        its way); anything its consumers record before the replica is started again came from
+        the killed process."""
         return (seen.replica == self.killed and self.kill_at is not None
-                and seen.at <= self.kill_at and not seen.confirmed)
+                and (self.restart_at is None or seen.at < self.restart_at)
+                and not seen.confirmed)
 
     def violations(self) -> list[str]:
         out: list[str] = list(self.errors)

@@ -272,6 +272,7 @@ async def test_three_replicas_one_killed_serve_one_group_exactly(
                 assert await wait_until(lambda: ledger.kill_at is not None, 90), \
                     "replica 0 was never killed: the group made no progress there"
                 await asyncio.gather(*publishers)
+                ledger.restart_at = time.monotonic()
                 procs[0].start()  # same port and data directory: it rejoins the group
                 consumers.append(asyncio.ensure_future(grpc_consumer(
                     ledger, procs[0].target, 0, "grpc-0.rejoined", group, stop)))
