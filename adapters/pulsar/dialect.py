@@ -32,6 +32,9 @@ DELAY_RANGE_MS = (1 * SECOND_MS, 864_000 * SECOND_MS)
 DEFAULT_MAX_REDELIVER = 16
 INT_MAX = 2_147_483_647
 NACK_DELAY_MS = 60 * SECOND_MS
+DISPATCH_RUN = 20
+"""A shared subscription's broker deals messages to one consumer in runs of up to this many
+(`dispatcherMaxRoundRobinBatchSize`, default 20), not one by one."""
 SUBSCRIPTION_TYPES = ("shared", "key_shared", "exclusive", "failover")
 """The values of the `subscription_type` option: the engine's consumer types, by value."""
 DELAYED_TYPES = frozenset({"shared", "key_shared"})
@@ -60,6 +63,7 @@ def retry_letter(options: Mapping[str, str], naming: NamingScheme | None) -> Ret
         max_retries=max_retries,
         placement=Placement.COPY,
         delivery_timeout_ms=ack_timeout,
+        dispatch_run=DISPATCH_RUN,
         settings=reader.finish(),
     )
 
@@ -84,6 +88,7 @@ def negative_ack(options: Mapping[str, str], naming: NamingScheme | None) -> Ret
         dead_letter=max_retries is not None,
         counts_failures=counted,
         lost_counts_as_failure=counted,
+        dispatch_run=DISPATCH_RUN,
         settings=reader.finish(),
     )
 

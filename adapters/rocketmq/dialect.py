@@ -32,6 +32,9 @@ BACKOFF_MS = DELAY_LEVELS_MS[FIRST_RETRY_LEVEL - 1 :]
 `gateway.core.backoff.DELAY_LEVELS_MS`, from level 3)."""
 BEYOND_MS = 2 * HOUR_MS
 DEFAULT_MAX_RETRIES = 16
+PULL_BATCH = 32
+"""A push consumer pulls up to this many messages of a queue at a time (`pullBatchSize`, default
+32): the gateway deals a group's messages to its consumers in runs of up to this many."""
 MAX_RETRIES_5X = 1000
 INT_MAX = 2_147_483_647
 PUSH_TIMEOUT_MS = MINUTE_MS
@@ -72,6 +75,7 @@ def push(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPolicy
         placement=Placement.COPY,
         delivery_timeout_ms=PUSH_TIMEOUT_MS,
         retries_enabled=not broadcast,
+        dispatch_run=PULL_BATCH,
         dead_letter=dead_letter,
         settings=reader.finish(),
     )

@@ -86,6 +86,11 @@ class RetryPolicy:
     """False where the product keeps no count (e.g. an exclusive subscription's redeliveries)."""
     lost_counts_as_failure: bool = False
     """Whether a delivery given back by a lost consumer counts against max retries."""
+    dispatch_run: int = 1
+    """Shared consumption: messages dealt to one consumer in a row before the next consumer
+    with room gets its turn. 1 is per-message round robin; a dialect whose product deals
+    longer runs says so, which keeps deliveries in batches however many consumers share the
+    group."""
     settings: tuple[tuple[str, str], ...] = ()
     """The validated options the policy was built from, for display."""
 

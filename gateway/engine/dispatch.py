@@ -193,6 +193,8 @@ class Subscription:
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _turn: int = 0
     """Where `share` goes on dealing (an index into the consumers with room)."""
+    _run: tuple[Consumer | None, int] = (None, 0)
+    """`pick`'s current run: its consumer and how many more messages it may take in a row."""
     _ring: KeyRing = field(default_factory=lambda: KeyRing())
 
     @property
@@ -257,27 +259,31 @@ class Subscription:
     def share(
         self, live: list[Consumer], got: list[StoredMessage]
     ) -> tuple[list[tuple[Consumer, list[StoredMessage]]], list[StoredMessage]]:
-        """Deal `got` out round robin over `live` (shared consumption, no key rules): each
-        message to the next consumer in turn that has room. Returns each consumer's share, in
+        """Deal `got` out round robin over `live` (shared consumption, no key rules): runs of
+        up to the policy's `dispatch_run` messages to the next consumer in turn that has room
+        (its room permitting), then the next one's turn. Returns each consumer's share, in
         order, and the messages none had room for."""
         count = len(live)
+        if not count:
+            return [], got
+        run = max(1, self.policy.dispatch_run)
         rooms = [max(0, c.room()) for c in live]
         left = sum(rooms)
         shares: list[list[StoredMessage]] = [[] for _ in live]
-        turn = self._turn
-        for i, stored in enumerate(got):
-            if left <= 0:
-                self._turn = turn % count
-                return _dealt(live, shares), got[i:]
-            while not rooms[turn % count]:
-                turn += 1
-            at = turn % count
-            rooms[at] -= 1
-            left -= 1
-            shares[at].append(stored)
-            turn += 1
-        self._turn = turn % count if count else 0
-        return _dealt(live, shares), []
+        turn = self._turn % count
+        taken = 0
+        total = len(got)
+        while taken < total and left > 0:
+            while not rooms[turn]:
+                turn = (turn + 1) % count
+            n = min(run, rooms[turn], total - taken)
+            shares[turn].extend(got[taken:taken + n])
+            rooms[turn] -= n
+            left -= n
+            taken += n
+            turn = (turn + 1) % count
+        self._turn = turn
+        return _dealt(live, shares), got[taken:]
 
     def pick(self, live: list[Consumer], key: str) -> Consumer | None:
         """`choose` among `live` (this subscription's `receivers()`, taken once per batch)."""
@@ -297,10 +303,16 @@ class Subscription:
                 return None
             next(self._rr)
             return only
+        runner, more = self._run
+        if more > 0 and runner is not None and runner.room() > 0 and runner in live:
+            self._run = (runner, more - 1)
+            return runner
         with_credit = [c for c in live if c.room() > 0]
         if not with_credit:
             return None
-        return with_credit[next(self._rr) % len(with_credit)]
+        chosen = with_credit[next(self._rr) % len(with_credit)]
+        self._run = (chosen, max(1, self.policy.dispatch_run) - 1)
+        return chosen
 
 
 def _dealt(

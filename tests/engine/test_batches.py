@@ -277,7 +277,7 @@ def test_a_batch_delivery_record_is_what_decide_makes(policy: str) -> None:
 
 
 async def test_a_batch_is_dealt_round_robin_within_each_consumers_room(h: Harness) -> None:
-    spec = h.spec("rocketmq")
+    spec = h.spec("rabbitmq")  # RabbitMQ deals message by message
     a = await h.open(spec, credit=3)
     b = await h.open(spec, credit=1)
     await h.publish(*(b"m%d" % i for i in range(6)))
@@ -290,6 +290,49 @@ async def test_a_batch_is_dealt_round_robin_within_each_consumers_room(h: Harnes
     taken = list(a.outbox) + list(b.outbox)
     assert await h.engine.ack([d.receipt for d in taken]) == {}
     assert h.engine.pending_timers() == 0 and len(h.engine.timers) == 0
+
+
+@pytest.mark.parametrize(("policy", "run"), [("rocketmq", 32), ("pulsar", 20)])
+async def test_a_batch_is_dealt_in_runs_where_the_product_deals_runs(
+    h: Harness, policy: str, run: int
+) -> None:
+    """RocketMQ push consumers pull up to 32 messages of a queue at a time, a Pulsar shared
+    subscription's broker deals runs of up to 20: each consumer in turn takes a run (its room
+    permitting), and the next batch starts with the next consumer."""
+    spec = h.spec(policy)
+    a = await h.open(spec, credit=1000)
+    b = await h.open(spec, credit=1000)
+    c = await h.open(spec, credit=5)
+    await h.publish(*(b"m%d" % i for i in range(2 * run + 10)))
+    bodies = [b"m%d" % i for i in range(2 * run + 10)]
+    assert [d.body for d in a.outbox] == bodies[:run] + bodies[2 * run + 5:]
+    assert [d.body for d in b.outbox] == bodies[run:2 * run]
+    assert [d.body for d in c.outbox] == bodies[2 * run:2 * run + 5]
+    await h.publish(b"next")
+    assert b.outbox[-1].body == b"next"
+    taken = list(a.outbox) + list(b.outbox) + list(c.outbox)
+    assert await h.engine.ack([d.receipt for d in taken]) == {}
+
+
+@pytest.mark.parametrize(("policy", "run"), [("rocketmq", 32), ("pulsar", 20)])
+async def test_one_by_one_dispatch_deals_the_same_runs(policy: str, run: int) -> None:
+    """With debug lines on each message is picked on its own, in the same runs."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    h = Harness()
+    await h.engine.start()
+    try:
+        spec = h.spec(policy)
+        a = await h.open(spec, credit=1000)
+        b = await h.open(spec, credit=1000)
+        c = await h.open(spec, credit=5)
+        bodies = [b"m%d" % i for i in range(2 * run + 10)]
+        await h.publish(*bodies)
+        got = [[d.body for d in x.outbox] for x in (a, b, c)]
+        assert sorted(sum(got, [])) == sorted(bodies)
+        assert got[0][:run] == bodies[:run] and got[1][:run] == bodies[run:2 * run]
+        assert got[2] == bodies[2 * run:2 * run + 5]
+    finally:
+        await h.engine.close()
 
 
 async def test_compact_fails_are_answered_by_position(hc: tuple[Harness, Counting]) -> None:
