@@ -49,6 +49,14 @@ async def backend() -> AsyncIterator[RabbitMQBackend]:
     await instance.close()
 
 
+async def round_trip(backend: RabbitMQBackend, topic: str, body: bytes) -> None:
+    """Publish one message, fetch it and ack it."""
+    await backend.publish(topic, [OutMessage(body=body)])
+    [got] = await collect(backend, topic, GROUP, 1)
+    assert got.body == body
+    await backend.ack([got.lease])
+
+
 async def test_publish_fetch_ack(backend: RabbitMQBackend, topic: str) -> None:
     assert backend.healthy()
     messages = [
@@ -282,10 +290,7 @@ async def test_purge_takes_deliveries_still_in_flight(topic: str) -> None:
             assert await backend.fetch(topic, GROUP, 1000, wall_clock_ms()) == []
             await backend.wait(topic, GROUP, 0.3)
             assert await backend.fetch(topic, GROUP, 1000, wall_clock_ms()) == []
-        await backend.publish(topic, [OutMessage(body=b"after")])
-        [after] = await collect(backend, topic, GROUP, 1)
-        assert after.body == b"after"
-        await backend.ack([after.lease])
+        await round_trip(backend, topic, b"after")
     finally:
         await backend.close()
 
@@ -294,9 +299,7 @@ async def test_consuming_resumes_after_the_queue_is_deleted_behind_its_back(
     backend: RabbitMQBackend, topic: str
 ) -> None:
     """The broker cancels the consumer of a deleted queue; the next fetch consumes it anew."""
-    await backend.publish(topic, [OutMessage(body=b"before")])
-    [before] = await collect(backend, topic, GROUP, 1)
-    await backend.ack([before.lease])
+    await round_trip(backend, topic, b"before")
     async with plain_connection() as connection:
         await delete_queues(connection, topic)
     await backend.wait(topic, GROUP, 0.2)  # woken by the cancel: consumes the queue anew
@@ -357,10 +360,7 @@ async def test_queue_with_other_arguments_is_invalid_argument(
     quorum = RabbitMQBackend(URL, quorum=True)
     await quorum.open()
     try:
-        await quorum.publish(topic, [OutMessage(body=b"y")])
-        [got] = await collect(quorum, topic, GROUP, 1)
-        assert got.body == b"y"
-        await quorum.ack([got.lease])
+        await round_trip(quorum, topic, b"y")
     finally:
         await quorum.close()
 
