@@ -328,7 +328,7 @@ async def test_one_by_one_dispatch_deals_the_same_runs(policy: str, run: int) ->
         bodies = [b"m%d" % i for i in range(2 * run + 10)]
         await h.publish(*bodies)
         got = [[d.body for d in x.outbox] for x in (a, b, c)]
-        assert sorted(sum(got, [])) == sorted(bodies)
+        assert sorted(body for share in got for body in share) == sorted(bodies)
         assert got[0][:run] == bodies[:run] and got[1][:run] == bodies[run:2 * run]
         assert got[2] == bodies[2 * run:2 * run + 5]
     finally:
