@@ -171,20 +171,19 @@ async def remove(
 async def purge(
     connection: AbstractRobustConnection, consumer: Consumer, publisher: Publisher, topic: str
 ) -> int:
-    """Ack every held delivery (its consumer paused first, so that none is in flight) and purge
-    the queue and its known delay queues."""
+    """Ack every held delivery and purge the queue and its known delay queues, with the queue
+    unconsumed meanwhile (`Consumer.paused`: no delivery in flight is missed, and none is taken
+    from the queue behind the purge's back)."""
     removed = 0
-    await consumer.pause(topic)
-    state = consumer.topics.get(topic)
-    if state is not None:
+    async with consumer.paused(topic) as state:
         held = [h for h in state.buffer] + [h for h, _ in state.leased.values()]
         state.buffer.clear()
         state.leased.clear()
         alive = [h for h in held if h.alive()]
         await consumer.ack_all(alive)
         removed += len(alive)
-    async with guard("purge"):
-        removed += await admin.purge_queue(connection, queue_name(topic))
-        for name in publisher.delay_queues(topic):
-            removed += await admin.purge_queue(connection, name)
+        async with guard("purge"):
+            removed += await admin.purge_queue(connection, queue_name(topic))
+            for name in publisher.delay_queues(topic):
+                removed += await admin.purge_queue(connection, name)
     return removed

@@ -12,8 +12,8 @@ import asyncio
 import heapq
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -84,6 +84,8 @@ class TopicState:
     channel: AbstractChannel | None = None
     """The channel the queue is consumed on (`consumer_tag`), once consuming."""
     consumer_tag: str = ""
+    paused: int = 0
+    """How many `Consumer.paused` hold the queue unconsumed (a purge)."""
 
     def consuming(self) -> bool:
         """Whether the queue's consumer lives: its channel is open and the broker did not cancel
@@ -245,10 +247,10 @@ class Consumer:
         if state is None:
             state = self.topics[topic] = TopicState(topic)
         state.groups.add(group)
-        if state.consuming():
+        if state.consuming() or state.paused:
             return state
         async with state.lock:
-            if state.consuming():
+            if state.consuming() or state.paused:
                 return state
             channel = self._link.channel(self._link.consumer)
             async with guard("consume", topic), asyncio.timeout(self._confirm_timeout_s):
@@ -267,21 +269,29 @@ class Consumer:
             state.channel, state.consumer_tag = raw, ok.consumer_tag or ""
         return state
 
-    async def pause(self, topic: str) -> None:
-        """Cancel `topic`'s consumer and return once the broker confirmed it: every delivery
-        sent to it before is then buffered (aiormq reads a channel's frames in order and the
-        `basic.cancel-ok` comes after them). The next fetch or wait consumes the queue again."""
+    @asynccontextmanager
+    async def paused(self, topic: str) -> AsyncIterator[TopicState]:
+        """`topic`'s queue unconsumed for the duration: its consumer is cancelled (once the
+        broker confirmed it, every delivery sent before is buffered: aiormq reads a channel's
+        frames in order and the `basic.cancel-ok` comes after them), and fetches and waits
+        meanwhile do not consume it again. Afterwards waiters wake and consume it anew."""
         state = self.topics.get(topic)
         if state is None:
-            return
-        async with state.lock:
-            if not state.consuming() or state.channel is None:
-                return
-            channel, tag = state.channel, state.consumer_tag
-            state.consumer_tag = ""
-            async with guard("cancel consumer", topic), asyncio.timeout(self._confirm_timeout_s):
-                await channel.basic_cancel(tag)
-            await asyncio.sleep(0)  # the deliveries read before the cancel-ok run their callbacks
+            state = self.topics[topic] = TopicState(topic)
+        state.paused += 1
+        try:
+            async with state.lock:
+                channel, tag = state.channel, state.consumer_tag
+                if state.consuming() and channel is not None:
+                    state.consumer_tag = ""
+                    async with (guard("cancel consumer", topic),
+                                asyncio.timeout(self._confirm_timeout_s)):
+                        await channel.basic_cancel(tag)
+                    await asyncio.sleep(0)  # deliveries read before the cancel-ok are buffered
+            yield state
+        finally:
+            state.paused -= 1
+            state.arrived.set()
 
     async def fetch(
         self, topic: str, group: str, max_messages: int, exclude_keys: frozenset[str]

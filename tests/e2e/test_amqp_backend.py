@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -292,6 +293,40 @@ async def test_purge_takes_deliveries_still_in_flight(topic: str) -> None:
             assert await backend.fetch(topic, GROUP, 1000, wall_clock_ms()) == []
         await round_trip(backend, topic, b"after")
     finally:
+        await backend.close()
+
+
+async def test_purge_holds_off_a_consuming_loop(topic: str) -> None:
+    """The engine keeps fetching and waiting while an admin purges: the queue stays unconsumed
+    until the purge is done, so nothing ready slips past it into the buffer."""
+    backend = RabbitMQBackend(URL, prefetch=50)
+    await backend.open()
+    fetched: list[tuple[bool, bytes]] = []
+    purged = False
+
+    async def engine_loop() -> None:
+        while True:
+            for got in await backend.fetch(topic, GROUP, 10, wall_clock_ms()):
+                fetched.append((purged, got.body))
+            await backend.wait(topic, GROUP, 0.001)
+
+    loop = asyncio.ensure_future(engine_loop())
+    try:
+        await backend.publish(topic, [OutMessage(body=b"%d" % i) for i in range(2000)])
+        while not fetched:
+            await asyncio.sleep(0.001)
+        assert await backend.purge(topic, GROUP) == 2000
+        purged = True
+        await asyncio.sleep(0.5)
+        assert [body for after, body in fetched if after] == []
+        await backend.publish(topic, [OutMessage(body=b"after")])
+        for _ in range(500):
+            if fetched[-1] == (True, b"after"):
+                break
+            await asyncio.sleep(0.01)
+        assert [body for after, body in fetched if after] == [b"after"]
+    finally:
+        loop.cancel()
         await backend.close()
 
 
