@@ -47,7 +47,7 @@ from gateway.store.codec import props_json
 from gateway.store.fetch import fetch
 from gateway.store.index import Entry, GroupIndex
 from gateway.store.supervisor import Supervisor
-from gateway.store.tail import PROPERTY_OVERHEAD, TailCache
+from gateway.store.tail import NO_PROPERTIES, PROPERTY_OVERHEAD, TailCache
 from gateway.store.writes import MessageRow, UnackedRow, Write
 
 TAIL_BYTES = 64 << 20
@@ -225,16 +225,23 @@ class EmbeddedStore(Backend):
             body = message.body
             if type(body) is not bytes:
                 body = guard.body(body)
-            if properties:
-                props = props_json(properties)
-                size += len(props) + PROPERTY_OVERHEAD * (len(properties) + 1)
-            else:
-                props = "{}"
-            size += len(body) + len(key) + len(tag)
+            props = props_json(properties) if properties else "{}"
             rows.append(
                 (rowid, message_id, key, tag, body, props, now_ms, deliver_at, attempt, retries)
             )
             rowid += 1
+            size += len(key) + len(tag)
+            if deliver_at > now_ms:
+                # Delayed (a retry copy, say): read from SQLite when due, like any message a
+                # timer brings back; the tail keeps what the scan needs, not its body.
+                entries.append(
+                    (message_id, key, tag, None, NO_PROPERTIES, now_ms, deliver_at, attempt,
+                     retries)
+                )
+                continue
+            if properties:
+                size += len(props) + PROPERTY_OVERHEAD * (len(properties) + 1)
+            size += len(body)
             entries.append(
                 (message_id, key, tag, body, properties, now_ms, deliver_at, attempt, retries)
             )

@@ -41,14 +41,13 @@ async def fetch(
     exclude_keys: frozenset[str] = frozenset(),
 ) -> list[StoredMessage]:
     """`Backend.fetch` on the store's index (see the module docstring)."""
-    writer, reader = supervisor.ready()
+    supervisor.ready()
     if max_messages <= 0:
         return []
     if now_ms >> 63:  # negative or beyond SQLite's INTEGER
         guard.count("now_ms", now_ms)
     index = catalog.topic(topic)
     state = catalog.group(index, group)
-    generation = catalog.generation
     async with state.lock:
         state.dirty = False
         state.seen = index.committed
@@ -57,62 +56,88 @@ async def fetch(
             await paging.page_in(catalog, supervisor, state)
             state.advance(now_ms)
         state.unhold(exclude_keys)
-        candidates: list[ReadyEntry] = []
-        examined = 0
-        while state.ready and len(candidates) < max_messages and examined < EXAMINE_CAP:
-            entry = heapq.heappop(state.ready)
-            examined += 1
-            if entry[2] is not None and entry[2] in exclude_keys:
-                state.hold(entry, entry[2])
-            else:
-                candidates.append(entry)
-        # Older visible entries not looked at yet go first: scan only once the heap is empty.
-        need = 0 if state.ready else max_messages - len(candidates)
-        if not candidates and TailCache.covers(index, state.cursor):
-            return _fetch_tail(catalog, writer, state, need, now_ms, exclude_keys)
-        args = (
-            index.topic_id,
-            state.gid,
-            [entry[1] for entry in candidates],
-            state.cursor,
-            index.next_pos,
-            need,
-            now_ms,
-            exclude_keys,
-            SCAN_CAP,
-        )
-        try:
-            scan = await reader.run(lambda conn: rd.scan(conn, *args))
-        except BaseException:
-            for entry in candidates:
-                heapq.heappush(state.ready, entry)
-            raise
-        if generation != catalog.generation or supervisor.failure is not None:
-            # The store failed meanwhile: this index is gone, its leases would be void.
-            raise Unavailable("embedded store failed during the fetch")
-        out: list[StoredMessage] = []
-        for visible_at, pos, _ in candidates:
-            row = scan.rows.get(pos)
-            if row is None:
-                continue
-            if row.key in exclude_keys:
-                state.hold((visible_at, pos, row.key), row.key)
-                state.dirty = True
-                continue
-            out.append(stored(state, row, catalog.lease_token(state, row.pos)))
-        if scan.taken or scan.passed:
-            rows = state.absorb(scan.passed, now_ms, exclude_keys)
-            for meta in scan.taken:
-                row = scan.rows[meta.pos]
-                out.append(stored(state, row, catalog.lease_token(state, meta.pos)))
-                rows.append(
-                    (state.gid, meta.pos, meta.deliver_at_ms, meta.attempt, meta.retries)
-                )
-            state.cursor = scan.next_pos
-            write_scanned(writer, state, rows)
-        if scan.more or state.ready or len(out) >= max_messages:
-            state.dirty = True
+        out, again = await _take(catalog, supervisor, state, max_messages, now_ms, exclude_keys)
+        if again and len(out) < max_messages:
+            # The tail's scan put messages due in the ready heap that it keeps without their
+            # body (delayed when published): read them now, not in the next fetch.
+            more, _ = await _take(
+                catalog, supervisor, state, max_messages - len(out), now_ms, exclude_keys
+            )
+            out += more
         return out
+
+
+async def _take(
+    catalog: Catalog,
+    supervisor: Supervisor,
+    state: GroupIndex,
+    max_messages: int,
+    now_ms: int,
+    exclude_keys: frozenset[str],
+) -> tuple[list[StoredMessage], bool]:
+    """One pass of `fetch` under the group's lock: the ready heap first, then a scan. True
+    with what it hands out when a scan of the tail made messages ready that it could not hand
+    out (kept without their body)."""
+    writer, reader = supervisor.ready()
+    index = state.topic
+    generation = catalog.generation
+    candidates: list[ReadyEntry] = []
+    examined = 0
+    while state.ready and len(candidates) < max_messages and examined < EXAMINE_CAP:
+        entry = heapq.heappop(state.ready)
+        examined += 1
+        if entry[2] is not None and entry[2] in exclude_keys:
+            state.hold(entry, entry[2])
+        else:
+            candidates.append(entry)
+    # Older visible entries not looked at yet go first: scan only once the heap is empty.
+    need = 0 if state.ready else max_messages - len(candidates)
+    if not candidates and TailCache.covers(index, state.cursor):
+        return _fetch_tail(catalog, writer, state, need, now_ms, exclude_keys)
+    args = (
+        index.topic_id,
+        state.gid,
+        [entry[1] for entry in candidates],
+        state.cursor,
+        index.next_pos,
+        need,
+        now_ms,
+        exclude_keys,
+        SCAN_CAP,
+    )
+    try:
+        scan = await reader.run(lambda conn: rd.scan(conn, *args))
+    except BaseException:
+        for entry in candidates:
+            heapq.heappush(state.ready, entry)
+        raise
+    if generation != catalog.generation or supervisor.failure is not None:
+        # The store failed meanwhile: this index is gone, its leases would be void.
+        raise Unavailable("embedded store failed during the fetch")
+    out: list[StoredMessage] = []
+    for visible_at, pos, _ in candidates:
+        row = scan.rows.get(pos)
+        if row is None:
+            continue
+        if row.key in exclude_keys:
+            state.hold((visible_at, pos, row.key), row.key)
+            state.dirty = True
+            continue
+        out.append(stored(state, row, catalog.lease_token(state, row.pos)))
+    if scan.taken or scan.passed:
+        rows = state.absorb(scan.passed, now_ms, exclude_keys)
+        for meta in scan.taken:
+            row = scan.rows[meta.pos]
+            out.append(stored(state, row, catalog.lease_token(state, meta.pos)))
+            rows.append(
+                (state.gid, meta.pos, meta.deliver_at_ms, meta.attempt, meta.retries)
+            )
+        state.cursor = scan.next_pos
+        write_scanned(writer, state, rows)
+    if scan.more or state.ready or len(out) >= max_messages:
+        state.dirty = True
+    return out, False
+
 
 def _fetch_tail(
     catalog: Catalog,
@@ -121,9 +146,10 @@ def _fetch_tail(
     need: int,
     now_ms: int,
     exclude_keys: frozenset[str],
-) -> list[StoredMessage]:
+) -> tuple[list[StoredMessage], bool]:
     """`fetch` of not yet scanned positions, all of them in the topic's tail (no SQLite
-    read): the same choices as `reader.scan` makes over the message rows."""
+    read): the same choices as `reader.scan` makes over the message rows, except that a
+    message due that is kept without its body goes to the ready heap (True: one did)."""
     index = state.topic
     tail = index.tail
     cursor = state.cursor
@@ -133,11 +159,15 @@ def _fetch_tail(
     rows: list[UnackedRow] = []
     gid = state.gid
     pos = cursor
+    bodiless = False
     while pos < end and len(out) < need:
         entry = tail[pos]
-        _, key, _, _, _, _, deliver_at, attempt, retries = entry
+        _, key, _, body, _, _, deliver_at, attempt, retries = entry
         if deliver_at > now_ms or key in exclude_keys:
             passed.append(rd.Meta(pos, key, deliver_at, attempt, retries))
+        elif body is None:  # due now, delayed when published: `absorb` makes it ready
+            passed.append(rd.Meta(pos, key, deliver_at, attempt, retries))
+            bodiless = True
         else:
             out.append(_lease_entry(catalog, state, pos, entry))
             rows.append((gid, pos, deliver_at, attempt, retries))
@@ -148,11 +178,12 @@ def _fetch_tail(
         write_scanned(writer, state, rows)
     if len(out) >= need or pos - cursor >= SCAN_CAP or state.ready:
         state.dirty = True
-    return out
+    return out, bodiless
 
 def _lease_entry(catalog: Catalog, group: GroupIndex, pos: int, entry: Entry) -> StoredMessage:
     token = catalog.lease_token(group, pos)
     message_id, key, tag, body, properties, publish_ms, deliver_at, attempt, retries = entry
+    assert body is not None  # `_fetch_tail` hands out only entries with their body
     return StoredMessage(
         lease=Lease(group.topic.name, group.name, pos, token),
         message_id=message_id,

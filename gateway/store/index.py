@@ -51,10 +51,11 @@ _KEY_END = 1 << 62
 ReadyEntry = tuple[int, int, str | None]
 """(visible_at_ms, position, key or None when not known yet)."""
 
-Entry = tuple[str, str, str, bytes, Mapping[str, str], int, int, int, int]
+Entry = tuple[str, str, str, bytes | None, Mapping[str, str], int, int, int, int]
 """One message kept in a topic's tail (`gateway.store.tail`), as published: (message_id, key,
-tag, body, properties, publish_ms, deliver_at_ms, attempt, retries). A plain tuple: one is built
-per published message, at a fifth of a value class's cost."""
+tag, body, properties, publish_ms, deliver_at_ms, attempt, retries); body None (and no
+properties) for a message delayed when published, which is read from SQLite when due. A plain
+tuple: one is built per published message, at a fifth of a value class's cost."""
 
 
 @dataclass(eq=False, slots=True)

@@ -7,18 +7,24 @@ order: one writer applies writes in submission order). The oldest batches, over 
 the tail when it holds more than its byte budget, which counts each message's body, key, tag and
 properties (a batch larger than the whole budget leaves at once). A fetch reads the tail only
 when it covers every committed position from the group's cursor on (`covers`); otherwise it
-reads the database.
+reads the database. A message delayed when it is published (a retry copy, say) is kept without
+its body and properties, which only its key and tag count: a timer brings it back, and that fetch
+reads SQLite, so its body would only take the place of messages a consumer reads next.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from gateway.store.index import Entry, TopicIndex
 
 ENTRY_OVERHEAD = 460
 """Bytes counted per message on top of the characters of its body, key, tag and properties: its
 objects (entry tuple, id, string and bytes headers, dict slot), measured with tracemalloc."""
+NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
+"""The properties of an entry kept without its body (a message delayed when published)."""
 PROPERTY_OVERHEAD = 130
 """Bytes counted per property on top of its characters (two string objects, a dict slot), and
 once more for a message that has properties (its dict)."""

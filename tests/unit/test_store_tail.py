@@ -24,10 +24,12 @@ def batch(start: int, count: int, size: int = 1000) -> list[OutMessage]:
     ]
 
 
-async def drain(store: EmbeddedStore, group: str, want: int) -> list[tuple[str, bytes, dict]]:
+async def drain(
+    store: EmbeddedStore, group: str, want: int, now_ms: int = T0
+) -> list[tuple[str, bytes, dict]]:
     got: list[tuple[str, bytes, dict]] = []
     while len(got) < want:
-        fetched = await store.fetch("t", group, 37, T0)
+        fetched = await store.fetch("t", group, 37, now_ms)
         assert fetched, f"{group}: only {len(got)} of {want}"
         got.extend((m.properties["n"], m.body, dict(m.properties)) for m in fetched)
         await store.ack([m.lease for m in fetched])
@@ -115,5 +117,44 @@ async def test_the_tail_counts_key_tag_and_properties_against_its_budget(
         await store.publish("t", [tiny])  # many small properties cost memory too
         assert store._tail.used <= budget
         assert len(store._catalog.topics["t"].tail) <= 5
+    finally:
+        await store.close()
+
+
+async def test_delayed_messages_leave_the_tail_to_the_messages_read_next(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Issue 23: retry copies (delayed when published) took the tail's budget with their bodies,
+    which a timer's fetch reads from SQLite anyway; so a backlog being failed was pushed out of
+    the tail by its own retry copies and read from disk. Now a delayed message is kept without
+    its body, costs only its key and tag, and still comes back whole when due."""
+    now = [T0]
+    store = EmbeddedStore(tmp_path, lambda: now[0], fsync=False, tail_bytes=200_000)
+    await store.open()
+    try:
+        await store.fetch("t", "g", 1, T0)
+        await store.publish("t", batch(0, 20))  # about 30 kB of the 200 kB budget
+        used = store._tail.used
+        delayed = [
+            OutMessage(body=b"x" * 1000, properties={"n": str(100 + i)}, key="k", tag="t",
+                       deliver_at_ms=T0 + 10_000)
+            for i in range(200)  # 200 kB of bodies: with them, over the budget
+        ]
+        await store.publish("t", delayed)
+        assert store._tail.used <= used + 200 * 600  # the overhead and key and tag only
+        tail = store._catalog.topics["t"].tail
+        assert sum(entry[3] is not None for entry in tail.values()) == 20  # the backlog stays
+        assert sum(entry[3] is None for entry in tail.values()) == 200
+        first = await drain(store, "g", 20)
+        assert [n for n, _, _ in first] == [str(i) for i in range(20)]
+        assert await store.fetch("t", "g", 10, T0) == []  # the delayed ones are not due yet
+        now[0] = T0 + 10_000
+        later = await drain(store, "g", 200, now[0])
+        assert sorted(int(n) for n, _, _ in later) == list(range(100, 300))
+        assert all(body == b"x" * 1000 for _, body, _ in later)
+        # A group that comes after they fell due takes them from the tail's scan, read whole.
+        late = await drain(store, "late", 220, now[0])
+        assert sorted(int(n) for n, _, _ in late) == list(range(20)) + list(range(100, 300))
+        assert all(len(body) == 1000 for _, body, _ in late)
     finally:
         await store.close()
