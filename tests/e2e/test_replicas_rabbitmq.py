@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import random
 import sys
 import time
@@ -24,7 +23,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aio_pika
 import pytest
@@ -35,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from amqp_node import URL, delete_exchanges, delete_queues, free_port, plain_connection
 from client_gateway import GatewayProcess
 from replicas_ledger import Ledger, Letter
+from replicas_parts import publisher, wait_until
 
 from adapters.amqp.codec import decode
 from adapters.amqp.delays import DEFAULT_TEMPLATE, delay_queue
@@ -168,25 +167,6 @@ async def amqp_consumer(ledger: Ledger, url: str, replica: int,
         await connection.close()
 
 
-async def publisher(ledger: Ledger, target: str, topic: str, numbers: Iterator[int],
-                    lock: asyncio.Lock) -> None:
-    """Publish batches of 20 through one replica until the numbers run out or it dies."""
-    async with GatewayClient(target) as client:
-        while True:
-            async with lock:
-                batch = list(itertools.islice(numbers, 20))
-            if not batch:
-                return
-            bodies = [f"{'bad' if n % BAD_EVERY == 0 else 'ok'}-{n}" for n in batch]
-            ledger.attempted.update(bodies)
-            try:
-                await client.publish(topic, [b.encode() for b in bodies])
-            except Exception:  # the killed replica: maybe stored, not confirmed
-                return
-            ledger.published.update(bodies)
-            await asyncio.sleep(0.01)
-
-
 @contextlib.asynccontextmanager
 async def dead_letter_reader(ledger: Ledger, connection: AbstractRobustConnection,
                              queue: str) -> AsyncIterator[None]:
@@ -220,15 +200,6 @@ async def ready(connection: AbstractRobustConnection, queue: str) -> int:
     finally:
         if not channel.is_closed:
             await channel.close()
-
-
-async def wait_until(condition: Any, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        await asyncio.sleep(0.1)
-    return bool(condition())
 
 
 @pytest.fixture
@@ -268,7 +239,8 @@ async def test_three_replicas_one_killed_serve_one_group_exactly(
                 ]
                 numbers, lock = iter(range(MESSAGES)), asyncio.Lock()
                 publishers = [asyncio.ensure_future(
-                    publisher(ledger, proc.target, group.topic, numbers, lock)) for proc in procs]
+                    publisher(ledger, proc.target, group.topic, numbers, lock, BAD_EVERY))
+                    for proc in procs]
                 assert await wait_until(lambda: ledger.kill_at is not None, 90), \
                     "replica 0 was never killed: the group made no progress there"
                 await asyncio.gather(*publishers)
