@@ -1,18 +1,21 @@
-"""CPU cost per replica: one gateway vs several gateways on one RabbitMQ serving one group.
+"""CPU cost per replica: one gateway vs several gateways on one broker serving one group.
 
 For each replica count (default 1 and 3) the benchmark starts that many `gateway serve
---backend rabbitmq` processes on the same broker, opens one push consumer (policy rabbitmq,
-prefetch `--prefetch`) on each, publishes `--messages` persistent messages through the replicas
-in turn (batches of `--batch`) and acks every delivery. It reads each replica's CPU seconds
-(user + system, from /proc) before and after, and prints the rate, the CPU seconds per 1,000
-messages of each replica and of all together, and the broker's CPU over the same time when its
-process can be found (`beam.smp`; on a shared broker that includes everyone else's load).
+--backend rabbitmq` processes on the same broker (`--backend pulsar`: `gateway serve --backend
+pulsar` on one Pulsar-protocol server, a gateway of its own serving Pulsar's binary protocol
+unless `--pulsar-url` names one), opens one push consumer (policy rabbitmq or pulsar, prefetch
+`--prefetch`) on each, publishes `--messages` persistent messages through the replicas in turn
+(batches of `--batch`) and acks every delivery. It reads each replica's CPU seconds (user +
+system, from /proc) before and after, and prints the rate, the CPU seconds per 1,000 messages of
+each replica and of all together, and the broker's CPU over the same time when its process can
+be found (RabbitMQ's `beam.smp`, which on a shared broker includes everyone else's load; or the
+serving gateway).
 
 On a machine with fewer cores than replicas + broker the rate cannot grow with replicas: read
 the CPU per 1,000 messages, which says what a replica costs, and the broker's share, which says
 what limits scale-out.
 
-    .venv/bin/python -m bench.replicas --messages 20000 --replicas 1 3
+    .venv/bin/python -m bench.replicas --messages 20000 --replicas 1 3 [--backend pulsar]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from contextlib import AsyncExitStack
 
 from bench.amqp import cleanup
 from bench.gateway import proc_stats, start_process, stop_process
+from bench.native import free_port
 from gateway.client import GatewayClient
 from gateway.v1 import gateway_pb2
 
@@ -49,9 +53,11 @@ def cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def consume(client: GatewayClient, topic: str, prefetch: int, state: dict[str, int],
-                  total: int, done: asyncio.Event, subscribed: asyncio.Event) -> None:
-    async with client.consume(topic, GROUP, policy="rabbitmq", prefetch=prefetch) as stream:
+async def consume(client: GatewayClient, topic: str, args: argparse.Namespace,
+                  state: dict[str, int], done: asyncio.Event, subscribed: asyncio.Event) -> None:
+    total = args.messages
+    policy = "pulsar" if args.backend == "pulsar" else "rabbitmq"
+    async with client.consume(topic, GROUP, policy=policy, prefetch=args.prefetch) as stream:
         subscribed.set()
         while not done.is_set():
             message = await stream.next(0.2)
@@ -64,34 +70,49 @@ async def consume(client: GatewayClient, topic: str, prefetch: int, state: dict[
         await stream.drain()
 
 
+def serve(data: str, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", data,
+            "--listen", "127.0.0.1:0", "--log-level", "warning", *flags]
+
+
 async def run(replicas: int, args: argparse.Namespace) -> dict[str, float]:
-    topic = f"bench.replicas.{uuid.uuid4().hex[:8]}"
+    topic = f"bench-replicas-{uuid.uuid4().hex[:8]}"
     body = os.urandom(args.size)
     async with AsyncExitStack() as stack:
+        broker = broker_pid() if args.backend == "rabbitmq" else None
+        backend = ["--backend", "rabbitmq", "--rabbitmq-url", args.url]
+        if args.backend == "pulsar":
+            url = args.pulsar_url
+            if not url:
+                port = free_port()
+                server, _ = await start_process(serve(
+                    stack.enter_context(tempfile.TemporaryDirectory()),
+                    "--pulsar-listen", f"127.0.0.1:{port}"))
+                stack.push_async_callback(stop_process, server)
+                broker, url = server.pid, f"pulsar://127.0.0.1:{port}"
+            backend = ["--backend", "pulsar", "--pulsar-service-url", url]
         procs = []
         clients = []
         for _ in range(replicas):
             data = stack.enter_context(tempfile.TemporaryDirectory())
-            proc, target = await start_process([
-                sys.executable, "-m", "gateway.cli", "serve", "--backend", "rabbitmq",
-                "--rabbitmq-url", args.url, "--data-dir", data, "--listen", "127.0.0.1:0",
-                "--log-level", "warning"])
+            proc, target = await start_process(serve(data, *backend))
             stack.push_async_callback(stop_process, proc)
             procs.append(proc)
             clients.append(await stack.enter_async_context(GatewayClient(target)))
-        stack.push_async_callback(cleanup, args.url, topic)
+        if args.backend == "rabbitmq":
+            stack.push_async_callback(cleanup, args.url, topic)
         await clients[0].publish(topic, [b"warm-up"])
         state = {"acked": -1}  # the warm-up message
         done = asyncio.Event()
         subscribed = [asyncio.Event() for _ in clients]
-        consumers = [asyncio.ensure_future(consume(c, topic, args.prefetch, state,
-                                                   args.messages, done, s))
+        consumers = [asyncio.ensure_future(consume(c, topic, args, state, done, s))
                      for c, s in zip(clients, subscribed, strict=True)]
         for event in subscribed:
             await event.wait()
-        broker = broker_pid()
         before = [proc_stats(p.pid).cpu_s for p in procs]
         broker_before = cpu_of(broker) if broker else 0.0
+        if args.backend == "pulsar" and broker:
+            broker_before = proc_stats(broker).cpu_s
         started = time.perf_counter()
         sizes = [min(args.batch, args.messages - s) for s in range(0, args.messages, args.batch)]
 
@@ -108,6 +129,8 @@ async def run(replicas: int, args: argparse.Namespace) -> dict[str, float]:
         elapsed = time.perf_counter() - started
         cpu = [proc_stats(p.pid).cpu_s - b for p, b in zip(procs, before, strict=True)]
         broker_cpu = cpu_of(broker) - broker_before if broker else float("nan")
+        if args.backend == "pulsar" and broker:  # the serving gateway's store writer too
+            broker_cpu = proc_stats(broker).cpu_s - broker_before
         await asyncio.gather(*consumers)
     per_k = 1000 / args.messages
     return {"replicas": replicas, "rate": args.messages / elapsed,
@@ -116,7 +139,8 @@ async def run(replicas: int, args: argparse.Namespace) -> dict[str, float]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    print(f"{args.messages} messages of {args.size} B, ack all, on {os.cpu_count()} cores")
+    print(f"{args.messages} messages of {args.size} B, ack all, on {os.cpu_count()} cores, "
+          f"back end {args.backend}")
     print("replicas   msg/s   CPU s/1k msgs: per replica (max..min)   all replicas   broker")
     for _ in range(args.rounds):
         for replicas in args.replicas:
@@ -128,7 +152,10 @@ async def main(args: argparse.Namespace) -> None:
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--backend", choices=["rabbitmq", "pulsar"], default="rabbitmq")
     parser.add_argument("--url", default="amqp://guest:guest@127.0.0.1:5672/")
+    parser.add_argument("--pulsar-url", default="",
+                        help="a Pulsar service URL (default: a gateway serving Pulsar's protocol)")
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--batch", type=int, default=100)
