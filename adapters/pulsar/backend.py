@@ -44,6 +44,7 @@ import pulsar as pulsar_client
 
 from adapters.pulsar.backend_buffer import Held, SubState
 from adapters.pulsar.backend_codec import decode, pulsar_topic, reconcile_attempt
+from adapters.pulsar.backend_handoff import Handoff
 from adapters.pulsar.backend_send import Item, Publisher
 from gateway.backend.base import (
     Backend,
@@ -108,7 +109,8 @@ class PulsarBackend(Backend):
         self._clock: Clock = clock or SystemClock()
         self._logger = client_logger or logging.getLogger("adapters.pulsar.client")
         self._client: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._handoff: Handoff | None = None
+        """Received messages from the client's threads to the loop (`backend_handoff`)."""
         self._publisher = Publisher(send_timeout_ms, operation_timeout_s, self._clock)
         self._subs: dict[tuple[str, str], SubState] = {}
         self._sub_locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -124,7 +126,7 @@ class PulsarBackend(Backend):
         """Create the client and check the broker answers a lookup; `Unavailable` if not."""
         if self._client is not None:
             return
-        self._loop = asyncio.get_running_loop()
+        self._handoff = Handoff(asyncio.get_running_loop())
         auth = pulsar.AuthenticationToken(self._token) if self._token else None
         client = pulsar.Client(
             self._url,
@@ -215,11 +217,9 @@ class PulsarBackend(Backend):
 
     def _listener(self, sub: SubState, consumer: Any, message: Any) -> None:
         """Client thread: hand a received message to the event loop."""
-        loop = self._loop
-        if loop is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(self._arrive, sub, message)
+        handoff = self._handoff
+        if handoff is not None:
+            handoff.call(self._arrive, sub, message)
 
     def _arrive(self, sub: SubState, message: Any) -> None:
         """Event loop: decode, count, buffer; pause the listener while the buffer is full."""

@@ -7,7 +7,6 @@ only delayed count a client can know without an admin API.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pulsar as pulsar_client
 
 from adapters.pulsar.backend_codec import encode, pulsar_topic
+from adapters.pulsar.backend_handoff import Handoff
 from gateway.backend.base import OutMessage
 from gateway.engine.clock import Clock
 from gateway.errors import MessageTooLarge, Unavailable
@@ -42,6 +42,8 @@ class Publisher:
         self._locks: dict[str, asyncio.Lock] = {}
         self._delayed: dict[str, dict[tuple[str, int], int]] = {}
         """Per topic: (message id, deliver-at) -> how many such copies are on their way."""
+        self._handoff: Handoff | None = None
+        """Send receipts to the loop sending (`backend_handoff`)."""
 
     def clear(self) -> None:
         self.producers.clear()
@@ -82,6 +84,9 @@ class Publisher:
         if not producer.is_connected():
             raise Unavailable(f"the Pulsar producer on {topic!r} is reconnecting")
         loop = asyncio.get_running_loop()
+        handoff = self._handoff
+        if handoff is None or handoff.loop is not loop:
+            handoff = self._handoff = Handoff(loop)
         now_ms = self._clock.now_ms()
         futures: list[asyncio.Future[Any]] = []
         for message, message_id, publish_ms in items:
@@ -91,7 +96,7 @@ class Publisher:
             try:
                 producer.send_async(
                     message.body,
-                    partial(_receipt, loop, future),
+                    partial(_receipt, handoff, future),
                     properties=encode(message, message_id, publish_ms),
                     partition_key=message.key or None,
                     ordering_key=message.key or None,
@@ -147,14 +152,11 @@ class Publisher:
         self._delayed.pop(topic, None)
 
 
-def _receipt(
-    loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], result: Any, _message_id: Any
-) -> None:
-    """Client thread: resolve a send future with the send result."""
+def _receipt(handoff: Handoff, future: asyncio.Future[Any], result: Any, _message_id: Any) -> None:
+    """Client thread: resolve a send future with the send result (on the loop)."""
+    handoff.call(_settle, future, result)
 
-    def settle() -> None:
-        if not future.done():
-            future.set_result(result)
 
-    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-        loop.call_soon_threadsafe(settle)
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
