@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import logging
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -46,6 +45,7 @@ from adapters.pulsar.backend_buffer import Held, SubState
 from adapters.pulsar.backend_codec import decode, pulsar_topic, reconcile_attempt
 from adapters.pulsar.backend_handoff import Handoff
 from adapters.pulsar.backend_send import Item, Publisher
+from adapters.pulsar.client_log import native_logger
 from gateway.backend.base import (
     Backend,
     Lease,
@@ -90,7 +90,6 @@ class PulsarBackend(Backend):
         probe_interval_s: float = 1.0,
         probe_topic: str = PROBE_TOPIC,
         clock: Clock | None = None,
-        client_logger: logging.Logger | None = None,
     ) -> None:
         if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
             raise InvalidArgument("pulsar_service_url", service_url, "pulsar://HOST:PORT")
@@ -107,7 +106,6 @@ class PulsarBackend(Backend):
         self._probe_interval_s = probe_interval_s
         self._probe_topic = pulsar_topic(probe_topic)
         self._clock: Clock = clock or SystemClock()
-        self._logger = client_logger or logging.getLogger("adapters.pulsar.client")
         self._client: Any = None
         self._handoff: Handoff | None = None
         """Received messages from the client's threads to the loop (`backend_handoff`)."""
@@ -133,7 +131,7 @@ class PulsarBackend(Backend):
             authentication=auth,
             operation_timeout_seconds=self._operation_timeout_s,
             connection_timeout_ms=min(self._operation_timeout_s * 1000, 10_000),
-            logger=self._logger,
+            logger=native_logger(),
         )
         try:
             await asyncio.to_thread(client.get_topic_partitions, self._probe_topic)

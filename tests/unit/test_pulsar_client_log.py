@@ -1,0 +1,68 @@
+"""pulsar-client's log lines reach the gateway's log through a pipe, filtered natively at the
+gateway's level (`adapters.pulsar.client_log`): handed a Python logger, the client called into
+Python for every debug line, several per message."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+import pulsar
+import pytest
+
+from adapters.pulsar import client_log
+
+
+def test_a_line_is_logged_at_its_own_level_without_the_client_prefix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("test.pulsar.client")
+    with caplog.at_level(logging.DEBUG, logger="test.pulsar.client"):
+        client_log.emit("2026-11-27 03:22:53.563 ERROR [140264706406080] ClientConnection:485 | "
+                        "[<none> -> pulsar://127.0.0.1:1] Failed: Connection refused", logger)
+        client_log.emit("2026-11-27 03:22:53.562 INFO  [1] ConnectionPool:148 | Created", logger)
+        client_log.emit("2026-11-27 03:22:53.562 WARN  [1] ProducerImpl:9 | Slow", logger)
+        client_log.emit("2026-11-27 03:22:53.562 DEBUG [1] ProducerImpl:1 | Sent", logger)
+        client_log.emit("not the client's format", logger)
+        client_log.emit("   ", logger)
+    got = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert got == [
+        (logging.ERROR, "ClientConnection:485 | [<none> -> pulsar://127.0.0.1:1] Failed: "
+                        "Connection refused"),
+        (logging.INFO, "ConnectionPool:148 | Created"),
+        (logging.WARNING, "ProducerImpl:9 | Slow"),
+        (logging.DEBUG, "ProducerImpl:1 | Sent"),
+        (logging.INFO, "not the client's format"),
+    ]
+
+
+def test_the_native_level_follows_the_logger() -> None:
+    logger = logging.getLogger("test.pulsar.levels")
+    for level in (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR):
+        logger.setLevel(level)
+        assert isinstance(client_log.native_logger(logger), pulsar.FileLogger)
+
+
+async def test_the_clients_own_lines_come_out_through_the_gateway_logger(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with caplog.at_level(logging.INFO, logger="adapters.pulsar.client"):
+        client = pulsar.Client(f"pulsar://127.0.0.1:{port}", logger=client_log.native_logger(),
+                               operation_timeout_seconds=1, connection_timeout_ms=200)
+        with pytest.raises(pulsar.PulsarException):
+            await asyncio.to_thread(client.create_producer, "nowhere")
+        await asyncio.to_thread(client.close)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not any(
+            r.levelno == logging.ERROR and "Connection refused" in r.getMessage()
+            for r in caplog.records
+        ):
+            await asyncio.sleep(0.05)
+    refused = [r for r in caplog.records if "Connection refused" in r.getMessage()]
+    assert refused and refused[0].name == "adapters.pulsar.client"
+    assert refused[0].levelno == logging.ERROR
