@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from amqp_node import free_port
 from client_gateway import GatewayProcess
 from replicas_ledger import Ledger, Letter
-from replicas_parts import publisher, wait_until
+from replicas_parts import check, run_group
 
 from adapters.pulsar.backend_codec import decode, pulsar_topic
 from adapters.pulsar.naming import DEFAULT
@@ -177,31 +177,13 @@ async def test_three_replicas_one_killed_serve_one_group_exactly(tmp_path: Path)
                     kill if r == 0 else None))
                 for r in range(REPLICAS) for k in range(1 if r == 0 else 2)
             ]
-            numbers, lock = iter(range(MESSAGES)), asyncio.Lock()
-            publishers = [asyncio.ensure_future(
-                publisher(ledger, proc.target, topic, numbers, lock, BAD_EVERY))
-                for proc in procs]
-            assert await wait_until(lambda: ledger.kill_at is not None, 90), \
-                "replica 0 was never killed: the group made no progress there"
-            await asyncio.gather(*publishers)
-            ledger.restart_at = time.monotonic()
-            procs[0].start()  # same port and data directory: it rejoins the group
-            consumers.append(asyncio.ensure_future(grpc_consumer(
-                ledger, procs[0].target, 0, "grpc-0.rejoined", topic, stop)))
-            finished = await wait_until(ledger.done, DEADLINE_S)
-            await asyncio.sleep(2.0)  # late duplicates would show up now
+            finished = await run_group(
+                ledger, procs, topic, MESSAGES, BAD_EVERY, consumers,
+                lambda: grpc_consumer(ledger, procs[0].target, 0, "grpc-0.rejoined", topic, stop),
+                linger_s=2.0, deadline_s=DEADLINE_S)  # late duplicates would show meanwhile
             stop.set()
             await asyncio.gather(*consumers)
-    problems = ledger.violations()
-    ledger.dump(tmp_path / "ledger.json", problems)
-    assert finished, (f"not finished: {len(ledger.acked())} acked, "
-                      f"{len(ledger.dead())} dead of {len(ledger.published)}\n"
-                      + "\n".join(problems[:40]))
-    assert not problems, "\n".join(problems[:40])
-    assert ledger.kill_at is not None
-    assert any(s.replica == 0 and s.at <= ledger.kill_at for s in ledger.seen)
-    assert {s.replica for s in ledger.seen} == {0, 1, 2}
-    assert any(s.consumer == "grpc-0.rejoined" for s in ledger.seen)
+    check(ledger, finished, tmp_path)
     # The delivery replica 0's consumer held when it died came again through another one.
     lost = [s for s in ledger.seen if s.replica == 0 and not s.settle_at and s.at <= ledger.kill_at]
     assert lost, "replica 0 held no delivery when it was killed"

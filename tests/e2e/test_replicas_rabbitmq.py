@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from amqp_node import URL, delete_exchanges, delete_queues, free_port, plain_connection
 from client_gateway import GatewayProcess
 from replicas_ledger import Ledger, Letter
-from replicas_parts import publisher, wait_until
+from replicas_parts import check, run_group
 
 from adapters.amqp.codec import decode
 from adapters.amqp.delays import DEFAULT_TEMPLATE, delay_queue
@@ -237,36 +237,19 @@ async def test_three_replicas_one_killed_serve_one_group_exactly(
                         kill if (r, k) == (0, 0) else None))
                     for r in range(REPLICAS) for k in range(2 if r != 1 else 1)
                 ]
-                numbers, lock = iter(range(MESSAGES)), asyncio.Lock()
-                publishers = [asyncio.ensure_future(
-                    publisher(ledger, proc.target, group.topic, numbers, lock, BAD_EVERY))
-                    for proc in procs]
-                assert await wait_until(lambda: ledger.kill_at is not None, 90), \
-                    "replica 0 was never killed: the group made no progress there"
-                await asyncio.gather(*publishers)
-                ledger.restart_at = time.monotonic()
-                procs[0].start()  # same port and data directory: it rejoins the group
-                consumers.append(asyncio.ensure_future(grpc_consumer(
-                    ledger, procs[0].target, 0, "grpc-0.rejoined", group, stop)))
-                finished = await wait_until(ledger.done, DEADLINE_S)
-                # Late duplicates would show up now; then nothing may be left anywhere.
-                await asyncio.sleep(2 * INTERVAL_S * SCALE + 1.0)
+                finished = await run_group(
+                    ledger, procs, group.topic, MESSAGES, BAD_EVERY, consumers,
+                    lambda: grpc_consumer(ledger, procs[0].target, 0, "grpc-0.rejoined", group,
+                                          stop),
+                    # Late duplicates would show up meanwhile; then nothing may be left.
+                    linger_s=2 * INTERVAL_S * SCALE + 1.0, deadline_s=DEADLINE_S)
                 stop.set()
                 await asyncio.gather(*consumers)
             left = {q: await ready(plain, q) for q in
                     (queue_name(group.topic), queue_name(group.dead_letter_topic), *delays)}
-        problems = ledger.violations()
-        ledger.dump(tmp_path / "ledger.json", problems)
-        assert finished, (f"not finished: {len(ledger.acked())} acked, "
-                          f"{len(ledger.dead())} dead of {len(ledger.published)}\n"
-                          + "\n".join(problems[:40]))
-        assert not problems, "\n".join(problems[:40])
+        check(ledger, finished, tmp_path)
         assert not any(left.values()), left
-        assert ledger.kill_at is not None
-        assert any(s.replica == 0 and s.at <= ledger.kill_at for s in ledger.seen)
-        assert {s.replica for s in ledger.seen} == {0, 1, 2}
         assert any(s.consumer == "amqp" for s in ledger.seen)
-        assert any(s.consumer == "grpc-0.rejoined" for s in ledger.seen)
     finally:
         stop.set()
         await delete_queues(plain, queue_name(group.topic), queue_name(group.dead),
