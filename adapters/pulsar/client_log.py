@@ -6,11 +6,14 @@ interpreter lock to be dropped there. That cost a Pulsar back end more CPU than 
 work (`bench.replicas --backend pulsar`: 0.37 CPU s per 1,000 messages, 0.14 without). Here the
 client writes through its own file logger, at the level the gateway's log is set to, into a pipe
 this process holds; one thread reads the lines and logs each one through `adapters.pulsar.client`
-at its own level, so they still come out as the gateway's JSON lines.
+at its own level, so they still come out as the gateway's JSON lines. At debug level the client
+gets the Python logger as before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -23,7 +26,11 @@ pulsar: Any = pulsar_client
 """pulsar-client ships no type information: its classes are used untyped."""
 
 LOGGER = logging.getLogger("adapters.pulsar.client")
-LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARN|ERROR)\s+\[\d+\] (.*)$")
+PIPE_BYTES = 1 << 20
+"""What the pipe holds before the client's writes wait for the reading thread."""
+LINE = re.compile(r"^\S+ \S+ (DEBUG|INFO|WARN|ERROR)\s+\[\d+\] (?:\S+:\d+ \| )?(.*)$")
+"""A line of the client's file logger: date, time, level, [thread], source:line | message (the
+message is what its Python logger would have been given)."""
 LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
           "ERROR": logging.ERROR}
 
@@ -33,10 +40,15 @@ _path: list[str] = []
 
 
 def native_logger(logger: logging.Logger = LOGGER) -> Any:
-    """A `pulsar.FileLogger` writing into this process's pipe at `logger`'s level."""
+    """What to give `pulsar.Client(logger=...)`: a `pulsar.FileLogger` writing into this
+    process's pipe at `logger`'s level; at debug, `logger` itself (every line through Python,
+    slow, as debugging may be). The pipe never carries debug lines: the client writes some
+    while its caller holds the interpreter lock, and a full pipe would then wait for a reader
+    that needs that lock."""
     level = logger.getEffectiveLevel()
-    native = (pulsar.LoggerLevel.Debug if level <= logging.DEBUG
-              else pulsar.LoggerLevel.Info if level <= logging.INFO
+    if level <= logging.DEBUG:
+        return logger
+    native = (pulsar.LoggerLevel.Info if level <= logging.INFO
               else pulsar.LoggerLevel.Warn if level <= logging.WARNING
               else pulsar.LoggerLevel.Error)
     path = _pipe()
@@ -49,6 +61,8 @@ def _pipe() -> str:
     with _lock:
         if not _path:
             read, write = os.pipe()  # neither end is inherited by child processes
+            with contextlib.suppress(OSError, AttributeError):  # room for bursts (Linux)
+                fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
             threading.Thread(target=_pump, args=(read,), name="pulsar-client-log",
                              daemon=True).start()
             _path.append(f"/dev/fd/{write}")  # kept open for the life of the process
