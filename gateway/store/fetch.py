@@ -4,8 +4,10 @@ Visible positions the group has seen come from its ready heap first (oldest visi
 skipping excluded keys), paged in from disk first when they do not all fit in memory
 (`gateway.store.paging`); only once that is empty are positions the group has not seen yet
 scanned: from the topic's tail in memory when it covers them all (`gateway.store.tail`), else
-from SQLite on the reader thread (`reader.scan`). Scanned positions and the cursor are written
-without waiting (leases are not durable).
+from SQLite on the reader thread (`reader.scan`). The tail keeps a message delayed when it was
+published without its body: one the scan finds due goes to the ready heap, and the same fetch
+reads it from SQLite. Scanned positions and the cursor are written without waiting (leases are
+not durable).
 """
 
 from __future__ import annotations
