@@ -205,6 +205,7 @@ class EmbeddedStore(Backend):
         first = index.next_pos
         rowid = base + first
         size = 0  # what the tail counts: bodies, keys, tags and properties
+        bodiless = 0  # entries kept without their body (delayed)
         prefix = self._id_prefix(now_ms)
         ascii_text = str.isascii  # TypeError for anything but a str
         for message in messages:
@@ -234,10 +235,9 @@ class EmbeddedStore(Backend):
             if deliver_at > now_ms:
                 # Delayed (a retry copy, say): read from SQLite when due, like any message a
                 # timer brings back; the tail keeps what the scan needs, not its body.
-                entries.append(
-                    (message_id, key, tag, None, NO_PROPERTIES, now_ms, deliver_at, attempt,
-                     retries)
-                )
+                entries.append(("", key, tag, None, NO_PROPERTIES, now_ms, deliver_at, attempt,
+                                retries))
+                bodiless += 1
                 continue
             if properties:
                 size += len(props) + PROPERTY_OVERHEAD * (len(properties) + 1)
@@ -246,7 +246,7 @@ class EmbeddedStore(Backend):
                 (message_id, key, tag, body, properties, now_ms, deliver_at, attempt, retries)
             )
         index.next_pos = end = first + len(rows)
-        self._tail.add(index, first, entries, size)
+        self._tail.add(index, first, entries, size, bodiless)
         topic_row = None if index.persisted else (index.topic_id, index.name)
 
         def committed() -> None:

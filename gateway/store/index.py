@@ -53,9 +53,9 @@ ReadyEntry = tuple[int, int, str | None]
 
 Entry = tuple[str, str, str, bytes | None, Mapping[str, str], int, int, int, int]
 """One message kept in a topic's tail (`gateway.store.tail`), as published: (message_id, key,
-tag, body, properties, publish_ms, deliver_at_ms, attempt, retries); body None (and no
-properties) for a message delayed when published, which is read from SQLite when due. A plain
-tuple: one is built per published message, at a fifth of a value class's cost."""
+tag, body, properties, publish_ms, deliver_at_ms, attempt, retries); for a message delayed
+when published, which is read from SQLite when due, no id ("") and no body (None) or properties.
+A plain tuple: one is built per published message, at a fifth of a value class's cost."""
 
 
 @dataclass(eq=False, slots=True)

@@ -23,6 +23,9 @@ from gateway.store.index import Entry, TopicIndex
 ENTRY_OVERHEAD = 460
 """Bytes counted per message on top of the characters of its body, key, tag and properties: its
 objects (entry tuple, id, string and bytes headers, dict slot), measured with tracemalloc."""
+BODILESS_OVERHEAD = 240
+"""The same for a message kept without its body (delayed when published: no id, body or
+properties kept), measured the same way (232 bytes)."""
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 """The properties of an entry kept without its body (a message delayed when published)."""
 PROPERTY_OVERHEAD = 130
@@ -39,14 +42,17 @@ class TailCache:
         self._batches: deque[tuple[TopicIndex, int, int, int]] = deque()
         """(topic, first position, end position, bytes) in publish order."""
 
-    def add(self, topic: TopicIndex, first: int, entries: list[Entry], size: int) -> None:
+    def add(
+        self, topic: TopicIndex, first: int, entries: list[Entry], size: int, bodiless: int = 0
+    ) -> None:
         """Keep `entries` as positions `first, first + 1, ...` of `topic`. `size` is what their
         bodies, keys, tags and properties take: the characters of each (properties as their
         JSON text) plus PROPERTY_OVERHEAD per property and per message with properties;
-        ENTRY_OVERHEAD per entry is added here."""
+        ENTRY_OVERHEAD per entry is added here (BODILESS_OVERHEAD for the `bodiless` ones kept
+        without their body)."""
         if self.budget <= 0 or not entries:
             return
-        size += ENTRY_OVERHEAD * len(entries)
+        size += ENTRY_OVERHEAD * (len(entries) - bodiless) + BODILESS_OVERHEAD * bodiless
         tail = topic.tail
         if first != topic.tail_end:
             # Not contiguous with the tail (cannot happen while publishes allocate positions in
