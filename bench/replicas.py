@@ -53,6 +53,14 @@ def cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def broker_cpu(pid: int | None, args: argparse.Namespace) -> float:
+    """CPU seconds of the broker so far: RabbitMQ's VM, or the serving gateway with its store
+    writer (NaN when no broker process is known)."""
+    if pid is None:
+        return float("nan")
+    return proc_stats(pid).cpu_s if args.backend == "pulsar" else cpu_of(pid)
+
+
 async def consume(client: GatewayClient, topic: str, args: argparse.Namespace,
                   state: dict[str, int], done: asyncio.Event, subscribed: asyncio.Event) -> None:
     total = args.messages
@@ -110,9 +118,7 @@ async def run(replicas: int, args: argparse.Namespace) -> dict[str, float]:
         for event in subscribed:
             await event.wait()
         before = [proc_stats(p.pid).cpu_s for p in procs]
-        broker_before = cpu_of(broker) if broker else 0.0
-        if args.backend == "pulsar" and broker:
-            broker_before = proc_stats(broker).cpu_s
+        broker_before = broker_cpu(broker, args)
         started = time.perf_counter()
         sizes = [min(args.batch, args.messages - s) for s in range(0, args.messages, args.batch)]
 
@@ -128,14 +134,12 @@ async def run(replicas: int, args: argparse.Namespace) -> dict[str, float]:
         await asyncio.wait_for(done.wait(), args.timeout_s)
         elapsed = time.perf_counter() - started
         cpu = [proc_stats(p.pid).cpu_s - b for p, b in zip(procs, before, strict=True)]
-        broker_cpu = cpu_of(broker) - broker_before if broker else float("nan")
-        if args.backend == "pulsar" and broker:  # the serving gateway's store writer too
-            broker_cpu = proc_stats(broker).cpu_s - broker_before
+        broker_used = broker_cpu(broker, args) - broker_before
         await asyncio.gather(*consumers)
     per_k = 1000 / args.messages
     return {"replicas": replicas, "rate": args.messages / elapsed,
             "cpu_per_k_each": max(cpu) * per_k, "cpu_per_k_min": min(cpu) * per_k,
-            "cpu_per_k_all": sum(cpu) * per_k, "broker_per_k": broker_cpu * per_k}
+            "cpu_per_k_all": sum(cpu) * per_k, "broker_per_k": broker_used * per_k}
 
 
 async def main(args: argparse.Namespace) -> None:

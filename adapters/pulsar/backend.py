@@ -108,7 +108,8 @@ class PulsarBackend(Backend):
         self._clock: Clock = clock or SystemClock()
         self._client: Any = None
         self._handoff: Handoff | None = None
-        """Received messages from the client's threads to the loop (`backend_handoff`)."""
+        """Send receipts and received messages from the client's threads to the loop
+        (`backend_handoff`)."""
         self._publisher = Publisher(send_timeout_ms, operation_timeout_s, self._clock)
         self._subs: dict[tuple[str, str], SubState] = {}
         self._sub_locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -200,7 +201,9 @@ class PulsarBackend(Backend):
     # -- publishing ------------------------------------------------------------------------
 
     async def _send(self, topic: str, items: Sequence[Item]) -> None:
-        await self._publisher.send(self._up, topic, items)
+        if self._handoff is None:
+            raise Unavailable("the Pulsar back end is not open")
+        await self._publisher.send(self._up, self._handoff, topic, items)
         self._topics.add(topic)
 
     async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:

@@ -42,8 +42,6 @@ class Publisher:
         self._locks: dict[str, asyncio.Lock] = {}
         self._delayed: dict[str, dict[tuple[str, int], int]] = {}
         """Per topic: (message id, deliver-at) -> how many such copies are on their way."""
-        self._handoff: Handoff | None = None
-        """Send receipts to the loop sending (`backend_handoff`)."""
 
     def clear(self) -> None:
         self.producers.clear()
@@ -73,8 +71,11 @@ class Publisher:
             self.producers[topic] = found
             return found
 
-    async def send(self, client: Callable[[], Any], topic: str, items: Sequence[Item]) -> None:
-        """Send every item to `topic`; return when Pulsar sent a receipt for each.
+    async def send(
+        self, client: Callable[[], Any], handoff: Handoff, topic: str, items: Sequence[Item]
+    ) -> None:
+        """Send every item to `topic`; return when Pulsar sent a receipt for each (`handoff`
+        brings the receipts to this loop).
 
         A producer that is reconnecting refuses at once; receipts that fail or do not come within
         the send timeout raise `Unavailable` (a message too big for the broker:
@@ -84,9 +85,6 @@ class Publisher:
         if not producer.is_connected():
             raise Unavailable(f"the Pulsar producer on {topic!r} is reconnecting")
         loop = asyncio.get_running_loop()
-        handoff = self._handoff
-        if handoff is None or handoff.loop is not loop:
-            handoff = self._handoff = Handoff(loop)
         now_ms = self._clock.now_ms()
         futures: list[asyncio.Future[Any]] = []
         for message, message_id, publish_ms in items:

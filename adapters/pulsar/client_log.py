@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import re
@@ -34,10 +35,6 @@ message is what its Python logger would have been given)."""
 LEVELS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
           "ERROR": logging.ERROR}
 
-_lock = threading.Lock()
-_path: list[str] = []
-"""The pipe's write end as a path the client can open (one pipe and thread per process)."""
-
 
 def native_logger(logger: logging.Logger = LOGGER) -> Any:
     """What to give `pulsar.Client(logger=...)`: a `pulsar.FileLogger` writing into this
@@ -57,16 +54,15 @@ def native_logger(logger: logging.Logger = LOGGER) -> Any:
     return pulsar.FileLogger(native, path)
 
 
+@functools.cache
 def _pipe() -> str:
-    with _lock:
-        if not _path:
-            read, write = os.pipe()  # neither end is inherited by child processes
-            with contextlib.suppress(OSError, AttributeError):  # room for bursts (Linux)
-                fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-            threading.Thread(target=_pump, args=(read,), name="pulsar-client-log",
-                             daemon=True).start()
-            _path.append(f"/dev/fd/{write}")  # kept open for the life of the process
-        return _path[0]
+    """The pipe's write end as a path the client can open: one pipe and one reading thread per
+    process (made on the event loop, by the first back end that opens)."""
+    read, write = os.pipe()  # neither end is inherited by child processes
+    with contextlib.suppress(OSError, AttributeError):  # room for bursts (Linux)
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    threading.Thread(target=_pump, args=(read,), name="pulsar-client-log", daemon=True).start()
+    return f"/dev/fd/{write}"  # kept open for the life of the process
 
 
 def _pump(read: int) -> None:
