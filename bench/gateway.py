@@ -142,12 +142,14 @@ async def stop_process(proc: asyncio.subprocess.Process) -> None:
 
 
 async def start_profiler(out: str, pid: int) -> asyncio.subprocess.Process | None:
-    """With --profile: sample the gateway with py-spy (collapsed stacks) during the run."""
+    """With --profile: sample the gateway with py-spy (collapsed stacks) during the run, at
+    SPY_RATE samples a second (default 200)."""
     if not out:
         return None
     spy = await asyncio.create_subprocess_exec(
         "py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", out,
-        "--rate", "200", *(["--native"] if os.environ.get("SPY_NATIVE") else ["--nonblocking"]),
+        "--rate", os.environ.get("SPY_RATE", "200"),
+        *(["--native"] if os.environ.get("SPY_NATIVE") else ["--nonblocking"]),
         *(["--gil"] if os.environ.get("SPY_GIL") else []),
         *(["--idle"] if os.environ.get("SPY_IDLE") else []),
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,

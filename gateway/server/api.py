@@ -35,8 +35,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
 
     async def Publish(self, request: gateway_pb2.PublishRequest, context: Ctx) -> Any:
         now = self.engine.now_ms()
-        validate.publish(request, now)
-        messages = [convert.out_message(m, now) for m in request.messages]
+        messages = validate.publish(request, now)
         traceparent, tracestate = from_metadata(context.invocation_metadata())
         if traceparent:  # the call's trace context, for messages without one of their own
             messages = [replace(m, properties=with_carrier(m.properties, traceparent, tracestate))

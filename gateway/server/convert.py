@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from gateway.backend import OutMessage
 from gateway.engine.api import (
     ACK,
     ConsumerType,
@@ -29,16 +28,6 @@ CONSUMER_TYPES: dict[int, ConsumerType] = {
 def consumer_type(value: int) -> ConsumerType:
     """The engine's type for a checked `ConsumerType` value (see `validate`)."""
     return CONSUMER_TYPES[value]
-
-
-def out_message(message: pb.Message, now_ms: int) -> OutMessage:
-    """A checked message (see `validate.publish`) for the engine: a delay becomes a time."""
-    delay = message.delay_ms
-    deliver_at = now_ms + delay if delay else message.deliver_at_ms
-    properties = message.properties
-    # A comprehension: dict(map) goes through the map's Python-level keys view (twice the cost).
-    return OutMessage(message.body, {k: properties[k] for k in properties} if properties else {},
-                      message.key, message.tag, deliver_at)
 
 
 def subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> SubscriptionSpec:

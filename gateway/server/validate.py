@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from gateway.backend import OutMessage
 from gateway.errors import InvalidArgument
 from gateway.limits import (
     MAX_BATCH,
@@ -19,6 +20,7 @@ from gateway.limits import (
     MAX_DELAY_MS,
     MAX_NAME_BYTES,
     MAX_OPTIONS,
+    MAX_PUBLISH_PROPERTIES,
     MAX_RECEIVE,
     MAX_WAIT_MS,
     check_batch,
@@ -84,27 +86,46 @@ def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
 # ------------------------------------------------------------------------------ Gateway
 
 
-def publish(request: pb.PublishRequest, now_ms: int) -> None:
+def publish(request: pb.PublishRequest, now_ms: int) -> list[OutMessage]:
+    """Check a publish and return its messages for the engine (a delay becomes a time), in one
+    pass: each field of each message is read from the request once. The properties are counted
+    as they are read, so a publish with too many stops at the first message over the limit."""
     check_name("topic", request.topic)
-    check_batch("messages", len(request.messages))
-    check_publish_properties("messages", sum(len(m.properties) for m in request.messages))
-    for i, message in enumerate(request.messages):
-        _message(message, i, now_ms)
+    messages = request.messages
+    check_batch("messages", len(messages))
+    out: list[OutMessage] = []
+    append = out.append
+    left = MAX_PUBLISH_PROPERTIES
+    for i, message in enumerate(messages):
+        properties = message.properties
+        if properties:
+            left -= len(properties)
+            if left < 0:
+                check_publish_properties("messages", sum(len(m.properties) for m in messages))
+            # A comprehension: dict(map) goes through the map's Python-level view (slower).
+            props = {k: properties[k] for k in properties}
+            check_properties(f"messages[{i}].properties", props)
+        else:
+            props = {}
+        delay, deliver_at = message.delay_ms, message.deliver_at_ms
+        if delay or deliver_at:
+            deliver_at = _deliver_at(i, delay, deliver_at, now_ms)
+        append(OutMessage(message.body, props, message.key, message.tag, deliver_at))
+    return out
 
 
-def _message(message: pb.Message, index: int, now_ms: int) -> None:
-    """What can be told from the message alone; its size is the engine's (it knows the limit,
+def _deliver_at(index: int, delay: int, deliver_at: int, now_ms: int) -> int:
+    """The delivery time of a message with a relative delay or an absolute time (not both);
+    what can be told from the message alone (its size is the engine's: it knows the limit,
     and counts it the same for every front end)."""
-    if message.properties:
-        check_properties(f"messages[{index}].properties", message.properties)
-    delay, deliver_at = message.delay_ms, message.deliver_at_ms
     if delay and deliver_at:
         raise InvalidArgument(f"messages[{index}].delay_ms", delay,
                               "not together with deliver_at_ms")
     if delay:
         _range(f"messages[{index}].delay_ms", delay, 0, MAX_DELAY_MS, "ms (400 days)")
-    elif deliver_at:
-        check_deliver_at(f"messages[{index}].deliver_at_ms", deliver_at, now_ms)
+        return now_ms + delay
+    check_deliver_at(f"messages[{index}].deliver_at_ms", deliver_at, now_ms)
+    return deliver_at
 
 
 def receive(request: pb.ReceiveRequest) -> None:
