@@ -178,12 +178,20 @@ async def publish_all(client: GatewayClient, topic: str, args: argparse.Namespac
                                                                          args.batch)]
     sizes.reverse()
 
-    async def publisher() -> None:
+    async def publisher(publish: Any) -> None:
         while sizes:
             count = sizes.pop()
-            await client.publish(topic, [body] * count, properties={SENT: str(time.time_ns())})
+            await publish(topic, [body] * count, properties={SENT: str(time.time_ns())})
 
-    await asyncio.gather(*(publisher() for _ in range(args.publishers)))
+    if args.unary:
+        await asyncio.gather(*(publisher(client.publish) for _ in range(args.publishers)))
+        return
+
+    async def streamed() -> None:
+        async with client.publisher() as stream:
+            await publisher(stream.publish)
+
+    await asyncio.gather(*(streamed() for _ in range(args.publishers)))
 
 
 async def consume_all(
@@ -375,6 +383,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--publishers", type=int, default=4)
     parser.add_argument("--prefetch", type=int, default=1000)
+    parser.add_argument("--unary", action="store_true",
+                        help="publish with one Publish call per batch (default: each publisher "
+                             "on a PublishStream of its own)")
     parser.add_argument("--dir", default=None, help="where to put the store (default: tmp)")
     parser.add_argument("--telemetry", action="store_true",
                         help="run the gateway with its telemetry spool on")

@@ -12,7 +12,7 @@ from gateway.engine.api import Delivery, SettleAction, Settlement, SettleResult
 from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
 from gateway.limits import MAX_CREDIT, properties_size, utf8_len
-from gateway.server import convert, validate
+from gateway.server import convert, publish_stream, validate
 from gateway.server.auth import current_settle_guard
 from gateway.tracing.context import from_metadata, with_carrier
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
@@ -32,6 +32,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         self.engine = engine
         self._settling: set[asyncio.Future[None]] = set()
         """Settle batches under way (kept referenced until done)."""
+        self._publishing: set[asyncio.Future[None]] = set()
+        """Publishes of PublishStream calls under way (kept referenced until done)."""
 
     async def Publish(self, request: gateway_pb2.PublishRequest, context: Ctx) -> Any:
         now = self.engine.now_ms()
@@ -42,6 +44,11 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                         for m in messages]
         ids = await self.engine.publish(request.topic, messages)
         return gateway_pb2.PublishResponse(message_ids=ids)
+
+    def PublishStream(
+        self, request_iterator: AsyncIterator[gateway_pb2.PublishStreamRequest], context: Ctx
+    ) -> AsyncIterator[gateway_pb2.PublishResult]:
+        return publish_stream.serve(self.engine, request_iterator, context, self._publishing)
 
     async def Receive(self, request: gateway_pb2.ReceiveRequest, context: Ctx) -> Any:
         validate.receive(request)

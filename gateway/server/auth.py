@@ -337,6 +337,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return lambda request: authz.check_admin(principal)
         if method.endswith("/Publish"):
             return lambda request: authz.check_publish(principal, request.topic)
+        if method.endswith("/PublishStream"):
+            return lambda request: authz.check_publish(principal, request.publish.topic)
         if method.endswith("/Receive"):
             return lambda request: authz.check_consume(principal, request.topic, request.group)
         if method.endswith("/Consume"):

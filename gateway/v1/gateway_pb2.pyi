@@ -55,6 +55,28 @@ class PublishResponse(_message.Message):
     message_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, message_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class PublishStreamRequest(_message.Message):
+    __slots__ = ("request_id", "publish")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    publish: PublishRequest
+    def __init__(self, request_id: _Optional[int] = ..., publish: _Optional[_Union[PublishRequest, _Mapping]] = ...) -> None: ...
+
+class PublishResult(_message.Message):
+    __slots__ = ("request_id", "message_ids", "error_code", "error", "status")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    message_ids: _containers.RepeatedScalarFieldContainer[str]
+    error_code: str
+    error: str
+    status: bytes
+    def __init__(self, request_id: _Optional[int] = ..., message_ids: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ..., status: _Optional[bytes] = ...) -> None: ...
+
 class Subscribe(_message.Message):
     __slots__ = ("topic", "group", "policy", "policy_options", "consumer_type", "broadcast", "naming", "prefetch", "consumer_id", "tag_filter")
     class PolicyOptionsEntry(_message.Message):

@@ -141,6 +141,20 @@ class Matrix(AmqpCells):
                                              messages=[gateway_pb2.Message(body=b"m")])
         return await self.grpc_outcome(self.gw.Publish(request, metadata=caller.grpc))
 
+    async def gateway_PublishStream(self, row: Row, caller: Caller) -> str:
+        """One request to the row's topic on a stream: stored, or the stream ends refused."""
+        first = gateway_pb2.PublishStreamRequest(request_id=1, publish=gateway_pb2.PublishRequest(
+            topic=row.topic, messages=[gateway_pb2.Message(body=b"m")]))
+        call = self.gw.PublishStream(iter([first]), metadata=caller.grpc)
+        try:
+            answers = [answer async for answer in call]
+        except grpc.aio.AioRpcError as err:
+            return DENIED if err.code() in REFUSED_GRPC else ALLOWED
+        (answer,) = answers
+        if answer.error_code in ("PERMISSION_DENIED", "UNAUTHENTICATED"):
+            return DENIED
+        return ALLOWED if answer.message_ids else f"answer {answer}"
+
     async def gateway_Receive(self, row: Row, caller: Caller) -> str:
         request = gateway_pb2.ReceiveRequest(topic=row.topic, group=row.group,
                                              policy="rocketmq-simple", max_messages=1,

@@ -139,9 +139,9 @@ def check(cells: int, problems: list[str], at_least: int) -> None:
 
 
 async def test_gateway_publish_and_consume(matrix: Matrix) -> None:
-    rows = (publish_rows("gateway", "Publish") + consume_rows("gateway", "Receive")
-            + consume_rows("gateway", "Consume"))
-    check(*await matrix.run(rows), at_least=200)
+    rows = (publish_rows("gateway", "Publish") + publish_rows("gateway", "PublishStream")
+            + consume_rows("gateway", "Receive") + consume_rows("gateway", "Consume"))
+    check(*await matrix.run(rows), at_least=220)
 
 
 async def test_gateway_settles(matrix: Matrix) -> None:

@@ -47,7 +47,8 @@ SERVICES = [gateway_pb2.DESCRIPTOR.services_by_name["Gateway"],
             admin_pb2.DESCRIPTOR.services_by_name["Admin"]]
 METHODS = [m for s in SERVICES for m in s.methods]
 UNARY = [m for m in METHODS if not m.client_streaming and not m.server_streaming]
-assert {m.name for m in METHODS} - {m.name for m in UNARY} == {"Consume"}, "a new kind of method"
+assert {m.name for m in METHODS} - {m.name for m in UNARY} == {"Consume", "PublishStream"}, (
+    "a new kind of method")
 
 
 def path(method: Any) -> str:
@@ -213,15 +214,18 @@ class Gateway:
         except grpc.RpcError as err:
             self._check(method, err)
 
-    def stream(self, frames: list[bytes]) -> None:
-        """One Consume stream sending `frames` then closing; reads until the stream ends."""
-        consume = self.channel.stream_stream("/gateway.v1.Gateway/Consume")
+    def stream(self, frames: list[bytes], method: str = "Consume") -> None:
+        """One stream (Consume or PublishStream) sending `frames` then closing; reads until the
+        stream ends. A PublishStream answer never carries UNKNOWN or INTERNAL either."""
+        call = self.channel.stream_stream(f"/gateway.v1.Gateway/{method}")
         try:
-            for _ in consume(iter(frames), timeout=CALL_TIMEOUT_S):
-                pass
-            self._count("Consume", grpc.StatusCode.OK)
+            for raw in call(iter(frames), timeout=CALL_TIMEOUT_S):
+                if method == "PublishStream":
+                    answer = gateway_pb2.PublishResult.FromString(raw)
+                    assert answer.error_code not in {"UNKNOWN", "INTERNAL"}, answer
+            self._count(method, grpc.StatusCode.OK)
         except grpc.RpcError as err:
-            self._check("Consume", err)
+            self._check(method, err)
 
     def _check(self, method: str, err: Any) -> None:
         code = err.code()
@@ -353,6 +357,9 @@ TEMPLATES: dict[str, Message] = {
         topic="t1", group="g1", message_ids=["m1"],
         filter=admin_pb2.DeadLetterFilter(reason="r", min_attempt=1, max_attempt=3, text="x")),
     "Consume": gateway_pb2.ConsumeRequest(subscribe=SUBSCRIBE),
+    "PublishStream": gateway_pb2.PublishStreamRequest(
+        request_id=1, publish=gateway_pb2.PublishRequest(
+            topic="t1", messages=[gateway_pb2.Message(body=b"hello", properties={"a": "b"})])),
     "RenameDestinations": admin_pb2.RenameDestinationsRequest(
         topic="t1", group="g1", from_naming="pulsar-2.7", to_naming="pulsar-2.9"),
     "ExportMessages": admin_pb2.ExportMessagesRequest(
@@ -456,5 +463,23 @@ def test_consume_frames_before_and_after_subscribe(gateway: Gateway) -> None:
         if subscribe_first:
             frames = [TEMPLATES["Consume"].SerializeToString(), *frames]
         gateway.stream(frames)
+
+    round_of(gateway, fuzz)
+
+
+PUBLISH_FRAMES = st.lists(
+    st.one_of(GARBAGE, message_strategy(gateway_pb2.PublishStreamRequest.DESCRIPTOR).map(
+        lambda m: m.SerializeToString()),
+        changes(gateway_pb2.PublishStreamRequest.DESCRIPTOR, TEMPLATES["PublishStream"]).map(
+            lambda c: mutant(TEMPLATES["PublishStream"], c)),
+        st.just(TEMPLATES["PublishStream"].SerializeToString())),
+    min_size=1, max_size=6)
+
+
+def test_publish_stream_frames(gateway: Gateway) -> None:
+    @settings(FUZZ, max_examples=150)
+    @given(PUBLISH_FRAMES)
+    def fuzz(frames: list[bytes]) -> None:
+        gateway.stream(frames, "PublishStream")
 
     round_of(gateway, fuzz)

@@ -84,6 +84,8 @@ def test_services_and_methods() -> None:
     assert gateway_pb2.DESCRIPTOR.package == "gateway.v1"
     assert _methods("Gateway") == {
         "Publish": ("gateway.v1.PublishRequest", "gateway.v1.PublishResponse", False, False),
+        "PublishStream": ("gateway.v1.PublishStreamRequest", "gateway.v1.PublishResult", True,
+                          True),
         "Consume": ("gateway.v1.ConsumeRequest", "gateway.v1.ConsumeResponse", True, True),
         "Receive": ("gateway.v1.ReceiveRequest", "gateway.v1.ReceiveResponse", False, False),
         "Settle": ("gateway.v1.SettleRequest", "gateway.v1.SettleResponse", False, False),
