@@ -183,7 +183,7 @@ async def publish_all(client: GatewayClient, topic: str, args: argparse.Namespac
             count = sizes.pop()
             await publish(topic, [body] * count, properties={SENT: str(time.time_ns())})
 
-    if args.unary:
+    if getattr(args, "unary", False):  # other benches reuse this with their own options
         await asyncio.gather(*(publisher(client.publish) for _ in range(args.publishers)))
         return
 
