@@ -216,6 +216,10 @@ class Engine(Delivering):
         return GroupState(sub.topic, sub.group, sub.policy, len(sub.consumers),
                           tuple(c.id for c in sub.consumers))
 
+    def known_topic(self, topic: str) -> bool:
+        """Whether `topic` is known to exist without asking the back end (`EngineQueries`)."""
+        return topic in self._known_topics
+
     def groups(self) -> list[GroupState]:
         """Every subscription the engine runs."""
         return [GroupState(sub.topic, sub.group, sub.policy, len(sub.consumers),

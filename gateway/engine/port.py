@@ -334,6 +334,11 @@ class EngineQueries(Protocol):
         """Every subscription the engine runs."""
         ...
 
+    def known_topic(self, topic: str) -> bool:
+        """Whether `topic` is known to exist without asking the back end: it held the topic
+        when the engine started, or a message went to it through this engine since."""
+        ...
+
     def naming_schemes(self) -> list[NamingScheme]:
         """Every naming scheme the registry knows."""
         ...

@@ -131,3 +131,31 @@ async def test_grpc_and_amqp_both_ways(gw: AmqpGateway) -> None:
                     break
         finally:
             await connection.close()
+
+
+async def test_a_topic_made_over_grpc_is_a_queue_to_amqp_at_once(gw: AmqpGateway) -> None:
+    """A topic another front end just created routes an AMQP publish through the default
+    exchange, declares passively and answers basic.get at once: a confirmed publish to it is
+    stored, not dropped as unroutable (the front end once waited up to a second to see it)."""
+    assert gw.app is not None
+    connection = await aio_pika.connect_robust(gw.url)
+    try:
+        channel = await connection.channel(on_return_raises=True)
+        async with GatewayClient(f"127.0.0.1:{gw.app.grpc_port}") as client:
+            for _ in range(5):
+                # A name nobody has: the front end asks the store which topics exist.
+                await channel.default_exchange.publish(aio_pika.Message(b"x"),
+                                                       routing_key=unique("nobody"),
+                                                       mandatory=False)
+                topic = unique("made")
+                await client.publish(topic, [b"from-grpc"])
+                await channel.default_exchange.publish(aio_pika.Message(b"from-amqp"),
+                                                       routing_key=topic, mandatory=True)
+                queue = await channel.declare_queue(topic, passive=True)
+                assert (await queue.declare()).message_count in (None, 2)
+                got = [await queue.get(timeout=5), await queue.get(timeout=5)]
+                assert sorted(m.body for m in got) == [b"from-amqp", b"from-grpc"]
+                for m in got:
+                    await m.ack()
+    finally:
+        await connection.close()

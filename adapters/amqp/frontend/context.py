@@ -24,7 +24,9 @@ DEFAULT_EXCHANGE_OPTION = "amq.default"
 """The policy option value that stands for the default exchange ("" as a dead-letter exchange
 is the default exchange, but an empty option would mean none)."""
 NEGATIVE_CACHE_S = 1.0
-"""How long a name is known not to be a topic before the back end is asked again."""
+"""How long a name is known not to be a topic before the back end is asked again. Topics this
+gateway's engine knows (published through any front end) are seen at once; this delay only
+holds for a topic another gateway on the same broker created."""
 
 
 class AuthorizerPort(Protocol):
@@ -125,7 +127,7 @@ class Context:
             return False
         if name in self._topics:
             return True
-        if any(g.topic == name for g in self.queries.groups()):
+        if self.queries.known_topic(name) or any(g.topic == name for g in self.queries.groups()):
             self._topics.add(name)
             return True
         now = time.monotonic()
