@@ -28,9 +28,10 @@ from gateway.server.handlers import decoded, inner_behaviour, rebuild, responses
 
 log = structlog.get_logger("gateway.server")
 
-GUARDED = ("/gateway.v1.",)
+GUARDED = ("/gateway.v1.", "/grpc.health.v1.", "/grpc.reflection.")
 """Method-name prefixes whose requests `DecodeGuard` decodes by default: every method of every
-gateway.v1 service (Gateway, Admin)."""
+gateway.v1 service (Gateway, Admin), and the health and reflection services on the same port
+(grpc answered their undecodable requests UNKNOWN and INTERNAL)."""
 
 CODES: dict[str, grpc.StatusCode] = {
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,

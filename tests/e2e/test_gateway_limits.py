@@ -364,3 +364,29 @@ async def test_a_bad_settlement_in_a_stream_fails_only_its_result(client: Gatewa
                async for raw in call]  # type: ignore[attr-defined]
     results = next(a for a in answers if a.WhichOneof("kind") == "results").results.results
     assert [r.error_code for r in results] == ["INVALID_ARGUMENT", "FAILED_PRECONDITION"]
+
+
+ALSO_SERVED = [
+    ("/grpc.health.v1.Health/Check", "unary"),
+    ("/grpc.health.v1.Health/Watch", "unary_stream"),
+    ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "stream"),
+]
+
+
+@pytest.mark.parametrize(("method", "kind"), ALSO_SERVED)
+async def test_undecodable_requests_to_health_and_reflection(
+    client: GatewayClient, method: str, kind: str
+) -> None:
+    """The services beside the gateway's own answer bytes that are no request as it does:
+    INVALID_ARGUMENT naming the request (grpc answered UNKNOWN and INTERNAL)."""
+    garbage = b"\xff\xfe"
+    if kind == "unary":
+        call: object = client.channel.unary_unary(method)(garbage)
+        await expect(INVALID, call, "request")
+        return
+    if kind == "unary_stream":
+        call = client.channel.unary_stream(method)(garbage)
+    else:
+        call = client.channel.stream_stream(method)(iter([garbage]))
+    code, details, _ = await stream_status(call)
+    assert code == INVALID and "request" in details, (code, details)
