@@ -23,6 +23,8 @@ class EngineConfig:
     max_unacked: int = 50_000
     """Most deliveries one push consumer holds unsettled (a common broker's per-consumer default);
     credit beyond it waits until the consumer settles."""
+    max_unacked_bytes: int = 64 << 20
+    """Most bytes of bodies one push consumer holds unsettled (at least one delivery)."""
     auto_create: bool = True
     """Create topics and groups on first use; when False only `topics` and existing ones work."""
     topics: tuple[str, ...] = ()
@@ -42,6 +44,9 @@ class EngineConfig:
             raise InvalidArgument("dispatch_batch", self.dispatch_batch, "1..10000")
         if not 1 <= self.max_unacked <= 1_000_000:
             raise InvalidArgument("max_unacked", self.max_unacked, "1..1000000")
+        if not 1 << 20 <= self.max_unacked_bytes <= 1 << 36:
+            raise InvalidArgument("max_unacked_bytes", self.max_unacked_bytes,
+                                  "1 MiB..64 GiB")
         if not 0 <= self.broadcast_idle_ms <= MAX_BROADCAST_IDLE_MS:
             raise InvalidArgument("broadcast_idle_ms", self.broadcast_idle_ms,
                                   f"0..{MAX_BROADCAST_IDLE_MS} ms")

@@ -20,6 +20,7 @@ from gateway.engine.api import ConsumerType, Delivery, InitialPosition, Subscrip
 from gateway.engine.base import Batch
 from gateway.engine.dispatch import (
     KEY_SHARED,
+    PROBE_FETCH,
     Consumer,
     InFlight,
     Subscription,
@@ -103,7 +104,8 @@ class Delivering(Expiring):
         self._check_exclusive(spec)
         sub = self._subscription(spec, policy, anonymous)
         await self._place(sub)
-        consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked, policy)
+        consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked, policy,
+                            self._config.max_unacked_bytes)
         consumer.on_close = self._consumer_closed
         consumer.on_cancel = self._consumer_cancelled
         sub.consumers.append(consumer)
@@ -128,7 +130,7 @@ class Delivering(Expiring):
         await self._give_back(consumer, list(consumer.receipts))
         for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
             held.consumer = None
-        consumer.receipts.clear()
+        consumer.forget_all()
         sub = consumer.sub
         if not sub.consumers and sub.own_group:
             if sub.anonymous or self._config.broadcast_idle_ms == 0:
@@ -217,7 +219,24 @@ class Delivering(Expiring):
             group=inf.sub.group,
         )
 
-    async def _fetch(self, sub: Subscription, want: int) -> list[StoredMessage]:
+    async def _fetch(
+        self, sub: Subscription, want: int, budget: int, probe: int | None = None
+    ) -> list[StoredMessage]:
+        """Up to `want` messages for `sub`, and about `budget` bytes of bodies: as many as that
+        holds at the size of the last ones fetched, or else of the topic's last publish, or
+        else `probe` (if given), so that a backlog of large messages is not read into memory
+        only to be given back."""
+        size = sub.body_size or self._sizes.get(sub.topic, 0)
+        if size:
+            want = min(want, max(1, budget // size))
+        elif probe is not None:
+            want = min(want, probe)
+        got = await self._fetch_from(sub, want)
+        if got:
+            sub.body_size = max(1, sum([len(s.body) for s in got]) // len(got))
+        return got
+
+    async def _fetch_from(self, sub: Subscription, want: int) -> list[StoredMessage]:
         exclude = frozenset(sub.blocked_keys) if sub.policy.blocks_queue else frozenset()
         if sub.parked:
             exclude = exclude.union(sub.parked)
@@ -273,7 +292,7 @@ class Delivering(Expiring):
                 credit = sub.credit(batch)
                 if credit <= 0:
                     continue
-                got = await self._fetch(sub, min(credit, batch))
+                got = await self._fetch(sub, min(credit, batch), sub.byte_room())
             except asyncio.CancelledError:
                 raise
             except GatewayError as exc:
@@ -440,7 +459,9 @@ class Delivering(Expiring):
                 # Ordered retries due again go out first, before anything behind them.
                 return [self._redeliver_held(sub, None, policy)
                         for _ in range(min(max_messages, len(sub.held)))]
-            got = await self._fetch(sub, max_messages)
+            # A pull of up to 10,000: the first one of a group reads a few to learn their size.
+            got = await self._fetch(sub, max_messages, self._config.max_unacked_bytes,
+                                    PROBE_FETCH)
             if got:
                 now, real = self._time.both()
                 if self._plain(sub):

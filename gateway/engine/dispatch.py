@@ -17,6 +17,11 @@ from gateway.core.record import Record
 from gateway.engine.api import ConsumerType, Delivery, SubscriptionSpec
 from gateway.errors import Unavailable
 
+PROBE_FETCH = 16
+"""Messages a pull receive fetches at most before the group knows their size
+(`Delivering._fetch`); a push dispatch batch is at most `dispatch_batch` anyway."""
+MAX_UNACKED_BYTES = 64 << 20
+"""Bytes of bodies one push consumer holds unsettled at most, by default (`--max-unacked-mb`)."""
 KEY_SHARED = ConsumerType.KEY_SHARED
 """A module constant for `pick`, once per message (see `gateway.core.states`)."""
 
@@ -48,7 +53,7 @@ class Consumer:
 
     def __init__(
         self, sub: Subscription, consumer_id: str, credit: int, max_unacked: int = 50_000,
-        policy: RetryPolicy | None = None,
+        policy: RetryPolicy | None = None, max_unacked_bytes: int = MAX_UNACKED_BYTES,
     ) -> None:
         self.sub = sub
         self._policy = policy
@@ -57,10 +62,15 @@ class Consumer:
         self.max_unacked = max_unacked
         """Most deliveries this consumer may hold unsettled; more credit waits until it settles
         (bounds the memory a consumer that never settles can hold in the gateway)."""
+        self.max_unacked_bytes = max_unacked_bytes
+        """Most bytes of bodies it may hold unsettled (at least one delivery): with large
+        messages the count alone bounds nothing (50,000 of 4 MiB)."""
+        self.unacked_bytes = 0
         self.outbox: deque[Delivery] = deque()
         self.ready = asyncio.Event()
         self.closed = False
-        self.receipts: set[str] = set()
+        self.receipts: dict[str, int] = {}
+        """The receipts of its unsettled deliveries, with their bodies' sizes."""
         self.cancelled = False
         self.on_close: Callable[[Consumer], object] | None = None
         self.on_cancel: Callable[[Consumer, list[str]], object] | None = None
@@ -111,19 +121,42 @@ class Consumer:
             self.sub.wake.set()
 
     def room(self) -> int:
-        """Deliveries this consumer may take now: its credit, within `max_unacked`."""
+        """Deliveries this consumer may take now: its credit, within `max_unacked` and (none
+        once it holds that many bytes) `max_unacked_bytes`."""
+        if self.unacked_bytes >= self.max_unacked_bytes:
+            return 0
         return min(self.credit, self.max_unacked - len(self.receipts))
+
+    def byte_room(self) -> int:
+        """Bytes of bodies it may take now (the delivery that passes it is the last)."""
+        return self.max_unacked_bytes - self.unacked_bytes
 
     def settled(self, receipt: str) -> None:
         """A delivery of this consumer's is settled; wakes the dispatcher if that gave room."""
-        receipts = self.receipts
-        receipts.discard(receipt)
-        if len(receipts) == self.max_unacked - 1 and self.credit > 0:
+        size = self.forget(receipt)
+        if self.credit > 0 and (len(self.receipts) == self.max_unacked - 1 or (
+                self.unacked_bytes < self.max_unacked_bytes <= self.unacked_bytes + size)):
             self.sub.wake.set()
+
+    def forget(self, receipt: str) -> int:
+        """Drop an unsettled delivery from the counts without waking anyone; its size."""
+        size = self.receipts.pop(receipt, 0)
+        self.unacked_bytes -= size
+        return size
+
+    def forget_all(self) -> None:
+        self.receipts.clear()
+        self.unacked_bytes = 0
+
+    def moved(self, old: str, new: str) -> None:
+        """A delivery got a new receipt (its invisible time changed)."""
+        self.receipts[new] = self.receipts.pop(old, 0)
 
     def push(self, delivery: Delivery) -> None:
         self.outbox.append(delivery)
-        self.receipts.add(delivery.receipt)
+        size = len(delivery.body)
+        self.receipts[delivery.receipt] = size
+        self.unacked_bytes += size
         self.credit -= 1
         self.ready.set()
 
@@ -132,7 +165,9 @@ class Consumer:
         if not deliveries:
             return
         self.outbox.extend(deliveries)
-        self.receipts.update([d.receipt for d in deliveries])
+        sizes = [len(d.body) for d in deliveries]
+        self.receipts.update(zip([d.receipt for d in deliveries], sizes, strict=True))
+        self.unacked_bytes += sum(sizes)
         self.credit -= len(deliveries)
         self.ready.set()
 
@@ -190,6 +225,8 @@ class Subscription:
     keeps its waiting retries)."""
     placed: bool = False
     """The back end was asked to create the group where its spec starts it."""
+    body_size: int = 0
+    """Mean body size of the messages fetched last (0: none yet); sizes the next fetch."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _turn: int = 0
     """Where `share` goes on dealing (an index into the consumers with room)."""
@@ -230,6 +267,10 @@ class Subscription:
                     break
         return total
 
+    def byte_room(self) -> int:
+        """The byte room of the consumers with room that get deliveries, summed (at least 1)."""
+        return max(1, sum([c.byte_room() for c in self.receivers() if c.room() > 0]))
+
     def announce(self) -> None:
         """Tell each consumer whether it is the one that gets deliveries, after the consumers
         changed (exclusive and failover subscriptions have one such at a time, in the order
@@ -268,6 +309,7 @@ class Subscription:
             return [], got
         run = max(1, self.policy.dispatch_run)
         rooms = [max(0, c.room()) for c in live]
+        byte_rooms = [c.byte_room() for c in live]
         left = sum(rooms)
         shares: list[list[StoredMessage]] = [[] for _ in live]
         turn = self._turn % count
@@ -277,9 +319,19 @@ class Subscription:
             while not rooms[turn]:
                 turn = (turn + 1) % count
             n = min(run, rooms[turn], total - taken)
+            budget = byte_rooms[turn]
+            for i in range(taken, taken + n):  # the bytes it may hold: the last one passes them
+                budget -= len(got[i].body)
+                if budget <= 0:
+                    n = i + 1 - taken
+                    break
+            byte_rooms[turn] = budget
             shares[turn].extend(got[taken:taken + n])
             rooms[turn] -= n
             left -= n
+            if budget <= 0:  # full: no more for it in this batch
+                left -= rooms[turn]
+                rooms[turn] = 0
             taken += n
             turn = (turn + 1) % count
         self._turn = turn

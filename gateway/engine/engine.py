@@ -68,7 +68,7 @@ class Engine(Delivering):
             sub.held.clear()
             sub.blocked_keys.clear()
             for consumer in sub.consumers:
-                consumer.receipts.clear()
+                consumer.forget_all()
                 consumer.credit += len(consumer.outbox)
                 consumer.outbox.clear()
             sub.wake.set()
@@ -111,9 +111,11 @@ class Engine(Delivering):
         check_batch("messages", len(messages))
         limit = self._config.max_message_bytes
         now = self.clock.now_ms()
+        size = 0
         for i, message in enumerate(messages):
-            check_message(message, i, now, limit)
+            size += check_message(message, i, now, limit)
         await self._check_topic(topic)
+        self._sizes[topic] = max(1, size // len(messages))
         if self.observers.publishing:
             return await self._publish_observed(topic, messages)
         ids = await self.backend.publish(topic, messages)
@@ -181,7 +183,7 @@ class Engine(Delivering):
             inf = self.inflight.pop(receipt)
             self._disarm(inf)
             if inf.consumer is not None:
-                inf.consumer.receipts.discard(receipt)
+                inf.consumer.forget(receipt)
         sub.held.clear()
         sub.blocked_keys.clear()
         for consumer in sub.consumers:

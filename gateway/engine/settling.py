@@ -310,8 +310,7 @@ class Settling(EngineBase):
                              blocks=inf.blocks)
             self.inflight[record.receipt] = moved
             if inf.consumer is not None:
-                inf.consumer.receipts.discard(inf.receipt)
-                inf.consumer.receipts.add(record.receipt)
+                inf.consumer.moved(inf.receipt, record.receipt)
             return
         self.inflight.pop(inf.receipt, None)
         if inf.consumer is not None:

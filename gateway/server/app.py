@@ -109,6 +109,7 @@ class GatewayApp:
             backend_name=self.backend.name,
             broadcast_idle_ms=round(config.broadcast_idle_s * 1000),
             max_unacked=config.max_unacked,
+            max_unacked_bytes=config.max_unacked_mb << 20,
         )
         from gateway.server.metrics import Metrics
 

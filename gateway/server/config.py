@@ -38,6 +38,9 @@ class ServeConfig:
     max_message_bytes: int = 4 * 1024 * 1024
     max_unacked: int = 50_000
     """Most deliveries one push consumer holds unsettled (1..1000000; see EngineConfig)."""
+    max_unacked_mb: int = 64
+    """Most MiB of message bodies one push consumer holds unsettled, at least one delivery
+    (1..65536; see EngineConfig)."""
     max_rpcs: int = 10_000
     """Calls (open streams included) the gRPC listener serves at once; more get
     RESOURCE_EXHAUSTED (1..1000000)."""
@@ -83,6 +86,8 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.max_rpcs <= 1_000_000:
             raise InvalidArgument("max_rpcs", self.max_rpcs, "1..1000000")
+        if not 1 <= self.max_unacked_mb <= 65536:
+            raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
         for name, address in self.listeners():
             if address or name == "listen":
                 check_listener(name, address, self)
@@ -180,7 +185,7 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
-               "max_unacked", "max_rpcs", "metrics_label_cap"},
+               "max_unacked", "max_unacked_mb", "max_rpcs", "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},

@@ -93,3 +93,39 @@ async def test_a_consume_batch_is_split_over_responses(app: GatewayApp) -> None:
             call.cancel()
         assert sorted(got) == sorted(bodies)
         assert max(per_response) <= 2, per_response
+
+
+async def test_a_consumer_that_does_not_read_holds_only_its_byte_limit(tmp_path: Path) -> None:
+    """A push consumer with all the credit it may have that never reads its stream: the
+    gateway hands it --max-unacked-mb of bodies (the last delivery passes it), not the whole
+    backlog; another consumer of the group gets the rest."""
+    topic = f"big-{uuid.uuid4().hex[:8]}"
+    async with (
+        running_gateway(tmp_path / "data", max_unacked_mb=4) as app,
+        grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel,
+    ):
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        await publish(stub, topic, 20)  # 30 MB
+
+        async def frames(first: gateway_pb2.ConsumeRequest) -> AsyncIterator[
+                gateway_pb2.ConsumeRequest]:
+            yield first
+            await asyncio.Event().wait()  # sends nothing more, settles nothing
+
+        stuck = stub.Consume(frames(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+            topic=topic, group="g", policy="rocketmq", prefetch=100_000))))
+        assert (await stuck.read()).WhichOneof("kind") == "subscribed"  # then reads nothing
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            held = app.engine.unsettled(topic, "g")
+            if len(held) >= 3:
+                break
+        await asyncio.sleep(0.3)
+        assert len(app.engine.unsettled(topic, "g")) == 3  # 4.5 MB: the third passes 4 MiB
+        other = stub.Consume(frames(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+            topic=topic, group="g", policy="rocketmq", prefetch=2))))
+        assert (await other.read()).WhichOneof("kind") == "subscribed"
+        got = await other.read()
+        assert got.WhichOneof("kind") == "deliveries"
+        stuck.cancel()
+        other.cancel()

@@ -62,6 +62,33 @@ async def test_credit_beyond_max_unacked_waits_until_the_consumer_settles() -> N
         await h.engine.close()
 
 
+async def test_a_consumer_holds_at_most_max_unacked_bytes_of_bodies() -> None:
+    """Large messages: the count limit alone would let one consumer hold 50,000 of 4 MiB. The
+    delivery that passes the byte limit is the last until settling brings it under again;
+    a message larger than the whole limit still goes out, alone."""
+    mib = 1 << 20
+    h = Harness(EngineConfig(backend_name="memory", max_unacked_bytes=3 * mib))
+    await h.engine.start()
+    try:
+        consumer = await h.open(h.spec("rocketmq"), credit=100)
+        await h.publish(*(bytes([i]) * mib for i in range(6)), b"small", b"x" * (4 * mib - 64))
+        held = list(consumer.outbox)
+        assert [d.body[0] for d in held] == [0, 1, 2]
+        assert consumer.unacked_bytes == 3 * mib
+        assert (await h.ack(held[0])).ok
+        assert (await h.ack(held[1])).ok
+        assert [d.body[0] for d in consumer.outbox][3:] == [3, 4]  # 2 MiB under: two fit
+        for d in list(consumer.outbox)[2:]:
+            assert (await h.ack(d)).ok
+        assert [d.body[0] for d in consumer.outbox][5:] == [5, ord("s"), ord("x")]
+        assert consumer.unacked_bytes == mib + 5 + 4 * mib - 64
+        for d in list(consumer.outbox)[5:]:
+            assert (await h.ack(d)).ok
+        assert consumer.unacked_bytes == 0 and consumer.receipts == {}
+    finally:
+        await h.engine.close()
+
+
 async def test_settled_deliveries_leave_no_timers(h: Harness) -> None:
     spec = h.spec("rocketmq-simple")
     await h.publish(b"x")
