@@ -61,15 +61,15 @@ class TableBackoff:
     def delay_ms(self, retry: int, request: RetryRequest, record: Record, now_ms: int) -> int:
         if request.delay_ms is not None:
             allowed = (
-                f"not accepted by this policy; ask for delay_level 1..{len(self.levels_ms)}"
+                f"unset (not accepted by this policy); ask for delay_level 1..{len(self.levels_ms)}"
                 if self.levels_ms
-                else "not accepted by this policy (its intervals are fixed)"
+                else "unset (not accepted by this policy: its intervals are fixed)"
             )
             raise InvalidArgument("delay_ms", request.delay_ms, allowed)
         if request.delay_level is not None:
             if not self.levels_ms:
                 raise InvalidArgument(
-                    "delay_level", request.delay_level, "not accepted by this policy"
+                    "delay_level", request.delay_level, "unset (not accepted by this policy)"
                 )
             return _level(self.levels_ms, request.delay_level)
         if retry <= len(self.table_ms):
@@ -90,11 +90,13 @@ class FixedBackoff:
 
     def delay_ms(self, retry: int, request: RetryRequest, record: Record, now_ms: int) -> int:
         if request.delay_level is not None:
-            raise InvalidArgument("delay_level", request.delay_level, "not accepted by this policy")
+            raise InvalidArgument("delay_level", request.delay_level,
+                                  "unset (not accepted by this policy)")
         if request.delay_ms is not None:
             if self.request_range_ms is None:
                 raise InvalidArgument(
-                    "delay_ms", request.delay_ms, "not accepted by this policy (fixed interval)"
+                    "delay_ms", request.delay_ms,
+                    "unset (not accepted by this policy: its interval is fixed)"
                 )
             low, high = self.request_range_ms
             return check_range("delay_ms", request.delay_ms, low, high, "ms")
@@ -137,7 +139,9 @@ class UntilDeadline:
     """Simple consumer: a failed delivery becomes visible when its invisible duration ends."""
 
     def delay_ms(self, retry: int, request: RetryRequest, record: Record, now_ms: int) -> int:
-        _no_request(request, "not accepted: change the invisible duration instead")
+        _no_request(request, "unset (not accepted by this policy: a failed delivery becomes "
+                             "visible again when its invisible duration ends; change the "
+                             "invisible duration to choose when)")
         return max(0, record.deadline_ms - now_ms)
 
     def describe(self) -> str:

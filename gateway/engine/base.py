@@ -36,11 +36,13 @@ from gateway.engine.config import EngineConfig
 from gateway.engine.dispatch import InFlight, Subscription
 from gateway.engine.observe import Observer, Observers, Tally, Transition
 from gateway.engine.timers import TimerService
-from gateway.errors import NotFound
+from gateway.errors import InvalidArgument, NotFound
 from gateway.limits import check_name
 
 log = structlog.get_logger("gateway.engine")
 
+BROADCAST = "broadcast"
+"""The option that turns a policy's broadcasting mode on: what a spec's `broadcast` sets."""
 RECEIPT_POOL = 1024
 """Receipts' random parts drawn per call to the system's random source."""
 DUE_REMEMBERED = 200_000
@@ -166,14 +168,24 @@ class EngineBase:
 
     # ----------------------------------------------------------- validation
     def policy_for(self, spec: SubscriptionSpec) -> RetryPolicy:
-        """The validated policy a subscription gets."""
+        """The validated policy a subscription gets. A policy without a broadcasting mode
+        refuses `broadcast` (the spec's field, not an option the subscriber set)."""
         check_name("topic", spec.topic)
         check_name("group", spec.group)
-        options = spec.options
-        if spec.broadcast:
-            options = dict(options)
-            options.setdefault("broadcast", "true")
-        return self._registry.policy(spec.policy, options, spec.naming, spec.consumer_type.value)
+        registry = self._registry
+        kind = spec.consumer_type.value
+        if not spec.broadcast or BROADCAST in spec.options:
+            return registry.policy(spec.policy, spec.options, spec.naming, kind)
+        try:
+            return registry.policy(spec.policy, {**spec.options, BROADCAST: "true"}, spec.naming,
+                                   kind)
+        except InvalidArgument as exc:
+            if exc.field != "policy_options" or exc.value != BROADCAST:
+                raise
+            modes = sorted(p for p in registry.policies if registry.traits_of(p).broadcast)
+            raise InvalidArgument(BROADCAST, True, f"false: policy {spec.policy} has no "
+                                  f"broadcasting mode (policies that broadcast: "
+                                  f"{', '.join(modes) or 'none'})") from None
 
     async def _check_topic(self, topic: str) -> None:
         if self._config.auto_create or topic in self._known_topics:

@@ -41,7 +41,8 @@ class Settling(EngineBase):
         guard: SettleGuard | None = None,
     ) -> list[SettleResult]:
         """Settle deliveries. Each result says what went wrong for its item; with `atomic` the
-        first bad item raises its error and nothing is applied. `guard` (the caller's access
+        first bad item raises its error (an `InvalidArgument` naming the item,
+        `settlements[i].<field>`) and nothing is applied. `guard` (the caller's access
         check, None when auth is off) is asked about each delivery's topic and group first."""
         batch = Batch()
         results: list[SettleResult] = []
@@ -226,13 +227,20 @@ class Settling(EngineBase):
     def _decide_all(
         self, settlements: Sequence[Settlement], now: int, guard: SettleGuard | None
     ) -> list[_Decided]:
+        """Every item decided, or the first bad one's error; an `InvalidArgument` names the
+        item (`settlements[i].delay_ms`: its index and the `Settlement` field), since the
+        caller cannot otherwise tell which of the batch it was."""
         seen: set[str] = set()
         decided: list[_Decided] = []
-        for item in settlements:
+        for i, item in enumerate(settlements):
             if item.receipt in seen:
                 raise StaleReceipt(item.receipt)
             seen.add(item.receipt)
-            decided.append(self._decide(item, now, guard))
+            try:
+                decided.append(self._decide(item, now, guard))
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"settlements[{i}].{exc.field}", exc.value,
+                                      exc.allowed) from None
         return decided
 
     def _event(self, item: Settlement) -> tuple[ev.Event, int, str]:

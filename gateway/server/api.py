@@ -54,8 +54,11 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         validate.receive(request)
         spec = convert.subscription(request)
         invisible = request.invisible_ms if request.invisible_ms else None
-        deliveries = await self.engine.receive(spec, request.max_messages, invisible,
-                                               request.wait_ms)
+        try:
+            deliveries = await self.engine.receive(spec, request.max_messages, invisible,
+                                                   request.wait_ms)
+        except InvalidArgument as exc:  # the policy's checks: name the request's field
+            raise convert.subscription_error(request, exc) from None
         deliveries, rest = fitting(deliveries)
         if rest:  # more than one response holds: give them back untouched, for the next call
             await self.engine.settle([Settlement(d.receipt, SettleAction.RELEASE) for d in rest])
@@ -66,7 +69,10 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
     async def Settle(self, request: gateway_pb2.SettleRequest, context: Ctx) -> Any:
         validate.settle(request)
         items = [convert.settlement(s) for s in request.settlements]
-        results = await self.engine.settle(items, atomic=True, guard=current_settle_guard())
+        try:
+            results = await self.engine.settle(items, atomic=True, guard=current_settle_guard())
+        except InvalidArgument as exc:  # the policy's checks: name the settlement's field
+            raise convert.settle_error(request, exc) from None
         failed = [r for r in results if not r.ok]
         if failed and failed[0].error_code == "UNAVAILABLE":
             raise Unavailable(failed[0].error)
@@ -83,7 +89,10 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         sub = first.subscribe
         validate.subscribe(sub)
         spec = convert.subscription(sub)
-        consumer = await self.engine.open_consumer(spec, sub.prefetch)
+        try:
+            consumer = await self.engine.open_consumer(spec, sub.prefetch)
+        except InvalidArgument as exc:  # the policy's checks: name the request's field
+            raise convert.subscription_error(sub, exc) from None
         policy = consumer.policy
         outbox: Outbox = asyncio.Queue()
         await outbox.put(
@@ -160,6 +169,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         previous: asyncio.Future[None] | None,
     ) -> None:
         items: list[Settlement] = []
+        positions: list[int] = []  # the place in the batch of each of `items`
         refused: dict[int, SettleResult] = {}
         response = gateway_pb2.ConsumeResponse()
         answer = response.results
@@ -169,6 +179,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             try:
                 validate.settlement(s, i)
                 items.append(convert.settlement(s))
+                positions.append(i)
             except InvalidArgument as exc:
                 refused[i] = SettleResult(s.receipt, False, exc.code, exc.message)
         receipts = list(batch.acks)
@@ -178,7 +189,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         except Exception:
             outbox.put_nowait(None)  # an unexpected failure ends the stream, as a read error does
             raise
-        answered = done
+        answered = convert.batch_results(batch.settlements, positions, done)
         if refused:
             answered = convert.in_order(len(batch.settlements), refused, answered)
         convert.add_results(results, answered)

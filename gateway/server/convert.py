@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from gateway.core.registry import SUBSCRIPTION_TYPE
 from gateway.engine.api import (
     ACK,
     ConsumerType,
@@ -14,8 +16,21 @@ from gateway.engine.api import (
     SettleResult,
     SubscriptionSpec,
 )
-from gateway.errors import InvalidArgument
+from gateway.errors import MESSAGE_CHARS, InvalidArgument, cut
 from gateway.v1 import gateway_pb2 as pb
+
+INVALID = InvalidArgument.code
+SETTLEMENT_FIELDS = {
+    "delay_ms": "fail.delay_ms",
+    "delay_level": "fail.delay_level",
+    "invisible_ms": "change_invisible.invisible_ms",
+}
+"""Where a field of the engine's `Settlement`, as the engine and the policies name it, is in a
+gateway.v1 `Settlement` (`reason` is in whichever action it came with)."""
+_ITEM = re.compile(r"settlements\[([0-9]+)\]\.(.+)", re.DOTALL)
+"""How an atomic settle names its refused item (`Settling._decide_all`)."""
+_FIELD = re.compile(r"([a-z_]+)=(.*)", re.DOTALL)
+"""A bare field at the start of an `InvalidArgument` message: `delay_ms=0 is not allowed: ...`."""
 
 CONSUMER_TYPES: dict[int, ConsumerType] = {
     pb.CONSUMER_TYPE_SHARED: ConsumerType.SHARED,
@@ -64,6 +79,70 @@ def settlement(msg: pb.Settlement) -> Settlement:
         return Settlement(msg.receipt, SettleAction.EXTEND,
                           invisible_ms=msg.change_invisible.invisible_ms)
     return Settlement(msg.receipt, SettleAction.DEAD_LETTER, reason=msg.dead_letter.reason)
+
+
+def subscription_error(
+    msg: pb.Subscribe | pb.ReceiveRequest, error: InvalidArgument
+) -> InvalidArgument:
+    """`error` (the engine's or the policy's refusal of a subscription) naming the request's
+    field: a policy names an option it reads bare (`max_retries`), which the request sets as
+    `policy_options['max_retries']`; the option `subscription_type`, when the request does not
+    set it, is the one the engine derived from `consumer_type`. Other fields are the request's
+    own already (`broadcast`, `invisible_ms`, `policy`, ...)."""
+    field = error.field
+    if field in msg.policy_options:
+        path = f"policy_options[{field!r}]"
+        return InvalidArgument(path, error.value, error.allowed)
+    if field == SUBSCRIPTION_TYPE:
+        kind = pb.ConsumerType.Name(msg.consumer_type)
+        return InvalidArgument("consumer_type", kind, error.allowed)
+    return error
+
+
+def settlement_path(msg: pb.Settlement, index: int, field: str) -> str:
+    """The request path of `field` (a field of the engine's `Settlement`, as the engine or a
+    policy names it) of `msg`, the settlement at `index`."""
+    if field == "reason":
+        return f"settlements[{index}].{msg.WhichOneof('action')}.reason"
+    return f"settlements[{index}].{SETTLEMENT_FIELDS.get(field, field)}"
+
+
+def settle_error(request: pb.SettleRequest, error: InvalidArgument) -> InvalidArgument:
+    """An atomic settle's refusal (`settlements[i].delay_ms`, in the engine's terms) naming the
+    refused settlement's field by its request path (`settlements[i].fail.delay_ms`)."""
+    item = _ITEM.fullmatch(error.field)
+    if item is None or int(item[1]) >= len(request.settlements):
+        return error
+    index = int(item[1])
+    path = settlement_path(request.settlements[index], index, item[2])
+    return InvalidArgument(path, error.value, error.allowed)
+
+
+def refused_at(msg: pb.Settlement, index: int, result: SettleResult) -> SettleResult:
+    """`result` (the engine's, for the settlement `msg` at `index` of a batch) with an
+    INVALID_ARGUMENT error that names the request path of the refused field
+    (`settlements[3].fail.delay_ms=0 is not allowed: ...`), as the edge's own checks do."""
+    if result.ok or result.error_code != INVALID:
+        return result
+    bare = _FIELD.fullmatch(result.error)
+    if bare is not None:
+        error = f"{settlement_path(msg, index, bare[1])}={bare[2]}"
+    else:
+        error = f"settlements[{index}]: {result.error}"
+    return SettleResult(result.receipt, False, result.error_code, cut(error, MESSAGE_CHARS))
+
+
+def batch_results(
+    batch: Sequence[pb.Settlement], positions: Sequence[int], done: Sequence[SettleResult]
+) -> Sequence[SettleResult]:
+    """The engine's results `done` for the settlements of `batch` at `positions`, their
+    INVALID_ARGUMENT errors naming each refused settlement's path (`refused_at`)."""
+    for r in done:
+        if not r.ok and r.error_code == INVALID:
+            break
+    else:
+        return done
+    return [refused_at(batch[i], i, r) for i, r in zip(positions, done, strict=True)]
 
 
 def in_order(
