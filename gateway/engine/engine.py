@@ -157,6 +157,9 @@ class Engine(Delivering):
             if sub.task is not None:
                 sub.task.cancel()
             self._void(sub)
+            self.observers.group_dropped(topic, group)
+        elif dropped:
+            self.observers.group_dropped(topic, group)
         return dropped
 
     async def seek(self, topic: str, group: str, *, message_id: str = "",

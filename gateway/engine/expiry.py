@@ -111,6 +111,7 @@ class Expiring(Settling):
             log.warning("broadcast group not dropped", topic=sub.topic, group=sub.group,
                         error=exc.message)
             return
+        self.observers.group_dropped(sub.topic, sub.group)
         log.info("broadcast group dropped", topic=sub.topic, group=sub.group)
 
     async def _drop_idle(self, keys: list[int]) -> None:

@@ -92,6 +92,16 @@ class PublishObserver(Protocol):
     ) -> tuple[Sequence[OutMessage], PublishDone]: ...
 
 
+class GroupForgetter(Protocol):
+    """An observer that keeps something per group offers `forget_group`: told when the engine
+    drops a group (a reader's non-durable subscription, a broadcast consumer's own group), it
+    forgets what it kept for it."""
+
+    def on_transition(self, transition: Transition) -> None: ...
+
+    def forget_group(self, topic: str, group: str) -> None: ...
+
+
 class Observers:
     """Fans transitions out to observers, logging (never raising) their failures."""
 
@@ -105,6 +115,8 @@ class Observers:
         """Observers told each settlement's latency (`observe_settle`)."""
         self.publishing: list[PublishObserver] = []
         """Observers that watch publishes too (`on_publish`)."""
+        self.forgetting: list[GroupForgetter] = []
+        """Observers told when a group is dropped (`forget_group`)."""
         for observer in observers:
             self.add(observer)
 
@@ -114,6 +126,8 @@ class Observers:
             self.settle_timers.append(cast(SettleTimer, observer))
         if callable(getattr(observer, "on_publish", None)):
             self.publishing.append(cast(PublishObserver, observer))
+        if callable(getattr(observer, "forget_group", None)):
+            self.forgetting.append(cast(GroupForgetter, observer))
         if callable(getattr(observer, "count_transition", None)):
             self.counters.append(cast(TransitionCounter, observer))
         else:
@@ -164,6 +178,14 @@ class Observers:
                         timer.observe_settle(policy, to_state, one)
             except Exception:  # observers never break message flow
                 log.exception("observer failed", observer=type(timer).__name__)
+
+    def group_dropped(self, topic: str, group: str) -> None:
+        """Tell the observers that keep something per group that `group` is gone."""
+        for observer in self.forgetting:
+            try:
+                observer.forget_group(topic, group)
+            except Exception:  # observers never break message flow
+                log.exception("observer failed", observer=type(observer).__name__)
 
     def emit(self, transition: Transition) -> None:
         """Give `transition` to every observer."""

@@ -35,6 +35,10 @@ class GroupTotals:
             counts = self._counts[key] = {}
         counts[to_state] = counts.get(to_state, 0) + n
 
+    def forget_group(self, topic: str, group: str) -> None:
+        """The engine dropped the group: it is no longer counted, nor listed."""
+        self._counts.pop((topic, group), None)
+
     def groups(self) -> list[tuple[str, str]]:
         """Every (topic, group) counted."""
         return list(self._counts)

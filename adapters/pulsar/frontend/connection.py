@@ -469,4 +469,8 @@ class Connection:
         registry.leave(topic, subscription, self.key(session.consumer_id))
         await session.close()
         if not session.durable and topic and not registry.count(topic, subscription):
-            await self._shared.engine.drop_group(topic, subscription)  # a reader's
+            try:
+                await self._shared.engine.drop_group(topic, subscription)  # a reader's
+            except GatewayError as exc:  # the connection's other consumers still close
+                log.warning("reader's subscription not dropped", topic=topic,
+                            subscription=subscription, error=exc.message)
