@@ -14,7 +14,7 @@ from dataclasses import fields
 import structlog
 
 from gateway import logs
-from gateway.errors import GatewayError, InvalidArgument
+from gateway.errors import GatewayError, InvalidArgument, Unavailable
 from gateway.product import installed, settings_of
 from gateway.server.config import ServeConfig, backends, env_name, load
 
@@ -160,7 +160,13 @@ async def serve(config: ServeConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     app = GatewayApp(config)
-    await app.start()
+    try:
+        await app.start()
+    except BaseException as exc:
+        await app.abandon()
+        if isinstance(exc, OSError):  # a listener could not bind: one line, not a traceback
+            raise Unavailable(f"cannot start: {exc}") from None
+        raise
     tune_gc()
     grpc_at = f"{config.listen.rsplit(':', 1)[0]}:{app.grpc_port}"
     logs.announce(f"gateway listening on {grpc_at}", listen=grpc_at)

@@ -209,14 +209,18 @@ class GatewayApp:
         )
         reflection.enable_server_reflection(names, server)
         host, port = check_listener("listen", cfg.listen, cfg)
-        if cfg.tls_cert:
-            bound = server.add_secure_port(f"{host}:{port}", self._tls())
-        else:
-            bound = server.add_insecure_port(f"{host}:{port}")
+        try:
+            if cfg.tls_cert:
+                bound = server.add_secure_port(f"{host}:{port}", self._tls())
+            else:
+                bound = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # grpc's "Failed to bind": the port is taken, or not this host's
+            bound = 0
         if bound == 0:
             from gateway.errors import Unavailable
 
-            raise Unavailable(f"cannot listen on {cfg.listen}")
+            raise Unavailable(f"cannot listen on {cfg.listen} (listen): the address is in use "
+                              "or not one of this host's")
         self.grpc_port = bound
         if cfg.console_listen:
             # The console calls the admin API over a Unix socket in a directory only this user
@@ -232,8 +236,14 @@ class GatewayApp:
         if cfg.admin_listen:
             ahost, aport = check_listener("admin_listen", cfg.admin_listen, cfg)
             self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
-            self.metrics_port = self.metrics.serve(
-                ahost, aport, self._ssl_context() if cfg.tls_cert else None)
+            try:
+                self.metrics_port = self.metrics.serve(
+                    ahost, aport, self._ssl_context() if cfg.tls_cert else None)
+            except OSError as exc:
+                from gateway.errors import Unavailable
+
+                raise Unavailable(f"cannot listen on {cfg.admin_listen} (admin_listen): "
+                                  f"{exc.strerror or exc}") from None
         await self._health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         await self._set_serving(self.backend.healthy())
         self.backend.on_state_change(self._health_changed.set)
@@ -343,6 +353,20 @@ class GatewayApp:
             await self._close_tracing()
         log.info("gateway stopped")
 
+
+    async def abandon(self) -> None:
+        """Undo a start that failed half way (a listener's address taken, say): whatever
+        started stops at once, without a drain, and the store closes."""
+        for front in self.front_ends.values():
+            with contextlib.suppress(Exception):
+                await front.stop()
+        with contextlib.suppress(Exception):
+            await self._stop_console()
+        if self.server is not None:
+            await self.server.stop(0)
+        with contextlib.suppress(Exception):
+            await self.engine.close()
+        self.metrics.close()
 
     async def _close_tracing(self) -> None:
         """Export the spans still pending, for at most TRACING_FLUSH_S (a collector that is
