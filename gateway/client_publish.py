@@ -4,8 +4,8 @@
         ids = await publisher.publish("orders", [b"order-1", b"order-2"])
 
 `publish` takes what `GatewayClient.publish` takes and returns the same ids, durable. Calls from
-several tasks go out pipelined on the one stream (the gateway answers each in order), which
-costs the gateway about half of what a `Publish` call does per batch. A refused batch raises the
+several tasks go out pipelined on the one stream (the gateway answers each in order); a batch
+costs the gateway about a third less than a `Publish` call. A refused batch raises the
 same typed error (`gateway.client_errors`) a `Publish` call would, and the stream goes on. When
 the stream itself fails (the gateway went away, say), every publish waiting for an answer raises
 that failure, and so does the next `publish`: open another publisher. A publish whose answer
