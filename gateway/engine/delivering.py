@@ -220,14 +220,16 @@ class Delivering(Expiring):
         )
 
     async def _fetch(
-        self, sub: Subscription, want: int, budget: int, probe: int | None = None
+        self, sub: Subscription, want: int, budget: int | None, probe: int | None = None
     ) -> list[StoredMessage]:
-        """Up to `want` messages for `sub`, and about `budget` bytes of bodies: as many as that
-        holds at the size of the last ones fetched, or else of the topic's last publish, or
-        else `probe` (if given), so that a backlog of large messages is not read into memory
-        only to be given back."""
+        """Up to `want` messages for `sub`, and about `budget` bytes of bodies (None: what its
+        consumers have room for): as many as that holds at the size of the last ones fetched,
+        or else of the topic's last publish, or else `probe` (if given), so that a backlog of
+        large messages is not read into memory only to be given back."""
         size = sub.body_size or self._sizes.get(sub.topic, 0)
         if size:
+            if budget is None:  # what the subscription's consumers have room for
+                budget = sub.byte_room(want * size)
             want = min(want, max(1, budget // size))
         elif probe is not None:
             want = min(want, probe)
@@ -292,7 +294,7 @@ class Delivering(Expiring):
                 credit = sub.credit(batch)
                 if credit <= 0:
                     continue
-                got = await self._fetch(sub, min(credit, batch), sub.byte_room())
+                got = await self._fetch(sub, min(credit, batch), None)
             except asyncio.CancelledError:
                 raise
             except GatewayError as exc:

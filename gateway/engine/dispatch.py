@@ -267,9 +267,16 @@ class Subscription:
                     break
         return total
 
-    def byte_room(self) -> int:
-        """The byte room of the consumers with room that get deliveries, summed (at least 1)."""
-        return max(1, sum([c.byte_room() for c in self.receivers() if c.room() > 0]))
+    def byte_room(self, enough: int) -> int:
+        """The byte room of the consumers with room that get deliveries, summed (at least 1);
+        the sum stops once it reaches `enough`."""
+        total = 0
+        for consumer in self.receivers():
+            if consumer.room() > 0:
+                total += consumer.byte_room()
+                if total >= enough:
+                    break
+        return max(1, total)
 
     def announce(self) -> None:
         """Tell each consumer whether it is the one that gets deliveries, after the consumers
