@@ -162,6 +162,7 @@ class RabbitMQBackend(Backend):
         now_ms: int,
         *,
         exclude_keys: frozenset[str] = frozenset(),
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         """Lease buffered deliveries in arrival order; excluded keys stay buffered in order.
 

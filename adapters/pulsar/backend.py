@@ -288,6 +288,7 @@ class PulsarBackend(Backend):
         now_ms: int,
         *,
         exclude_keys: frozenset[str] = frozenset(),
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         """Lease received messages in arrival order (the first call subscribes and usually
         returns nothing yet). Messages whose deliver-at has not come are left buffered."""

@@ -175,6 +175,7 @@ class Backend(abc.ABC):
         now_ms: int,
         *,
         exclude_keys: frozenset[str] = frozenset(),
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         """Lease up to `max_messages` messages of `topic` visible at `now_ms` to `group`.
 
@@ -183,6 +184,11 @@ class Backend(abc.ABC):
         visible): ordered consumption uses this to block a message group behind its failing head.
         Where the back end keeps per-key order, a key is skipped entirely after the first skipped
         message so its later messages are not handed out before it.
+
+        `max_bytes` (None: no bound) asks for no more bodies than that, the message that passes
+        it being the last (at least one is handed out): a back end that reads messages from
+        disk to hand them out (the embedded store) reads no more; one that holds them in
+        memory anyway may ignore it.
         """
 
     @abc.abstractmethod

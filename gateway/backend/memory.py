@@ -274,6 +274,7 @@ class InMemoryBackend(Backend):
         now_ms: int,
         *,
         exclude_keys: frozenset[str] = frozenset(),
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         self._ready()
         if max_messages <= 0:

@@ -119,9 +119,6 @@ class EngineBase:
         self._accepting = True
         self._tasks: set[asyncio.Task[None]] = set()
         self._known_topics: set[str] = set(self._config.topics)
-        self._sizes: dict[str, int] = {}
-        """Mean size of the messages of each topic's last publish through this engine: sizes
-        a group's fetches before it has fetched any (`Delivering._fetch`)."""
         self._tally: Tally | None = None
         """While a batch is carried out: its transition counts, given to the counting observers
         once at its end (see `_counted`)."""

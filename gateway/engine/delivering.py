@@ -20,7 +20,6 @@ from gateway.engine.api import ConsumerType, Delivery, InitialPosition, Subscrip
 from gateway.engine.base import Batch
 from gateway.engine.dispatch import (
     KEY_SHARED,
-    PROBE_FETCH,
     Consumer,
     InFlight,
     Subscription,
@@ -219,38 +218,24 @@ class Delivering(Expiring):
             group=inf.sub.group,
         )
 
-    async def _fetch(
-        self, sub: Subscription, want: int, budget: int | None, probe: int | None = None
-    ) -> list[StoredMessage]:
-        """Up to `want` messages for `sub`, and about `budget` bytes of bodies (None: what its
-        consumers have room for): as many as that holds at the size of the last ones fetched,
-        or else of the topic's last publish, or else `probe` (if given), so that a backlog of
-        large messages is not read into memory only to be given back."""
-        size = sub.body_size or self._sizes.get(sub.topic, 0)
-        if size:
-            if budget is None:  # what the subscription's consumers have room for
-                budget = sub.byte_room(want * size)
-            want = min(want, max(1, budget // size))
-        elif probe is not None:
-            want = min(want, probe)
-        got = await self._fetch_from(sub, want)
-        if got:
-            sub.body_size = max(1, sum([len(s.body) for s in got]) // len(got))
-        return got
-
-    async def _fetch_from(self, sub: Subscription, want: int) -> list[StoredMessage]:
+    async def _fetch(self, sub: Subscription, want: int, budget: int | None) -> list[StoredMessage]:
+        """Up to `want` messages for `sub`, their bodies within about `budget` bytes (None: what
+        its consumers have room for): the back end reads no more from disk than that, so a
+        backlog of large messages is not read into memory only to be given back."""
+        if budget is None:
+            budget = sub.byte_room(self._config.max_unacked_bytes)
         exclude = frozenset(sub.blocked_keys) if sub.policy.blocks_queue else frozenset()
         if sub.parked:
             exclude = exclude.union(sub.parked)
         got: list[StoredMessage] = []
         now = self.clock.now_ms()
         for source in sub.sources:
-            if len(got) >= want:
+            if len(got) >= want or budget <= 0:
                 break
-            got.extend(
-                await self.backend.fetch(source, sub.group, want - len(got), now,
-                                         exclude_keys=exclude)
-            )
+            more = await self.backend.fetch(source, sub.group, want - len(got), now,
+                                            exclude_keys=exclude, max_bytes=budget)
+            budget -= sum([len(s.body) for s in more])
+            got.extend(more)
         return await self._filter(sub, got)
 
     async def _filter(self, sub: Subscription, got: list[StoredMessage]) -> list[StoredMessage]:
@@ -461,9 +446,7 @@ class Delivering(Expiring):
                 # Ordered retries due again go out first, before anything behind them.
                 return [self._redeliver_held(sub, None, policy)
                         for _ in range(min(max_messages, len(sub.held)))]
-            # A pull of up to 10,000: the first one of a group reads a few to learn their size.
-            got = await self._fetch(sub, max_messages, self._config.max_unacked_bytes,
-                                    PROBE_FETCH)
+            got = await self._fetch(sub, max_messages, self._config.max_unacked_bytes)
             if got:
                 now, real = self._time.both()
                 if self._plain(sub):

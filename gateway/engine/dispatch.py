@@ -17,9 +17,6 @@ from gateway.core.record import Record
 from gateway.engine.api import ConsumerType, Delivery, SubscriptionSpec
 from gateway.errors import Unavailable
 
-PROBE_FETCH = 16
-"""Messages a pull receive fetches at most before the group knows their size
-(`Delivering._fetch`); a push dispatch batch is at most `dispatch_batch` anyway."""
 MAX_UNACKED_BYTES = 64 << 20
 """Bytes of bodies one push consumer holds unsettled at most, by default (`--max-unacked-mb`)."""
 KEY_SHARED = ConsumerType.KEY_SHARED
@@ -225,8 +222,6 @@ class Subscription:
     keeps its waiting retries)."""
     placed: bool = False
     """The back end was asked to create the group where its spec starts it."""
-    body_size: int = 0
-    """Mean body size of the messages fetched last (0: none yet); sizes the next fetch."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _turn: int = 0
     """Where `share` goes on dealing (an index into the consumers with room)."""

@@ -111,11 +111,9 @@ class Engine(Delivering):
         check_batch("messages", len(messages))
         limit = self._config.max_message_bytes
         now = self.clock.now_ms()
-        size = 0
         for i, message in enumerate(messages):
-            size += check_message(message, i, now, limit)
+            check_message(message, i, now, limit)
         await self._check_topic(topic)
-        self._sizes[topic] = max(1, size // len(messages))
         if self.observers.publishing:
             return await self._publish_observed(topic, messages)
         ids = await self.backend.publish(topic, messages)

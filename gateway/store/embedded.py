@@ -265,11 +265,12 @@ class EmbeddedStore(Backend):
         now_ms: int,
         *,
         exclude_keys: frozenset[str] = frozenset(),
+        max_bytes: int | None = None,
     ) -> list[StoredMessage]:
         """See `Backend.fetch` and `gateway.store.fetch`."""
         return await fetch(
             self._catalog, self._supervisor, topic, group, max_messages, now_ms,
-            exclude_keys=exclude_keys,
+            exclude_keys=exclude_keys, max_bytes=max_bytes,
         )
 
     async def wait(self, topic: str, group: str, timeout_s: float) -> None:

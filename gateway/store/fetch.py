@@ -41,8 +41,10 @@ async def fetch(
     now_ms: int,
     *,
     exclude_keys: frozenset[str] = frozenset(),
+    max_bytes: int | None = None,
 ) -> list[StoredMessage]:
-    """`Backend.fetch` on the store's index (see the module docstring)."""
+    """`Backend.fetch` on the store's index (see the module docstring). `max_bytes` bounds the
+    bodies read from SQLite (the tail's are in memory already)."""
     supervisor.ready()
     if max_messages <= 0:
         return []
@@ -58,12 +60,14 @@ async def fetch(
             await paging.page_in(catalog, supervisor, state)
             state.advance(now_ms)
         state.unhold(exclude_keys)
-        out, again = await _take(catalog, supervisor, state, max_messages, now_ms, exclude_keys)
-        if again and len(out) < max_messages:
+        out, again = await _take(catalog, supervisor, state, max_messages, now_ms, exclude_keys,
+                                 max_bytes)
+        left = None if max_bytes is None else max_bytes - sum([len(m.body) for m in out])
+        if again and len(out) < max_messages and (left is None or left > 0):
             # The tail's scan put messages due in the ready heap that it keeps without their
             # body (delayed when published): read them now, not in the next fetch.
             more, _ = await _take(
-                catalog, supervisor, state, max_messages - len(out), now_ms, exclude_keys
+                catalog, supervisor, state, max_messages - len(out), now_ms, exclude_keys, left
             )
             out += more
         return out
@@ -76,10 +80,11 @@ async def _take(
     max_messages: int,
     now_ms: int,
     exclude_keys: frozenset[str],
+    max_bytes: int | None = None,
 ) -> tuple[list[StoredMessage], bool]:
     """One pass of `fetch` under the group's lock: the ready heap first, then a scan. True
     with what it hands out when a scan of the tail made messages ready that it could not hand
-    out (kept without their body)."""
+    out (kept without their body). Ready entries left unread for `max_bytes` go back."""
     writer, reader = supervisor.ready()
     index = state.topic
     generation = catalog.generation
@@ -106,6 +111,7 @@ async def _take(
         now_ms,
         exclude_keys,
         SCAN_CAP,
+        max_bytes,
     )
     try:
         scan = await reader.run(lambda conn: rd.scan(conn, *args))
@@ -117,7 +123,13 @@ async def _take(
         # The store failed meanwhile: this index is gone, its leases would be void.
         raise Unavailable("embedded store failed during the fetch")
     out: list[StoredMessage] = []
-    for visible_at, pos, _ in candidates:
+    cut = frozenset(scan.cut)
+    for entry in candidates:
+        visible_at, pos, _ = entry
+        if pos in cut:  # not read: over the fetch's max_bytes
+            heapq.heappush(state.ready, entry)
+            state.dirty = True
+            continue
         row = scan.rows.get(pos)
         if row is None:
             continue

@@ -60,6 +60,8 @@ class Scan:
     passed: list[Meta]
     next_pos: int
     more: bool
+    cut: tuple[int, ...] = ()
+    """Candidates left unread: their bodies would have passed the fetch's `max_bytes`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,25 +253,30 @@ def scan(
     now_ms: int,
     exclude: frozenset[str],
     scan_cap: int,
+    max_bytes: int | None = None,
 ) -> Scan:
     """Scan from `cursor` (below `until`) for up to `need` visible messages not in `exclude`.
 
     Scanned messages that are delayed or excluded are returned in `passed`; `candidates` (already
-    scanned positions) are loaded in full together with the taken ones.
+    scanned positions) are loaded in full together with the taken ones. With `max_bytes`, the
+    candidates and then the taken ones are loaded only while their bodies stay within it (the
+    one that passes it is the last): the rest of the candidates are `cut`, and the scan ends
+    before the first taken one left out (it is scanned again next time).
     """
     base = topic_base(topic_id)
     taken: list[Meta] = []
     passed: list[Meta] = []
+    sizes: list[int] = []
     next_pos = cursor
     more = False
     if need > 0 and cursor < until:
         rows = conn.execute(
-            "SELECT id, key, deliver_at_ms, attempt, retries FROM messages"
+            "SELECT id, key, deliver_at_ms, attempt, retries, length(body) FROM messages"
             " WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
             (base + cursor, base + until, scan_cap),
         )
         seen = 0
-        for rid, key, deliver_at, attempt, retries in rows:
+        for rid, key, deliver_at, attempt, retries, size in rows:
             seen += 1
             meta = Meta(rid - base, key, deliver_at, attempt, retries)
             next_pos = meta.pos + 1
@@ -277,13 +284,54 @@ def scan(
                 passed.append(meta)
                 continue
             taken.append(meta)
+            sizes.append(size or 0)
             if len(taken) >= need:
                 break
         rows.close()
         more = len(taken) >= need or seen >= scan_cap
+    cut: tuple[int, ...] = ()
+    if max_bytes is not None and (candidates or taken):
+        kept, left = _within(conn, base, candidates, max_bytes)
+        cut = tuple(candidates[kept:])
+        candidates = candidates[:kept]
+        count = _count_within(sizes, left) if left > 0 and not cut else 0
+        if count < len(taken):
+            next_pos = taken[count].pos
+            taken = taken[:count]
+            passed = [meta for meta in passed if meta.pos < next_pos]
+            more = True
     positions = list(candidates) + [meta.pos for meta in taken]
     full = load_rows(conn, topic_id, gid, positions, candidates) if positions else {}
-    return Scan(full, taken, passed, next_pos, more)
+    return Scan(full, taken, passed, next_pos, more, cut)
+
+
+def _within(
+    conn: sqlite3.Connection, base: int, candidates: Sequence[int], max_bytes: int
+) -> tuple[int, int]:
+    """How many of `candidates` (in their order) to load within `max_bytes` (the one that
+    passes it is the last, at least one), and the bytes left after them (0 or less: none)."""
+    if not candidates:
+        return 0, max_bytes
+    sizes: dict[int, int] = {}
+    select = "SELECT id, length(body) FROM messages WHERE"
+    for rid, size in _by_ids(conn, select, "id", sorted(base + pos for pos in candidates)):
+        sizes[rid - base] = size or 0
+    left = max_bytes
+    for n, pos in enumerate(candidates):
+        left -= sizes.get(pos, 0)
+        if left <= 0:
+            return n + 1, left
+    return len(candidates), left
+
+
+def _count_within(sizes: Sequence[int], max_bytes: int) -> int:
+    """How many of `sizes` (in order) fit within `max_bytes`, the one that passes it included."""
+    left = max_bytes
+    for n, size in enumerate(sizes):
+        left -= size
+        if left <= 0:
+            return n + 1
+    return len(sizes)
 
 
 def scan_meta(
