@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import shutil
+import socket
 import ssl
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -209,6 +211,7 @@ class GatewayApp:
         )
         reflection.enable_server_reflection(names, server)
         host, port = check_listener("listen", cfg.listen, cfg)
+        _check_free("listen", cfg.listen, host, port)
         try:
             if cfg.tls_cert:
                 bound = server.add_secure_port(f"{host}:{port}", self._tls())
@@ -376,6 +379,28 @@ class GatewayApp:
         except TimeoutError:
             log.warning("tracing: pending spans not exported before exit",
                         waited_s=TRACING_FLUSH_S)
+
+
+def _check_free(field: str, value: str, host: str, port: int) -> None:
+    """Refuse an address some socket listens on already, before grpc tries it (grpc's core
+    logs its own line to stderr first). Only "in use" is decided here; grpc decides the rest."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    from gateway.errors import Unavailable
+
+                    raise Unavailable(f"cannot listen on {value} ({field}): the address is in "
+                                      "use") from None
 
 
 @contextlib.asynccontextmanager

@@ -26,6 +26,7 @@ def test_a_taken_address_is_one_line_and_exit_2(tmp_path: Path, flag: str) -> No
             [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path / "data"),
              *args, flag, address], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("gateway: error: cannot ") and address.split(":")[1] in last, last
     assert "Traceback" not in done.stderr and "never awaited" not in done.stderr, done.stderr
