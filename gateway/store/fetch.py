@@ -62,7 +62,9 @@ async def fetch(
         state.unhold(exclude_keys)
         out, again = await _take(catalog, supervisor, state, max_messages, now_ms, exclude_keys,
                                  max_bytes)
-        left = None if max_bytes is None else max_bytes - sum([len(m.body) for m in out])
+        left = max_bytes
+        if again and left is not None:
+            left -= sum([len(m.body) for m in out])
         if again and len(out) < max_messages and (left is None or left > 0):
             # The tail's scan put messages due in the ready heap that it keeps without their
             # body (delayed when published): read them now, not in the next fetch.

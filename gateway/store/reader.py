@@ -308,20 +308,17 @@ def scan(
 def _within(
     conn: sqlite3.Connection, base: int, candidates: Sequence[int], max_bytes: int
 ) -> tuple[int, int]:
-    """How many of `candidates` (in their order) to load within `max_bytes` (the one that
-    passes it is the last, at least one), and the bytes left after them (0 or less: none)."""
+    """How many of `candidates` (in their order) to load within `max_bytes` (`_count_within`),
+    and the bytes left after them (0 or less: none)."""
     if not candidates:
         return 0, max_bytes
-    sizes: dict[int, int] = {}
+    found: dict[int, int] = {}
     select = "SELECT id, length(body) FROM messages WHERE"
     for rid, size in _by_ids(conn, select, "id", sorted(base + pos for pos in candidates)):
-        sizes[rid - base] = size or 0
-    left = max_bytes
-    for n, pos in enumerate(candidates):
-        left -= sizes.get(pos, 0)
-        if left <= 0:
-            return n + 1, left
-    return len(candidates), left
+        found[rid - base] = size or 0
+    sizes = [found.get(pos, 0) for pos in candidates]
+    count = _count_within(sizes, max_bytes)
+    return count, max_bytes - sum(sizes[:count])
 
 
 def _count_within(sizes: Sequence[int], max_bytes: int) -> int:
