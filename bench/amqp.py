@@ -29,7 +29,7 @@ import uuid
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
-from bench.gateway import proc_stats, start_process, stop_process
+from bench.gateway import proc_stats, start_process, start_profiler, stop_process, stop_profiler
 from gateway.client import GatewayClient
 from gateway.v1 import gateway_pb2
 
@@ -91,6 +91,7 @@ async def run_gateway(args: argparse.Namespace) -> tuple[float, float, float]:
                     consume_all(client, topic, args.messages, args.prefetch, subscribed)
                 )
                 await subscribed.wait()
+                spy = await start_profiler(args.profile, proc.pid)
                 gateway_cpu, client_cpu = proc_stats(proc.pid).cpu_s, time.process_time()
                 started = time.perf_counter()
                 await publish_all(client, topic, args)
@@ -98,6 +99,7 @@ async def run_gateway(args: argparse.Namespace) -> tuple[float, float, float]:
                 elapsed = time.perf_counter() - started
                 gateway_cpu = proc_stats(proc.pid).cpu_s - gateway_cpu
                 client_cpu = time.process_time() - client_cpu
+                await stop_profiler(spy)
         finally:
             await stop_process(proc)
             await cleanup(args.url, topic)
@@ -156,6 +158,8 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--publishers", type=int, default=4)
     parser.add_argument("--prefetch", type=int, default=1000)
+    parser.add_argument("--profile", default="",
+                        help="write py-spy raw stacks of the gateway to this file")
     args = parser.parse_args()
     gateway_s, gateway_cpu, client_cpu = await run_gateway(args)
     naive_s = await run_naive(args.url, args.messages, args.size)

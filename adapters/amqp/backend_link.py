@@ -15,6 +15,7 @@ import aio_pika
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError, ChannelPreconditionFailed
 
+from adapters.amqp import receiver
 from gateway.errors import InvalidArgument, Unavailable
 
 BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
@@ -41,6 +42,7 @@ class Link:
         """Connect (robustly) and open the publishing and consuming channels."""
         if self.connection is not None:
             return
+        receiver.install()
         try:
             connection = await aio_pika.connect_robust(
                 self._url,
