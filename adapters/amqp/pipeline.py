@@ -1,36 +1,33 @@
 """Publish a batch as one socket write, then wait for all its confirms at once.
 
 aiormq's `basic_publish` takes the channel lock, writes and drains once per message, which costs
-about 4x the CPU of the work itself. Here the whole batch is marshalled first, then, under the same
-channel lock and with the same bookkeeping aiormq keeps (publish sequence numbers, one confirmation
-future per message, message id -> sequence number for `basic.return`), it is queued as one write.
-Nacks, returns of mandatory messages and channel closes fail the futures exactly as they do for
-`basic_publish`, so callers see aiormq's exceptions (a returned message raises `PublishError`
-whether or not the channel was opened with `on_return_raises`). Any other channel type falls back to
-`basic_publish` per message.
+about 4x the CPU of the work itself. Here the whole batch is marshalled first (by `wire`), then,
+under the same channel lock and with the same bookkeeping aiormq keeps (publish sequence numbers,
+an entry per message in `channel.confirmations`, message id -> sequence number for
+`basic.return`), it is queued as one write. Nacks, returns of mandatory messages and channel
+closes fail a batch exactly as they fail `basic_publish`, so callers see aiormq's exceptions (a
+returned message raises `PublishError` whether or not the channel was opened with
+`on_return_raises`). Any other channel type falls back to `basic_publish` per message.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
 import aiormq
 from aiormq.abc import AbstractChannel, ChannelFrame, DeliveredMessage
 from pamqp import commands as spec
-from pamqp.body import ContentBody
-from pamqp.header import ContentHeader
 
-Item = tuple[str, str, bytes, spec.Basic.Properties]
-"""(exchange, routing key, body, properties) of one mandatory publish."""
+from adapters.amqp import wire
+from adapters.amqp.wire import Item
 
-
-def chunks(body: bytes, size: int) -> list[ContentBody]:
-    return [ContentBody(body[start : start + size]) for start in range(0, len(body), size)]
+__all__ = ["Item", "Written", "publish_batch", "write_mandatory"]
 
 
-def forget(channel: aiormq.Channel, message_id: str, tag: int, _: object) -> None:
+def forget(channel: aiormq.Channel, message_id: str, tag: int, _: object = None) -> None:
     if channel.message_id_delivery_tag.get(message_id) == tag:
         del channel.message_id_delivery_tag[message_id]
 
@@ -44,31 +41,100 @@ async def write_mandatory(channel: aiormq.Channel, items: Sequence[Item]) -> Wri
     publish sequence number and a future per item (settled by a confirm, a nack or a
     `basic.return`), message id -> sequence number. If the write cannot be queued, the
     bookkeeping is undone and the error raised."""
-    frames: list[spec.Basic.Publish | ContentHeader | ContentBody] = []
-    for exchange, route, body, props in items:
-        frames.append(spec.Basic.Publish(exchange=exchange, routing_key=route, mandatory=True))
-        frames.append(ContentHeader(properties=props, body_size=len(body)))
-        frames.extend(chunks(body, channel.max_content_size))
-    payload = ChannelFrame.marshall(channel_number=channel.number, frames=frames)
-    written: Written = []
+
+    def track(_: int, tag: int, message_id: str | None) -> asyncio.Future[object]:
+        future = channel.create_future()
+        if message_id:
+            future.add_done_callback(partial(forget, channel, message_id, tag))
+        return future
+
+    written = await _write(channel, items, track)
+    return [(tag, future) for tag, future in written]
+
+
+class Batch:
+    """The confirmations of one batch of publishes, settled as a whole: one future (in the
+    channel's store, so that aiormq fails it when the channel closes) done once every publish
+    was confirmed, nacked or returned."""
+
+    def __init__(self, channel: aiormq.Channel, count: int) -> None:
+        self.channel = channel
+        self.left = count
+        self.outcomes: list[object] = [None] * count
+        """Per publish: the confirm frame, a returned message, or the exception."""
+        self.future: asyncio.Future[list[object]] = channel.create_future()
+
+
+class Confirmation:
+    """What aiormq keeps in `channel.confirmations` for one publish of a `Batch`, in place of a
+    future of its own: aiormq settles it as it settles a future (`set_result`, `set_exception`;
+    a confirm for a settled one is ignored), without a callback through the event loop (a
+    future per publish cost five of them)."""
+
+    __slots__ = ("batch", "message_id", "position", "settled", "tag")
+
+    def __init__(self, batch: Batch, position: int, tag: int, message_id: str | None) -> None:
+        self.batch, self.position, self.tag, self.message_id = batch, position, tag, message_id
+        self.settled = False
+
+    def done(self) -> bool:
+        return self.settled
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, value: object) -> None:
+        self._settle(value)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._settle(exc)
+
+    def _settle(self, outcome: object) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        batch = self.batch
+        if self.message_id:
+            forget(batch.channel, self.message_id, self.tag)
+        batch.outcomes[self.position] = outcome
+        batch.left -= 1
+        if batch.left == 0 and not batch.future.done():
+            batch.future.set_result(batch.outcomes)
+
+
+Track = Callable[[int, int, "str | None"], Any]
+"""Makes the tracker of one publish: (position in the batch, sequence number, message id)."""
+
+
+async def _write(
+    channel: aiormq.Channel, items: Sequence[Item], track: Track
+) -> list[tuple[int, Any]]:
+    """Queue the publishes as one write under the channel lock: publish sequence numbers, one
+    tracker per item in `channel.confirmations` (`track(position, tag, message_id)`), message id ->
+    sequence number for `basic.return`. If the write cannot be queued, all of it is undone."""
+    payload = ChannelFrame(
+        payload=wire.publish_payload(channel.number, items, channel.max_content_size),
+        should_close=False,
+    )
+    written: list[tuple[int, Any]] = []
     async with channel.lock:
         first = channel.delivery_tag + 1
         for offset, (_, _, _, props) in enumerate(items):
             tag = first + offset
-            future = channel.create_future()
-            channel.confirmations[tag] = future
+            tracker = track(offset, tag, props.message_id)
+            channel.confirmations[tag] = tracker
             if props.message_id:
                 channel.message_id_delivery_tag[props.message_id] = tag
-                future.add_done_callback(partial(forget, channel, props.message_id, tag))
-            written.append((tag, future))
+            written.append((tag, tracker))
         channel.delivery_tag = first + len(items) - 1
         try:
             await channel.write_queue.put(payload)
         except BaseException:
             channel.delivery_tag = first - 1
-            for tag, future in written:
+            for tag, tracker in written:
                 channel.confirmations.pop(tag, None)
-                future.cancel()
+                if isinstance(tracker, asyncio.Future):
+                    tracker.cancel()
             raise
     return written
 
@@ -90,9 +156,20 @@ async def publish_batch(channel: AbstractChannel, items: Sequence[Item]) -> None
         return
     if channel.is_closed:
         raise aiormq.exceptions.ChannelInvalidStateError("channel is closed")
-    written = await write_mandatory(channel, items)
-    results = await asyncio.gather(*(future for _, future in written))
-    _raise_returned(results)
+    batch = Batch(channel, len(items))
+    try:
+        await _write(
+            channel, items,
+            lambda position, tag, message_id: Confirmation(batch, position, tag, message_id),
+        )
+    except BaseException:
+        batch.future.cancel()
+        raise
+    outcomes = await batch.future
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    _raise_returned(outcomes)
 
 
 def _raise_returned(results: Sequence[object]) -> None:

@@ -1,18 +1,20 @@
 """Batched publishing (`adapters.amqp.pipeline`) on the shared broker.
 
 Confirms in order, bodies over the frame size, unroutable messages (with and without
-`on_return_raises`).
+`on_return_raises`), a channel the broker closes under a batch, message ids forgotten once
+confirmed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aio_pika.abc import AbstractRobustConnection
-from aiormq.exceptions import PublishError
+from aiormq.exceptions import AMQPError, PublishError
 from pamqp import commands as spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -76,6 +78,33 @@ async def test_unroutable_message_fails_the_batch_and_the_channel_goes_on(
             await publish_batch(raw, items)
         await publish_batch(raw, [("", queue, b"c", props("c"))])
         assert await ready_in(plain, queue) == 3
+    finally:
+        await channel.close()
+        await delete_queues(plain, queue)
+
+
+async def test_a_channel_closed_under_a_batch_fails_it(plain: AbstractRobustConnection) -> None:
+    """Publishing to an exchange that does not exist: the broker closes the channel (404) and the
+    batch fails with aiormq's error at once, however many confirms it waited for."""
+    channel = await plain.channel(publisher_confirms=True)
+    raw = await channel.get_underlay_channel()
+    items = [(unique("pipeline.no-exchange"), "q", b"x", props(f"x{i}")) for i in range(20)]
+    with pytest.raises(AMQPError):
+        await asyncio.wait_for(publish_batch(raw, items), 10)
+
+
+async def test_confirmed_batches_leave_no_bookkeeping(plain: AbstractRobustConnection) -> None:
+    queue = unique("pipeline.tidy")
+    channel = await plain.channel(publisher_confirms=True)
+    try:
+        await channel.declare_queue(queue, durable=True)
+        raw = await channel.get_underlay_channel()
+        for round_ in range(3):
+            batch = [("", queue, b"x", props(f"{round_}.{i}")) for i in range(100)]
+            await publish_batch(raw, batch)
+        assert raw.message_id_delivery_tag == {}
+        assert not any(not c.done() for c in raw.confirmations.values())
+        assert await ready_in(plain, queue) == 300
     finally:
         await channel.close()
         await delete_queues(plain, queue)
