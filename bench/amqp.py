@@ -4,7 +4,8 @@ Both runs move the same number of persistent messages (1 KiB by default) through
 queue on the same broker, in one run:
 
 * gateway: `gateway serve --backend rabbitmq` as its own process; the client publishes over gRPC in
-  batches of `--batch` from `--publishers` concurrent publishers while one push consumer (policy
+  batches of `--batch` from `--publishers` concurrent publishers (each on a PublishStream;
+  `--unary`: one Publish call per batch) while one push consumer (policy
   rabbitmq, prefetch `--prefetch`) acks each message, the client batching the settles. Inside,
   the back end publishes each batch with one wait for all its confirms, acks with
   `basic.ack(multiple)` where it can and consumes with a large prefetch;
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
@@ -37,17 +39,26 @@ GROUP = "bench-group"
 
 
 async def publish_all(client: GatewayClient, topic: str, args: argparse.Namespace) -> None:
-    """Publish `args.messages` in batches from `args.publishers` concurrent publishers."""
+    """Publish `args.messages` in batches from `args.publishers` concurrent publishers, each on
+    its own PublishStream (`--unary`: a Publish call per batch)."""
     body = os.urandom(args.size)
     total, batch = args.messages, args.batch
     sizes = [min(batch, total - start) for start in range(0, total, batch)]
 
-    async def publisher() -> None:
+    async def publisher(publish: Any) -> None:
         while sizes:
             count = sizes.pop()
-            await client.publish(topic, [gateway_pb2.Message(body=body) for _ in range(count)])
+            await publish(topic, [gateway_pb2.Message(body=body) for _ in range(count)])
 
-    await asyncio.gather(*(publisher() for _ in range(args.publishers)))
+    if args.unary:
+        await asyncio.gather(*(publisher(client.publish) for _ in range(args.publishers)))
+        return
+
+    async def streamed() -> None:
+        async with client.publisher() as stream:
+            await publisher(stream.publish)
+
+    await asyncio.gather(*(streamed() for _ in range(args.publishers)))
 
 
 async def consume_all(
@@ -158,6 +169,8 @@ async def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--publishers", type=int, default=4)
     parser.add_argument("--prefetch", type=int, default=1000)
+    parser.add_argument("--unary", action="store_true",
+                        help="publish with a Publish call per batch instead of PublishStream")
     parser.add_argument("--profile", default="",
                         help="write py-spy raw stacks of the gateway to this file")
     args = parser.parse_args()
@@ -167,7 +180,8 @@ async def main() -> None:
     naive_rate = args.messages / naive_s
     print(
         f"messages={args.messages} size={args.size}B persistent; gateway: gRPC batches of "
-        f"{args.batch}, {args.publishers} publishers, prefetch {args.prefetch}"
+        f"{args.batch} ({'Publish calls' if args.unary else 'PublishStream'}), "
+        f"{args.publishers} publishers, prefetch {args.prefetch}"
     )
     print(f"gateway on RabbitMQ   {gateway_rate:9.0f} msg/s ({gateway_s:.2f} s)")
     print(f"  CPU: gateway {gateway_cpu:.2f} s, gRPC client {client_cpu:.2f} s")

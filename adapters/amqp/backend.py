@@ -37,6 +37,7 @@ are put together, and `carry_out` uses them all.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -105,6 +106,8 @@ class RabbitMQBackend(Backend):
             raise InvalidArgument("confirm_timeout_s", confirm_timeout_s, "> 0")
         self._quorum = quorum
         self._clock: Clock = clock or SystemClock()
+        self._id_prefix = uuid.uuid4().hex[:16]
+        self._id_sequence = itertools.count(1)
         self._link = Link(
             url,
             prefetch=prefetch,
@@ -144,10 +147,15 @@ class RabbitMQBackend(Backend):
 
     # -- publishing and consuming ----------------------------------------------------------
 
+    def _new_id(self) -> str:
+        """A message id: 32 hex digits like a uuid4's, this back end's random half and a
+        sequence (a uuid4 reads the system's random source each time)."""
+        return f"{self._id_prefix}{next(self._id_sequence) & 0xFFFFFFFFFFFFFFFF:016x}"
+
     async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
         """Persistent publish with confirms: returns once RabbitMQ confirmed every message."""
         now_ms = self._clock.now_ms()
-        ids = [message.message_id or uuid.uuid4().hex for message in messages]
+        ids = [message.message_id or self._new_id() for message in messages]
         if messages:
             await self._publisher.send(
                 topic, [(m, i, now_ms) for m, i in zip(messages, ids, strict=True)]
@@ -228,14 +236,14 @@ class RabbitMQBackend(Backend):
                 continue
             env = held.envelope
             copy = env.released_copy(held.body, release, now_ms)
-            moves.append((release.lease.topic, (copy, env.message_id or uuid.uuid4().hex,
+            moves.append((release.lease.topic, (copy, env.message_id or self._new_id(),
                                                 env.publish_ms), held))
             acked.append(held)
         by_id = {held.envelope.message_id: held for held in acked if held.envelope.message_id}
         loose: dict[str, list[Send]] = {}
         for topic, messages in copies.items():
             for message in messages:
-                send = (message, message.message_id or uuid.uuid4().hex, now_ms)
+                send = (message, message.message_id or self._new_id(), now_ms)
                 original = by_id.get(message.message_id)
                 if original is None:
                     loose.setdefault(topic, []).append(send)

@@ -64,6 +64,7 @@ BROKER_HEADERS = frozenset(
 """Headers the broker writes (its delay queues dead-letter every waiting retry back): never
 user properties. A message property of one of these names (the gateway's dialect writes
 `x-first-death-*` on its own dead letters) travels as `CARRIED_PREFIX + name` instead."""
+_NOT_PROPERTIES = GATEWAY_HEADERS | BROKER_HEADERS
 
 
 def encode(message: OutMessage, message_id: str, publish_ms: int) -> spec.Basic.Properties:
@@ -104,15 +105,17 @@ def decode(
     if publish_ms is None:
         publish_ms = int(timestamp.timestamp() * 1000) if timestamp is not None else received_ms
     deliver_at_ms = header_int(data.get(DELIVER_AT_MS), TIME_MAX_MS) or 0
-    properties = {
-        name: header_text(value)
-        for name, value in data.items()
-        if name not in GATEWAY_HEADERS and name not in BROKER_HEADERS
-        and not name.startswith(CARRIED_PREFIX)
-    }
+    properties: dict[str, str] = {}
+    carried: list[tuple[str, object]] = []
     for name, value in data.items():
+        if name in _NOT_PROPERTIES:
+            continue
         if name.startswith(CARRIED_PREFIX):
-            properties[name[len(CARRIED_PREFIX):]] = header_text(value)
+            carried.append((name[len(CARRIED_PREFIX):], value))
+            continue
+        properties[name] = value if type(value) is str else header_text(value)
+    for name, value in carried:  # a carried name wins over a plain header of the same name
+        properties[name] = header_text(value)
     return Envelope(
         message_id=message_id or "",
         properties=properties,

@@ -22,7 +22,9 @@ def header_int(value: object, limit: int = COUNT_MAX) -> int | None:
     """A count or time read from an AMQP header value (int, float, str or bytes); None when it
     cannot be read or is above `limit` (any AMQP client may write these headers, so the value may
     be anything: '²', 2**64, NaN). A negative number reads as 0."""
-    if isinstance(value, bool):
+    if type(value) is int:  # what the gateway writes: the common case first
+        return max(value, 0) if value <= limit else None
+    if value is None or isinstance(value, bool):
         return None
     if isinstance(value, float):
         if value != value or abs(value) == float("inf"):
