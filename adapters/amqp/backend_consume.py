@@ -20,6 +20,7 @@ from functools import partial
 from aiormq.abc import AbstractChannel, DeliveredMessage
 from pamqp import commands as spec
 
+from adapters.amqp import direct
 from adapters.amqp.backend_link import Link, guard
 from adapters.amqp.backend_send import Publisher
 from adapters.amqp.backend_tx import Committer, write_frames
@@ -138,9 +139,9 @@ class Consumer:
         self.topics.clear()
         self._unsettled.clear()
 
-    async def _on_delivery(self, state: TopicState, message: DeliveredMessage) -> None:
-        """Consumer callback (straight from aiormq: no per-message wrapper object or task beyond
-        aiormq's own): buffer the delivery (decoded once) and wake waiters."""
+    def _on_delivery(self, state: TopicState, message: DeliveredMessage) -> None:
+        """Consumer callback, called as aiormq reads the delivery (`direct`: no task, no wrapper
+        object): buffer the delivery (decoded once) and wake waiters."""
         if self.topics.get(state.name) is not state:
             return  # closed meanwhile: the broker requeues it with the channel
         self._sequence += 1
@@ -263,8 +264,11 @@ class Consumer:
                 raw = await channel.get_underlay_channel()
                 if state.wake_on_cancel not in raw.on_consumer_cancel_callbacks:
                     raw.on_consumer_cancel_callbacks.add(state.wake_on_cancel)
-                ok = await raw.basic_consume(
-                    queue_name(topic), partial(self._on_delivery, state), no_ack=False
+                direct.install(raw)
+                ok = await raw.basic_consume(  # aiormq takes a synchronous callback too
+                    queue_name(topic),
+                    direct.Direct(partial(self._on_delivery, state)),  # type: ignore[arg-type]
+                    no_ack=False,
                 )
             state.channel, state.consumer_tag = raw, ok.consumer_tag or ""
         return state
