@@ -26,39 +26,22 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
-from bench.gateway import proc_stats, start_process, start_profiler, stop_process, stop_profiler
+from bench.gateway import (
+    proc_stats,
+    publish_all,
+    start_process,
+    start_profiler,
+    stop_process,
+    stop_profiler,
+)
 from gateway.client import GatewayClient
 from gateway.v1 import gateway_pb2
 
 GROUP = "bench-group"
-
-
-async def publish_all(client: GatewayClient, topic: str, args: argparse.Namespace) -> None:
-    """Publish `args.messages` in batches from `args.publishers` concurrent publishers, each on
-    its own PublishStream (`--unary`: a Publish call per batch)."""
-    body = os.urandom(args.size)
-    total, batch = args.messages, args.batch
-    sizes = [min(batch, total - start) for start in range(0, total, batch)]
-
-    async def publisher(publish: Any) -> None:
-        while sizes:
-            count = sizes.pop()
-            await publish(topic, [gateway_pb2.Message(body=body) for _ in range(count)])
-
-    if args.unary:
-        await asyncio.gather(*(publisher(client.publish) for _ in range(args.publishers)))
-        return
-
-    async def streamed() -> None:
-        async with client.publisher() as stream:
-            await publisher(stream.publish)
-
-    await asyncio.gather(*(streamed() for _ in range(args.publishers)))
 
 
 async def consume_all(
@@ -105,7 +88,7 @@ async def run_gateway(args: argparse.Namespace) -> tuple[float, float, float]:
                 spy = await start_profiler(args.profile, proc.pid)
                 gateway_cpu, client_cpu = proc_stats(proc.pid).cpu_s, time.process_time()
                 started = time.perf_counter()
-                await publish_all(client, topic, args)
+                await publish_all(client, topic, args, stamped=False)
                 await consumer
                 elapsed = time.perf_counter() - started
                 gateway_cpu = proc_stats(proc.pid).cpu_s - gateway_cpu

@@ -172,7 +172,12 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 # ----------------------------------------------------------------------------- the gateway run
-async def publish_all(client: GatewayClient, topic: str, args: argparse.Namespace) -> None:
+async def publish_all(
+    client: GatewayClient, topic: str, args: argparse.Namespace, *, stamped: bool = True
+) -> None:
+    """Publish `args.messages` bodies of `args.size` bytes in batches of `args.batch` from
+    `args.publishers` concurrent publishers, each on its own PublishStream (`args.unary`: a
+    Publish call per batch); `stamped`: each batch carries its send time (property SENT)."""
     body = os.urandom(args.size)
     sizes = [min(args.batch, args.messages - start) for start in range(0, args.messages,
                                                                          args.batch)]
@@ -181,7 +186,8 @@ async def publish_all(client: GatewayClient, topic: str, args: argparse.Namespac
     async def publisher(publish: Any) -> None:
         while sizes:
             count = sizes.pop()
-            await publish(topic, [body] * count, properties={SENT: str(time.time_ns())})
+            stamp = {SENT: str(time.time_ns())} if stamped else None
+            await publish(topic, [body] * count, properties=stamp)
 
     if getattr(args, "unary", False):  # other benches reuse this with their own options
         await asyncio.gather(*(publisher(client.publish) for _ in range(args.publishers)))
