@@ -31,14 +31,15 @@ _HEAD = struct.Struct(">BHI")
 _REFERENCE = aiormq.connection.FrameReceiver
 
 
-
 class BufferedFrameReceiver(_REFERENCE):
     """aiormq's frame receiver, reading the socket in large pieces."""
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         super().__init__(reader)
         self._frames: deque[Received] = deque()
-        self._partial = b""
+        self._partial = bytearray()
+        """The start of a frame not complete yet (appended to as pieces come: no copying of
+        everything so far on every read, however large the frame)."""
         self._error: BaseException | None = None
         """What went wrong after the queued frames: raised once they are handed out."""
 
@@ -51,8 +52,13 @@ class BufferedFrameReceiver(_REFERENCE):
             if not self._partial and self.reader.at_eof():
                 raise StopAsyncIteration
             data = await self._read()
+            if self._partial:
+                self._partial += data
+                if not self._complete():
+                    continue
+                data, self._partial = bytes(self._partial), bytearray()
             try:
-                self._split(self._partial + data if self._partial else data)
+                self._split(data)
             except (ProtocolSyntaxError, InvalidFrameError) as exc:
                 self._error = exc
             if self._frames:
@@ -78,6 +84,11 @@ class BufferedFrameReceiver(_REFERENCE):
             )
         return data
 
+    def _complete(self) -> bool:
+        """Whether the frame begun in `_partial` has all arrived."""
+        partial = self._partial
+        return len(partial) >= 7 and len(partial) >= 8 + _HEAD.unpack_from(partial, 0)[2]
+
     def _split(self, data: bytes) -> None:
         """Queue every complete frame of `data`; keep the incomplete rest."""
         pos, length = 0, len(data)
@@ -93,10 +104,10 @@ class BufferedFrameReceiver(_REFERENCE):
             try:
                 self._frames.append(wire.unmarshal(data[pos:end]))
             except PAMQPException as exc:
-                self._partial = b""
                 raise InvalidFrameError(str(exc)) from exc
             pos = end
-        self._partial = data[pos:] if pos < length else b""
+        if pos < length:
+            self._partial = bytearray(data[pos:])
 
 
 def install() -> None:

@@ -110,3 +110,12 @@ def test_install_makes_aiormq_connections_use_it() -> None:
 
     receiver.install()
     assert aiormq.connection.FrameReceiver is receiver.BufferedFrameReceiver
+
+
+def test_a_large_frame_in_small_pieces() -> None:
+    """A 4 MiB body frame arriving 1 KiB at a time is one frame, as aiormq reads it."""
+    raw = stream([FRAMES[0], ContentBody(bytes(range(256)) * 16384), FRAMES[4]])
+    chunks = [raw[i : i + 1024] for i in range(0, len(raw), 1024)]
+    fast = asyncio.run(read_all(receiver.BufferedFrameReceiver, chunks))
+    assert fast == asyncio.run(read_all(receiver._REFERENCE, chunks))
+    assert len(fast[0]) == 3 and fast[1] is StopAsyncIteration
