@@ -32,8 +32,10 @@ async def test_odd_counter_headers_from_a_plain_publisher_are_delivered(
     tmp_path: Path, plain: AbstractRobustConnection
 ) -> None:
     topic, group = unique("gw.odd"), "g"
+    # The policy's clock at a tenth: the test acks one delivery after the other, and a 1-minute
+    # push timeout scaled to 60 ms (as it was at 0.001) ran out under a loaded CI.
     async with (
-        running_gateway(tmp_path / "data", time_scale=0.001,
+        running_gateway(tmp_path / "data", time_scale=0.1,
                         backend=RabbitMQBackend(URL)) as app,
         GatewayClient(f"127.0.0.1:{app.grpc_port}") as client,
     ):
