@@ -48,8 +48,7 @@ async def write_mandatory(channel: aiormq.Channel, items: Sequence[Item]) -> Wri
             future.add_done_callback(partial(forget, channel, message_id, tag))
         return future
 
-    written = await _write(channel, items, track)
-    return [(tag, future) for tag, future in written]
+    return await _write(channel, items, track)
 
 
 class Batch:

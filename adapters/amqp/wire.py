@@ -178,8 +178,8 @@ def unmarshal(data: bytes) -> Received:
 def _fast(data: bytes) -> Received:
     kind, channel, size = _HEAD.unpack_from(data)
     end = 7 + size
-    if size == 0 or len(data) != end + 1 or data[end] != FRAME_END or data[:4] == b"AMQP":
-        raise _Fallback
+    if size == 0 or len(data) != end + 1 or data[end] != FRAME_END:
+        raise _Fallback  # a protocol header ("AMQP": type 0x41) falls through to pamqp below
     if kind == BODY:
         return end + 1, channel, ContentBody(data[7:end])
     if kind == METHOD:

@@ -27,7 +27,7 @@ from gateway.engine.clock import Clock, SystemClock
 from gateway.engine.config import EngineConfig
 from gateway.engine.engine import Engine
 from gateway.engine.observe import Observer
-from gateway.errors import InvalidArgument
+from gateway.errors import InvalidArgument, Unavailable
 from gateway.product import AnyProduct, FrontEnd, Host, build_registry, installed
 from gateway.server.admin_api import AdminService
 from gateway.server.api import GatewayService
@@ -220,8 +220,6 @@ class GatewayApp:
         except RuntimeError:  # grpc's "Failed to bind": the port is taken, or not this host's
             bound = 0
         if bound == 0:
-            from gateway.errors import Unavailable
-
             raise Unavailable(f"cannot listen on {cfg.listen} (listen): the address is in use "
                               "or not one of this host's")
         self.grpc_port = bound
@@ -243,9 +241,7 @@ class GatewayApp:
                 self.metrics_port = self.metrics.serve(
                     ahost, aport, self._ssl_context() if cfg.tls_cert else None)
             except OSError as exc:
-                from gateway.errors import Unavailable
-
-                raise Unavailable(f"cannot listen on {cfg.admin_listen} (admin_listen): "
+                    raise Unavailable(f"cannot listen on {cfg.admin_listen} (admin_listen): "
                                   f"{exc.strerror or exc}") from None
         await self._health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         await self._set_serving(self.backend.healthy())
@@ -397,8 +393,6 @@ def _check_free(field: str, value: str, host: str, port: int) -> None:
                 probe.bind(address)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    from gateway.errors import Unavailable
-
                     raise Unavailable(f"cannot listen on {value} ({field}): the address is in "
                                       "use") from None
 
