@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 
 import structlog
 from pamqp import commands
@@ -51,7 +52,7 @@ def frames_for(channel: ChannelState, method: Frame, delivery: Delivery) -> list
         properties = messages.delivery_properties(delivery)
         content = framing.content_frames(channel.number, properties, delivery.body,
                                          channel.conn.frame_max)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError, struct.error) as exc:
         # Properties another front end set that AMQP cannot carry: deliver the body.
         log.warning("amqp delivery properties dropped", error=str(exc))
         content = framing.content_frames(channel.number, {}, delivery.body,

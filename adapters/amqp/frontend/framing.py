@@ -3,9 +3,10 @@
 Method and content-header fields are decoded and encoded by pamqp's field codecs, in the field
 order and with the types pamqp declares for each method (looked up once per class), every length
 checked against the frame, and tables bounded by `guard` before pamqp decodes them; pamqp's own
-name pattern (narrower than the specification's) is not applied. A body frame's payload is the
-message's bytes as they are. The reader enforces the negotiated frame size before it buffers a
-frame and checks every frame-end octet.
+name pattern (narrower than the specification's) is not applied. A message's headers go through
+`table`, which keeps doubles, non-UTF-8 long strings and long field names as they were sent. A
+body frame's payload is the message's bytes as they are. The reader enforces the negotiated
+frame size before it buffers a frame and checks every frame-end octet.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pamqp import commands, encode
 from pamqp import decode as decode_field
 from pamqp.base import Frame
 
-from adapters.amqp.frontend import guard
+from adapters.amqp.frontend import guard, table
 from adapters.amqp.frontend.errors import FRAME_ERROR, SYNTAX_ERROR, UNEXPECTED_FRAME, AMQPError
 
 METHOD = 1
@@ -47,6 +48,8 @@ class ContentHeader:
     body_size: int
     properties: commands.Basic.Properties
     class_id: int
+    size: int = 0
+    """The frame's payload in bytes (what its properties cost to hold)."""
 
 
 @dataclass(slots=True)
@@ -202,12 +205,13 @@ def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> Con
     class_id, _, body_size = _CONTENT_START.unpack_from(payload, 0)
     properties = commands.Basic.Properties.__new__(commands.Basic.Properties)
     for name, kind, flag in _PROPERTIES:
-        value = None
+        value: Any = None
         if flags & flag:
-            consumed, value = _DECODERS[kind](payload[pos:])
+            decoder = table.decode_table if name == "headers" else _DECODERS[kind]
+            consumed, value = decoder(payload[pos:])
             pos += consumed
         setattr(properties, name, value)
-    return ContentHeader(channel, body_size, properties, class_id)
+    return ContentHeader(channel, body_size, properties, class_id, len(payload))
 
 
 def _cut(cls: type[Frame]) -> AMQPError:
@@ -279,7 +283,7 @@ def content_header(channel: int, properties: PropertyValues, size: int) -> bytes
         if value is None or value == "":
             continue
         flags |= flag
-        parts.append(_ENCODERS[kind](value))
+        parts.append(table.encode_table(value) if name == "headers" else _ENCODERS[kind](value))
     payload = _CONTENT.pack(60, 0, size, flags) + b"".join(parts)
     return b"".join((_HEAD.pack(HEADER, channel, len(payload)), payload, b"\xce"))
 

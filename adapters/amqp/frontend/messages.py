@@ -118,7 +118,7 @@ def delivery_properties(delivery: Delivery) -> dict[str, Any]:
             values[attr] = number
     headers: dict[str, object] = {}
     for key, value in props.items():
-        if key in MAPPED or not key or len(key.encode("utf-8", "replace")) > 128:
+        if key in MAPPED or not key or len(key.encode("utf-8", "replace")) > 255:
             continue
         headers[key] = value
     typed_text = props.get(TYPED)

@@ -14,6 +14,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from adapters.amqp.frontend.table import Double, LongBytes
+
 FieldValue = Any
 """A value pamqp decodes or encodes: str, bytes, int, bool, float, Decimal, datetime, None, and
 lists and dicts of those."""
@@ -27,12 +29,16 @@ def to_json(value: FieldValue) -> Any:
         return {"bool": value}
     if isinstance(value, int):
         return {"int": value}
+    if isinstance(value, Double):
+        return {"double": repr(float(value))}
     if isinstance(value, float):
         return {"float": repr(value)}
     if isinstance(value, decimal.Decimal):
         return {"decimal": str(value)}
     if isinstance(value, str):
         return value
+    if isinstance(value, LongBytes):
+        return {"longstr": base64.b64encode(value).decode("ascii")}
     if isinstance(value, bytes | bytearray):
         return {"bytes": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, datetime.datetime):
@@ -45,7 +51,8 @@ def to_json(value: FieldValue) -> Any:
 
 
 def from_json(data: Any) -> FieldValue:
-    """The field value `to_json` made (bytes come back as bytearray, which pamqp encodes)."""
+    """The field value `to_json` made (bytes come back as bytearray, which pamqp encodes; a double
+    as `Double` and a non-UTF-8 long string as `LongBytes`, which `table` writes back as such)."""
     if data is None or isinstance(data, str):
         return data
     if isinstance(data, list):
@@ -59,6 +66,10 @@ def from_json(data: Any) -> FieldValue:
         return int(raw)
     if kind == "float":
         return float(raw)
+    if kind == "double":
+        return Double(float(raw))
+    if kind == "longstr":
+        return LongBytes(base64.b64decode(raw))
     if kind == "decimal":
         return decimal.Decimal(raw)
     if kind == "bytes":
