@@ -33,12 +33,15 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
 )
 from adapters.amqp.frontend.ports import ConnectionPort
-from adapters.amqp.frontend.publishing import Publish, publish_batch
+from adapters.amqp.frontend.publishing import Publish, next_batch, publish_batch
 from adapters.amqp.frontend.state import ChannelState
 from gateway.errors import GatewayError
-from gateway.limits import MAX_BATCH
 
 log = structlog.get_logger(__name__)
+HEADER_COST = 256
+"""Bytes one header of a published message counts against the connection's pending publish
+bytes, beside its bytes on the wire: about what its key, its value, its typed copy and its
+property take in memory until the message is stored."""
 
 PUBLISH = (60, 40)
 CLIENT_METHODS = (
@@ -59,6 +62,7 @@ class _Content:
     properties: commands.Basic.Properties | None = None
     parts: list[bytes] = field(default_factory=list)
     received: int = 0
+    header_size: int = 0
 
 
 class Channel(ChannelState):
@@ -121,6 +125,7 @@ class Channel(ChannelState):
                                 PUBLISH)
             content.body_size = incoming.body_size
             content.properties = incoming.properties
+            content.header_size = incoming.size
         elif isinstance(incoming, framing.Body):
             size = len(incoming.payload)
             if content.received + size > content.body_size:
@@ -142,8 +147,12 @@ class Channel(ChannelState):
             self._drop_content()
             body = content.parts[0] if len(content.parts) == 1 else b"".join(content.parts)
             properties = content.properties or commands.Basic.Properties()
-            self.conn.pending_publish_bytes += len(body)
-            self._enqueue(Publish(content.method, properties, body))
+            # Headers count too, at what they take in memory once decoded (far more than on the
+            # wire): a flood of header-heavy messages is held back like one of large bodies.
+            headers = len(properties.headers or ())
+            cost = len(body) + content.header_size + HEADER_COST * headers
+            self.conn.pending_publish_bytes += cost
+            self._enqueue(Publish(content.method, properties, body, cost))
 
     def _method(self, method: Any) -> None:
         if isinstance(method, commands.Basic.Publish):
@@ -193,10 +202,7 @@ class Channel(ChannelState):
             item = work[0]
             try:
                 if isinstance(item, Publish):
-                    batch: list[Publish] = []
-                    while work and isinstance(work[0], Publish) and len(batch) < MAX_BATCH:
-                        batch.append(work.popleft())
-                    await publish_batch(self, batch)
+                    await publish_batch(self, next_batch(work))
                 else:
                     work.popleft()
                     await self._run_method(item)
@@ -254,7 +260,7 @@ class Channel(ChannelState):
         """Drop queued work (the connection or channel is closing)."""
         self.closing = True
         self._drop_content()
-        dropped = sum(len(item.body) for item in self._work if isinstance(item, Publish))
+        dropped = sum(item.cost for item in self._work if isinstance(item, Publish))
         self._work.clear()
         if self._worker is not None and self._worker is not asyncio.current_task():
             self._worker.cancel()

@@ -11,7 +11,9 @@ every topic it was routed to; `basic.nack` means it may not be (the back end fai
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from pamqp import commands
 
@@ -27,7 +29,13 @@ from adapters.amqp.frontend.errors import (
 from adapters.amqp.frontend.state import ChannelState
 from gateway.backend.base import OutMessage
 from gateway.errors import GatewayError
-from gateway.limits import MAX_BATCH, MAX_NAME_BYTES, check_message, too_long
+from gateway.limits import (
+    MAX_BATCH,
+    MAX_NAME_BYTES,
+    MAX_PUBLISH_PROPERTIES,
+    check_message,
+    too_long,
+)
 
 PUBLISH = (60, 40)
 
@@ -37,6 +45,26 @@ class Publish:
     method: commands.Basic.Publish
     properties: commands.Basic.Properties
     body: bytes
+    cost: int = 0
+    """What it counts against the connection's pending publish bytes: body and headers."""
+
+
+BATCH_HEADERS = MAX_PUBLISH_PROPERTIES // 10
+"""Headers of the publishes stored as one batch, past the first message."""
+
+
+def next_batch(work: deque[Any]) -> list[Publish]:
+    """The publishes at the head of `work` to store as one batch: at most MAX_BATCH messages
+    and, past the first, at most BATCH_HEADERS headers in all, so that a flood of header-heavy
+    messages does not hold the event loop (and every other client) for seconds in one turn."""
+    batch: list[Publish] = []
+    headers = 0
+    while work and isinstance(work[0], Publish) and len(batch) < MAX_BATCH:
+        headers += len(work[0].properties.headers or ())
+        if batch and headers > BATCH_HEADERS:
+            break
+        batch.append(work.popleft())
+    return batch
 
 
 @dataclass(slots=True)
@@ -47,7 +75,7 @@ class _Routed:
 
 
 async def publish_batch(channel: ChannelState, batch: list[Publish]) -> None:
-    size = sum(len(item.body) for item in batch)
+    size = sum(item.cost for item in batch)
     try:
         await _publish(channel, batch)
     finally:
