@@ -27,7 +27,7 @@ from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError, PermissionDenied, Unauthenticated
 
 from . import codec, topology
-from .auth import Authenticator
+from .auth import Authenticator, header_text
 from .renewer import Renewer
 from .settings import ORDERLY_UNLIMITED_ATTEMPTS, FrontendSettings
 from .validation import Limits, RequestChecks
@@ -41,11 +41,7 @@ MAX_WAIT_MS = 60_000
 """Longest long poll the engine accepts."""
 
 
-def _metadata_value(context: Any, name: str) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key.lower() == name:
-            return value if isinstance(value, str) else bytes(value).decode()
-    return ""
+CLIENT_ID_HEADER = "x-mq-client-id"
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
@@ -77,7 +73,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             self._auth.check(context.invocation_metadata() or ())
         except Unauthenticated as error:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, codec.cut(error.message))
-        return _metadata_value(context, "x-mq-client-id")
+        try:
+            return header_text(context.invocation_metadata() or (), CLIENT_ID_HEADER) or ""
+        except ValueError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            raise  # pragma: no cover - abort raises
 
     async def _admit(self, request: Any, context: Any) -> str:
         """Authenticate the call, then check every value of its request (raises `Rejected`)."""
