@@ -23,7 +23,6 @@ with the same message whether the topic exists or not.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import tomllib
@@ -45,6 +44,7 @@ from gateway.errors import (
     PermissionDenied,
     TooManyCalls,
     Unauthenticated,
+    Undecodable,
 )
 from gateway.limits import check_name
 from gateway.server.errors import abort_error
@@ -384,25 +384,30 @@ REFUSED_READ_S = 1.0
 
 def _refuse(error: GatewayError) -> tuple[Behaviour, Behaviour]:
     async def unary(request: Any, context: Any) -> Any:
-        await _first_of(request)
-        await abort_error(context, error)
+        await abort_error(context, await _first_of(request) or error)
 
     async def stream(request: Any, context: Any) -> Any:
-        await _first_of(request)
-        await abort_error(context, error)
+        await abort_error(context, await _first_of(request) or error)
         yield None  # pragma: no cover
 
     return unary, stream
 
 
-async def _first_of(request: Any) -> None:
+async def _first_of(request: Any) -> Undecodable | None:
     """Read a client stream's first request (briefly) before refusing the call: a refusal sent
     while the client is still writing it reaches the client, now and then, as INTERNAL
-    instead of the status given. A unary request has been read already."""
+    instead of the status given. A unary request has been read already. A first frame that
+    does not decode is refused for that (what a unary request's bytes get, before its token
+    is looked at): the error is returned, to be the call's one refusal."""
     if not hasattr(request, "__anext__"):
-        return
-    with contextlib.suppress(Exception):
+        return None
+    try:
         await asyncio.wait_for(anext(request, None), REFUSED_READ_S)
+    except Undecodable as exc:
+        return exc
+    except Exception:  # a client that does not send, or has gone: refuse all the same
+        return None
+    return None
 
 
 def _guarded(

@@ -4,11 +4,13 @@ on, and undecodable bytes on a stream without a token are refused once, with not
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.server.app import GatewayApp, running_gateway
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
@@ -94,3 +96,33 @@ async def test_a_publish_stream_answers_a_malformed_topic_and_goes_on(
         async for _ in stub.PublishStream(iter(denied), metadata=AUTH):
             pass
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("method", ["PublishStream", "Consume"])
+async def test_undecodable_bytes_on_a_stream_without_a_token_are_refused_once(
+    app: GatewayApp, method: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bytes that do not decode are refused for that, as a unary call's are (before its token
+    is looked at); the call is ended once and nothing is logged as an error (grpc logged
+    "Abort already called!" with a traceback when the call was aborted twice)."""
+    caplog.set_level(logging.ERROR)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        call = channel.stream_stream(f"/gateway.v1.Gateway/{method}")
+        with capture_logs() as logs:
+            for _ in range(3):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    async for _ in call(iter([b"\xff"])):
+                        pass
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "request" in (err.value.details() or "")
+            # A call without a token whose frame decodes is still unauthenticated.
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for _ in call(iter([b""])):
+                    pass
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert [e for e in logs if e["log_level"] in ("error", "critical")] == []
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+        unary = channel.unary_unary("/gateway.v1.Gateway/Publish")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await unary(b"\xff")
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
