@@ -65,6 +65,20 @@ class InvalidArgument(GatewayError):
         self.allowed = allowed
 
 
+class Undecodable(InvalidArgument):
+    """A request's bytes are not a message of the method's type. On a stream it is raised by
+    the request iterator, so the handler ends the stream with it after what it owes (the
+    answers to the requests before it)."""
+
+    reason = "UNDECODABLE_REQUEST"
+    ALLOWED = "a valid protobuf message of the method's type"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("request", detail, self.ALLOWED)
+        self.message = cut(f"request: not {self.ALLOWED} ({detail})", MESSAGE_CHARS)
+        self.args = (self.message,)
+
+
 class IllegalTransition(GatewayError):
     """An event that the retry state machine does not allow in the record's state."""
 

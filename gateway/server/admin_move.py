@@ -174,9 +174,7 @@ class MoveCalls:
             raise InvalidArgument("messages", f"{len(request.messages)} messages",
                                   f"1..{MAX_BATCH} per call")
         for field in ("source_retry_topic", "source_dead_letter_topic"):
-            if too_long(getattr(request, field), 2 * MAX_NAME_BYTES):
-                raise InvalidArgument(field, getattr(request, field),
-                                      f"at most {2 * MAX_NAME_BYTES} bytes")
+            _source_name(field, getattr(request, field))
         check_publish_properties("messages", sum(len(m.properties) for m in request.messages))
         copies = [_copy(i, m, self.max_message_bytes) for i, m in enumerate(request.messages)]
         result = await self.admin.import_copies(
@@ -185,3 +183,13 @@ class MoveCalls:
         return pb.ImportMessagesResponse(
             stored=result.stored, skipped=result.skipped, retry_topic=result.retry_topic,
             dead_letter_topic=result.dead_letter_topic)
+
+
+def _source_name(field: str, value: str) -> None:
+    """A destination's name at the source, or "" for none: a name as `check_name` takes it,
+    but up to twice as long (another product's retry and dead-letter names spell the topic
+    and the group, e.g. Pulsar's `{topic}-{subscription}-RETRY`)."""
+    if value and (not value.strip() or too_long(value, 2 * MAX_NAME_BYTES)
+                  or not value.isprintable()):
+        raise InvalidArgument(field, value, f'"" (none) or at most {2 * MAX_NAME_BYTES} bytes '
+                                            "(UTF-8) of printable characters")

@@ -23,7 +23,6 @@ with the same message whether the topic exists or not.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import tomllib
@@ -45,7 +44,9 @@ from gateway.errors import (
     PermissionDenied,
     TooManyCalls,
     Unauthenticated,
+    Undecodable,
 )
+from gateway.limits import check_name
 from gateway.server.errors import abort_error
 from gateway.server.handlers import Behaviour, inner_behaviour, rebuild, responses
 
@@ -332,23 +333,49 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return stream
 
     def _check_for(self, method: str, principal: Principal) -> Callable[[Any], None]:
+        """The request's permission check. Names are checked first, as the handler checks
+        them (INVALID_ARGUMENT naming the field and the range, never PERMISSION_DENIED for a
+        name that is no name); a PublishStream request with a bad topic is let through for the
+        handler to answer, so the stream goes on as it does without a tokens file."""
         authz = self.authorizer
         if method.startswith("/gateway.v1.Admin/"):
             return lambda request: authz.check_admin(principal)
         if method.endswith("/Publish"):
-            return lambda request: authz.check_publish(principal, request.topic)
+            def publish(request: Any) -> None:
+                check_name("topic", request.topic)
+                authz.check_publish(principal, request.topic)
+            return publish
         if method.endswith("/PublishStream"):
-            return lambda request: authz.check_publish(principal, request.publish.topic)
+            def publish_frame(request: Any) -> None:
+                topic = request.publish.topic
+                if _is_name(topic):
+                    authz.check_publish(principal, topic)
+            return publish_frame
         if method.endswith("/Receive"):
-            return lambda request: authz.check_consume(principal, request.topic, request.group)
+            def receive(request: Any) -> None:
+                _check_consume(authz, principal, request.topic, request.group)
+            return receive
         if method.endswith("/Consume"):
             def subscribe(request: Any) -> None:
                 if request.HasField("subscribe"):
                     sub = request.subscribe
-                    authz.check_consume(principal, sub.topic, sub.group)
+                    _check_consume(authz, principal, sub.topic, sub.group)
             return subscribe
         return lambda request: None
 
+
+def _is_name(value: str) -> bool:
+    try:
+        check_name("topic", value)
+    except InvalidArgument:
+        return False
+    return True
+
+
+def _check_consume(authz: Authorizer, principal: Principal, topic: str, group: str) -> None:
+    check_name("topic", topic)
+    check_name("group", group)
+    authz.check_consume(principal, topic, group)
 
 
 REFUSED_READ_S = 1.0
@@ -357,25 +384,30 @@ REFUSED_READ_S = 1.0
 
 def _refuse(error: GatewayError) -> tuple[Behaviour, Behaviour]:
     async def unary(request: Any, context: Any) -> Any:
-        await _first_of(request)
-        await abort_error(context, error)
+        await abort_error(context, await _first_of(request) or error)
 
     async def stream(request: Any, context: Any) -> Any:
-        await _first_of(request)
-        await abort_error(context, error)
+        await abort_error(context, await _first_of(request) or error)
         yield None  # pragma: no cover
 
     return unary, stream
 
 
-async def _first_of(request: Any) -> None:
+async def _first_of(request: Any) -> Undecodable | None:
     """Read a client stream's first request (briefly) before refusing the call: a refusal sent
     while the client is still writing it reaches the client, now and then, as INTERNAL
-    instead of the status given. A unary request has been read already."""
+    instead of the status given. A unary request has been read already. A first frame that
+    does not decode is refused for that (what a unary request's bytes get, before its token
+    is looked at): the error is returned, to be the call's one refusal."""
     if not hasattr(request, "__anext__"):
-        return
-    with contextlib.suppress(Exception):
+        return None
+    try:
         await asyncio.wait_for(anext(request, None), REFUSED_READ_S)
+    except Undecodable as exc:
+        return exc
+    except Exception:  # a client that does not send, or has gone: refuse all the same
+        return None
+    return None
 
 
 def _guarded(

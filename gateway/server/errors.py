@@ -21,6 +21,7 @@ from gateway.errors import (
     InvalidArgument,
     MessageTooLarge,
     Unavailable,
+    Undecodable,
     cut,
     shorten,
 )
@@ -53,8 +54,6 @@ DETAILS_KEY = "grpc-status-details-bin"
 DETAIL_CHARS = 400
 """Longest text in one detail field (a description, an allowed range, a metadata value): the
 whole status stays a few KiB, far below a client's 8 KiB metadata limit, whatever the input."""
-UNDECODABLE = "UNDECODABLE_REQUEST"
-"""The reason of a request whose bytes are not a message of the method's type."""
 
 
 def status_of(error: GatewayError) -> grpc.StatusCode:
@@ -174,21 +173,23 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return rebuild(handler, _wrap_unary(inner, method), _wrap_stream(inner, method))
 
 
+def undecodable(exc: Exception) -> Undecodable:
+    """The error of a request whose bytes did not decode (`exc`: the decoder's error)."""
+    return Undecodable(cut(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 120))
+
+
 async def refuse_undecodable(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> None:
     """The status of a request whose bytes are not a valid message: INVALID_ARGUMENT."""
-    reason = cut(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 120)
-    allowed = "a valid protobuf message of the method's type"
-    await abort_status(context, status_proto(
-        grpc.StatusCode.INVALID_ARGUMENT, f"request: not {allowed} ({reason})",
-        [_info(UNDECODABLE, field="request", allowed=allowed),
-         _violation("request", reason, allowed)]))
+    await abort_error(context, exc if isinstance(exc, Undecodable) else undecodable(exc))
 
 
 class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Decodes the requests of the methods under `prefixes` itself, so bytes that are not a
     valid request (garbage, truncated, invalid UTF-8 in a string) end the call with
     INVALID_ARGUMENT instead of grpc's UNKNOWN (unary) or an exception inside the servicer
-    (streams). A Consume stream's bad frame after the subscribe ends the stream the same way.
+    (streams). On a stream, a bad frame is raised by the request iterator as `Undecodable`:
+    the handler ends the stream with it once it has sent what it owes (a PublishStream's
+    answers to the requests before it, a Consume stream's settle answers).
 
     Must be the first interceptor of the server, so that every other one sees decoded
     requests. Another front end on the same server opts in with its prefix (e.g.
@@ -207,5 +208,5 @@ class DecodeGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if (handler is None or handler.request_deserializer is None
                 or not handler_call_details.method.startswith(self.prefixes)):
             return handler
-        guarded: grpc.RpcMethodHandler = decoded(handler, refuse_undecodable)
+        guarded: grpc.RpcMethodHandler = decoded(handler, refuse_undecodable, undecodable)
         return guarded

@@ -55,16 +55,25 @@ Refuse = Callable[[Any, Exception], Awaitable[None]]
 aborts the call (`await context.abort(...)`), so it never returns."""
 
 
-def decoded(handler: grpc.RpcMethodHandler, refuse: Refuse) -> Any:
+def decoded(
+    handler: grpc.RpcMethodHandler, refuse: Refuse,
+    frame_error: Callable[[Exception], Exception] | None = None,
+) -> Any:
     """A handler of the same kind that takes the raw request bytes and decodes them itself with
     the handler's deserializer, ending the call with `refuse` when they do not decode (grpc
     would answer UNKNOWN for a unary request, and raise into the servicer for a stream).
+
+    On a client stream, a frame that does not decode is raised by the request iterator as
+    `frame_error(decoder's error)`, so the handler ends the stream with it after what it owes
+    (answers to the frames before it); one that escapes the handler is refused with `refuse`.
+    Without `frame_error` the call is refused at once.
 
     It must be built outside every other wrapper that reads requests (the first interceptor),
     so they all see decoded ones."""
     decode = handler.request_deserializer
     inner = inner_behaviour(handler)
     streamed = bool(handler.stream_unary or handler.stream_stream)
+    raise_frames = streamed and frame_error is not None
 
     async def one(raw: bytes, context: Any) -> Any:
         try:
@@ -73,17 +82,40 @@ def decoded(handler: grpc.RpcMethodHandler, refuse: Refuse) -> Any:
             await refuse(context, exc)
             raise
 
-    async def each(raw: AsyncIterator[bytes], context: Any) -> AsyncIterator[Any]:
+    async def each(raw: AsyncIterator[bytes], context: Any, raised: list[Exception]) -> Any:
         async for frame in raw:
-            yield await one(frame, context)
+            if not raise_frames:
+                yield await one(frame, context)
+                continue
+            try:
+                request = decode(frame)
+            except Exception as exc:  # the bytes are not a request: the handler's error
+                assert frame_error is not None
+                error = frame_error(exc)
+                raised.append(error)
+                raise error from None
+            yield request
 
     async def unary(raw: Any, context: Any) -> Any:
-        request = each(raw, context) if streamed else await one(raw, context)
-        return await inner(request, context)
+        if not streamed:
+            return await inner(await one(raw, context), context)
+        raised: list[Exception] = []
+        try:
+            return await inner(each(raw, context, raised), context)
+        except Exception as exc:
+            if any(exc is error for error in raised):  # nobody turned it into a status
+                await refuse(context, exc)
+            raise
 
     async def stream(raw: Any, context: Any) -> AsyncIterator[Any]:
-        request = each(raw, context) if streamed else await one(raw, context)
-        async for item in responses(inner, request, context):
-            yield item
+        raised: list[Exception] = []
+        request = each(raw, context, raised) if streamed else await one(raw, context)
+        try:
+            async for item in responses(inner, request, context):
+                yield item
+        except Exception as exc:
+            if any(exc is error for error in raised):  # nobody turned it into a status
+                await refuse(context, exc)
+            raise
 
     return rebuild(handler, unary, stream, raw=True)

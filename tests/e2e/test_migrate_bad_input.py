@@ -80,6 +80,18 @@ BAD: list[tuple[str, Any, str]] = [
         copy(properties={f"p{i}": "" for i in range(1024)})] * 98), "100000"),
     ("ImportMessages", pb.ImportMessagesRequest(topic="t", group="g", ledger="l", messages=[
         copy(part=pb.MESSAGE_PART_RETRY, retries=1_000_001)]), "messages[0].retries"),
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[copy()],
+                                                source_retry_topic="\x00"),
+     "source_retry_topic"),
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[copy()],
+                                                source_dead_letter_topic=" "),
+     "source_dead_letter_topic"),
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[copy()],
+                                                source_dead_letter_topic="d\nx"),
+     "source_dead_letter_topic"),
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[copy()],
+                                                source_dead_letter_topic="d" * 511),
+     "source_dead_letter_topic"),
 ]
 
 

@@ -114,20 +114,25 @@ async def test_the_client_raises_the_typed_error_a_publish_call_would(
 async def test_bytes_that_are_no_request_end_the_stream_after_the_answers_before(
     app: GatewayApp,
 ) -> None:
+    """The requests before the bad frame were stored: their answers (their ids) reach the
+    client before the stream ends, however fast the frames came."""
     t = topic()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
         call = channel.stream_stream("/gateway.v1.Gateway/PublishStream",
                                      request_serializer=lambda raw: raw,
                                      response_deserializer=gateway_pb2.PublishResult.FromString)
-        good = request(1, t, b"ok").SerializeToString()
-        answers: list[gateway_pb2.PublishResult] = []
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            async for answer in call(iter([good, b"\xff\xff\xff\xff", good])):
-                answers.append(answer)
-        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "request" in (err.value.details() or "")
-        assert [a.request_id for a in answers] in ([], [1])
+        good = [request(i, t, b"ok%d" % i).SerializeToString() for i in (1, 2, 3, 4)]
+        for _ in range(5):
+            answers: list[gateway_pb2.PublishResult] = []
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for answer in call(iter([*good[:3], b"\xff\xff\xff\xff", good[3]])):
+                    answers.append(answer)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "request" in (err.value.details() or "")
+            assert [(a.request_id, len(a.message_ids)) for a in answers] == [(1, 1), (2, 1),
+                                                                              (3, 1)]
     async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
+        assert await bodies_of(client, t, 15) == [b"ok1", b"ok2", b"ok3"] * 5
         assert len(await client.publish(t, [b"after"])) == 1
 
 

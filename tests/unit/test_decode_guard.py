@@ -89,3 +89,33 @@ async def test_every_kind_refuses_garbage(channel: grpc.aio.Channel, kind: str) 
 
 async def test_unguarded_services_keep_grpcs_own_answer(channel: grpc.aio.Channel) -> None:
     assert await outcome(channel, "/open.S/UU", [BAD]) == grpc.StatusCode.UNKNOWN
+
+
+@pytest.mark.parametrize("kind", ["SU", "SS"])
+async def test_a_bad_frame_no_handler_turns_into_a_status_is_still_refused(kind: str) -> None:
+    """The guard raises a bad frame into the handler (so it can answer what came before); one
+    that escapes with no ErrorInterceptor to map it is refused by the guard itself."""
+    server = grpc.aio.server(interceptors=[DecodeGuard(("/guarded.",))])
+    server.add_generic_rpc_handlers((service("guarded.S"),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            got = await outcome(ch, f"/guarded.S/{kind}", [GOOD, BAD])
+            assert got == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        await server.stop(0)
+
+
+async def test_a_stream_answers_the_frames_before_a_bad_one(channel: grpc.aio.Channel) -> None:
+    answers: list[bytes] = []
+
+    async def each() -> AsyncIterator[bytes]:
+        for frame in (GOOD, GOOD, BAD):
+            yield frame
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        async for answer in channel.stream_stream("/guarded.S/SS")(each()):
+            answers.append(answer)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert answers == [GOOD, GOOD]

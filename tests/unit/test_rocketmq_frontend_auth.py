@@ -85,3 +85,19 @@ def test_real_clock_default_accepts_a_fresh_sdk_signature() -> None:
     config = ClientConfiguration("127.0.0.1:1", Credentials("ak1", "sk1"))
     auth = Authenticator({"ak1": "sk1"}, 5)
     assert auth.check(Signature.metadata(config, "c")) == "ak1"
+
+
+@pytest.mark.parametrize("header", ["authorization", "x-mq-date-time"])
+def test_an_authentication_header_that_is_not_text_is_refused_naming_it(header: str) -> None:
+    metadata: list[tuple[str, str | bytes]] = [
+        (k, v.encode() if k != header else b"\xff\xfe") for k, v in
+        _metadata("ak1", "sk1", "20261122T030000Z")]
+    with pytest.raises(Unauthenticated, match=f"the {header} header is not UTF-8 text"):
+        _auth().check(metadata)
+
+
+def test_binary_headers_the_check_does_not_read_are_not_decoded() -> None:
+    metadata: list[tuple[str, str | bytes]] = [
+        ("x-junk-bin", b"\xff"), ("authorization-bin", b"\x80"),
+        *_metadata("ak1", "sk1", "20261122T030000Z")]
+    assert _auth().check(metadata) == "ak1"

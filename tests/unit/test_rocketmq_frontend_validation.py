@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
-from adapters.rocketmq.frontend import validation
+from adapters.rocketmq.frontend import sending, validation
 from adapters.rocketmq.frontend.codec import Rejected
 from gateway.errors import InvalidArgument, Unimplemented
-from gateway.limits import MAX_BATCH, MAX_DELAY_MS
+from gateway.limits import MAX_BATCH, MAX_DELAY_MS, message_size
 
 Code = definition_pb2.Code
 MT = definition_pb2.MessageType
 NOW_MS = 1_800_000_000_000
-CHECKS = validation.RequestChecks(validation.Limits(1000, 2000), lambda: NOW_MS)
+CHECKS = validation.RequestChecks(validation.Limits(1000), lambda: NOW_MS)
 
 
 def _send(change: Callable[[Any], None] | None = None) -> Any:
@@ -114,29 +114,37 @@ def test_unsupported_message_kinds_are_unimplemented() -> None:
         CHECKS.check(_send(gzip))
 
 
-def test_message_size_counts_body_keys_tag_group_and_properties() -> None:
+def test_message_size_is_the_engines_size_of_the_message_it_gets() -> None:
+    """Body, tag, message group, user properties, the KEYS property and the trace context:
+    what `gateway.limits.message_size` counts on the engine's message."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
     def big(message: Any) -> None:
         message.body = b"x" * 1000
         message.system_properties.tag = "t" * 300
-        message.system_properties.keys.append("k" * 300)
+        message.system_properties.keys.extend(["k" * 100, "j" * 99])  # KEYS: 4 + 200
         message.system_properties.message_group = "g" * 60
-        message.user_properties["p"] = "v" * 339
+        message.system_properties.trace_context = traceparent  # traceparent: 11 + 55
+        message.user_properties["p"] = "v" * 370
 
-    error = _refused(_send(big))
+    request = _send(big)
+    CHECKS.check(request)
+    with pytest.raises(Rejected) as caught:
+        sending.out_messages(request, NOW_MS, 2000)
+    error = caught.value
     assert error.status_code == Code.PAYLOAD_TOO_LARGE
+    assert error.field == "messages[0]: " + sending.SIZE_FIELDS
     assert "2001 bytes" in error.message and "at most 2000 bytes" in error.message
 
-    def fits(message: Any) -> None:
-        big(message)
-        message.user_properties["p"] = "v" * 338
-
-    CHECKS.check(_send(fits))
+    request.messages[0].user_properties["p"] = "v" * 369
+    (out,) = sending.out_messages(request, NOW_MS, 2000)
+    assert message_size(out) == 2000
 
 
 def test_property_limits() -> None:
     many = _send(lambda m: m.user_properties.update({f"k{i}": "" for i in range(129)}))
     assert _refused(many).status_code == Code.MESSAGE_PROPERTIES_TOO_LARGE
-    checks = validation.RequestChecks(validation.Limits(10**6, 10**7), lambda: NOW_MS)
+    checks = validation.RequestChecks(validation.Limits(10**6), lambda: NOW_MS)
     large = _send(lambda m: m.user_properties.update({"k": "v" * 16_384}))
     with pytest.raises(Rejected) as caught:
         checks.check(large)

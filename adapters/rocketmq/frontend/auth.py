@@ -21,6 +21,31 @@ DATE_HEADER = "x-mq-date-time"
 DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 
 
+def header_text(metadata: Iterable[tuple[str, str | bytes]], name: str) -> str | None:
+    """The value of the first `name` header (lower-case) as text; None when there is none.
+
+    Only the header asked for is decoded: a binary (`-bin`) entry the front end does not read,
+    whatever its bytes, is never looked at. Raises `ValueError` when the header is not UTF-8."""
+    for key, value in metadata:
+        if key.lower() != name:
+            continue
+        if isinstance(value, str):
+            return value
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"the {name} header is not UTF-8 text") from None
+    return None
+
+
+def _auth_header(metadata: Iterable[tuple[str, str | bytes]], name: str) -> str:
+    """An authentication header as text ("" when absent); one that is not text is refused."""
+    try:
+        return header_text(metadata, name) or ""
+    except ValueError as error:
+        raise Unauthenticated(str(error)) from None
+
+
 def sign(secret: str, date_time: str) -> str:
     """Hex HMAC-SHA1 of the date header value with the secret, as the SDK computes it."""
     return hmac.new(secret.encode("utf-8"), date_time.encode("utf-8"), sha1).hexdigest()
@@ -68,8 +93,8 @@ class Authenticator:
         """Return the access key of a correctly signed request; raise `Unauthenticated`."""
         if self._credentials is None:
             return ""
-        headers = {k.lower(): v if isinstance(v, str) else v.decode() for k, v in metadata}
-        authorization = headers.get("authorization")
+        metadata = tuple(metadata)
+        authorization = _auth_header(metadata, "authorization")
         if not authorization:
             raise Unauthenticated("missing authorization header: credentials are required")
         access_key, signed_headers, signature = parse_authorization(authorization)
@@ -78,7 +103,7 @@ class Authenticator:
             raise Unauthenticated(f"unknown access key {access_key!r}")
         if DATE_HEADER not in {h.strip().lower() for h in signed_headers.split(";")}:
             raise Unauthenticated(f"SignedHeaders must include {DATE_HEADER}")
-        date_time = headers.get(DATE_HEADER, "")
+        date_time = _auth_header(metadata, DATE_HEADER)
         self._check_date(date_time)
         if not hmac.compare_digest(sign(secret, date_time), signature.lower()):
             raise Unauthenticated(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2
@@ -66,6 +66,17 @@ def cut(message: str) -> str:
 def status(code: int = Code.OK, message: str = "OK") -> Any:
     """A `Status` message; every response needs one. Long messages are cut."""
     return definition_pb2.Status(code=code, message=cut(message))
+
+
+def overall(statuses: Sequence[Any]) -> Any:
+    """The status of a response with one status per entry: OK, the failure when every entry
+    failed, MULTIPLE_RESULTS when some did."""
+    failed = [s for s in statuses if s.code != Code.OK]
+    if not failed:
+        return status()
+    if len(failed) == len(statuses):
+        return failed[0]
+    return status(Code.MULTIPLE_RESULTS, f"{len(failed)} of {len(statuses)} entries failed")
 
 
 def error_status(error: GatewayError) -> Any:

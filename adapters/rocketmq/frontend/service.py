@@ -9,7 +9,7 @@ requests and unsupported RPCs end the call with a gRPC status.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -26,8 +26,8 @@ from gateway.engine.api import (
 from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError, PermissionDenied, Unauthenticated
 
-from . import codec, topology
-from .auth import Authenticator
+from . import codec, sending, topology
+from .auth import Authenticator, header_text
 from .renewer import Renewer
 from .settings import ORDERLY_UNLIMITED_ATTEMPTS, FrontendSettings
 from .validation import Limits, RequestChecks
@@ -41,11 +41,7 @@ MAX_WAIT_MS = 60_000
 """Longest long poll the engine accepts."""
 
 
-def _metadata_value(context: Any, name: str) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key.lower() == name:
-            return value if isinstance(value, str) else bytes(value).decode()
-    return ""
+CLIENT_ID_HEADER = "x-mq-client-id"
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
@@ -66,7 +62,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             settings.push_consume_timeout_ms,
             settings.renew_interval_ms,
         )
-        limits = Limits(settings.max_body_size, engine.config.max_message_bytes)
+        limits = Limits(settings.max_body_size)
         self._checks = RequestChecks(limits, engine.now_ms)
 
     # --- helpers -------------------------------------------------------------------------
@@ -77,7 +73,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             self._auth.check(context.invocation_metadata() or ())
         except Unauthenticated as error:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, codec.cut(error.message))
-        return _metadata_value(context, "x-mq-client-id")
+        try:
+            return header_text(context.invocation_metadata() or (), CLIENT_ID_HEADER) or ""
+        except ValueError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+            raise  # pragma: no cover - abort raises
 
     async def _admit(self, request: Any, context: Any) -> str:
         """Authenticate the call, then check every value of its request (raises `Rejected`)."""
@@ -205,30 +205,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     # --- publishing ----------------------------------------------------------------------
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
-        response = service_pb2.SendMessageResponse()
         try:
             await self._admit(request, context)
-            now_ms = self._engine.now_ms()
-            by_topic: dict[str, list[tuple[int, Any]]] = {}
-            for index, message in enumerate(request.messages):
-                out = codec.out_message(message, now_ms)
-                by_topic.setdefault(message.topic.name, []).append((index, out))
-            ids: dict[int, str] = {}
-            for topic in by_topic:
-                self._check_publish(context, topic)
-            for topic, items in by_topic.items():
-                published = await self._engine.publish(topic, [out for _, out in items])
-                ids.update(zip((index for index, _ in items), published, strict=True))
+            messages = sending.out_messages(request, self._engine.now_ms(),
+                                            self._engine.config.max_message_bytes)
+            return await sending.publish(
+                self._engine, request, messages, lambda topic: self._check_publish(context, topic)
+            )
         except GatewayError as error:
-            failed = codec.error_status(error)
-            response.status.CopyFrom(failed)
-            for message in request.messages:
-                response.entries.add(status=failed, message_id=message.system_properties.message_id)
-            return response
-        response.status.CopyFrom(codec.status())
-        for index in range(len(request.messages)):
-            response.entries.add(status=codec.status(), message_id=ids[index])
-        return response
+            return sending.refused(request, error)
 
     # --- consuming -----------------------------------------------------------------------
 
@@ -285,7 +270,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             response.entries.add(
                 message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=item
             )
-        response.status.CopyFrom(_overall(statuses))
+        response.status.CopyFrom(codec.overall(statuses))
         return response
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
@@ -362,10 +347,3 @@ def _result_status(result: SettleResult) -> Any:
     return codec.status(codec.rocketmq_code(result.error_code), result.error or result.error_code)
 
 
-def _overall(statuses: Sequence[Any]) -> Any:
-    failed = [s for s in statuses if s.code != Code.OK]
-    if not failed:
-        return codec.status()
-    if len(failed) == len(statuses):
-        return failed[0]
-    return codec.status(Code.MULTIPLE_RESULTS, f"{len(failed)} of {len(statuses)} entries failed")

@@ -3,9 +3,10 @@
 `RequestChecks.check(request)` raises `codec.Rejected` (the field, the value cut short, the
 allowed range, and the RocketMQ v2 status code that names the problem) or `Unimplemented`.
 Names, sizes and times follow the RocketMQ 5 protocol and its proxy's documented defaults;
-message count, message size and the furthest delivery time are the gateway's own limits, the
-same as on its gRPC API. Values the gateway ignores (born host, trace context, ...) are not
-checked: they never reach the engine.
+message count and the furthest delivery time are the gateway's own limits, the same as on its
+gRPC API. The whole message's size and the reserved property names are checked on the message
+the engine gets (`sending`), by the engine's own rules. Values the gateway ignores (born host,
+...) are not checked: they never reach the engine.
 """
 
 from __future__ import annotations
@@ -71,10 +72,9 @@ class Limits:
     """The configured sizes the checks hold requests to."""
 
     max_body_bytes: int
-    """Largest message body (the front end's `max_body_size`)."""
-    max_message_bytes: int
-    """Largest message: body + keys + tag + message group + user properties (the gateway's
-    `max_message_bytes`)."""
+    """Largest message body (the front end's `max_body_size`). The whole message's size
+    (the gateway's `max_message_bytes`) is checked on the message the engine gets
+    (`sending.out_messages`), by the engine's own rule."""
 
 
 def _utf8_len(text: str) -> int:
@@ -225,8 +225,7 @@ def _tag_and_keys(props: Any, field: str) -> int:
     return size
 
 
-def _message_group(props: Any, message_type: int, field: str) -> int:
-    """Checks the message group; returns its size in bytes."""
+def _message_group(props: Any, message_type: int, field: str) -> None:
     group = props.message_group if props.HasField("message_group") else ""
     if message_type == MessageType.FIFO and not group:
         raise Rejected(
@@ -240,7 +239,6 @@ def _message_group(props: Any, message_type: int, field: str) -> int:
             group,
             f"1..{MESSAGE_GROUP_MAX_BYTES} UTF-8 bytes, not blank, no control characters",
         )
-    return size
 
 
 def _user_properties(message: Any, field: str) -> int:
@@ -401,14 +399,7 @@ class RequestChecks:
                 f"{extra} bytes",
                 f"at most {PROPERTIES_MAX_BYTES} bytes",
             )
-        total = body + extra + _message_group(props, message_type, system)
-        if total > limits.max_message_bytes:
-            raise Rejected(
-                Code.PAYLOAD_TOO_LARGE,
-                f"{field}: body + keys + tag + message_group + user_properties",
-                f"{total} bytes",
-                f"at most {limits.max_message_bytes} bytes",
-            )
+        _message_group(props, message_type, system)
 
     # --- consuming -----------------------------------------------------------------------
 
