@@ -37,6 +37,9 @@ MAX_MESSAGES_PER_SEND = MAX_BATCH
 """Messages one SEND frame may carry (a batch): the gateway's one batch cap."""
 MAX_IDS_PER_COMMAND = 10_000
 """Most message ids one ACK or REDELIVER_UNACKNOWLEDGED_MESSAGES may carry."""
+MAX_SEQUENCE_ID = 2**63 - 1
+"""Largest sequence id a SEND may carry: PRODUCER_SUCCESS reports the last stored one as an
+int64 (`last_sequence_id`), so a larger one could never be reported back."""
 
 COMMAND_FIELDS: dict[int, str] = {
     Cmd.CONNECT: "connect",
@@ -144,6 +147,9 @@ def _subscribe(body: Any) -> None:
 
 
 def _send(body: Any) -> None:
+    for name in ("sequence_id", "highest_sequence_id"):
+        if getattr(body, name) > MAX_SEQUENCE_ID:
+            raise refused(f"send.{name}", getattr(body, name), f"0..{MAX_SEQUENCE_ID} (int64)")
     if body.HasField("num_messages") and not 1 <= body.num_messages <= MAX_MESSAGES_PER_SEND:
         raise refused("send.num_messages", body.num_messages, f"1..{MAX_MESSAGES_PER_SEND}")
     for flag in ("txnid_least_bits", "txnid_most_bits"):
@@ -243,8 +249,8 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
     send = frame.command.send
     if send.HasField("num_messages") and send.num_messages != len(found):
         raise refused("send.num_messages", send.num_messages, f"{len(found)}, as in the payload")
-    if send.sequence_id + len(found) > 2**64:
-        allowed = f"0..{2**64 - len(found)} for {len(found)} messages (uint64 ids)"
+    if send.sequence_id + len(found) - 1 > MAX_SEQUENCE_ID:
+        allowed = f"0..{MAX_SEQUENCE_ID + 1 - len(found)} for {len(found)} messages (int64 ids)"
         raise refused("send.sequence_id", send.sequence_id, allowed)
     out = []
     for i, entry in enumerate(found):
@@ -256,6 +262,8 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
         if size > limit:
             raise MessageTooLarge(size, limit)
         sequence_id = send.sequence_id + i if entry.sequence_id is None else entry.sequence_id
+        if sequence_id > MAX_SEQUENCE_ID:
+            raise refused(f"messages[{i}].sequence_id", sequence_id, f"0..{MAX_SEQUENCE_ID}")
         out.append(out_message(entry, metadata, producer, sequence_id))
     return out
 
