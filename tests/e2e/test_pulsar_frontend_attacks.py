@@ -113,3 +113,32 @@ async def test_a_journal_holding_an_id_above_int64_loads_without_it(tmp_path: Pa
             await instance.stop()
     kept = [json.loads(line) for line in (state / "producers.jsonl").read_text().splitlines()]
     assert all(seq <= INT64_MAX for _, _, seq in kept)
+
+
+def one_entry_batch(single: pb.SingleMessageMetadata, placeholder: str, bad: bytes) -> bytes:
+    """A batch payload of one entry whose metadata has `placeholder` replaced by `bad`."""
+    data = raw.poisoned(single, placeholder, bad)
+    return len(data).to_bytes(4, "big") + data + b"abc"
+
+
+@pytest.mark.parametrize(
+    ("single", "field"),
+    [
+        (pb.SingleMessageMetadata(payload_size=3, properties=[pb.KeyValue(key="zz", value="v")]),
+         "messages[0].properties.key"),
+        (pb.SingleMessageMetadata(payload_size=3, properties=[pb.KeyValue(key="k", value="zz")]),
+         "messages[0].properties.value"),
+        (pb.SingleMessageMetadata(payload_size=3, partition_key="zz"),
+         "messages[0].partition_key"),
+    ],
+    ids=["property-key", "property-value", "partition-key"],
+)
+async def test_batch_entry_texts_must_be_utf8(
+    front: PulsarFrontEnd, single: pb.SingleMessageMetadata, field: str
+) -> None:
+    client, _ = await producing(front.port, "utf8")
+    client.send(raw.send(1, 0), batch_meta("utf8", 1), one_entry_batch(single, "zz", b"\xff\xfe"))
+    message = await refused_send(client, 0, field)
+    assert "valid UTF-8" in message
+    await only_stored(client, "utf8", 1)
+    await client.close()

@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 from adapters.pulsar.frontend import ids
 from adapters.pulsar.frontend.messages import out_message
 from adapters.pulsar.wire import wire_pb2 as pb
-from adapters.pulsar.wire.batch import entries
+from adapters.pulsar.wire.batch import Entry, entries
 from adapters.pulsar.wire.frames import Frame
 from gateway.backend.base import OutMessage
 from gateway.errors import ECHO_CHARS, InvalidArgument, MessageTooLarge
@@ -254,11 +254,12 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
         raise refused("send.sequence_id", send.sequence_id, allowed)
     out = []
     for i, entry in enumerate(found):
+        _check_entry_text(entry, f"messages[{i}]")
         # Here, not only in the engine: a refusal there fails every frame stored with this one.
         check_properties(f"messages[{i}].properties", entry.properties)
-        size = len(entry.payload) + _text_bytes("partition_key", entry.partition_key)
+        size = len(entry.payload) + len(entry.partition_key.encode())
         for key, value in entry.properties.items():
-            size += _text_bytes("properties", key) + _text_bytes("properties", value)
+            size += len(key.encode()) + len(value.encode())
         if size > limit:
             raise MessageTooLarge(size, limit)
         sequence_id = send.sequence_id + i if entry.sequence_id is None else entry.sequence_id
@@ -268,7 +269,12 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
     return out
 
 
-def _text_bytes(field: str, value: object) -> int:
-    if not isinstance(value, str):
-        raise refused(field, value, "valid UTF-8")
-    return len(value.encode())
+def _check_entry_text(entry: Entry, path: str) -> None:
+    """A message's texts (a batch entry's come from its SingleMessageMetadata, which
+    `check_text` on the outer metadata does not reach) must be valid UTF-8."""
+    texts: list[tuple[str, object]] = [("partition_key", entry.partition_key)]
+    for key, value in entry.properties.items():
+        texts += [("properties.key", key), ("properties.value", value)]
+    for field, text in texts:
+        if not isinstance(text, str):
+            raise refused(f"{path}.{field}", text, "valid UTF-8")
