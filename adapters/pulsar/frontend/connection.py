@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, replies, starts
+from adapters.pulsar.frontend import edge, replies, subscribing
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -37,7 +37,7 @@ from adapters.pulsar.wire.frames import (
     decode_frame,
     frame_size,
 )
-from gateway.engine.api import ConsumerType, SubscriptionSpec
+from gateway.engine.api import ConsumerType
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
@@ -49,10 +49,6 @@ HANDSHAKE_FRAME_SIZE = 64 * 1024
 """Largest frame accepted before CONNECT has been answered."""
 CLOSE_FLUSH_S = 5.0
 """How long a closing connection may take to send what is buffered for its client."""
-POLICY = "pulsar-nack"
-POLICY_OPTIONS = {"nack_delay_ms": "0"}
-"""The client waits its own negative-ack delay before it asks for a redelivery, and tracks its
-own ack timeout; so the engine redelivers at once and sets no deadline of its own."""
 Cmd = pb.BaseCommand
 
 
@@ -365,35 +361,16 @@ class Connection:
             self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
             return
         consumer_type = SUB_TYPES[request.subType]
+        member = self.key(request.consumer_id)
         try:
             topic = engine_topic(request.topic)
             self._check(topic, request.subscription)
-            position = await starts.place(self._shared.engine, request, topic)
-            self._shared.subscriptions.join(
-                topic,
-                request.subscription,
-                consumer_type,
-                self.key(request.consumer_id),
+            consumer = await subscribing.attach(
+                self._shared, request, topic, member,
                 functools.partial(self._kick, request.consumer_id),
+                f"pulsar-{self.id}-{request.consumer_id}",
             )
-        except GatewayError as exc:
-            self._refuse(request.request_id, exc)
-            return
-        spec = SubscriptionSpec(
-            topic=topic,
-            group=request.subscription,
-            policy=POLICY,
-            options=POLICY_OPTIONS,
-            consumer_type=consumer_type,
-            consumer_id=f"pulsar-{self.id}-{request.consumer_id}",
-            initial_position=position,
-        )
-        try:
-            consumer = await self._shared.engine.open_consumer(spec)
         except Exception as exc:
-            self._shared.subscriptions.leave(
-                topic, request.subscription, self.key(request.consumer_id)
-            )
             self._refuse(request.request_id, exc)
             return
         self._consumers[request.consumer_id] = ConsumerSession(
@@ -469,8 +446,4 @@ class Connection:
         registry.leave(topic, subscription, self.key(session.consumer_id))
         await session.close()
         if not session.durable and topic and not registry.count(topic, subscription):
-            try:
-                await self._shared.engine.drop_group(topic, subscription)  # a reader's
-            except GatewayError as exc:  # the connection's other consumers still close
-                log.warning("reader's subscription not dropped", topic=topic,
-                            subscription=subscription, error=exc.message)
+            await self._shared.readers.release(self._shared.engine, topic, subscription)
