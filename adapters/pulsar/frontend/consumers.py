@@ -5,7 +5,9 @@ own bookkeeping (duplicate filter for acks still in its grouping window, nack an
 trackers, dead-letter candidates, seek) works on redeliveries. The session keeps the id ->
 delivery map so that ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES
 settle the right receipt. A cumulative ack acknowledges everything up to its id, including a
-message given back earlier and delivered again later (settled at once, never sent). FLOW permits
+message given back earlier and delivered again later (settled at once, never sent); on Shared
+and Key_Shared subscriptions, whose consumers share the id range, it is refused and changes
+nothing (a broker ignores it there). FLOW permits
 become engine credit one for one (deliveries are never batched on the way out), but a consumer
 holds at most `max_unacked` unsettled deliveries (Pulsar's maxUnackedMessagesPerConsumer): the
 rest of its permits wait until it settles some.
@@ -39,7 +41,11 @@ SUB_TYPES: dict[int, ConsumerType] = {
     pb.CommandSubscribe.Failover: ConsumerType.FAILOVER,
     pb.CommandSubscribe.Key_Shared: ConsumerType.KEY_SHARED,
 }
-COUNTS_REDELIVERIES = frozenset({ConsumerType.SHARED, ConsumerType.KEY_SHARED})
+SHARED_TYPES = frozenset({ConsumerType.SHARED, ConsumerType.KEY_SHARED})
+"""Subscription types whose consumers share the messages (no cumulative acks)."""
+COUNTS_REDELIVERIES = SHARED_TYPES
+CUMULATIVE_REFUSED = ("cumulative acks are for Exclusive and Failover subscriptions: on Shared "
+                      "and Key_Shared ones acknowledge each message")
 BATCH = 256
 MAX_UNACKED = 50_000
 """Unsettled deliveries one consumer may hold (Pulsar's default maxUnackedMessagesPerConsumer)."""
@@ -106,8 +112,13 @@ class ConsumerSession:
 
     async def ack(self, command: pb.CommandAck) -> tuple[int, str] | None:
         """Settle acknowledged deliveries; returns an error for an ACK_RESPONSE, if any."""
+        cumulative = command.ack_type == pb.CommandAck.Cumulative
+        if cumulative and self.consumer_type in SHARED_TYPES:
+            log.info("pulsar cumulative ack refused", consumer=self.consumer_id,
+                     subscription_type=self.consumer_type.value)
+            return pb.NotAllowedError, CUMULATIVE_REFUSED
         wanted = self._mine(command.message_id)
-        if command.ack_type == pb.CommandAck.Cumulative and command.message_id:
+        if cumulative and command.message_id:
             mark = command.message_id[-1]
             # Never past what this session sent: a made-up id far ahead must not ack later
             # deliveries unseen.

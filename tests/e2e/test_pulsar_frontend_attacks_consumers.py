@@ -1,0 +1,117 @@
+"""Consumer commands attacked with raw frames: a cumulative ack on a Shared subscription, a
+refused seek, an unsubscribe. Each is answered as a broker answers it and harms no other
+consumer of the subscription."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import tests.pulsar_raw as raw
+from adapters.pulsar.frontend import PulsarFrontEnd
+from adapters.pulsar.wire import wire_pb2 as pb
+from gateway.engine.clock import SystemClock
+from gateway.engine.engine import Engine
+from gateway.server.app import running_gateway
+from tests.pulsar_raw import Cmd, RawClient
+
+SHARED, KEY_SHARED = pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[tuple[PulsarFrontEnd, Engine]]:
+    async with running_gateway(
+        data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
+    ) as app:
+        instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0)
+        await instance.start()
+        yield instance, app.engine
+        await instance.stop()
+
+
+async def publish(port: int, count: int, first: int = 0) -> list[pb.MessageIdData]:
+    client = await RawClient.open(port)
+    client.send(raw.producer(1, 1, f"pub-{first}"))
+    await client.expect(Cmd.PRODUCER_SUCCESS)
+    for seq in range(first, first + count):
+        client.send(raw.send(1, seq), raw.meta(f"pub-{first}", seq), f"m{seq}".encode())
+    ids = [(await client.expect(Cmd.SEND_RECEIPT)).command.send_receipt.message_id
+           for _ in range(count)]
+    await client.close()
+    return ids
+
+
+async def subscribed(port: int, consumer_id: int, sub_type: int) -> RawClient:
+    client = await RawClient.open(port)
+    client.send(raw.subscribe(consumer_id, 1, sub_type))
+    await client.expect(Cmd.SUCCESS)
+    return client
+
+
+async def messages(client: RawClient, count: int) -> list[pb.CommandMessage]:
+    return [(await client.expect(Cmd.MESSAGE)).command.message for _ in range(count)]
+
+
+def ack(consumer_id: int, ids: list[pb.MessageIdData], *, cumulative: bool = False,
+        request_id: int | None = None) -> pb.BaseCommand:
+    cmd = Cmd(type=Cmd.ACK)
+    cmd.ack.consumer_id = consumer_id
+    cmd.ack.ack_type = pb.CommandAck.Cumulative if cumulative else pb.CommandAck.Individual
+    for mid in ids:
+        cmd.ack.message_id.add().CopyFrom(mid)
+    if request_id is not None:
+        cmd.ack.request_id = request_id
+    return cmd
+
+
+def redeliver_all(consumer_id: int) -> pb.BaseCommand:
+    cmd = Cmd(type=Cmd.REDELIVER_UNACKNOWLEDGED_MESSAGES)
+    cmd.redeliverUnacknowledgedMessages.consumer_id = consumer_id
+    return cmd
+
+
+@pytest.mark.parametrize("sub_type", [SHARED, KEY_SHARED], ids=["shared", "key-shared"])
+async def test_a_cumulative_ack_on_a_shared_subscription_is_refused(
+    stack: tuple[PulsarFrontEnd, Engine], sub_type: int
+) -> None:
+    front, _ = stack
+    await publish(front.port, 2)
+    client = await subscribed(front.port, 1, sub_type)
+    client.send(raw.flow(1, 10))
+    got = await messages(client, 2)
+    client.send(ack(1, [got[1].message_id], cumulative=True, request_id=7))
+    reply = (await client.expect(Cmd.ACK_RESPONSE)).command.ackResponse
+    assert (reply.request_id, reply.error) == (7, pb.NotAllowedError), reply
+    assert "Exclusive and Failover" in reply.message
+    client.send(ack(1, [got[1].message_id], cumulative=True))  # no request id: no answer
+    # Nothing was acknowledged: both come back when given back.
+    client.send(redeliver_all(1))
+    again = await messages(client, 2)
+    assert sorted(m.message_id.entryId for m in again) == sorted(
+        m.message_id.entryId for m in got)
+    await client.close()
+
+
+async def test_a_refused_cumulative_ack_does_not_swallow_anothers_redelivery(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, _ = stack
+    other = await subscribed(front.port, 2, SHARED)
+    await publish(front.port, 1)
+    other.send(raw.flow(2, 1))
+    [first] = await messages(other, 1)
+    client = await subscribed(front.port, 1, SHARED)
+    await publish(front.port, 1, first=1)
+    client.send(raw.flow(1, 1))
+    [second] = await messages(client, 1)
+    client.send(ack(1, [second.message_id], cumulative=True, request_id=3))
+    reply = (await client.expect(Cmd.ACK_RESPONSE)).command.ackResponse
+    assert reply.error == pb.NotAllowedError
+    other.send(redeliver_all(2))  # the other consumer gives its message back
+    await other.close()
+    client.send(raw.flow(1, 1))
+    [again] = await messages(client, 1)
+    assert again.message_id == first.message_id
+    await client.close()
