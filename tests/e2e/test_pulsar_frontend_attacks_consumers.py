@@ -115,3 +115,58 @@ async def test_a_refused_cumulative_ack_does_not_swallow_anothers_redelivery(
     [again] = await messages(client, 1)
     assert again.message_id == first.message_id
     await client.close()
+
+
+def seek(consumer_id: int, request_id: int, mid: pb.MessageIdData) -> pb.BaseCommand:
+    cmd = Cmd(type=Cmd.SEEK)
+    cmd.seek.consumer_id = consumer_id
+    cmd.seek.request_id = request_id
+    cmd.seek.message_id.CopyFrom(mid)
+    return cmd
+
+
+async def test_a_refused_seek_closes_no_consumer(stack: tuple[PulsarFrontEnd, Engine]) -> None:
+    front, _ = stack
+    await publish(front.port, 2)
+    victim = await subscribed(front.port, 1, SHARED)
+    victim.send(raw.flow(1, 1))
+    [held] = await messages(victim, 1)
+    attacker = await subscribed(front.port, 5, SHARED)
+    # Shaped like a store id, but no message has it.
+    attacker.send(seek(5, 2, pb.MessageIdData(ledgerId=0x0100000000000000, entryId=12345)))
+    error = (await attacker.expect(Cmd.ERROR)).command.error
+    assert (error.request_id, error.error) == (2, pb.TopicNotFound), error
+    # The victim's consumer is still open with its delivery: the next frame it gets is the
+    # next message (a CLOSE_CONSUMER first would fail `expect`), and its ack is taken.
+    victim.send(raw.flow(1, 1))
+    [after] = await messages(victim, 1)
+    assert after.message_id != held.message_id
+    victim.send(ack(1, [held.message_id, after.message_id], request_id=3))
+    reply = (await victim.expect(Cmd.ACK_RESPONSE)).command.ackResponse
+    assert not reply.HasField("error"), reply
+    await attacker.close()
+    await victim.close()
+
+
+async def test_a_seek_moves_the_subscription_and_closes_every_consumer(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, engine = stack
+    ids = await publish(front.port, 3)
+    one = await subscribed(front.port, 1, SHARED)
+    two = await subscribed(front.port, 2, SHARED)
+    one.send(raw.flow(1, 3))
+    await messages(one, 3)
+    two.send(seek(2, 4, ids[1]))
+    assert (await one.expect(Cmd.CLOSE_CONSUMER)).command.close_consumer.consumer_id == 1
+    assert (await two.expect(Cmd.CLOSE_CONSUMER)).command.close_consumer.consumer_id == 2
+    assert (await two.expect(Cmd.SUCCESS)).command.success.request_id == 4
+    assert not engine.unsettled("raw", "s")  # the closed consumers' deliveries went void
+    one.send(raw.subscribe(1, 5, SHARED))
+    await one.expect(Cmd.SUCCESS)
+    one.send(raw.flow(1, 10))
+    again = await messages(one, 2)
+    assert [m.message_id for m in again] == ids[1:]
+    assert [m.redelivery_count for m in again] == [0, 0]
+    await one.close()
+    await two.close()
