@@ -258,6 +258,10 @@ class Connection:
             await self._close_consumer(cmd.unsubscribe.consumer_id, cmd.unsubscribe.request_id)
         elif kind == Cmd.SEEK:
             await self._seek(cmd.seek)
+        elif kind == Cmd.CONNECT:  # a broker closes the connection
+            self.write(replies.error(NO_REQUEST, pb.NotAllowedError, "already connected"))
+            log.info("pulsar CONNECT on a connected connection, closing", connection=self.id)
+            self.close()
         else:
             self._other(cmd)
 
@@ -266,7 +270,11 @@ class Connection:
         if kind == Cmd.GET_LAST_MESSAGE_ID:
             request = cmd.getLastMessageId
             session = self._consumers.get(request.consumer_id)
-            last = session.last_id() if session is not None else None
+            if session is None:
+                self.write(replies.error(request.request_id, pb.ConsumerNotFound,
+                                         f"unknown consumer {request.consumer_id}"))
+                return
+            last = session.last_id()
             ledger, entry = last if last is not None else (self._shared.ids.ledger_id, 0)
             self.write(replies.last_message_id(request.request_id, ledger, entry))
         elif kind == Cmd.GET_SCHEMA:
@@ -295,7 +303,13 @@ class Connection:
 
     async def _producer(self, request: pb.CommandProducer) -> None:
         existing = self._producers.get(request.producer_id)
-        if existing is not None:
+        if existing is not None:  # a client's retry is answered again; another use refused
+            name = request.producer_name or existing.name
+            if (_topic_or_none(request.topic), name) != (existing.topic, existing.name):
+                text = (f"producer id {request.producer_id} is in use for producer "
+                        f"{existing.name!r} on topic {existing.topic!r}")
+                self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+                return
             last = self._shared.dedup.last(existing.topic, existing.name)
             self.write(replies.producer_success(request.request_id, existing.name, last))
             return
@@ -353,8 +367,14 @@ class Connection:
         self.write(replies.success(request.request_id))
 
     async def _subscribe(self, request: pb.CommandSubscribe) -> None:
-        if request.consumer_id in self._consumers:
-            self.write(replies.success(request.request_id))
+        if request.consumer_id in self._consumers:  # a client's retry is answered again
+            used = self._topics[request.consumer_id]
+            if (_topic_or_none(request.topic), request.subscription) == used:
+                self.write(replies.success(request.request_id))
+            else:
+                text = (f"consumer id {request.consumer_id} is in use for subscription "
+                        f"{used[1]!r} on topic {used[0]!r}")
+                self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
             return
         if len(self._consumers) >= self._shared.max_consumers:
             text = f"a connection may have {self._shared.max_consumers} consumers"
@@ -447,3 +467,11 @@ class Connection:
         await session.close()
         if not session.durable and topic and not registry.count(topic, subscription):
             await self._shared.readers.release(self._shared.engine, topic, subscription)
+
+
+def _topic_or_none(pulsar_topic: str) -> str | None:
+    """The engine topic of a name the edge passed, None when it names none."""
+    try:
+        return engine_topic(pulsar_topic)
+    except GatewayError:
+        return None

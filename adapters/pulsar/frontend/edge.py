@@ -14,6 +14,7 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from adapters.pulsar.frontend import ids
 from adapters.pulsar.frontend.messages import out_message
@@ -137,7 +138,29 @@ def _producer(body: Any) -> None:
     )
 
 
+def declared_enum(message: Message, name: str) -> int:
+    """The value the client sent for the enum field `name`, including one the enum does not
+    know (proto2 keeps it among the unknown fields, and the field then reads as its default)."""
+    number = message.DESCRIPTOR.fields_by_name[name].number
+    unknown = UnknownFieldSet(message)
+    for i in range(len(unknown)):
+        item = unknown[i]
+        if item.field_number == number and isinstance(item.data, int):
+            return item.data
+    return int(getattr(message, name))
+
+
+def _check_enum(message: Message, name: str, path: str) -> None:
+    enum = message.DESCRIPTOR.fields_by_name[name].enum_type
+    assert enum is not None
+    value = declared_enum(message, name)
+    if value not in enum.values_by_number:
+        allowed = " or ".join(v.name for v in enum.values)
+        raise refused(path, value, allowed)
+
+
 def _subscribe(body: Any) -> None:
+    _check_enum(body, "initialPosition", "subscribe.initialPosition")
     check_name("subscribe.topic", body.topic)
     check_name("subscribe.subscription", body.subscription)
     check_name("subscribe.consumer_name", body.consumer_name, required=False)
