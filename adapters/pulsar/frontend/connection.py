@@ -18,12 +18,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, replies, subscribing
+from adapters.pulsar.frontend import edge, lookups, replies, subscribing
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -240,10 +239,6 @@ class Connection:
             session = self._consumers.get(cmd.redeliverUnacknowledgedMessages.consumer_id)
             if session is not None:
                 await session.redeliver(cmd.redeliverUnacknowledgedMessages)
-        elif kind == Cmd.PARTITIONED_METADATA:
-            self._partitions(cmd.partitionMetadata)
-        elif kind == Cmd.LOOKUP:
-            self._lookup(cmd.lookupTopic)
         elif kind == Cmd.PRODUCER:
             await self._producer(cmd.producer)
         elif kind == Cmd.SUBSCRIBE:
@@ -277,29 +272,10 @@ class Connection:
             last = session.last_id()
             ledger, entry = last if last is not None else (self._shared.ids.ledger_id, 0)
             self.write(replies.last_message_id(request.request_id, ledger, entry))
-        elif kind == Cmd.GET_SCHEMA:
-            self.write(replies.schema_not_found(cmd.getSchema.request_id, cmd.getSchema.topic))
-        elif kind == Cmd.GET_OR_CREATE_SCHEMA:
-            self.write(replies.schema_version(cmd.getOrCreateSchema.request_id))
+        elif (reply := lookups.answer(cmd, self._shared.service_url)) is not None:
+            self.write(reply)
         else:
             log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
-
-    def _partitions(self, request: pb.CommandPartitionedTopicMetadata) -> None:
-        failed = replies.partitions_failed
-        self._about_topic(request, failed, lambda: replies.partitions(request.request_id, 0))
-
-    def _lookup(self, request: pb.CommandLookupTopic) -> None:
-        found = functools.partial(replies.lookup, request.request_id, self._shared.service_url)
-        self._about_topic(request, replies.lookup_failed, found)
-
-    def _about_topic(self, request: Any, failed: Callable[[int, int, str], bytes],
-                     answer: Callable[[], bytes]) -> None:
-        try:
-            engine_topic(request.topic)
-        except GatewayError as exc:
-            self.write(failed(request.request_id, replies.server_error(exc), exc.message))
-            return
-        self.write(answer())
 
     async def _producer(self, request: pb.CommandProducer) -> None:
         existing = self._producers.get(request.producer_id)
