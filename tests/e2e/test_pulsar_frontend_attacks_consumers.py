@@ -4,9 +4,11 @@ consumer of the subscription."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pulsar
 import pytest
 
 import tests.pulsar_raw as raw
@@ -18,6 +20,7 @@ from gateway.server.app import running_gateway
 from tests.pulsar_raw import Cmd, RawClient
 
 SHARED, KEY_SHARED = pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared
+QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
 @pytest.fixture
@@ -168,5 +171,85 @@ async def test_a_seek_moves_the_subscription_and_closes_every_consumer(
     again = await messages(one, 2)
     assert [m.message_id for m in again] == ids[1:]
     assert [m.redelivery_count for m in again] == [0, 0]
+    await one.close()
+    await two.close()
+
+
+def unsubscribe(consumer_id: int, request_id: int) -> pb.BaseCommand:
+    cmd = Cmd(type=Cmd.UNSUBSCRIBE)
+    cmd.unsubscribe.consumer_id = consumer_id
+    cmd.unsubscribe.request_id = request_id
+    return cmd
+
+
+async def test_unsubscribe_deletes_the_subscription_and_its_backlog(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, engine = stack
+    client = await subscribed(front.port, 1, SHARED)
+    await publish(front.port, 3)
+    client.send(unsubscribe(1, 2))
+    assert (await client.expect(Cmd.SUCCESS)).command.success.request_id == 2
+    assert engine.group_state("raw", "s") is None
+    client.send(unsubscribe(1, 3))  # the consumer went with it
+    error = (await client.expect(Cmd.ERROR)).command.error
+    assert (error.request_id, error.error) == (3, pb.ConsumerNotFound)
+    latest = raw.subscribe(1, 4, SHARED)
+    latest.subscribe.initialPosition = pb.CommandSubscribe.Latest
+    client.send(latest)
+    await client.expect(Cmd.SUCCESS)
+    client.send(raw.flow(1, 10))
+    await publish(front.port, 1, first=3)
+    # A new subscription: the new message, not the old backlog (an existing one would keep
+    # its position and deliver m0 first).
+    assert (await client.expect(Cmd.MESSAGE)).payload == b"m3"
+    await client.close()
+
+
+def unsubscribe_and_come_back(url: str) -> bytes:
+    client = pulsar.Client(url, operation_timeout_seconds=5, logger=QUIET)
+    try:
+        consumer = client.subscribe("u-topic", "u-sub", consumer_type=pulsar.ConsumerType.Shared,
+                                    receiver_queue_size=1)
+        producer = client.create_producer("u-topic", batching_enabled=False)
+        for i in range(3):
+            producer.send(f"old-{i}".encode())
+        consumer.unsubscribe()
+        consumer = client.subscribe("u-topic", "u-sub", consumer_type=pulsar.ConsumerType.Shared)
+        producer.send(b"new")
+        data: bytes = consumer.receive(5000).data()
+        return data
+    finally:
+        client.close()
+
+
+async def test_the_official_clients_unsubscribe_deletes_the_subscription(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, _ = stack
+    url = f"pulsar://127.0.0.1:{front.port}"
+    assert await asyncio.to_thread(unsubscribe_and_come_back, url) == b"new"
+
+
+async def test_unsubscribe_with_other_consumers_is_refused(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, _ = stack
+    one = await subscribed(front.port, 1, SHARED)
+    two = await subscribed(front.port, 2, SHARED)
+    await publish(front.port, 2)
+    one.send(unsubscribe(1, 5))
+    error = (await one.expect(Cmd.ERROR)).command.error
+    assert (error.request_id, error.error) == (5, pb.ConsumerBusy), error
+    assert "other consumers" in error.message
+    # Nothing changed: the consumer still receives.
+    one.send(raw.flow(1, 2))
+    assert [m.message_id.entryId for m in await messages(one, 2)]
+    close = Cmd(type=Cmd.CLOSE_CONSUMER)
+    close.close_consumer.consumer_id, close.close_consumer.request_id = 2, 7
+    two.send(close)
+    await two.expect(Cmd.SUCCESS)
+    one.send(unsubscribe(1, 6))
+    assert (await one.expect(Cmd.SUCCESS)).command.success.request_id == 6
     await one.close()
     await two.close()

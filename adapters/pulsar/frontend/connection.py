@@ -250,7 +250,7 @@ class Connection:
                 cmd.close_consumer.consumer_id, cmd.close_consumer.request_id
             )
         elif kind == Cmd.UNSUBSCRIBE:
-            await self._close_consumer(cmd.unsubscribe.consumer_id, cmd.unsubscribe.request_id)
+            await self._unsubscribe(cmd.unsubscribe)
         elif kind == Cmd.SEEK:
             await self._seek(cmd.seek)
         elif kind == Cmd.CONNECT:  # a broker closes the connection
@@ -404,6 +404,39 @@ class Connection:
         if session is not None:
             await self._drop_consumer(session)
         self.write(replies.success(request_id))
+
+    async def _unsubscribe(self, request: pb.CommandUnsubscribe) -> None:
+        """Close the consumer and delete its subscription, as a broker does; refused, changing
+        nothing, while the subscription has other consumers (of any front end)."""
+        session = self._consumers.get(request.consumer_id)
+        if session is None:
+            self.write(replies.error(request.request_id, pb.ConsumerNotFound,
+                                     f"unknown consumer {request.consumer_id}"))
+            return
+        topic, subscription = self._topics[request.consumer_id]
+        busy = f"subscription {subscription!r} on {topic!r} has other consumers: not deleted"
+        if self._attached(topic, subscription) > 1:
+            self.write(replies.error(request.request_id, pb.ConsumerBusy, busy))
+            return
+        del self._consumers[request.consumer_id]
+        await self._drop_consumer(session)  # a reader's subscription goes with it
+        if session.durable:
+            try:
+                dropped = await self._shared.engine.drop_group(topic, subscription)
+            except Exception as exc:
+                self._refuse(request.request_id, exc)
+                return
+            if not dropped and self._attached(topic, subscription):  # one came meanwhile
+                self.write(replies.error(request.request_id, pb.ConsumerBusy, busy))
+                return
+        log.info("pulsar subscription deleted", topic=topic, subscription=subscription)
+        self.write(replies.success(request.request_id))
+
+    def _attached(self, topic: str, subscription: str) -> int:
+        """Consumers of the subscription, of this front end or any other."""
+        state = self._shared.engine.group_state(topic, subscription)
+        engine_count = state.consumers if state is not None else 0
+        return max(self._shared.subscriptions.count(topic, subscription), engine_count)
 
     async def _kick(self, consumer_id: int) -> None:
         """Close a consumer from the server's side: the client subscribes it again (at the
