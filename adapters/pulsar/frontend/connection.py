@@ -7,7 +7,10 @@ consumer is closed, which gives back all deliveries it held.
 
 Limits: a client must send a valid CONNECT within `handshake_timeout_s` in a frame of at most
 `HANDSHAKE_FRAME_SIZE` bytes; afterwards frames may be as large as the message limit plus
-`FRAME_OVERHEAD`, and reading waits while the listener's `ReadBudget` is spent. A connection
+`FRAME_OVERHEAD`. A frame is read whole, then holds the listener's `ReadBudget` while it is
+handled: when the budget is spent, the next complete frame waits (so the connection is not read
+further). A connection that announces a frame and sends less holds no budget, and the keepalive
+closes it once it has completed no frame for twice the keepalive interval. A connection
 stops being read while its client does not read the replies (TCP holds it back), and holds
 at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
 `max_unacked` unsettled deliveries.
@@ -103,13 +106,17 @@ class Connection:
             budget = self._shared.budget
             while not self._closed:
                 size = frame_size(await self._reader.readexactly(4), limit)
+                # The body first: a client that announces a frame and sends less holds no
+                # budget (only its own buffer, at most `limit`, until the idle check closes it).
+                data = await self._reader.readexactly(size)
+                self._received = asyncio.get_running_loop().time()
                 cost = size + FRAME_COST
                 self._waiting = True
                 await budget.take(cost)
                 self._waiting = False
                 kept = False
                 try:
-                    kept = await self._dispatch(await self._frame(size), cost)
+                    kept = await self._dispatch(decode_frame(data), cost)
                 finally:
                     if not kept:
                         budget.give(cost)
