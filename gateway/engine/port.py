@@ -181,6 +181,11 @@ class EnginePort(Protocol):
         still has consumers or there was nothing to forget."""
         ...
 
+    def group_state(self, topic: str, group: str) -> GroupState | None:
+        """The engine's subscription of `group` to `topic`, or None when it runs none (also
+        in `EngineQueries`)."""
+        ...
+
     async def seek(
         self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
     ) -> None:

@@ -1,8 +1,9 @@
 """Memory for frames read from clients, shared by all connections of one listener.
 
-A connection takes a frame's cost before reading its body and gives it back once the frame is
-done with (a SEND when its receipt or error is written). When the budget is spent, connections
-stop reading (TCP then holds clients back) until earlier frames are done; nothing is refused.
+A connection takes a frame's cost once it has read the whole frame, before handling it, and
+gives it back once the frame is done with (a SEND when its receipt or error is written): what a
+client only announces costs nothing. When the budget is spent, connections stop reading (TCP
+then holds clients back) until earlier frames are done; nothing is refused.
 One frame is always let through when nothing is held, so no frame size can deadlock.
 """
 

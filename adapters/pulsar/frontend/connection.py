@@ -7,7 +7,10 @@ consumer is closed, which gives back all deliveries it held.
 
 Limits: a client must send a valid CONNECT within `handshake_timeout_s` in a frame of at most
 `HANDSHAKE_FRAME_SIZE` bytes; afterwards frames may be as large as the message limit plus
-`FRAME_OVERHEAD`, and reading waits while the listener's `ReadBudget` is spent. A connection
+`FRAME_OVERHEAD`. A frame is read whole, then holds the listener's `ReadBudget` while it is
+handled: when the budget is spent, the next complete frame waits (so the connection is not read
+further). A connection that announces a frame and sends less holds no budget, and the keepalive
+closes it once it has completed no frame for twice the keepalive interval. A connection
 stops being read while its client does not read the replies (TCP holds it back), and holds
 at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
 `max_unacked` unsettled deliveries.
@@ -18,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, replies, starts
+from adapters.pulsar.frontend import edge, lookups, replies, subscribing
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -37,7 +39,7 @@ from adapters.pulsar.wire.frames import (
     decode_frame,
     frame_size,
 )
-from gateway.engine.api import ConsumerType, SubscriptionSpec
+from gateway.engine.api import ConsumerType
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
@@ -49,10 +51,6 @@ HANDSHAKE_FRAME_SIZE = 64 * 1024
 """Largest frame accepted before CONNECT has been answered."""
 CLOSE_FLUSH_S = 5.0
 """How long a closing connection may take to send what is buffered for its client."""
-POLICY = "pulsar-nack"
-POLICY_OPTIONS = {"nack_delay_ms": "0"}
-"""The client waits its own negative-ack delay before it asks for a redelivery, and tracks its
-own ack timeout; so the engine redelivers at once and sets no deadline of its own."""
 Cmd = pb.BaseCommand
 
 
@@ -108,13 +106,17 @@ class Connection:
             budget = self._shared.budget
             while not self._closed:
                 size = frame_size(await self._reader.readexactly(4), limit)
+                # The body first: a client that announces a frame and sends less holds no
+                # budget (only its own buffer, at most `limit`, until the idle check closes it).
+                data = await self._reader.readexactly(size)
+                self._received = asyncio.get_running_loop().time()
                 cost = size + FRAME_COST
                 self._waiting = True
                 await budget.take(cost)
                 self._waiting = False
                 kept = False
                 try:
-                    kept = await self._dispatch(await self._frame(size), cost)
+                    kept = await self._dispatch(decode_frame(data), cost)
                 finally:
                     if not kept:
                         budget.give(cost)
@@ -244,10 +246,6 @@ class Connection:
             session = self._consumers.get(cmd.redeliverUnacknowledgedMessages.consumer_id)
             if session is not None:
                 await session.redeliver(cmd.redeliverUnacknowledgedMessages)
-        elif kind == Cmd.PARTITIONED_METADATA:
-            self._partitions(cmd.partitionMetadata)
-        elif kind == Cmd.LOOKUP:
-            self._lookup(cmd.lookupTopic)
         elif kind == Cmd.PRODUCER:
             await self._producer(cmd.producer)
         elif kind == Cmd.SUBSCRIBE:
@@ -259,9 +257,13 @@ class Connection:
                 cmd.close_consumer.consumer_id, cmd.close_consumer.request_id
             )
         elif kind == Cmd.UNSUBSCRIBE:
-            await self._close_consumer(cmd.unsubscribe.consumer_id, cmd.unsubscribe.request_id)
+            await self._unsubscribe(cmd.unsubscribe)
         elif kind == Cmd.SEEK:
             await self._seek(cmd.seek)
+        elif kind == Cmd.CONNECT:  # a broker closes the connection
+            self.write(replies.error(NO_REQUEST, pb.NotAllowedError, "already connected"))
+            log.info("pulsar CONNECT on a connected connection, closing", connection=self.id)
+            self.close()
         else:
             self._other(cmd)
 
@@ -270,36 +272,27 @@ class Connection:
         if kind == Cmd.GET_LAST_MESSAGE_ID:
             request = cmd.getLastMessageId
             session = self._consumers.get(request.consumer_id)
-            last = session.last_id() if session is not None else None
+            if session is None:
+                self.write(replies.error(request.request_id, pb.ConsumerNotFound,
+                                         f"unknown consumer {request.consumer_id}"))
+                return
+            last = session.last_id()
             ledger, entry = last if last is not None else (self._shared.ids.ledger_id, 0)
             self.write(replies.last_message_id(request.request_id, ledger, entry))
-        elif kind == Cmd.GET_SCHEMA:
-            self.write(replies.schema_not_found(cmd.getSchema.request_id, cmd.getSchema.topic))
-        elif kind == Cmd.GET_OR_CREATE_SCHEMA:
-            self.write(replies.schema_version(cmd.getOrCreateSchema.request_id))
+        elif (reply := lookups.answer(cmd, self._shared.service_url)) is not None:
+            self.write(reply)
         else:
             log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
 
-    def _partitions(self, request: pb.CommandPartitionedTopicMetadata) -> None:
-        failed = replies.partitions_failed
-        self._about_topic(request, failed, lambda: replies.partitions(request.request_id, 0))
-
-    def _lookup(self, request: pb.CommandLookupTopic) -> None:
-        found = functools.partial(replies.lookup, request.request_id, self._shared.service_url)
-        self._about_topic(request, replies.lookup_failed, found)
-
-    def _about_topic(self, request: Any, failed: Callable[[int, int, str], bytes],
-                     answer: Callable[[], bytes]) -> None:
-        try:
-            engine_topic(request.topic)
-        except GatewayError as exc:
-            self.write(failed(request.request_id, replies.server_error(exc), exc.message))
-            return
-        self.write(answer())
-
     async def _producer(self, request: pb.CommandProducer) -> None:
         existing = self._producers.get(request.producer_id)
-        if existing is not None:
+        if existing is not None:  # a client's retry is answered again; another use refused
+            name = request.producer_name or existing.name
+            if (_topic_or_none(request.topic), name) != (existing.topic, existing.name):
+                text = (f"producer id {request.producer_id} is in use for producer "
+                        f"{existing.name!r} on topic {existing.topic!r}")
+                self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+                return
             last = self._shared.dedup.last(existing.topic, existing.name)
             self.write(replies.producer_success(request.request_id, existing.name, last))
             return
@@ -357,43 +350,30 @@ class Connection:
         self.write(replies.success(request.request_id))
 
     async def _subscribe(self, request: pb.CommandSubscribe) -> None:
-        if request.consumer_id in self._consumers:
-            self.write(replies.success(request.request_id))
+        if request.consumer_id in self._consumers:  # a client's retry is answered again
+            used = self._topics[request.consumer_id]
+            if (_topic_or_none(request.topic), request.subscription) == used:
+                self.write(replies.success(request.request_id))
+            else:
+                text = (f"consumer id {request.consumer_id} is in use for subscription "
+                        f"{used[1]!r} on topic {used[0]!r}")
+                self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
             return
         if len(self._consumers) >= self._shared.max_consumers:
             text = f"a connection may have {self._shared.max_consumers} consumers"
             self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
             return
         consumer_type = SUB_TYPES[request.subType]
+        member = self.key(request.consumer_id)
         try:
             topic = engine_topic(request.topic)
             self._check(topic, request.subscription)
-            position = await starts.place(self._shared.engine, request, topic)
-            self._shared.subscriptions.join(
-                topic,
-                request.subscription,
-                consumer_type,
-                self.key(request.consumer_id),
+            consumer = await subscribing.attach(
+                self._shared, request, topic, member,
                 functools.partial(self._kick, request.consumer_id),
+                f"pulsar-{self.id}-{request.consumer_id}",
             )
-        except GatewayError as exc:
-            self._refuse(request.request_id, exc)
-            return
-        spec = SubscriptionSpec(
-            topic=topic,
-            group=request.subscription,
-            policy=POLICY,
-            options=POLICY_OPTIONS,
-            consumer_type=consumer_type,
-            consumer_id=f"pulsar-{self.id}-{request.consumer_id}",
-            initial_position=position,
-        )
-        try:
-            consumer = await self._shared.engine.open_consumer(spec)
         except Exception as exc:
-            self._shared.subscriptions.leave(
-                topic, request.subscription, self.key(request.consumer_id)
-            )
             self._refuse(request.request_id, exc)
             return
         self._consumers[request.consumer_id] = ConsumerSession(
@@ -432,6 +412,39 @@ class Connection:
             await self._drop_consumer(session)
         self.write(replies.success(request_id))
 
+    async def _unsubscribe(self, request: pb.CommandUnsubscribe) -> None:
+        """Close the consumer and delete its subscription, as a broker does; refused, changing
+        nothing, while the subscription has other consumers (of any front end)."""
+        session = self._consumers.get(request.consumer_id)
+        if session is None:
+            self.write(replies.error(request.request_id, pb.ConsumerNotFound,
+                                     f"unknown consumer {request.consumer_id}"))
+            return
+        topic, subscription = self._topics[request.consumer_id]
+        busy = f"subscription {subscription!r} on {topic!r} has other consumers: not deleted"
+        if self._attached(topic, subscription) > 1:
+            self.write(replies.error(request.request_id, pb.ConsumerBusy, busy))
+            return
+        del self._consumers[request.consumer_id]
+        await self._drop_consumer(session)  # a reader's subscription goes with it
+        if session.durable:
+            try:
+                dropped = await self._shared.engine.drop_group(topic, subscription)
+            except Exception as exc:
+                self._refuse(request.request_id, exc)
+                return
+            if not dropped and self._attached(topic, subscription):  # one came meanwhile
+                self.write(replies.error(request.request_id, pb.ConsumerBusy, busy))
+                return
+        log.info("pulsar subscription deleted", topic=topic, subscription=subscription)
+        self.write(replies.success(request.request_id))
+
+    def _attached(self, topic: str, subscription: str) -> int:
+        """Consumers of the subscription, of this front end or any other."""
+        state = self._shared.engine.group_state(topic, subscription)
+        engine_count = state.consumers if state is not None else 0
+        return max(self._shared.subscriptions.count(topic, subscription), engine_count)
+
     async def _kick(self, consumer_id: int) -> None:
         """Close a consumer from the server's side: the client subscribes it again (at the
         subscription's position, with fresh permits), as after a broker-side disconnect."""
@@ -469,8 +482,12 @@ class Connection:
         registry.leave(topic, subscription, self.key(session.consumer_id))
         await session.close()
         if not session.durable and topic and not registry.count(topic, subscription):
-            try:
-                await self._shared.engine.drop_group(topic, subscription)  # a reader's
-            except GatewayError as exc:  # the connection's other consumers still close
-                log.warning("reader's subscription not dropped", topic=topic,
-                            subscription=subscription, error=exc.message)
+            await self._shared.readers.release(self._shared.engine, topic, subscription)
+
+
+def _topic_or_none(pulsar_topic: str) -> str | None:
+    """The engine topic of a name the edge passed, None when it names none."""
+    try:
+        return engine_topic(pulsar_topic)
+    except GatewayError:
+        return None

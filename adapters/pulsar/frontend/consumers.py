@@ -5,10 +5,17 @@ own bookkeeping (duplicate filter for acks still in its grouping window, nack an
 trackers, dead-letter candidates, seek) works on redeliveries. The session keeps the id ->
 delivery map so that ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES
 settle the right receipt. A cumulative ack acknowledges everything up to its id, including a
-message given back earlier and delivered again later (settled at once, never sent). FLOW permits
-become engine credit one for one (deliveries are never batched on the way out), but a consumer
-holds at most `max_unacked` unsettled deliveries (Pulsar's maxUnackedMessagesPerConsumer): the
-rest of its permits wait until it settles some.
+message given back earlier and delivered again later (settled at once, never sent); on Shared
+and Key_Shared subscriptions, whose consumers share the id range, it is refused and changes
+nothing (a broker ignores it there).
+
+FLOW permits become engine credit one for one (deliveries are never batched on the way out),
+but a consumer holds at most `max_unacked` unsettled deliveries (Pulsar's
+maxUnackedMessagesPerConsumer): the rest of its permits wait until it settles some. Credit
+runs at most `BATCH` ahead of what the pump has written, and the pump writes in chunks of
+`CHUNK_BYTES`, waiting for the socket to drain between them and topping up credit only once it
+has: a client that does not read holds about one batch per consumer in the gateway, not
+everything its permits allow.
 
 Redelivery counts follow Pulsar: they rise for Shared and Key_Shared and stay 0 for Exclusive and
 Failover, where the client redelivers everything it holds at once.
@@ -39,8 +46,15 @@ SUB_TYPES: dict[int, ConsumerType] = {
     pb.CommandSubscribe.Failover: ConsumerType.FAILOVER,
     pb.CommandSubscribe.Key_Shared: ConsumerType.KEY_SHARED,
 }
-COUNTS_REDELIVERIES = frozenset({ConsumerType.SHARED, ConsumerType.KEY_SHARED})
+SHARED_TYPES = frozenset({ConsumerType.SHARED, ConsumerType.KEY_SHARED})
+"""Subscription types whose consumers share the messages (no cumulative acks)."""
+COUNTS_REDELIVERIES = SHARED_TYPES
+CUMULATIVE_REFUSED = ("cumulative acks are for Exclusive and Failover subscriptions: on Shared "
+                      "and Key_Shared ones acknowledge each message")
 BATCH = 256
+"""Most deliveries taken from the engine at once, and most engine credit given ahead of them."""
+CHUNK_BYTES = 256 * 1024
+"""MESSAGE frames written before waiting for the socket to drain."""
 MAX_UNACKED = 50_000
 """Unsettled deliveries one consumer may hold (Pulsar's default maxUnackedMessagesPerConsumer)."""
 
@@ -82,6 +96,8 @@ class ConsumerSession:
         """Permits the client gave that are not yet engine credit."""
         self._credit = 0
         """Engine credit given and not yet used by a delivery."""
+        self._writing = False
+        """True while the pump writes a batch (and waits for the socket to drain)."""
         self._task = asyncio.create_task(self._pump(), name=f"pulsar-consumer-{consumer_id}")
 
     @property
@@ -96,8 +112,11 @@ class ConsumerSession:
             self._top_up()
 
     def _top_up(self) -> None:
-        """Turn permits into engine credit as far as the unacked limit allows."""
-        room = self._max_unacked - len(self._held) - self._credit
+        """Turn permits into engine credit as far as the unacked limit allows, at most `BATCH`
+        ahead, and not while the pump waits for the socket to drain (it tops up once it has)."""
+        if self._writing:
+            return
+        room = min(self._max_unacked - len(self._held), BATCH) - self._credit
         grant = min(self._permits, room)
         if grant > 0:
             self._permits -= grant
@@ -106,8 +125,13 @@ class ConsumerSession:
 
     async def ack(self, command: pb.CommandAck) -> tuple[int, str] | None:
         """Settle acknowledged deliveries; returns an error for an ACK_RESPONSE, if any."""
+        cumulative = command.ack_type == pb.CommandAck.Cumulative
+        if cumulative and self.consumer_type in SHARED_TYPES:
+            log.info("pulsar cumulative ack refused", consumer=self.consumer_id,
+                     subscription_type=self.consumer_type.value)
+            return pb.NotAllowedError, CUMULATIVE_REFUSED
         wanted = self._mine(command.message_id)
-        if command.ack_type == pb.CommandAck.Cumulative and command.message_id:
+        if cumulative and command.message_id:
             mark = command.message_id[-1]
             # Never past what this session sent: a made-up id far ahead must not ack later
             # deliveries unseen.
@@ -181,25 +205,40 @@ class ConsumerSession:
             while True:
                 batch = await self._consumer.next_batch(BATCH)
                 self._credit = max(self._credit - len(batch), 0)
-                frames: list[bytes] = []
-                behind: list[str] = []
-                for delivery in batch:
-                    key = self._ids.key(delivery.message_id)
-                    if key <= self._acked_upto:
-                        behind.append(delivery.receipt)
-                    else:
-                        frames.append(self._message(delivery, key))
-                self._write(b"".join(frames))
+                self._writing = True
+                behind = await self._send(batch)
+                self._writing = False
                 if behind:
                     # Never sent, so the client's permits for them are still unused.
                     self._permits += len(behind)
-                    self._top_up()
                     await self._send_settlements(behind, SettleAction.ACK)
-                await self._drain()
+                self._top_up()
         except (Unavailable, ConnectionError):
             return
         except Exception as exc:
             log.error("pulsar delivery pump stopped", error=str(exc), exc_info=True)
+
+    async def _send(self, batch: list[Delivery]) -> list[str]:
+        """Write MESSAGE frames for `batch`, waiting for the socket to drain after every
+        `CHUNK_BYTES`; the receipts of deliveries a cumulative ack already covers (not sent)."""
+        behind: list[str] = []
+        frames: list[bytes] = []
+        size = 0
+        for delivery in batch:
+            key = self._ids.key(delivery.message_id)
+            if key <= self._acked_upto:
+                behind.append(delivery.receipt)
+                continue
+            frames.append(self._message(delivery, key))
+            size += len(frames[-1])
+            if size >= CHUNK_BYTES:
+                self._write(b"".join(frames))
+                frames, size = [], 0
+                await self._drain()
+        if frames:
+            self._write(b"".join(frames))
+        await self._drain()
+        return behind
 
     def _message(self, delivery: Delivery, key: MessageKey) -> bytes:
         self._held[key] = delivery

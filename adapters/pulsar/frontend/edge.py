@@ -14,11 +14,12 @@ from typing import Any
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from adapters.pulsar.frontend import ids
 from adapters.pulsar.frontend.messages import out_message
 from adapters.pulsar.wire import wire_pb2 as pb
-from adapters.pulsar.wire.batch import entries
+from adapters.pulsar.wire.batch import Entry, entries
 from adapters.pulsar.wire.frames import Frame
 from gateway.backend.base import OutMessage
 from gateway.errors import ECHO_CHARS, InvalidArgument, MessageTooLarge
@@ -37,6 +38,9 @@ MAX_MESSAGES_PER_SEND = MAX_BATCH
 """Messages one SEND frame may carry (a batch): the gateway's one batch cap."""
 MAX_IDS_PER_COMMAND = 10_000
 """Most message ids one ACK or REDELIVER_UNACKNOWLEDGED_MESSAGES may carry."""
+MAX_SEQUENCE_ID = 2**63 - 1
+"""Largest sequence id a SEND may carry: PRODUCER_SUCCESS reports the last stored one as an
+int64 (`last_sequence_id`), so a larger one could never be reported back."""
 
 COMMAND_FIELDS: dict[int, str] = {
     Cmd.CONNECT: "connect",
@@ -134,7 +138,29 @@ def _producer(body: Any) -> None:
     )
 
 
+def declared_enum(message: Message, name: str) -> int:
+    """The value the client sent for the enum field `name`, including one the enum does not
+    know (proto2 keeps it among the unknown fields, and the field then reads as its default)."""
+    number = message.DESCRIPTOR.fields_by_name[name].number
+    unknown = UnknownFieldSet(message)
+    for i in range(len(unknown)):
+        item = unknown[i]
+        if item.field_number == number and isinstance(item.data, int):
+            return item.data
+    return int(getattr(message, name))
+
+
+def _check_enum(message: Message, name: str, path: str) -> None:
+    enum = message.DESCRIPTOR.fields_by_name[name].enum_type
+    assert enum is not None
+    value = declared_enum(message, name)
+    if value not in enum.values_by_number:
+        allowed = " or ".join(v.name for v in enum.values)
+        raise refused(path, value, allowed)
+
+
 def _subscribe(body: Any) -> None:
+    _check_enum(body, "initialPosition", "subscribe.initialPosition")
     check_name("subscribe.topic", body.topic)
     check_name("subscribe.subscription", body.subscription)
     check_name("subscribe.consumer_name", body.consumer_name, required=False)
@@ -144,6 +170,9 @@ def _subscribe(body: Any) -> None:
 
 
 def _send(body: Any) -> None:
+    for name in ("sequence_id", "highest_sequence_id"):
+        if getattr(body, name) > MAX_SEQUENCE_ID:
+            raise refused(f"send.{name}", getattr(body, name), f"0..{MAX_SEQUENCE_ID} (int64)")
     if body.HasField("num_messages") and not 1 <= body.num_messages <= MAX_MESSAGES_PER_SEND:
         raise refused("send.num_messages", body.num_messages, f"1..{MAX_MESSAGES_PER_SEND}")
     for flag in ("txnid_least_bits", "txnid_most_bits"):
@@ -243,24 +272,32 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
     send = frame.command.send
     if send.HasField("num_messages") and send.num_messages != len(found):
         raise refused("send.num_messages", send.num_messages, f"{len(found)}, as in the payload")
-    if send.sequence_id + len(found) > 2**64:
-        allowed = f"0..{2**64 - len(found)} for {len(found)} messages (uint64 ids)"
+    if send.sequence_id + len(found) - 1 > MAX_SEQUENCE_ID:
+        allowed = f"0..{MAX_SEQUENCE_ID + 1 - len(found)} for {len(found)} messages (int64 ids)"
         raise refused("send.sequence_id", send.sequence_id, allowed)
     out = []
     for i, entry in enumerate(found):
+        _check_entry_text(entry, f"messages[{i}]")
         # Here, not only in the engine: a refusal there fails every frame stored with this one.
         check_properties(f"messages[{i}].properties", entry.properties)
-        size = len(entry.payload) + _text_bytes("partition_key", entry.partition_key)
+        size = len(entry.payload) + len(entry.partition_key.encode())
         for key, value in entry.properties.items():
-            size += _text_bytes("properties", key) + _text_bytes("properties", value)
+            size += len(key.encode()) + len(value.encode())
         if size > limit:
             raise MessageTooLarge(size, limit)
         sequence_id = send.sequence_id + i if entry.sequence_id is None else entry.sequence_id
+        if sequence_id > MAX_SEQUENCE_ID:
+            raise refused(f"messages[{i}].sequence_id", sequence_id, f"0..{MAX_SEQUENCE_ID}")
         out.append(out_message(entry, metadata, producer, sequence_id))
     return out
 
 
-def _text_bytes(field: str, value: object) -> int:
-    if not isinstance(value, str):
-        raise refused(field, value, "valid UTF-8")
-    return len(value.encode())
+def _check_entry_text(entry: Entry, path: str) -> None:
+    """A message's texts (a batch entry's come from its SingleMessageMetadata, which
+    `check_text` on the outer metadata does not reach) must be valid UTF-8."""
+    texts: list[tuple[str, object]] = [("partition_key", entry.partition_key)]
+    for key, value in entry.properties.items():
+        texts += [("properties.key", key), ("properties.value", value)]
+    for field, text in texts:
+        if not isinstance(text, str):
+            raise refused(f"{path}.{field}", text, "valid UTF-8")

@@ -5,7 +5,9 @@ A producer that reconnects after a gateway restart resends what it has no receip
 front end must still know which sequence ids are stored. After each store, before the receipts
 go out, the new highest ids are appended to the journal as JSON lines `[topic, name, id]` and
 fsynced, in group commits (every producer's records that wait are written by one write and one
-fsync). On start the journal is read (a torn last line from a crash is skipped) and written
+fsync). On start the journal is read (a torn last line from a crash is skipped, and so is an id
+above `edge.MAX_SEQUENCE_ID`, which older versions could write: dropping it means a resend of
+those ids is stored again, where keeping it would break every PRODUCER of that name) and written
 again compacted, one line per pair, through a temporary file renamed over it; it is compacted the
 same way while the gateway runs once it holds `COMPACT_FACTOR` times more lines than pairs.
 
@@ -23,6 +25,8 @@ import os
 from pathlib import Path
 
 import structlog
+
+from adapters.pulsar.frontend.edge import MAX_SEQUENCE_ID
 
 log = structlog.get_logger(__name__)
 
@@ -149,5 +153,10 @@ def _parse(raw: bytes) -> tuple[Pair, int] | None:
     except (ValueError, TypeError):
         return None  # a torn last line
     if not (isinstance(topic, str) and isinstance(name, str) and isinstance(sequence_id, int)):
+        return None
+    if not -1 <= sequence_id <= MAX_SEQUENCE_ID:
+        # Written before the edge refused such ids: a PRODUCER could not report it (int64).
+        log.warning("pulsar dedup journal entry out of range, ignored", topic=topic,
+                    producer=name, sequence_id=sequence_id)
         return None
     return (topic, name), sequence_id

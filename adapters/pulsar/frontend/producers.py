@@ -3,8 +3,9 @@
 The client expects receipts in sequence order, so a single task per producer takes whatever SEND
 frames have queued up, stores their messages with one `engine.publish` call (group commit) and only
 then answers each frame. Resends of frames already stored under the same producer name are
-answered without storing them again. The session holds its name on its topic (see
-`DedupRegistry.attach`) until `close` has answered or given up every store under way.
+answered without storing them again, with message id -1:-1 as from a broker. The session holds
+its name on its topic (see `DedupRegistry.attach`) until `close` has answered or given up every
+store under way.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ log = structlog.get_logger(__name__)
 
 MAX_GROUP_MESSAGES = 1000
 """Most messages stored by one publish call."""
+DUPLICATE = (2**64 - 1, 2**64 - 1)
+"""The message id of a receipt for a SEND not stored as a duplicate: -1:-1 (as uint64), what a
+broker answers."""
 CLOSE_WAIT_S = 5.0
 """How long closing a producer waits for a store that is under way."""
 
@@ -194,12 +198,10 @@ class ProducerSession:
                              replies.error_text(failure))
             else:
                 self._dedup.record(self.topic, self.name, item.highest)
-                # Its first message's id; a resend stored before gets an id of its own.
+                # Its first message's id; a duplicate (nothing stored) gets -1:-1, as from a
+                # broker, so the client can tell.
                 first = first_ids.get(id(item))
-                if first is None:
-                    ledger, entry = self._ids.ledger_id, self._ids.next_entry()
-                else:
-                    ledger, entry = self._ids.key(first)
+                ledger, entry = DUPLICATE if first is None else self._ids.key(first)
                 self._write(
                     replies.send_receipt(
                         self.producer_id, item.sequence_id, item.highest, ledger, entry

@@ -1,5 +1,5 @@
 """What all connections of one Pulsar front end share (the engine, id and dedup registries, the
-subscriptions, the read budget) and the per-connection limits they hold to."""
+subscriptions and reader groups, the read budget) and the per-connection limits they hold to."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from adapters.pulsar.frontend.budget import ReadBudget
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.ports import AuthorizerPort
+from adapters.pulsar.frontend.readers import ReaderGroups
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.wire.frames import MAX_MESSAGE_SIZE
 from gateway.engine.port import EnginePort
@@ -42,3 +43,5 @@ class Shared:
     max_consumers: int = MAX_CONSUMERS
     max_unacked: int = MAX_UNACKED
     budget: ReadBudget = field(default_factory=ReadBudget)
+    readers: ReaderGroups = field(default_factory=ReaderGroups)
+    """The readers' (non-durable) subscriptions the front end made (and only it drops)."""

@@ -2,12 +2,12 @@
 initial position.
 
 A reader subscribes non-durably with `start_message_id`: `MessageId.earliest` and `.latest`
-are the initial positions of the same names; any other id creates the group and seeks it to
-that message (inclusive: the client itself skips the start message unless it asked for it), or
-to the message's publish time (read from the id) when the topic no longer holds it. A durable
+are the initial positions of the same names; any other id places a new reader group at that
+message (inclusive: the client itself skips the start message unless it asked for it), or at
+the message's publish time (read from the id) when the topic no longer holds it. A durable
 subscription starts at its `initialPosition` (Latest unless the client says otherwise) when it
 is new, and keeps its position when it exists. A non-durable subscription's group goes when its
-last consumer leaves (`Connection`).
+last consumer leaves (`readers`).
 """
 
 from __future__ import annotations
@@ -27,26 +27,39 @@ INITIAL_POSITIONS = {
 existing one keeps its position."""
 
 
-async def place(engine: EnginePort, request: pb.CommandSubscribe, topic: str) -> InitialPosition:
-    """The initial position for the subscription's spec, after seeking a reader's group to its
-    start message when it names one."""
-    position = INITIAL_POSITIONS[request.initialPosition]
+def start_id(request: pb.CommandSubscribe) -> str:
+    """The engine message id a reader's new group is to be moved to ("" for none); refuses an
+    id the front end did not give before anything changes."""
     if request.durable or not request.HasField("start_message_id"):
-        return position
+        return ""
     start = request.start_message_id
     key = (start.ledgerId, start.entryId)
-    if key == ids.EARLIEST:
-        return InitialPosition.EARLIEST
-    if key == ids.LATEST:
-        return InitialPosition.LATEST
+    if key in (ids.EARLIEST, ids.LATEST):
+        return ""
     message_id = ids.engine_id(key)
     if not message_id:
         raise refused("subscribe.start_message_id", f"{start.ledgerId}:{start.entryId}",
                       "the id of a message of this topic, or earliest / latest")
-    await engine.create_group(topic, request.subscription)
+    return message_id
+
+
+def position(request: pb.CommandSubscribe) -> InitialPosition:
+    """Where the subscription's group starts when it is new (a reader's start id: at the
+    earliest, then moved by `place`)."""
+    if not request.durable and request.HasField("start_message_id"):
+        start = request.start_message_id
+        if (start.ledgerId, start.entryId) == ids.LATEST:
+            return InitialPosition.LATEST
+        return InitialPosition.EARLIEST
+    return INITIAL_POSITIONS[request.initialPosition]
+
+
+async def place(
+    engine: EnginePort, request: pb.CommandSubscribe, topic: str, message_id: str
+) -> None:
+    """Move a new reader group to its start message `message_id` (see `start_id`)."""
     try:
         await engine.seek(topic, request.subscription, message_id=message_id)
     except NotFound:
-        publish_ms = start.ledgerId >> 16  # the store's id begins with the publish time
+        publish_ms = request.start_message_id.ledgerId >> 16  # the store's id begins with it
         await engine.seek(topic, request.subscription, publish_ms=publish_ms)
-    return InitialPosition.EARLIEST
