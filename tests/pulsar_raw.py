@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import crc32c
 from google.protobuf.message import Message
 
+from adapters.pulsar.frontend import PulsarFrontEnd
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import (
     MAGIC_CRC32C,
@@ -19,9 +23,29 @@ from adapters.pulsar.wire.frames import (
     encode_payload_command,
     frame_size,
 )
+from gateway.engine.clock import SystemClock
+from gateway.engine.engine import Engine
+from gateway.server.app import running_gateway
 
 Cmd = pb.BaseCommand
 WAIT_S = 5.0
+
+
+@contextlib.asynccontextmanager
+async def front_end(
+    tmp_path: Path, **options: Any
+) -> AsyncIterator[tuple[PulsarFrontEnd, Engine]]:
+    """A gateway on its embedded store (`tmp_path / "data"`, the system clock) and a Pulsar front
+    end of it on a free port, started with `options`; its engine beside it."""
+    async with running_gateway(
+        data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
+    ) as app:
+        instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0, **options)
+        await instance.start()
+        try:
+            yield instance, app.engine
+        finally:
+            await instance.stop()
 
 
 class RawClient:

@@ -22,13 +22,8 @@ INT64_MAX = 2**63 - 1
 
 @pytest.fixture
 async def front(tmp_path: Path) -> AsyncIterator[PulsarFrontEnd]:
-    async with running_gateway(
-        data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
-    ) as app:
-        instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0, state_dir=tmp_path / "pulsar")
-        await instance.start()
+    async with raw.front_end(tmp_path, state_dir=tmp_path / "pulsar") as (instance, _):
         yield instance
-        await instance.stop()
 
 
 async def producing(port: int, name: str) -> tuple[RawClient, int]:

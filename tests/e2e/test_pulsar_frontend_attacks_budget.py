@@ -17,8 +17,6 @@ from adapters.pulsar.frontend import PulsarFrontEnd
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import FRAME_OVERHEAD
-from gateway.engine.clock import SystemClock
-from gateway.server.app import running_gateway
 from tests.pulsar_raw import Cmd, RawClient
 
 Front = Callable[..., AbstractAsyncContextManager[PulsarFrontEnd]]
@@ -31,16 +29,9 @@ LARGEST = SIZE + FRAME_OVERHEAD
 def front(tmp_path: Path) -> Front:
     @asynccontextmanager
     async def make(**options: Any) -> AsyncIterator[PulsarFrontEnd]:
-        async with running_gateway(
-            data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
-        ) as app:
-            instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0, max_message_size=SIZE,
-                                      read_budget_bytes=0, **options)
-            await instance.start()
-            try:
-                yield instance
-            finally:
-                await instance.stop()
+        async with raw.front_end(tmp_path, max_message_size=SIZE, read_budget_bytes=0,
+                                 **options) as (instance, _):
+            yield instance
 
     return make
 

@@ -13,8 +13,6 @@ import pytest
 import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
 from adapters.pulsar.wire import wire_pb2 as pb
-from gateway.engine.clock import SystemClock
-from gateway.server.app import running_gateway
 from tests.pulsar_raw import Cmd, RawClient
 
 EXCLUSIVE = pb.CommandSubscribe.Exclusive
@@ -24,13 +22,8 @@ NO_REQUEST = 2**64 - 1
 
 @pytest.fixture
 async def front(tmp_path: Path) -> AsyncIterator[PulsarFrontEnd]:
-    async with running_gateway(
-        data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
-    ) as app:
-        instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0)
-        await instance.start()
+    async with raw.front_end(tmp_path) as (instance, _):
         yield instance
-        await instance.stop()
 
 
 async def error(client: RawClient, request_id: int, code: int, *texts: str) -> str:

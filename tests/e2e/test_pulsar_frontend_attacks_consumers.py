@@ -14,9 +14,7 @@ import pytest
 import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
 from adapters.pulsar.wire import wire_pb2 as pb
-from gateway.engine.clock import SystemClock
 from gateway.engine.engine import Engine
-from gateway.server.app import running_gateway
 from tests.pulsar_raw import Cmd, RawClient
 
 SHARED, KEY_SHARED = pb.CommandSubscribe.Shared, pb.CommandSubscribe.Key_Shared
@@ -25,13 +23,8 @@ QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 @pytest.fixture
 async def stack(tmp_path: Path) -> AsyncIterator[tuple[PulsarFrontEnd, Engine]]:
-    async with running_gateway(
-        data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
-    ) as app:
-        instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0)
-        await instance.start()
-        yield instance, app.engine
-        await instance.stop()
+    async with raw.front_end(tmp_path) as made:
+        yield made
 
 
 async def publish(port: int, count: int, first: int = 0) -> list[pb.MessageIdData]:

@@ -13,8 +13,6 @@ import pytest
 
 import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
-from gateway.engine.clock import SystemClock
-from gateway.server.app import running_gateway
 from tests.pulsar_raw import Cmd, RawClient
 
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
@@ -24,13 +22,8 @@ MINUS_ONE = 2**64 - 1
 
 @pytest.fixture
 async def front(tmp_path: Path) -> AsyncIterator[PulsarFrontEnd]:
-    async with running_gateway(
-        data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
-    ) as app:
-        instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0)
-        await instance.start()
+    async with raw.front_end(tmp_path) as (instance, _):
         yield instance
-        await instance.stop()
 
 
 async def test_a_duplicate_send_gets_message_id_minus_one(front: PulsarFrontEnd) -> None:

@@ -13,20 +13,13 @@ import pytest
 import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
 from adapters.pulsar.wire import wire_pb2 as pb
-from gateway.engine.clock import SystemClock
-from gateway.server.app import running_gateway
 from tests.pulsar_raw import Cmd, RawClient
 
 
 @pytest.fixture
 async def front(tmp_path: Path) -> AsyncIterator[PulsarFrontEnd]:
-    async with running_gateway(
-        data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
-    ) as app:
-        instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0)
-        await instance.start()
+    async with raw.front_end(tmp_path) as (instance, _):
         yield instance
-        await instance.stop()
 
 
 def seek(request_id: int, consumer_id: int = 1, **fields: object) -> pb.BaseCommand:
