@@ -17,9 +17,9 @@ from typing import Any
 
 from pamqp import commands
 
-from adapters.amqp.frontend import edge
+from adapters.amqp.frontend import edge, typed
 from adapters.amqp.frontend.errors import PRECONDITION_FAILED, AMQPError, short
-from adapters.amqp.frontend.values import as_text, table_from_text, table_to_text
+from adapters.amqp.frontend.values import as_text, table_to_text
 from gateway.backend.base import OutMessage
 from gateway.engine.api import Delivery
 
@@ -121,13 +121,7 @@ def delivery_properties(delivery: Delivery) -> dict[str, Any]:
         if key in MAPPED or not key or len(key.encode("utf-8", "replace")) > 255:
             continue
         headers[key] = value
-    typed_text = props.get(TYPED)
-    if typed_text:
-        try:
-            typed = table_from_text(typed_text)
-        except (ValueError, TypeError, KeyError):
-            typed = {}
-        headers.update(typed)
+    headers.update(typed.decode(props.get(TYPED)))  # what cannot go out typed goes as text
     if delivery.tag and TAG_HEADER not in headers:
         headers[TAG_HEADER] = delivery.tag
     if delivery.retries > 0:
