@@ -104,15 +104,19 @@ class Engine(Delivering):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     # -------------------------------------------------------------- publish
-    async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
+    async def publish(self, topic: str, messages: Sequence[OutMessage], *,
+                      grown: Sequence[int] = ()) -> list[str]:
         """Append `messages` to `topic`, durably. Every front end comes through here, so the
-        checks that do not depend on the protocol are made here (`gateway.limits`)."""
+        checks that do not depend on the protocol are made here (`gateway.limits`). A message's
+        `grown` bytes (the headers a front end wrote on its own copy) are not counted against
+        the size limit: the limit is for what clients publish."""
         check_name("topic", topic)
         check_batch("messages", len(messages))
         limit = self._config.max_message_bytes
         now = self.clock.now_ms()
         for i, message in enumerate(messages):
-            check_message(message, i, now, limit)
+            extra = max(grown[i], 0) if i < len(grown) else 0
+            check_message(message, i, now, limit + extra)
         await self._check_topic(topic)
         if self.observers.publishing:
             return await self._publish_observed(topic, messages)

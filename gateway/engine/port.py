@@ -128,8 +128,11 @@ class EnginePort(Protocol):
         """The validated policy a subscription gets; bad names and options: InvalidArgument."""
         ...
 
-    async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
-        """Append to `topic`, durably when it returns; the message ids, in order."""
+    async def publish(self, topic: str, messages: Sequence[OutMessage], *,
+                      grown: Sequence[int] = ()) -> list[str]:
+        """Append to `topic`, durably when it returns; the message ids, in order. `grown`: for
+        copies a front end made of messages it had already taken (dead letters), the bytes each
+        grew by the front end's own headers; they do not count against `max_message_bytes`."""
         ...
 
     async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> ConsumerPort:

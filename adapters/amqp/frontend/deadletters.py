@@ -6,7 +6,14 @@ AMQP_FRONT_END`). For every queue with a dead-letter exchange, a router consumes
 publishes each message through the exchange, with the queue's `x-dead-letter-routing-key` or
 else the message's own routing key, to every queue bound there (RabbitMQ's rule); then acks it.
 A message the exchange routes nowhere is dropped, as RabbitMQ drops it. The copy carries an
-`x-death` header (queue, reason, count, time, exchange, routing keys) and `x-first-death-*`.
+`x-death` header (queue, reason, count, time, exchange, routing keys; one entry per queue and
+reason, its count going up, as RabbitMQ keeps it) and `x-first-death-*`. A headers exchange
+matches the headers with their types, as on publish.
+
+The size limit is for what clients publish: the bytes the headers written here add to a copy do
+not count against it (`EnginePort.publish`'s `grown`), so a message taken at the limit is still
+dead-lettered. A copy the engine refuses for good all the same is dropped with an error naming
+the message; it never holds back the dead letters after it.
 
 At least once: a copy is acknowledged only after it is stored in every target; a crash between
 the two may route it twice. With authentication on, a copy only goes to topics the principal
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+from collections.abc import Mapping
 
 import structlog
 
@@ -25,18 +33,22 @@ from adapters.amqp.dialect import FIRST_DEATH_QUEUE, FIRST_DEATH_REASON, REJECTE
 from adapters.amqp.frontend import messages
 from adapters.amqp.frontend.context import POLICY, Context
 from adapters.amqp.frontend.topology import DEFAULT, Queue
-from adapters.amqp.frontend.values import as_text, table_from_text, table_to_text
+from adapters.amqp.frontend.typed import decode as decode_typed
+from adapters.amqp.frontend.values import FieldValue, as_text, table_to_text
 from adapters.amqp.naming import AMQP_FRONT_END
 from gateway.backend.base import OutMessage
 from gateway.engine.api import Delivery, SubscriptionSpec
 from gateway.engine.port import ConsumerPort
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InvalidArgument, MessageTooLarge
+from gateway.limits import utf8_len
 
 log = structlog.get_logger(__name__)
 
 GROUP = "amqp-dead-letter-router"
 """The group that takes dead letters off a queue's dead-letter topic."""
 CREDIT = 256
+REFUSED = (InvalidArgument, MessageTooLarge)
+"""What the engine refuses a message for, whenever it is tried again."""
 RETRY_S = (0.1, 5.0)
 """Back-off after a failed round (the back end away): first wait, longest wait."""
 
@@ -108,15 +120,14 @@ class DeadLetterRouter:
         principal = None
         if ctx.authorizer is not None and queue.declared_by:
             principal = ctx.authorizer.principal(queue.declared_by)
-        by_topic: dict[str, list[OutMessage]] = {}
+        by_topic: dict[str, list[tuple[OutMessage, int, str]]] = {}
         for delivery in batch:
             props = delivery.properties
             routing_key = queue.settings.dead_letter_routing_key
             if routing_key is None:
                 routing_key = props.get(messages.ROUTING_KEY, name)
-            message = self._dead_letter(delivery, queue, exchange.name, routing_key)
-            headers = dict(message.properties)
-            targets = ctx.topology.route(exchange, routing_key, headers)
+            message, grown = self._dead_letter(delivery, queue, exchange.name, routing_key)
+            targets = ctx.topology.route(exchange, routing_key, headers_of(message.properties))
             for target in sorted(targets):
                 if exchange.name == DEFAULT and not await ctx.is_topic(target):
                     continue
@@ -127,22 +138,40 @@ class DeadLetterRouter:
                         log.warning("amqp dead letter not routed", queue=name,
                                     target=target, error=exc.message)
                         continue
-                by_topic.setdefault(target, []).append(message)
+                by_topic.setdefault(target, []).append((message, grown, delivery.message_id))
         for target, out in by_topic.items():
-            await ctx.engine.publish(target, out)
+            await self._publish(name, target, out)
+
+    async def _publish(self, name: str, target: str,
+                       out: list[tuple[OutMessage, int, str]]) -> None:
+        """Store dead letters in `target`; one the engine refuses for good (not a passing
+        failure) is dropped with an error, never holding back the others."""
+        engine = self.ctx.engine
+        if len(out) > 1:
+            try:
+                await engine.publish(target, [m for m, _, _ in out],
+                                     grown=[g for _, g, _ in out])
+                return
+            except REFUSED:
+                pass  # which one: each on its own
+        for message, grown, message_id in out:
+            try:
+                await engine.publish(target, [message], grown=[grown])
+            except REFUSED as exc:
+                log.error("amqp dead letter dropped: refused", queue=name, target=target,
+                          message_id=message_id, error=exc.message)
 
     @staticmethod
     def _dead_letter(delivery: Delivery, queue: Queue, exchange: str,
-                     routing_key: str) -> OutMessage:
+                     routing_key: str) -> tuple[OutMessage, int]:
+        """The copy to route, and the bytes it grew by the headers written here."""
         props = dict(delivery.properties)
         reason = props.get(FIRST_DEATH_REASON, REJECTED)
         original_key = props.get(messages.ROUTING_KEY, queue.name)
-        typed = {}
-        if messages.TYPED in props:
-            with contextlib.suppress(ValueError, TypeError, KeyError):
-                typed = table_from_text(props[messages.TYPED])
-        deaths = typed.get("x-death")
+        typed = decode_typed(props.get(messages.TYPED))
+        deaths = typed.pop("x-death", None)
         deaths = list(deaths) if isinstance(deaths, list) else []
+        before = utf8_len(table_to_text(typed)) if typed else 0
         death: dict[str, object] = {
             "count": 1, "reason": reason, "queue": queue.name,
             "time": datetime.datetime.now(tz=datetime.UTC).replace(microsecond=0),
@@ -152,6 +181,14 @@ class DeadLetterRouter:
         expiration = props.pop(messages.TEXT_PROPERTIES["expiration"], None)
         if expiration is not None:
             death["original-expiration"] = expiration
+        # As RabbitMQ: one entry per queue and reason, counting (a cycle does not grow it).
+        for i, old in enumerate(deaths):
+            if isinstance(old, dict) and old.get("queue") == queue.name and \
+                    old.get("reason") == reason:
+                count = old.get("count")
+                death = {**old, "count": (count if isinstance(count, int) else 0) + 1}
+                del deaths[i]
+                break
         deaths.insert(0, death)
         typed["x-death"] = deaths
         props["x-death"] = as_text(deaths)
@@ -161,4 +198,15 @@ class DeadLetterRouter:
         props[messages.TYPED] = table_to_text(typed)
         props[messages.EXCHANGE] = exchange
         props[messages.ROUTING_KEY] = routing_key
-        return OutMessage(delivery.body, props, delivery.key, delivery.tag)
+        own = [messages.EXCHANGE, messages.ROUTING_KEY, "x-death", FIRST_DEATH_REASON,
+               FIRST_DEATH_QUEUE, "x-first-death-exchange", messages.TYPED]
+        grown = sum(utf8_len(k) + utf8_len(props[k]) for k in own) - before
+        return OutMessage(delivery.body, props, delivery.key, delivery.tag), grown
+
+
+def headers_of(props: Mapping[str, str]) -> dict[str, FieldValue]:
+    """A message's headers as an AMQP consumer gets them (and a headers exchange matches them):
+    its properties, the typed ones with their types."""
+    headers: dict[str, FieldValue] = {k: v for k, v in props.items() if k not in messages.MAPPED}
+    headers.update(decode_typed(props.get(messages.TYPED)))
+    return headers
