@@ -89,7 +89,7 @@ class RawAmqp:
 
     @classmethod
     async def connect(cls, port: int, *, user: str = "guest", password: str = "guest",
-                      open_channel: int | None = 1) -> RawAmqp:
+                      open_channel: int | None = 1, frame_max: int | None = None) -> RawAmqp:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         conn = cls(reader, writer)
         writer.write(PROTOCOL_HEADER)
@@ -100,7 +100,8 @@ class RawAmqp:
             mechanism="PLAIN", response=f"\x00{user}\x00{password}", locale="en_US"))
         tune = await conn.expect(commands.Connection.Tune)
         conn.send(0, commands.Connection.TuneOk(channel_max=tune.channel_max,
-                                                frame_max=tune.frame_max, heartbeat=0))
+                                                frame_max=frame_max or tune.frame_max,
+                                                heartbeat=0))
         conn.send(0, commands.Connection.Open(virtual_host="/"))
         await conn.expect(commands.Connection.OpenOk)
         if open_channel is not None:

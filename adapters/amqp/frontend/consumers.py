@@ -5,10 +5,11 @@ A consumer's engine credit follows its prefetch: it holds at most `prefetch` una
 deliveries (the channel's global prefetch bounds them all together); without a prefetch, or with
 no-ack, credit stays `WINDOW` ahead of what was sent, and sending waits while the socket's
 buffer is full. A delivery counts as redelivered from its second attempt on; its failed
-deliveries so far are in the `x-delivery-count` header. A message whose TTL (per message
-`expiration`, or the queue's `x-message-ttl`) passed before it could be delivered is not
-delivered: it is dead-lettered with reason `expired` (or discarded without a dead-letter
-exchange), as RabbitMQ does.
+deliveries so far are in the `x-delivery-count` header. A delivery whose content header would
+not fit the connection's frame_max goes out without its largest headers (`fit_headers`). A
+message whose TTL (per message `expiration`, or the queue's `x-message-ttl`) passed before it
+could be delivered is not delivered: it is dead-lettered with reason `expired` (or discarded
+without a dead-letter exchange), as RabbitMQ does.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+from typing import Any
 
 import structlog
 from pamqp import commands
 from pamqp.base import Frame
 
 from adapters.amqp.dialect import EXPIRED
-from adapters.amqp.frontend import framing, messages
+from adapters.amqp.frontend import framing, messages, table
 from adapters.amqp.frontend.errors import INTERNAL_ERROR, AMQPError, short
 from adapters.amqp.frontend.state import ChannelState, Unacked
 from adapters.amqp.frontend.topology import Queue
@@ -35,6 +37,9 @@ log = structlog.get_logger(__name__)
 WINDOW = 1000
 """Credit kept ahead of a consumer that has no prefetch limit."""
 BATCH = 256
+HEADERS_DROPPED = "x-gateway-headers-dropped"
+"""The header that says how many headers a delivery was sent without (its content header did
+not fit the connection's frame_max)."""
 
 
 def expired(delivery: Delivery, queue: Queue, now_ms: int) -> bool:
@@ -46,10 +51,36 @@ def expired(delivery: Delivery, queue: Queue, now_ms: int) -> bool:
     return ttl is not None and delivery.publish_ms + ttl <= now_ms
 
 
+def fit_headers(properties: dict[str, Any], body_size: int, frame_max: int,
+                message_id: str) -> dict[str, Any]:
+    """`properties` whose content header fits in a frame of `frame_max` bytes: when it would not,
+    whole headers are left out, the largest first (the basic properties and `x-delivery-count`
+    stay), and `x-gateway-headers-dropped` says how many; a warning names the message."""
+    excess = len(framing.content_header(0, properties, body_size)) - frame_max
+    headers = properties.get("headers")
+    if excess <= 0 or not headers:
+        return properties
+    need = excess + len(table.encode_table({HEADERS_DROPPED: len(headers)})) - 4
+    sizes = sorted((-(len(table.encode_table({k: v})) - 4), k)
+                   for k, v in headers.items() if k != messages.DELIVERY_COUNT)
+    kept = dict(headers)
+    for negative, key in sizes:
+        if need <= 0:
+            break
+        del kept[key]
+        need += negative
+    dropped = len(headers) - len(kept)
+    kept[HEADERS_DROPPED] = dropped
+    log.warning("amqp delivery headers dropped: the content header exceeds frame_max",
+                message_id=message_id, dropped=dropped, frame_max=frame_max)
+    return {**properties, "headers": kept}
+
+
 def frames_for(channel: ChannelState, method: Frame, delivery: Delivery) -> list[bytes]:
     """The method frame, content header and body frames of one delivery to this channel."""
     try:
-        properties = messages.delivery_properties(delivery)
+        properties = fit_headers(messages.delivery_properties(delivery), len(delivery.body),
+                                 channel.conn.frame_max, delivery.message_id)
         content = framing.content_frames(channel.number, properties, delivery.body,
                                          channel.conn.frame_max)
     except (ValueError, TypeError, OverflowError, struct.error) as exc:
