@@ -133,7 +133,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
 
         A settle batch already read is carried out even if the stream ends meanwhile. A bad
         frame (a second subscribe, zero credit, too many settlements) ends the stream with its
-        error, as does a frame that does not decode (`DecodeGuard` aborts the call)."""
+        error, as does a frame that does not decode (the request iterator raises `Undecodable`):
+        whatever ends the stream, the answers to the settle batches read before go out first."""
         previous: asyncio.Future[None] | None = None
         ending: Exception | None = None
         try:
@@ -159,6 +160,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 await asyncio.shield(previous)
         except Exception as exc:  # ends the stream with this error's status
             ending = exc
+            if previous is not None:  # after the answers owed (their acks were applied)
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(previous)
         finally:
             await outbox.put(ending)
 

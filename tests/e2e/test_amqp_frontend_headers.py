@@ -128,3 +128,54 @@ async def test_headers_arrive_with_the_types_values_and_names_they_were_sent_wit
         assert await get_headers(raw, queue) == sent
     finally:
         raw.close()
+
+
+async def test_integers_and_timestamps_arrive_with_their_own_types_and_values(
+    gw: AmqpGateway,
+) -> None:
+    """Every integer type (a long 5 stays a long; 'L' 2**64-1 stays itself) and timestamps of
+    2**32 seconds and more (not taken for milliseconds), in headers and in the `timestamp`
+    property."""
+    queue = unique("ints")
+    sent = table(
+        entry(b"a", b"l", struct.pack(">q", 5)),
+        entry(b"b", b"L", struct.pack(">Q", 2**64 - 1)),
+        entry(b"c", b"i", struct.pack(">I", 5)),
+        entry(b"d", b"u", struct.pack(">H", 5)),
+        entry(b"e", b"I", struct.pack(">i", -1)),
+        entry(b"f", b"B", struct.pack(">B", 255)),
+        entry(b"g", b"T", struct.pack(">Q", 1_700_000_000_123)),
+        entry(b"h", b"A", struct.pack(">I", 9) + b"l" + struct.pack(">q", 7)),
+    )
+    stamp = struct.pack(">Q", 2**64 - 1)  # any 64 bits: past the year 9999 too
+    raw = await RawAmqp.connect(gw.port)
+    try:
+        await confirmed(raw, queue)
+        raw.send(1, reply(commands.Basic.Publish, exchange="", routing_key=queue))
+        flags = HEADERS_FLAG | 0x0040  # headers and timestamp
+        payload = struct.pack(">HHQH", 60, 0, 1, flags) + sent + stamp
+        raw.send_raw(raw_frame(2, 1, payload) + raw_frame(3, 1, b"x"))
+        await raw.expect(commands.Basic.Ack)
+        raw.send(1, commands.Basic.Get(queue=queue, no_ack=True))
+        _, (kind, header), _ = await raw_frames(raw, 3)
+        assert kind == 2 and struct.unpack_from(">H", header, 12)[0] == flags
+        assert header[14:] == sent + stamp
+    finally:
+        raw.close()
+
+
+async def test_a_header_name_that_comes_twice_is_refused_at_publish(gw: AmqpGateway) -> None:
+    """A dictionary cannot hold both values: the publish is refused naming the header, rather
+    than confirmed and delivered with one of them."""
+    queue = unique("twice")
+    raw = await RawAmqp.connect(gw.port)
+    try:
+        await confirmed(raw, queue)
+        publish_with_headers(raw, queue, b"body", table(
+            entry(b"v", b"S", struct.pack(">I", 5) + b"first"),
+            entry(b"v", b"S", struct.pack(">I", 6) + b"second")))
+        channel, close = await raw.closed_with()
+        assert (channel, close.reply_code) == (1, 406)
+        assert "'v'" in close.reply_text or "v" in close.reply_text
+    finally:
+        raw.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import grpc
 import pytest
 
 from gateway.client import GatewayClient
+from gateway.limits import MAX_CREDIT
 from gateway.server.app import GatewayApp, running_gateway
 from gateway.v1 import admin_pb2, gateway_pb2
 
@@ -181,3 +183,63 @@ async def test_server_keeps_serving_after_errors(client: GatewayClient) -> None:
             await client.stub.Receive(receive("", policy="nope"))
     t = topic()
     assert len(await client.publish(t, [b"ok"])) == 1
+
+
+@pytest.mark.parametrize(
+    ("settle_credit", "bad_frames"),
+    [(0, [b"\xff\xff\xff"]),  # does not decode
+     (0, [gateway_pb2.ConsumeRequest(credit=gateway_pb2.Credit(messages=0)).SerializeToString()]),
+     (MAX_CREDIT, [])],  # the batch's own credit is refused: too much unused credit in all
+    ids=["undecodable", "zero-credit", "settle-credit-refused"])
+async def test_a_settle_batch_is_answered_before_a_bad_frame_ends_the_stream(
+    app: GatewayApp, settle_credit: int, bad_frames: list[bytes],
+) -> None:
+    """The frame right behind a settle batch (or the batch's own credit) ends the stream
+    INVALID_ARGUMENT, but only after the batch's answer (its acks were applied: the client must
+    learn it), however fast the frames came."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        consume = channel.stream_stream(
+            "/gateway.v1.Gateway/Consume", request_serializer=lambda raw: raw,
+            response_deserializer=gateway_pb2.ConsumeResponse.FromString)
+        for _ in range(5):
+            t = topic()
+            async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
+                await client.publish(t, [b"m%d" % i for i in range(5)])
+            receipts: asyncio.Queue[list[str]] = asyncio.Queue()
+            kinds: list[str] = []
+            delivered: list[str] = []
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for response in consume(
+                        settle_then(t, receipts, settle_credit, bad_frames)):
+                    kind = response.WhichOneof("kind")
+                    kinds.append(f"acked={response.results.acked}" if kind == "results"
+                                 else kind)
+                    if kind == "deliveries":
+                        delivered += [d.receipt for d in response.deliveries.deliveries]
+                        if len(delivered) == 5:
+                            receipts.put_nowait(delivered)
+            assert err.value.code() == INVALID, err.value
+            assert kinds[0] == "subscribed" and kinds[-1] == "acked=5", kinds
+            assert set(kinds[1:-1]) == {"deliveries"}, kinds
+            # The acks were applied: nothing is left to receive.
+            assert (await receive_all(app, t)) == 0
+
+
+async def settle_then(
+    t: str, receipts: asyncio.Queue[list[str]], credit: int, frames: list[bytes]
+) -> AsyncIterator[bytes]:
+    """Subscribe to `t`, ack the receipts once they come, with `credit`, then `frames`."""
+    yield gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+        topic=t, group="g", policy="rocketmq", prefetch=10)).SerializeToString()
+    acks = await receipts.get()
+    yield gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(
+        acks=acks, credit=credit)).SerializeToString()
+    for frame in frames:
+        yield frame
+
+
+async def receive_all(app: GatewayApp, t: str) -> int:
+    async with GatewayClient(f"127.0.0.1:{app.grpc_port}") as client:
+        got = await client.stub.Receive(receive(t, policy="rocketmq", max_messages=100,
+                                                invisible_ms=0))
+    return len(got.deliveries)

@@ -6,6 +6,7 @@ outsider would send them: out-of-range values, undecodable bytes, very long name
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -383,5 +384,50 @@ def test_a_huge_unknown_access_key_is_refused_with_a_short_message(
         details = caught.value.details() or ""
         assert "unknown access key" in details
         assert len(details) < 1100, len(details)
+    finally:
+        signed.stop()
+
+
+def test_without_credentials_undecodable_bytes_get_invalid_argument_first(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Signature checks on and no credentials: bytes that do not decode get INVALID_ARGUMENT
+    before the credentials are looked at, a unary request's as the Telemetry stream's first
+    frame; a request that decodes gets UNAUTHENTICATED, as does a stream that sends none."""
+    signed = Gateway(tmp_path_factory.mktemp("rocketmq-signed-garbage"),
+                     _settings(credentials={"app": "s3cret"}))
+    garbage = GARBAGE[0]
+    try:
+        with grpc.insecure_channel(signed.endpoint) as opened:
+            codes = {}
+            for method in METHODS:
+                assert not _decodes(method, garbage)
+                path = SERVICE + method.name
+                with pytest.raises(grpc.RpcError) as caught:
+                    if method.client_streaming:
+                        list(opened.stream_stream(path)(iter([garbage]), timeout=5))
+                    elif method.server_streaming:
+                        list(opened.unary_stream(path)(garbage, timeout=5))
+                    else:
+                        opened.unary_unary(path)(garbage, timeout=5)
+                codes[method.name] = caught.value.code()
+            assert codes == {m.name: grpc.StatusCode.INVALID_ARGUMENT for m in METHODS}
+
+            telemetry = opened.stream_stream(SERVICE + "Telemetry")
+            with pytest.raises(grpc.RpcError) as caught:
+                list(telemetry(iter([service_pb2.TelemetryCommand().SerializeToString()]),
+                               timeout=5))
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, caught.value
+
+            ended = threading.Event()
+
+            def silent() -> Iterator[bytes]:  # sends nothing until the call has ended
+                ended.wait(10)
+                yield from ()
+
+            with pytest.raises(grpc.RpcError) as caught:
+                list(telemetry(silent(), timeout=5))
+            ended.set()
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, caught.value
     finally:
         signed.stop()

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from pamqp import commands
 
 from adapters.amqp.frontend import framing
-from adapters.amqp.frontend.channel import HEADER_COST, Channel
+from adapters.amqp.frontend.channel import HEADER_COST, HEADER_FACTOR, Channel
 from adapters.amqp.frontend.context import Limits
 from adapters.amqp.frontend.publishing import BATCH_HEADERS, Publish, next_batch
 
@@ -45,5 +45,5 @@ async def test_a_published_message_counts_its_headers_against_the_pending_bytes(
     channel._method(commands.Basic.Publish(routing_key="q"))
     channel._content_part(framing.ContentHeader(1, 0, properties, 60, 5000))
     (message,) = queued
-    assert message.cost == 5000 + 1000 * HEADER_COST
+    assert message.cost == HEADER_FACTOR * 5000 + 1000 * HEADER_COST
     assert conn.pending_publish_bytes == message.cost

@@ -161,7 +161,8 @@ def test_unmarshal_of_damaged_frames_matches_pamqp(frame: Any, data: st.DataObje
             continue
         fast = outcome(wire.unmarshal, damaged)
         reference = outcome(pamqp.frame.unmarshal, damaged)
-        assert (fast[0], fields(fast[1])) == (reference[0], fields(reference[1]))
+        # By repr: a damaged float may decode to NaN, which equals nothing, not even itself.
+        assert repr((fast[0], fields(fast[1]))) == repr((reference[0], fields(reference[1])))
 
 
 @pytest.mark.parametrize(

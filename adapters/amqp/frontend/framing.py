@@ -3,8 +3,8 @@
 Method and content-header fields are decoded and encoded by pamqp's field codecs, in the field
 order and with the types pamqp declares for each method (looked up once per class), every length
 checked against the frame, and tables bounded by `guard` before pamqp decodes them; pamqp's own
-name pattern (narrower than the specification's) is not applied. A message's headers go through
-`table`, which keeps doubles, non-UTF-8 long strings and long field names as they were sent. A
+name pattern (narrower than the specification's) is not applied. A message's headers and its
+timestamp go through `table`, which keeps every value as it was sent. A
 body frame's payload is the message's bytes as they are. The reader enforces the negotiated
 frame size before it buffers a frame and checks every frame-end octet.
 """
@@ -133,7 +133,9 @@ def _undecodable(what: str, exc: Exception, ids: tuple[int, int] = (0, 0)) -> AM
     (FRAME_ERROR, as RabbitMQ answers) or a value out of its range, such as a timestamp beyond
     the year 9999 (SYNTAX_ERROR: a field holds an illegal value)."""
     code = FRAME_ERROR if isinstance(exc, UnicodeDecodeError) else SYNTAX_ERROR
-    return AMQPError(code, f"cannot decode {what}: {type(exc).__name__}", ids)
+    reason = exc.reason if isinstance(exc, UnicodeDecodeError) else str(exc)
+    return AMQPError(code, f"cannot decode {what}: {type(exc).__name__}"
+                           + (f" ({reason})" if reason else ""), ids)
 
 
 def decode(kind: int, channel: int, payload: bytes) -> Incoming:
@@ -207,7 +209,7 @@ def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> Con
     for name, kind, flag in _PROPERTIES:
         value: Any = None
         if flags & flag:
-            decoder = table.decode_table if name == "headers" else _DECODERS[kind]
+            decoder = _HEADER_DECODERS.get(name) or _DECODERS[kind]
             consumed, value = decoder(payload[pos:])
             pos += consumed
         setattr(properties, name, value)
@@ -265,6 +267,11 @@ _ENCODERS = encode.METHODS
 _PROPERTIES = tuple((name, commands.Basic.Properties.amqp_type(name),
                      commands.Basic.Properties.flags[name])
                     for name in commands.Basic.Properties.__slots__)
+_HEADER_DECODERS: dict[str, Any] = {"headers": table.decode_table,
+                                     "timestamp": table.decode_stamp}
+_HEADER_ENCODERS: dict[str, Any] = {"headers": table.encode_table,
+                                     "timestamp": table.encode_stamp}
+"""The properties `table` decodes and encodes (as sent), not pamqp."""
 _CONTENT = struct.Struct(">HHQH")
 _CONTENT_START = struct.Struct(">HHQ")
 PropertyValues: TypeAlias = "commands.Basic.Properties | Mapping[str, Any]"
@@ -283,7 +290,7 @@ def content_header(channel: int, properties: PropertyValues, size: int) -> bytes
         if value is None or value == "":
             continue
         flags |= flag
-        parts.append(table.encode_table(value) if name == "headers" else _ENCODERS[kind](value))
+        parts.append((_HEADER_ENCODERS.get(name) or _ENCODERS[kind])(value))
     payload = _CONTENT.pack(60, 0, size, flags) + b"".join(parts)
     return b"".join((_HEAD.pack(HEADER, channel, len(payload)), payload, b"\xce"))
 

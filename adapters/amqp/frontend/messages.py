@@ -19,6 +19,7 @@ from pamqp import commands
 
 from adapters.amqp.frontend import edge, typed
 from adapters.amqp.frontend.errors import PRECONDITION_FAILED, AMQPError, short
+from adapters.amqp.frontend.table import Stamp
 from adapters.amqp.frontend.values import as_text, table_to_text
 from gateway.backend.base import OutMessage
 from gateway.engine.api import Delivery
@@ -72,6 +73,10 @@ def out_message(properties: commands.Basic.Properties, body: bytes, exchange: st
         else:
             props[name] = str(value)
     headers = properties.headers or {}
+    duplicates = getattr(headers, "duplicates", None)
+    if duplicates:
+        raise AMQPError(PRECONDITION_FAILED, f"header {short(duplicates[0])} comes more than "
+                                             "once in a table: each name must come once")
     typed = {}
     for key, value in headers.items():
         if not key:
@@ -109,9 +114,8 @@ def delivery_properties(delivery: Delivery) -> dict[str, Any]:
         if number is None:
             continue
         if attr == "timestamp":
-            if 0 <= number < 2**63:
-                values[attr] = datetime.datetime.fromtimestamp(min(number, 2**35),
-                                                               tz=datetime.UTC)
+            if 0 <= number < 2**64:
+                values[attr] = Stamp(number)  # seconds as sent, written back as they are
         elif (attr == "delivery_mode" and number in (1, 2)) or (
             attr == "priority" and 0 <= number <= 255
         ):

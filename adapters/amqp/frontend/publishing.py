@@ -47,21 +47,37 @@ class Publish:
     body: bytes
     cost: int = 0
     """What it counts against the connection's pending publish bytes: body and headers."""
+    header_bytes: int = 0
+    """Its content header's size on the wire."""
 
 
 BATCH_HEADERS = MAX_PUBLISH_PROPERTIES // 10
-"""Headers of the publishes stored as one batch, past the first message."""
+BATCH_HEADER_BYTES = 1 << 20
+"""Headers, and bytes of content headers, of the publishes stored as one batch, past the first
+message."""
+
+
+def header_values(properties: commands.Basic.Properties) -> int:
+    """The values of a message's headers at every depth (an array of a thousand is a thousand);
+    its headers when they were not decoded by `table`."""
+    headers = properties.headers
+    if not headers:
+        return 0
+    return int(getattr(headers, "entries", len(headers)))
 
 
 def next_batch(work: deque[Any]) -> list[Publish]:
     """The publishes at the head of `work` to store as one batch: at most MAX_BATCH messages
-    and, past the first, at most BATCH_HEADERS headers in all, so that a flood of header-heavy
-    messages does not hold the event loop (and every other client) for seconds in one turn."""
+    and, past the first, at most BATCH_HEADERS header values (at every depth) and
+    BATCH_HEADER_BYTES of content headers in all, so that a flood of
+    header-heavy messages does not hold the event loop (and every other client) for seconds in
+    one turn."""
     batch: list[Publish] = []
-    headers = 0
+    headers = size = 0
     while work and isinstance(work[0], Publish) and len(batch) < MAX_BATCH:
-        headers += len(work[0].properties.headers or ())
-        if batch and headers > BATCH_HEADERS:
+        headers += header_values(work[0].properties)
+        size += work[0].header_bytes
+        if batch and (headers > BATCH_HEADERS or size > BATCH_HEADER_BYTES):
             break
         batch.append(work.popleft())
     return batch

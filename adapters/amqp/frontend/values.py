@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from adapters.amqp.frontend.table import Double, LongBytes
+from adapters.amqp.frontend.table import BY_NAME, Double, LongBytes, Stamp, TypedInt
 
 FieldValue = Any
 """A value pamqp decodes or encodes: str, bytes, int, bool, float, Decimal, datetime, None, and
@@ -27,6 +27,10 @@ def to_json(value: FieldValue) -> Any:
         return None
     if isinstance(value, bool):
         return {"bool": value}
+    if isinstance(value, TypedInt):
+        return {value.NAME: int(value)}
+    if isinstance(value, Stamp):
+        return {"time": int(value)}
     if isinstance(value, int):
         return {"int": value}
     if isinstance(value, Double):
@@ -52,7 +56,8 @@ def to_json(value: FieldValue) -> Any:
 
 def from_json(data: Any) -> FieldValue:
     """The field value `to_json` made (bytes come back as bytearray, which pamqp encodes; a double
-    as `Double` and a non-UTF-8 long string as `LongBytes`, which `table` writes back as such)."""
+    as `Double`, a non-UTF-8 long string as `LongBytes`, a typed integer and a timestamp as
+    `table` decoded them, which it writes back as such; a plain stored int as an int)."""
     if data is None or isinstance(data, str):
         return data
     if isinstance(data, list):
@@ -64,6 +69,8 @@ def from_json(data: Any) -> FieldValue:
         return bool(raw)
     if kind == "int":
         return int(raw)
+    if kind in BY_NAME:
+        return BY_NAME[kind](raw)
     if kind == "float":
         return float(raw)
     if kind == "double":
@@ -75,7 +82,7 @@ def from_json(data: Any) -> FieldValue:
     if kind == "bytes":
         return bytearray(base64.b64decode(raw))
     if kind == "time":
-        return datetime.datetime.fromtimestamp(int(raw), tz=datetime.UTC)
+        return Stamp(int(raw))
     if kind == "table":
         return {str(k): from_json(v) for k, v in raw.items()}
     raise ValueError(f"not a stored field value: {data!r}")

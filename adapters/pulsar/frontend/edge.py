@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from adapters.pulsar.frontend import ids
+from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID
 from adapters.pulsar.frontend.messages import out_message
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import Entry, entries
@@ -38,9 +39,6 @@ MAX_MESSAGES_PER_SEND = MAX_BATCH
 """Messages one SEND frame may carry (a batch): the gateway's one batch cap."""
 MAX_IDS_PER_COMMAND = 10_000
 """Most message ids one ACK or REDELIVER_UNACKNOWLEDGED_MESSAGES may carry."""
-MAX_SEQUENCE_ID = 2**63 - 1
-"""Largest sequence id a SEND may carry: PRODUCER_SUCCESS reports the last stored one as an
-int64 (`last_sequence_id`), so a larger one could never be reported back."""
 
 COMMAND_FIELDS: dict[int, str] = {
     Cmd.CONNECT: "connect",

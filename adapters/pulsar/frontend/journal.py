@@ -6,7 +6,7 @@ front end must still know which sequence ids are stored. After each store, befor
 go out, the new highest ids are appended to the journal as JSON lines `[topic, name, id]` and
 fsynced, in group commits (every producer's records that wait are written by one write and one
 fsync). On start the journal is read (a torn last line from a crash is skipped, and so is an id
-above `edge.MAX_SEQUENCE_ID`, which older versions could write: dropping it means a resend of
+above `MAX_SEQUENCE_ID`, which older versions could write: dropping it means a resend of
 those ids is stored again, where keeping it would break every PRODUCER of that name) and written
 again compacted, one line per pair, through a temporary file renamed over it; it is compacted the
 same way while the gateway runs once it holds `COMPACT_FACTOR` times more lines than pairs.
@@ -26,10 +26,12 @@ from pathlib import Path
 
 import structlog
 
-from adapters.pulsar.frontend.edge import MAX_SEQUENCE_ID
-
 log = structlog.get_logger(__name__)
 
+MAX_SEQUENCE_ID = 2**63 - 1
+"""Largest sequence id a SEND may carry (`edge` refuses larger ones): PRODUCER_SUCCESS reports
+the last stored one as an int64 (`last_sequence_id`), so a larger one could never be reported
+back."""
 FILE_NAME = "producers.jsonl"
 COMPACT_FACTOR = 4
 """Compact once the journal holds this many times more lines than pairs (and at least
