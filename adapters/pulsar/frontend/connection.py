@@ -462,7 +462,11 @@ class Connection:
         topic, subscription = self._topics[request.consumer_id]
         try:
             target = edge.seek_target(request)
-            await self._shared.subscriptions.seek(self._shared.engine, topic, subscription, target)
+            readers, registry = self._shared.readers, self._shared.subscriptions
+            with readers.pinned(topic, subscription):  # a reader group stays, moved
+                await registry.seek(self._shared.engine, topic, subscription, target)
+            readers.linger(self._shared.engine, topic, subscription,
+                           lambda: not registry.count(topic, subscription))
         except Exception as exc:
             log.info("pulsar seek refused", connection=self.id, error=replies.error_text(exc))
             self._refuse(request.request_id, exc)

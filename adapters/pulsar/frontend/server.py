@@ -180,6 +180,8 @@ class PulsarFrontEnd:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+        if self._shared is not None:
+            await self._shared.readers.close()
         if self._journal is not None:
             await self._journal.close()
 
