@@ -16,6 +16,7 @@ from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.journal import Journal
 from adapters.pulsar.frontend.ports import AuthorizerPort
+from adapters.pulsar.frontend.readers import ReaderGroups
 from adapters.pulsar.frontend.shared import (
     HANDSHAKE_TIMEOUT_S,
     MAX_CONSUMERS,
@@ -70,8 +71,9 @@ class PulsarFrontEnd:
     TLS only: clients connect to `pulsar+ssl://`, and lookups send them there.
 
     With a `state_dir` (the product gives `DATA_DIR/pulsar`) producers' sequence ids survive
-    restarts (`adapters.pulsar.frontend.journal`); without one they last as long as the front
-    end.
+    restarts (`adapters.pulsar.frontend.journal`), and readers' subscriptions a crash left are
+    dropped at the next start (`adapters.pulsar.frontend.readers`); without one they last as
+    long as the front end.
     """
 
     def __init__(
@@ -127,6 +129,7 @@ class PulsarFrontEnd:
         self._journal = Journal(Path(state_dir)) if state_dir else None
         self._dedup = DedupRegistry(journal=self._journal)
         self._subscriptions = SubscriptionRegistry()
+        self._readers = ReaderGroups(Path(state_dir) if state_dir else None)
         self._shared: Shared | None = None
 
     @property
@@ -147,6 +150,7 @@ class PulsarFrontEnd:
         if self._journal is not None:
             await asyncio.to_thread(self._dedup.load)
             self._journal.start()
+        await self._readers.recover(self._engine)
         self._server = await asyncio.start_server(
             self._accept, self._host, self._requested_port, ssl=self._tls,
             ssl_handshake_timeout=self._handshake_timeout_s if self._tls is not None else None)
@@ -164,6 +168,7 @@ class PulsarFrontEnd:
             max_consumers=self._max_consumers,
             max_unacked=self._max_unacked,
             budget=ReadBudget(self._read_budget_bytes),
+            readers=self._readers,
         )
         log.info("pulsar front end listening", url=self.service_url)
 
@@ -180,8 +185,7 @@ class PulsarFrontEnd:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
-        if self._shared is not None:
-            await self._shared.readers.close()
+        await self._readers.close()
         if self._journal is not None:
             await self._journal.close()
 
