@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, lookups, replies, subscribing
+from adapters.pulsar.frontend import edge, lookups, moves, replies, subscribing
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -304,7 +304,7 @@ class Connection:
                 self._check(topic, initial)
                 await self._shared.engine.create_group(topic, initial)
         except Exception as exc:
-            self._refuse(request.request_id, exc)
+            self._refuse(request.request_id, exc, "PRODUCER")
             return
         if len(self._producers) >= self._shared.max_producers:
             text = f"a connection may have {self._shared.max_producers} producers"
@@ -368,13 +368,14 @@ class Connection:
         try:
             topic = engine_topic(request.topic)
             self._check(topic, request.subscription)
-            consumer = await subscribing.attach(
-                self._shared, request, topic, member,
-                functools.partial(self._kick, request.consumer_id),
-                f"pulsar-{self.id}-{request.consumer_id}",
-            )
+            async with self._shared.names.hold(topic, request.subscription):
+                consumer = await subscribing.attach(
+                    self._shared, request, topic, member,
+                    functools.partial(self._kick, request.consumer_id),
+                    f"pulsar-{self.id}-{request.consumer_id}",
+                )
         except Exception as exc:
-            self._refuse(request.request_id, exc)
+            self._refuse(request.request_id, exc, "SUBSCRIBE")
             return
         self._consumers[request.consumer_id] = ConsumerSession(
             consumer_id=request.consumer_id,
@@ -413,75 +414,65 @@ class Connection:
         self.write(replies.success(request_id))
 
     async def _unsubscribe(self, request: pb.CommandUnsubscribe) -> None:
-        """Close the consumer and delete its subscription, as a broker does; refused, changing
-        nothing, while the subscription has other consumers (of any front end)."""
+        """`moves.unsubscribe` of the consumer's subscription."""
         session = self._consumers.get(request.consumer_id)
         if session is None:
             self.write(replies.error(request.request_id, pb.ConsumerNotFound,
                                      f"unknown consumer {request.consumer_id}"))
             return
         topic, subscription = self._topics[request.consumer_id]
-        busy = f"subscription {subscription!r} on {topic!r} has other consumers: not deleted"
-        if self._attached(topic, subscription) > 1:
-            self.write(replies.error(request.request_id, pb.ConsumerBusy, busy))
+
+        async def close() -> None:
+            if self._consumers.pop(request.consumer_id, None) is session:
+                await self._drop_consumer(session, locked=True)
+
+        try:
+            await moves.unsubscribe(self._shared, topic, subscription, session.durable, close)
+        except Exception as exc:
+            self._refuse(request.request_id, exc, "UNSUBSCRIBE")
             return
-        del self._consumers[request.consumer_id]
-        await self._drop_consumer(session)  # a reader's subscription goes with it
-        if session.durable:
-            try:
-                dropped = await self._shared.engine.drop_group(topic, subscription)
-            except Exception as exc:
-                self._refuse(request.request_id, exc)
-                return
-            if not dropped and self._attached(topic, subscription):  # one came meanwhile
-                self.write(replies.error(request.request_id, pb.ConsumerBusy, busy))
-                return
         log.info("pulsar subscription deleted", topic=topic, subscription=subscription)
         self.write(replies.success(request.request_id))
-
-    def _attached(self, topic: str, subscription: str) -> int:
-        """Consumers of the subscription, of this front end or any other."""
-        state = self._shared.engine.group_state(topic, subscription)
-        engine_count = state.consumers if state is not None else 0
-        return max(self._shared.subscriptions.count(topic, subscription), engine_count)
 
     async def _kick(self, consumer_id: int) -> None:
         """Close a consumer from the server's side: the client subscribes it again (at the
         subscription's position, with fresh permits), as after a broker-side disconnect."""
         session = self._consumers.pop(consumer_id, None)
-        if session is not None:
+        if session is not None:  # called by a seek, which holds the name's lock
             self.write(replies.close_consumer(consumer_id))
-            await self._drop_consumer(session)
+            await self._drop_consumer(session, locked=True)
 
     async def _seek(self, request: pb.CommandSeek) -> None:
-        """`SubscriptionRegistry.seek` (the seeking client completes its seek once it has
-        subscribed again)."""
+        """`moves.seek` (the seeking client completes its seek once it has subscribed again)."""
         if request.consumer_id not in self._topics:
             self.write(replies.error(request.request_id, pb.ConsumerNotFound, "unknown consumer"))
             return
         topic, subscription = self._topics[request.consumer_id]
         try:
-            target = edge.seek_target(request)
-            readers, registry = self._shared.readers, self._shared.subscriptions
-            with readers.pinned(topic, subscription):  # a reader group stays, moved
-                await registry.seek(self._shared.engine, topic, subscription, target)
-            readers.linger(self._shared.engine, topic, subscription,
-                           lambda: not registry.count(topic, subscription))
+            await moves.seek(self._shared, topic, subscription, edge.seek_target(request))
         except Exception as exc:
-            log.info("pulsar seek refused", connection=self.id, error=replies.error_text(exc))
-            self._refuse(request.request_id, exc)
+            self._refuse(request.request_id, exc, "SEEK")
             return
         self.write(replies.success(request.request_id))
 
-    def _refuse(self, request_id: int, exc: BaseException) -> None:
-        """Answer with the error for `exc`; close when the client must reconnect to retry."""
+    def _refuse(self, request_id: int, exc: BaseException, command: str) -> None:
+        """Answer `command` with the error for `exc` (logged); close when the client must
+        reconnect to retry."""
         code = replies.server_error(exc)
-        self.write(replies.error(request_id, code, replies.error_text(exc)))
+        text = replies.error_text(exc)
+        log.info("pulsar command refused", connection=self.id, command=command, error=text)
+        self.write(replies.error(request_id, code, text))
         if code in replies.RETRYABLE:
             self.close()
 
-    async def _drop_consumer(self, session: ConsumerSession) -> None:
-        topic, subscription = self._topics.pop(session.consumer_id, ("", ""))
+    async def _drop_consumer(self, session: ConsumerSession, *, locked: bool = False) -> None:
+        """Close the consumer; under its subscription name's lock unless `locked` (held)."""
+        topic, subscription = self._topics.get(session.consumer_id, ("", ""))
+        if not locked and topic:
+            async with self._shared.names.hold(topic, subscription):
+                await self._drop_consumer(session, locked=True)
+            return
+        self._topics.pop(session.consumer_id, None)
         registry = self._shared.subscriptions
         registry.leave(topic, subscription, self.key(session.consumer_id))
         await session.close()

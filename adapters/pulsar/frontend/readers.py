@@ -142,9 +142,11 @@ class ReaderGroups:
             self._pinned.discard(key)
 
     def linger(self, engine: EnginePort, topic: str, group: str, idle: Callable[[], bool],
-               after: float | None = None) -> None:
+               after: float | None = None, *,
+               guard: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
+               ) -> None:
         """Drop the reader group after `after` seconds unless a consumer came back (`idle()`
-        False then)."""
+        False then), inside `guard()` (the name's lock)."""
         key = (topic, group)
         if key not in self._made or key in self._lingering:
             return
@@ -152,8 +154,9 @@ class ReaderGroups:
         async def later() -> None:
             try:
                 await asyncio.sleep(REJOIN_S if after is None else after)
-                if idle():
-                    await self.release(engine, topic, group)
+                async with guard() if guard is not None else contextlib.nullcontext():
+                    if idle():
+                        await self.release(engine, topic, group)
             finally:
                 self._lingering.pop(key, None)
 

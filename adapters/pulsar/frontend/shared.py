@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from adapters.pulsar.frontend.budget import ReadBudget
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
+from adapters.pulsar.frontend.names import NameLocks
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.readers import ReaderGroups
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
@@ -45,3 +46,5 @@ class Shared:
     budget: ReadBudget = field(default_factory=ReadBudget)
     readers: ReaderGroups = field(default_factory=ReaderGroups)
     """The readers' (non-durable) subscriptions the front end made (and only it drops)."""
+    names: NameLocks = field(default_factory=NameLocks)
+    """Serializes the commands that change one (topic, subscription)."""
