@@ -300,21 +300,28 @@ class Connection:
         try:
             topic = engine_topic(request.topic)
             self._check(topic, None)
-            if initial:  # the subscription keeps the topic's messages from now on
+            if initial:
                 self._check(topic, initial)
-                await self._shared.engine.create_group(topic, initial)
         except Exception as exc:
             self._refuse(request.request_id, exc, "PRODUCER")
             return
+        name = request.producer_name or f"gateway-{uuid.uuid4().hex[:12]}"
+        text = ""
         if len(self._producers) >= self._shared.max_producers:
             text = f"a connection may have {self._shared.max_producers} producers"
-            self.write(replies.error(request.request_id, pb.ProducerBusy, text))
-            return
-        name = request.producer_name or f"gateway-{uuid.uuid4().hex[:12]}"
-        if not self._shared.dedup.attach(topic, name):
+        elif not self._shared.dedup.attach(topic, name):
             text = f"producer name {name!r} is in use on topic {topic!r}"
+        if text:
+            log.info("pulsar command refused", connection=self.id, command="PRODUCER", error=text)
             self.write(replies.error(request.request_id, pb.ProducerBusy, text))
             return
+        if initial:  # accepted: the subscription keeps the topic's messages from now on
+            try:
+                await self._shared.engine.create_group(topic, initial)
+            except Exception as exc:
+                self._shared.dedup.detach(topic, name)
+                self._refuse(request.request_id, exc, "PRODUCER")
+                return
         self._producers[request.producer_id] = ProducerSession(
             producer_id=request.producer_id,
             topic=topic,
