@@ -9,9 +9,10 @@ Limits: a client must send a valid CONNECT within `handshake_timeout_s` in a fra
 `HANDSHAKE_FRAME_SIZE` bytes; afterwards frames may be as large as the message limit plus
 `FRAME_OVERHEAD`. A frame is read whole, then holds the listener's `ReadBudget` while it is
 handled: when the budget is spent, the next complete frame waits (so the connection is not read
-further). A connection that announces a frame and sends less holds no budget, and the keepalive
-closes it once it has completed no frame for twice the keepalive interval. A connection
-stops being read while its client does not read the replies (TCP holds it back), and holds
+further). A connection that announces a frame and sends less holds no budget; its incomplete
+frame counts against the listener's cap on those and must complete within twice the keepalive
+interval (`framing`). A connection stops being read while its client does not read the
+replies (TCP holds it back), and holds
 at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
 `max_unacked` unsettled deliveries.
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, lookups, moves, replies, subscribing
+from adapters.pulsar.frontend import edge, framing, lookups, moves, replies, subscribing
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -107,8 +108,9 @@ class Connection:
             while not self._closed:
                 size = frame_size(await self._reader.readexactly(4), limit)
                 # The body first: a client that announces a frame and sends less holds no
-                # budget (only its own buffer, at most `limit`, until the idle check closes it).
-                data = await self._reader.readexactly(size)
+                # budget, only what `framing` counts and caps, until the frame's deadline.
+                data = await framing.read_body(self._reader, size, self._shared.partial,
+                                               2 * self._shared.keepalive_s, self.id)
                 self._received = asyncio.get_running_loop().time()
                 cost = size + FRAME_COST
                 self._waiting = True

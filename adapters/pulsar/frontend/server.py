@@ -13,6 +13,7 @@ from adapters.pulsar.frontend import replies
 from adapters.pulsar.frontend.budget import READ_BUDGET_BYTES, ReadBudget
 from adapters.pulsar.frontend.connection import Connection
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
+from adapters.pulsar.frontend.framing import PARTIAL_FACTOR, PartialFrames
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.journal import Journal
 from adapters.pulsar.frontend.ports import AuthorizerPort
@@ -65,7 +66,10 @@ class PulsarFrontEnd:
     `handshake_timeout_s` and may hold `max_producers` producers and `max_consumers` consumers,
     each with at most `max_unacked_per_consumer` unsettled deliveries;
     frames read and not yet answered may hold `read_budget_bytes` across all connections (more
-    waits). Values inside commands are checked by `adapters.pulsar.frontend.edge`.
+    waits), and frames not yet read whole `partial_frame_bytes` (4 x the read budget by
+    default; a connection whose frame would pass it is closed, as is one whose frame does not
+    complete within twice `keepalive_s`: `adapters.pulsar.frontend.framing`). Values inside
+    commands are checked by `adapters.pulsar.frontend.edge`.
 
     With `tls` (the gateway's `--tls-cert` context, client certificates included) it serves
     TLS only: clients connect to `pulsar+ssl://`, and lookups send them there.
@@ -92,6 +96,7 @@ class PulsarFrontEnd:
         max_consumers: int = MAX_CONSUMERS,
         max_unacked_per_consumer: int = MAX_UNACKED,
         read_budget_bytes: int = READ_BUDGET_BYTES,
+        partial_frame_bytes: int | None = None,
         state_dir: str | Path | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
@@ -121,6 +126,11 @@ class PulsarFrontEnd:
         self._max_consumers = max_consumers
         self._max_unacked = max_unacked_per_consumer
         self._read_budget_bytes = read_budget_bytes
+        if partial_frame_bytes is None:
+            partial_frame_bytes = PARTIAL_FACTOR * read_budget_bytes
+        elif partial_frame_bytes < 1:
+            raise InvalidArgument("partial_frame_bytes", partial_frame_bytes, "at least 1")
+        self._partial_frame_bytes = partial_frame_bytes
         self._authorizer = authorizer
         self._tls = tls
         self._server: asyncio.Server | None = None
@@ -169,6 +179,7 @@ class PulsarFrontEnd:
             max_unacked=self._max_unacked,
             budget=ReadBudget(self._read_budget_bytes),
             readers=self._readers,
+            partial=PartialFrames(self._partial_frame_bytes),
         )
         log.info("pulsar front end listening", url=self.service_url)
 
