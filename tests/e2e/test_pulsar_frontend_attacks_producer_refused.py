@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from structlog.testing import capture_logs
+
 import tests.pulsar_raw as raw
 from adapters.pulsar.wire import wire_pb2 as pb
 from tests.pulsar_raw import Cmd, RawClient
@@ -50,3 +52,31 @@ async def test_an_accepted_producer_makes_its_subscription(tmp_path: Path) -> No
         await client.expect(Cmd.PRODUCER_SUCCESS)
         assert await engine.drop_group("raw", "made")
         await client.close()
+
+
+async def test_refused_commands_are_logged_with_the_command(tmp_path: Path) -> None:
+    async with raw.front_end(tmp_path, max_consumers=1) as (front, _):
+        client = await RawClient.open(front.port)
+        with capture_logs() as logs:
+            client.send(raw.subscribe(1, 1, pb.CommandSubscribe.Exclusive))
+            await client.expect(Cmd.SUCCESS)
+            other = await RawClient.open(front.port)
+            other.send(raw.subscribe(1, 2, pb.CommandSubscribe.Exclusive))  # in use
+            await other.expect(Cmd.ERROR)
+            client.send(raw.subscribe(2, 3, pb.CommandSubscribe.Shared))  # over max_consumers
+            await client.expect(Cmd.ERROR)
+            seek = Cmd(type=Cmd.SEEK)
+            seek.seek.consumer_id, seek.seek.request_id = 1, 4
+            seek.seek.message_id.ledgerId, seek.seek.message_id.entryId = 0x7F00000000000000, 1
+            client.send(seek)
+            await client.expect(Cmd.ERROR)
+            other.send(raw.producer(1, 5, "p"))
+            await other.expect(Cmd.PRODUCER_SUCCESS)
+            client.send(raw.producer(1, 6, "p"))
+            await client.expect(Cmd.ERROR)
+        refused = [(e["command"], e["log_level"]) for e in logs
+                   if e["event"] == "pulsar command refused"]
+        assert refused == [("SUBSCRIBE", "info"), ("SUBSCRIBE", "info"), ("SEEK", "info"),
+                           ("PRODUCER", "info")], logs
+        await client.close()
+        await other.close()

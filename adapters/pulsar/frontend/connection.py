@@ -12,9 +12,8 @@ handled: when the budget is spent, the next complete frame waits (so the connect
 further). A connection that announces a frame and sends less holds no budget; its incomplete
 frame counts against the listener's cap on those and must complete within twice the keepalive
 interval (`framing`). A connection stops being read while its client does not read the
-replies (TCP holds it back), and holds
-at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
-`max_unacked` unsettled deliveries.
+replies (TCP holds it back), and holds at most `max_producers` producers and `max_consumers`
+consumers, and each consumer at most `max_unacked` unsettled deliveries.
 """
 
 from __future__ import annotations
@@ -293,7 +292,7 @@ class Connection:
             if (_topic_or_none(request.topic), name) != (existing.topic, existing.name):
                 text = (f"producer id {request.producer_id} is in use for producer "
                         f"{existing.name!r} on topic {existing.topic!r}")
-                self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+                self._busy(request.request_id, pb.ProducerBusy, text, "PRODUCER")
                 return
             last = self._shared.dedup.last(existing.topic, existing.name)
             self.write(replies.producer_success(request.request_id, existing.name, last))
@@ -314,8 +313,7 @@ class Connection:
         elif not self._shared.dedup.attach(topic, name):
             text = f"producer name {name!r} is in use on topic {topic!r}"
         if text:
-            log.info("pulsar command refused", connection=self.id, command="PRODUCER", error=text)
-            self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+            self._busy(request.request_id, pb.ProducerBusy, text, "PRODUCER")
             return
         if initial:  # accepted: the subscription keeps the topic's messages from now on
             try:
@@ -366,11 +364,11 @@ class Connection:
             else:
                 text = (f"consumer id {request.consumer_id} is in use for subscription "
                         f"{used[1]!r} on topic {used[0]!r}")
-                self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
+                self._busy(request.request_id, pb.ConsumerBusy, text, "SUBSCRIBE")
             return
         if len(self._consumers) >= self._shared.max_consumers:
             text = f"a connection may have {self._shared.max_consumers} consumers"
-            self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
+            self._busy(request.request_id, pb.ConsumerBusy, text, "SUBSCRIBE")
             return
         consumer_type = SUB_TYPES[request.subType]
         member = self.key(request.consumer_id)
@@ -464,9 +462,13 @@ class Connection:
             return
         self.write(replies.success(request.request_id))
 
+    def _busy(self, request_id: int, code: int, text: str, command: str) -> None:
+        """Refuse `command` with `code` (logged)."""
+        log.info("pulsar command refused", connection=self.id, command=command, error=text)
+        self.write(replies.error(request_id, code, text))
+
     def _refuse(self, request_id: int, exc: BaseException, command: str) -> None:
-        """Answer `command` with the error for `exc` (logged); close when the client must
-        reconnect to retry."""
+        """Answer `command` with the error for `exc` (logged); close if a retry needs it."""
         code = replies.server_error(exc)
         text = replies.error_text(exc)
         log.info("pulsar command refused", connection=self.id, command=command, error=text)
