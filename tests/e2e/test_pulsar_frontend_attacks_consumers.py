@@ -128,10 +128,11 @@ async def test_a_refused_seek_closes_no_consumer(stack: tuple[PulsarFrontEnd, En
     victim.send(raw.flow(1, 1))
     [held] = await messages(victim, 1)
     attacker = await subscribed(front.port, 5, SHARED)
-    # Shaped like a store id, but no message has it.
-    attacker.send(seek(5, 2, pb.MessageIdData(ledgerId=0x0100000000000000, entryId=12345)))
+    # Shaped like a store id, but no message has it and none can (its publish time is to
+    # come; a past one, of a message trimmed, moves the subscription to that time).
+    attacker.send(seek(5, 2, pb.MessageIdData(ledgerId=0x7F00000000000000, entryId=12345)))
     error = (await attacker.expect(Cmd.ERROR)).command.error
-    assert (error.request_id, error.error) == (2, pb.TopicNotFound), error
+    assert (error.request_id, error.error) == (2, pb.NotAllowedError), error
     # The victim's consumer is still open with its delivery: the next frame it gets is the
     # next message (a CLOSE_CONSUMER first would fail `expect`), and its ack is taken.
     victim.send(raw.flow(1, 1))

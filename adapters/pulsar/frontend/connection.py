@@ -9,11 +9,11 @@ Limits: a client must send a valid CONNECT within `handshake_timeout_s` in a fra
 `HANDSHAKE_FRAME_SIZE` bytes; afterwards frames may be as large as the message limit plus
 `FRAME_OVERHEAD`. A frame is read whole, then holds the listener's `ReadBudget` while it is
 handled: when the budget is spent, the next complete frame waits (so the connection is not read
-further). A connection that announces a frame and sends less holds no budget, and the keepalive
-closes it once it has completed no frame for twice the keepalive interval. A connection
-stops being read while its client does not read the replies (TCP holds it back), and holds
-at most `max_producers` producers and `max_consumers` consumers, and each consumer at most
-`max_unacked` unsettled deliveries.
+further). A connection that announces a frame and sends less holds no budget; its incomplete
+frame counts against the listener's cap on those and must complete within twice the keepalive
+interval (`framing`). A connection stops being read while its client does not read the
+replies (TCP holds it back), and holds at most `max_producers` producers and `max_consumers`
+consumers, and each consumer at most `max_unacked` unsettled deliveries.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, lookups, replies, subscribing
+from adapters.pulsar.frontend import edge, framing, lookups, moves, replies, subscribing
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.producers import ProducerSession
@@ -107,8 +107,9 @@ class Connection:
             while not self._closed:
                 size = frame_size(await self._reader.readexactly(4), limit)
                 # The body first: a client that announces a frame and sends less holds no
-                # budget (only its own buffer, at most `limit`, until the idle check closes it).
-                data = await self._reader.readexactly(size)
+                # budget, only what `framing` counts and caps, until the frame's deadline.
+                data = await framing.read_body(self._reader, size, self._shared.partial,
+                                               2 * self._shared.keepalive_s, self.id)
                 self._received = asyncio.get_running_loop().time()
                 cost = size + FRAME_COST
                 self._waiting = True
@@ -291,7 +292,7 @@ class Connection:
             if (_topic_or_none(request.topic), name) != (existing.topic, existing.name):
                 text = (f"producer id {request.producer_id} is in use for producer "
                         f"{existing.name!r} on topic {existing.topic!r}")
-                self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+                self._busy(request.request_id, pb.ProducerBusy, text, "PRODUCER")
                 return
             last = self._shared.dedup.last(existing.topic, existing.name)
             self.write(replies.producer_success(request.request_id, existing.name, last))
@@ -300,21 +301,27 @@ class Connection:
         try:
             topic = engine_topic(request.topic)
             self._check(topic, None)
-            if initial:  # the subscription keeps the topic's messages from now on
+            if initial:
                 self._check(topic, initial)
-                await self._shared.engine.create_group(topic, initial)
         except Exception as exc:
-            self._refuse(request.request_id, exc)
-            return
-        if len(self._producers) >= self._shared.max_producers:
-            text = f"a connection may have {self._shared.max_producers} producers"
-            self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+            self._refuse(request.request_id, exc, "PRODUCER")
             return
         name = request.producer_name or f"gateway-{uuid.uuid4().hex[:12]}"
-        if not self._shared.dedup.attach(topic, name):
+        text = ""
+        if len(self._producers) >= self._shared.max_producers:
+            text = f"a connection may have {self._shared.max_producers} producers"
+        elif not self._shared.dedup.attach(topic, name):
             text = f"producer name {name!r} is in use on topic {topic!r}"
-            self.write(replies.error(request.request_id, pb.ProducerBusy, text))
+        if text:
+            self._busy(request.request_id, pb.ProducerBusy, text, "PRODUCER")
             return
+        if initial:  # accepted: the subscription keeps the topic's messages from now on
+            try:
+                await self._shared.engine.create_group(topic, initial)
+            except Exception as exc:
+                self._shared.dedup.detach(topic, name)
+                self._refuse(request.request_id, exc, "PRODUCER")
+                return
         self._producers[request.producer_id] = ProducerSession(
             producer_id=request.producer_id,
             topic=topic,
@@ -357,24 +364,25 @@ class Connection:
             else:
                 text = (f"consumer id {request.consumer_id} is in use for subscription "
                         f"{used[1]!r} on topic {used[0]!r}")
-                self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
+                self._busy(request.request_id, pb.ConsumerBusy, text, "SUBSCRIBE")
             return
         if len(self._consumers) >= self._shared.max_consumers:
             text = f"a connection may have {self._shared.max_consumers} consumers"
-            self.write(replies.error(request.request_id, pb.ConsumerBusy, text))
+            self._busy(request.request_id, pb.ConsumerBusy, text, "SUBSCRIBE")
             return
         consumer_type = SUB_TYPES[request.subType]
         member = self.key(request.consumer_id)
         try:
             topic = engine_topic(request.topic)
             self._check(topic, request.subscription)
-            consumer = await subscribing.attach(
-                self._shared, request, topic, member,
-                functools.partial(self._kick, request.consumer_id),
-                f"pulsar-{self.id}-{request.consumer_id}",
-            )
+            async with self._shared.names.hold(topic, request.subscription):
+                consumer = await subscribing.attach(
+                    self._shared, request, topic, member,
+                    functools.partial(self._kick, request.consumer_id),
+                    f"pulsar-{self.id}-{request.consumer_id}",
+                )
         except Exception as exc:
-            self._refuse(request.request_id, exc)
+            self._refuse(request.request_id, exc, "SUBSCRIBE")
             return
         self._consumers[request.consumer_id] = ConsumerSession(
             consumer_id=request.consumer_id,
@@ -413,71 +421,69 @@ class Connection:
         self.write(replies.success(request_id))
 
     async def _unsubscribe(self, request: pb.CommandUnsubscribe) -> None:
-        """Close the consumer and delete its subscription, as a broker does; refused, changing
-        nothing, while the subscription has other consumers (of any front end)."""
+        """`moves.unsubscribe` of the consumer's subscription."""
         session = self._consumers.get(request.consumer_id)
         if session is None:
             self.write(replies.error(request.request_id, pb.ConsumerNotFound,
                                      f"unknown consumer {request.consumer_id}"))
             return
         topic, subscription = self._topics[request.consumer_id]
-        busy = f"subscription {subscription!r} on {topic!r} has other consumers: not deleted"
-        if self._attached(topic, subscription) > 1:
-            self.write(replies.error(request.request_id, pb.ConsumerBusy, busy))
+
+        async def close() -> None:
+            if self._consumers.pop(request.consumer_id, None) is session:
+                await self._drop_consumer(session, locked=True)
+
+        try:
+            await moves.unsubscribe(self._shared, topic, subscription, session.durable, close)
+        except Exception as exc:
+            self._refuse(request.request_id, exc, "UNSUBSCRIBE")
             return
-        del self._consumers[request.consumer_id]
-        await self._drop_consumer(session)  # a reader's subscription goes with it
-        if session.durable:
-            try:
-                dropped = await self._shared.engine.drop_group(topic, subscription)
-            except Exception as exc:
-                self._refuse(request.request_id, exc)
-                return
-            if not dropped and self._attached(topic, subscription):  # one came meanwhile
-                self.write(replies.error(request.request_id, pb.ConsumerBusy, busy))
-                return
         log.info("pulsar subscription deleted", topic=topic, subscription=subscription)
         self.write(replies.success(request.request_id))
-
-    def _attached(self, topic: str, subscription: str) -> int:
-        """Consumers of the subscription, of this front end or any other."""
-        state = self._shared.engine.group_state(topic, subscription)
-        engine_count = state.consumers if state is not None else 0
-        return max(self._shared.subscriptions.count(topic, subscription), engine_count)
 
     async def _kick(self, consumer_id: int) -> None:
         """Close a consumer from the server's side: the client subscribes it again (at the
         subscription's position, with fresh permits), as after a broker-side disconnect."""
         session = self._consumers.pop(consumer_id, None)
-        if session is not None:
+        if session is not None:  # called by a seek, which holds the name's lock
             self.write(replies.close_consumer(consumer_id))
-            await self._drop_consumer(session)
+            await self._drop_consumer(session, locked=True)
 
     async def _seek(self, request: pb.CommandSeek) -> None:
-        """`SubscriptionRegistry.seek` (the seeking client completes its seek once it has
-        subscribed again)."""
+        """`moves.seek` (the seeking client completes its seek once it has subscribed again)."""
         if request.consumer_id not in self._topics:
             self.write(replies.error(request.request_id, pb.ConsumerNotFound, "unknown consumer"))
             return
         topic, subscription = self._topics[request.consumer_id]
         try:
-            target = edge.seek_target(request)
-            await self._shared.subscriptions.seek(self._shared.engine, topic, subscription, target)
+            await moves.seek(self._shared, topic, subscription, edge.seek_target(request))
         except Exception as exc:
-            log.info("pulsar seek refused", connection=self.id, error=replies.error_text(exc))
-            self._refuse(request.request_id, exc)
+            self._refuse(request.request_id, exc, "SEEK")
             return
         self.write(replies.success(request.request_id))
 
-    def _refuse(self, request_id: int, exc: BaseException) -> None:
-        """Answer with the error for `exc`; close when the client must reconnect to retry."""
+    def _busy(self, request_id: int, code: int, text: str, command: str) -> None:
+        """Refuse `command` with `code` (logged)."""
+        log.info("pulsar command refused", connection=self.id, command=command, error=text)
+        self.write(replies.error(request_id, code, text))
+
+    def _refuse(self, request_id: int, exc: BaseException, command: str) -> None:
+        """Answer `command` with the error for `exc` (logged); close if a retry needs it."""
         code = replies.server_error(exc)
-        self.write(replies.error(request_id, code, replies.error_text(exc)))
+        text = replies.error_text(exc)
+        log.info("pulsar command refused", connection=self.id, command=command, error=text)
+        self.write(replies.error(request_id, code, text))
         if code in replies.RETRYABLE:
             self.close()
 
-    async def _drop_consumer(self, session: ConsumerSession) -> None:
-        topic, subscription = self._topics.pop(session.consumer_id, ("", ""))
+    async def _drop_consumer(self, session: ConsumerSession, *, locked: bool = False) -> None:
+        """Close the consumer; under its subscription name's lock unless `locked` (held)."""
+        topic, subscription = self._topics.get(session.consumer_id, ("", ""))
+        if not locked and topic:
+            async with self._shared.names.hold(topic, subscription):
+                await self._drop_consumer(session, locked=True)
+            return
+        self._topics.pop(session.consumer_id, None)
         registry = self._shared.subscriptions
         registry.leave(topic, subscription, self.key(session.consumer_id))
         await session.close()

@@ -43,6 +43,11 @@ def engine_id(key: MessageKey) -> str:
     return f"{ledger:016x}{entry:016x}"
 
 
+def publish_ms(message_id: str) -> int:
+    """The publish time a store's message id begins with (48 bits of ms)."""
+    return int(message_id[:12], 16)
+
+
 class IdAllocator:
     """Hands out increasing (ledgerId, entryId) pairs."""
 

@@ -13,9 +13,11 @@ from adapters.pulsar.frontend import replies
 from adapters.pulsar.frontend.budget import READ_BUDGET_BYTES, ReadBudget
 from adapters.pulsar.frontend.connection import Connection
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
+from adapters.pulsar.frontend.framing import PARTIAL_FACTOR, PartialFrames
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.journal import Journal
 from adapters.pulsar.frontend.ports import AuthorizerPort
+from adapters.pulsar.frontend.readers import ReaderGroups
 from adapters.pulsar.frontend.shared import (
     HANDSHAKE_TIMEOUT_S,
     MAX_CONSUMERS,
@@ -64,14 +66,18 @@ class PulsarFrontEnd:
     `handshake_timeout_s` and may hold `max_producers` producers and `max_consumers` consumers,
     each with at most `max_unacked_per_consumer` unsettled deliveries;
     frames read and not yet answered may hold `read_budget_bytes` across all connections (more
-    waits). Values inside commands are checked by `adapters.pulsar.frontend.edge`.
+    waits), and frames not yet read whole `partial_frame_bytes` (4 x the read budget by
+    default; a connection whose frame would pass it is closed, as is one whose frame does not
+    complete within twice `keepalive_s`: `adapters.pulsar.frontend.framing`). Values inside
+    commands are checked by `adapters.pulsar.frontend.edge`.
 
     With `tls` (the gateway's `--tls-cert` context, client certificates included) it serves
     TLS only: clients connect to `pulsar+ssl://`, and lookups send them there.
 
     With a `state_dir` (the product gives `DATA_DIR/pulsar`) producers' sequence ids survive
-    restarts (`adapters.pulsar.frontend.journal`); without one they last as long as the front
-    end.
+    restarts (`adapters.pulsar.frontend.journal`), and readers' subscriptions a crash left are
+    dropped at the next start (`adapters.pulsar.frontend.readers`); without one they last as
+    long as the front end.
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class PulsarFrontEnd:
         max_consumers: int = MAX_CONSUMERS,
         max_unacked_per_consumer: int = MAX_UNACKED,
         read_budget_bytes: int = READ_BUDGET_BYTES,
+        partial_frame_bytes: int | None = None,
         state_dir: str | Path | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
@@ -119,6 +126,11 @@ class PulsarFrontEnd:
         self._max_consumers = max_consumers
         self._max_unacked = max_unacked_per_consumer
         self._read_budget_bytes = read_budget_bytes
+        if partial_frame_bytes is None:
+            partial_frame_bytes = PARTIAL_FACTOR * read_budget_bytes
+        elif partial_frame_bytes < 1:
+            raise InvalidArgument("partial_frame_bytes", partial_frame_bytes, "at least 1")
+        self._partial_frame_bytes = partial_frame_bytes
         self._authorizer = authorizer
         self._tls = tls
         self._server: asyncio.Server | None = None
@@ -127,6 +139,7 @@ class PulsarFrontEnd:
         self._journal = Journal(Path(state_dir)) if state_dir else None
         self._dedup = DedupRegistry(journal=self._journal)
         self._subscriptions = SubscriptionRegistry()
+        self._readers = ReaderGroups(Path(state_dir) if state_dir else None)
         self._shared: Shared | None = None
 
     @property
@@ -147,6 +160,7 @@ class PulsarFrontEnd:
         if self._journal is not None:
             await asyncio.to_thread(self._dedup.load)
             self._journal.start()
+        await self._readers.recover(self._engine)
         self._server = await asyncio.start_server(
             self._accept, self._host, self._requested_port, ssl=self._tls,
             ssl_handshake_timeout=self._handshake_timeout_s if self._tls is not None else None)
@@ -164,6 +178,8 @@ class PulsarFrontEnd:
             max_consumers=self._max_consumers,
             max_unacked=self._max_unacked,
             budget=ReadBudget(self._read_budget_bytes),
+            readers=self._readers,
+            partial=PartialFrames(self._partial_frame_bytes),
         )
         log.info("pulsar front end listening", url=self.service_url)
 
@@ -180,6 +196,7 @@ class PulsarFrontEnd:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
             self._server = None
+        await self._readers.close()
         if self._journal is not None:
             await self._journal.close()
 

@@ -7,9 +7,11 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from adapters.pulsar.frontend.budget import ReadBudget
+from adapters.pulsar.frontend.budget import READ_BUDGET_BYTES, ReadBudget
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
+from adapters.pulsar.frontend.framing import PARTIAL_FACTOR, PartialFrames
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
+from adapters.pulsar.frontend.names import NameLocks
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.readers import ReaderGroups
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
@@ -43,5 +45,10 @@ class Shared:
     max_consumers: int = MAX_CONSUMERS
     max_unacked: int = MAX_UNACKED
     budget: ReadBudget = field(default_factory=ReadBudget)
+    partial: PartialFrames = field(
+        default_factory=lambda: PartialFrames(PARTIAL_FACTOR * READ_BUDGET_BYTES))
+    """Bytes of incomplete frames held across the listener (`framing`)."""
     readers: ReaderGroups = field(default_factory=ReaderGroups)
     """The readers' (non-durable) subscriptions the front end made (and only it drops)."""
+    names: NameLocks = field(default_factory=NameLocks)
+    """Serializes the commands that change one (topic, subscription)."""

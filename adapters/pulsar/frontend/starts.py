@@ -61,5 +61,4 @@ async def place(
     try:
         await engine.seek(topic, request.subscription, message_id=message_id)
     except NotFound:
-        publish_ms = request.start_message_id.ledgerId >> 16  # the store's id begins with it
-        await engine.seek(topic, request.subscription, publish_ms=publish_ms)
+        await engine.seek(topic, request.subscription, publish_ms=ids.publish_ms(message_id))

@@ -12,9 +12,10 @@ from typing import Any
 
 import structlog
 
+from adapters.pulsar.frontend.ids import publish_ms
 from gateway.engine.api import ConsumerType
 from gateway.engine.port import EnginePort
-from gateway.errors import AlreadyExists, GatewayError, NotFound
+from gateway.errors import AlreadyExists, GatewayError, InvalidArgument, NotFound
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +68,8 @@ class SubscriptionRegistry:
         self, engine: EnginePort, topic: str, subscription: str, target: dict[str, Any]
     ) -> None:
         """Move the subscription (`EnginePort.seek`), then close every consumer of it from the
-        server's side, as a broker does: the clients subscribe again at the new position with
+        server's side, as a broker does (to a message the topic no longer holds: to its publish
+        time, which its id begins with): the clients subscribe again at the new position with
         fresh permits. A refused seek (NotFound: no such message) changes nothing and closes no
         one. The move voids every delivery made before it, so the closed consumers give none
         back; one made between the move and a close (given back counted, as a lost consumer's)
@@ -76,7 +78,18 @@ class SubscriptionRegistry:
         current = self._members.get((topic, subscription))
         if current is None:
             raise NotFound("unknown consumer: it has no subscription on this connection")
-        await engine.seek(topic, subscription, **target)
+        try:
+            await engine.seek(topic, subscription, **target)
+        except NotFound:
+            if "message_id" not in target:
+                raise
+            # A message no longer held (trimmed): its publish time, as a reader's start does.
+            at = publish_ms(target["message_id"])
+            if at > engine.now_ms():  # no message the front end gave: a made-up id
+                raise InvalidArgument("seek.message_id", target["message_id"],
+                                      "the id of a message of this topic") from None
+            target = {"publish_ms": at}
+            await engine.seek(topic, subscription, **target)
         for kick in list(current[1].values()):
             await kick()
         try:
