@@ -1,6 +1,6 @@
 """A delivery's content header fits the consumer's negotiated frame_max, whatever properties a
 publisher of another protocol gave the message: the largest headers are left out, the basic
-properties and the smaller headers stay, and `x-gateway-headers-dropped` says how many went.
+properties and the smaller headers stay, and `x-headers-dropped` says how many went.
 Read as raw frames (their sizes as sent) and with aio-pika."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ log = structlog.get_logger(__name__)
 WINDOW = 1000
 """Credit kept ahead of a consumer that has no prefetch limit."""
 BATCH = 256
-HEADERS_DROPPED = "x-gateway-headers-dropped"
+HEADERS_DROPPED = "x-headers-dropped"
 """The header that says how many headers a delivery was sent without (its content header did
 not fit the connection's frame_max)."""
 
@@ -55,7 +55,7 @@ def fit_headers(properties: dict[str, Any], body_size: int, frame_max: int,
                 message_id: str) -> dict[str, Any]:
     """`properties` whose content header fits in a frame of `frame_max` bytes: when it would not,
     whole headers are left out, the largest first (the basic properties and `x-delivery-count`
-    stay), and `x-gateway-headers-dropped` says how many; a warning names the message."""
+    stay), and `x-headers-dropped` says how many; a warning names the message."""
     excess = len(framing.content_header(0, properties, body_size)) - frame_max
     headers = properties.get("headers")
     if excess <= 0 or not headers:
