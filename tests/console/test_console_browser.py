@@ -6,12 +6,18 @@ desktop and phone width, are saved (see `conftest.artifacts`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -44,13 +50,26 @@ def texts(driver: WebDriver, css: str) -> list[str]:
     return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
 
 
+def gone(element: WebElement) -> Callable[[WebDriver], bool]:
+    """True once `element` left the document (the page was replaced). Chromium reports such a
+    node as stale or, now and then, with "Node with given id does not belong to the document"
+    (a plain WebDriverException), which `ec.staleness_of` does not take for gone."""
+    def check(_driver: WebDriver) -> bool:
+        try:
+            element.is_enabled()
+        except WebDriverException:  # StaleElementReferenceException included
+            return True
+        return False
+    return check
+
+
 def login(driver: WebDriver, token: str) -> None:
     field = driver.find_element(By.ID, "token")
     field.clear()
     field.send_keys(token)
     page = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
-    wait(driver).until(ec.staleness_of(page))
+    wait(driver).until(gone(page))
 
 
 def test_console_end_to_end(gw: Gateway, artifacts: Path) -> None:
@@ -83,7 +102,7 @@ def test_console_end_to_end(gw: Gateway, artifacts: Path) -> None:
             By.CSS_SELECTOR, "table.groups tbody tr").text)
         driver.execute_script("window.notReloaded = true")
         live = driver.find_element(By.ID, "overview")
-        wait(driver, 20).until(ec.staleness_of(live))
+        wait(driver, 20).until(gone(live))
         assert driver.execute_script("return window.notReloaded") is True
         shot("overview")
 
