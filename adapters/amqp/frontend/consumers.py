@@ -51,12 +51,13 @@ def expired(delivery: Delivery, queue: Queue, now_ms: int) -> bool:
     return ttl is not None and delivery.publish_ms + ttl <= now_ms
 
 
-def fit_headers(properties: dict[str, Any], body_size: int, frame_max: int,
+def fit_headers(properties: dict[str, Any], header_frame: int, frame_max: int,
                 message_id: str) -> dict[str, Any]:
-    """`properties` whose content header fits in a frame of `frame_max` bytes: when it would not,
-    whole headers are left out, the largest first (the basic properties and `x-delivery-count`
-    stay), and `x-headers-dropped` says how many; a warning names the message."""
-    excess = len(framing.content_header(0, properties, body_size)) - frame_max
+    """`properties` whose content header fits in a frame of `frame_max` bytes, given that its
+    frame now takes `header_frame` bytes: when it does not, whole headers are left out, the
+    largest first (the basic properties and `x-delivery-count` stay), and `x-headers-dropped`
+    says how many; a warning names the message."""
+    excess = header_frame - frame_max
     headers = properties.get("headers")
     if excess <= 0 or not headers:
         return properties
@@ -78,16 +79,19 @@ def fit_headers(properties: dict[str, Any], body_size: int, frame_max: int,
 
 def frames_for(channel: ChannelState, method: Frame, delivery: Delivery) -> list[bytes]:
     """The method frame, content header and body frames of one delivery to this channel."""
+    frame_max = channel.conn.frame_max
     try:
-        properties = fit_headers(messages.delivery_properties(delivery), len(delivery.body),
-                                 channel.conn.frame_max, delivery.message_id)
-        content = framing.content_frames(channel.number, properties, delivery.body,
-                                         channel.conn.frame_max)
+        properties = messages.delivery_properties(delivery)
+        content = framing.content_frames(channel.number, properties, delivery.body, frame_max)
+        if len(content[0]) > frame_max:  # encoded once; again only when headers must go
+            properties = fit_headers(properties, len(content[0]), frame_max,
+                                     delivery.message_id)
+            content = framing.content_frames(channel.number, properties, delivery.body,
+                                             frame_max)
     except (ValueError, TypeError, OverflowError, struct.error) as exc:
         # Properties another front end set that AMQP cannot carry: deliver the body.
         log.warning("amqp delivery properties dropped", error=str(exc))
-        content = framing.content_frames(channel.number, {}, delivery.body,
-                                         channel.conn.frame_max)
+        content = framing.content_frames(channel.number, {}, delivery.body, frame_max)
     return [framing.method_frame(channel.number, method), *content]
 
 
