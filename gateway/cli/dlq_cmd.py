@@ -70,8 +70,11 @@ def _filter_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reason", default="", help="reason contains this (any case)")
     g.add_argument("--text", default="",
                    help="the id, key, tag, a property or the body contains this (any case)")
-    g.add_argument("--min-attempt", dest="min_attempt", type=int, default=0)
-    g.add_argument("--max-attempt", dest="max_attempt", type=int, default=0)
+    g.add_argument("--min-attempt", dest="min_attempt", type=int, default=0,
+                   help="the dead letter's attempt count is at least this (default 0: no bound)")
+    g.add_argument("--max-attempt", dest="max_attempt", type=int, default=0,
+                   help="the dead letter's attempt count is at most this (default 0: no "
+                        "bound)")
     g.add_argument("--since", default="",
                    help="dead-lettered at or after: ISO time (2024-05-01T10:00Z), ms since the "
                         "epoch, or an age (30m, 2h, 1d)")

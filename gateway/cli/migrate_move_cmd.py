@@ -38,6 +38,16 @@ COPY_EXIT_DESTINATION = 6
 COPY_EXIT_REFUSED = 7
 COPY_EXIT_INTERRUPTED = 130
 
+RENAME_ABOUT = """Move a group's waiting retries and dead letters from the destinations of one
+naming scheme (`%RETRY%billing`, say) to those of another (`orders-billing-RETRY`) on a
+running gateway, so that consumers of the other product find them. Messages a consumer holds
+stay where they are (exit status 7): run it again when they are settled. `--dry-run` counts."""
+
+COPY_ABOUT = """Copy a group's messages (ready, waiting retries, dead letters) from a gateway or a
+broker to another gateway or broker. Each message is stored once at the destination and then
+removed at the source; a run stopped half-way is resumed by running it again
+(docs/migration.md)."""
+
 RENAME_EXITS = """exit statuses:
   0  done: nothing of the group is left at the old names
   1  the gateway failed the request
@@ -70,10 +80,10 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rename = sub.add_parser(
         "rename", help="move a group's waiting retries and dead letters to another naming "
         "scheme's destinations, on a running gateway",
-        description=__doc__, epilog=RENAME_EXITS,
+        description=RENAME_ABOUT, epilog=RENAME_EXITS,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    rename.add_argument("--topic", required=True)
-    rename.add_argument("--group", required=True)
+    rename.add_argument("--topic", required=True, help="the group's topic")
+    rename.add_argument("--group", required=True, help="the consumer group")
     rename.add_argument("--from-scheme", dest="from_scheme", required=True,
                         help="the naming scheme they are under now (gateway plan lists them)")
     rename.add_argument("--to-scheme", dest="to_scheme", required=True,
@@ -85,10 +95,12 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     copy = sub.add_parser(
         "copy", help="copy messages (ready, waiting retries, dead letters) from a gateway or "
         "broker to another, each once; the source keeps nothing that was copied",
-        description=__doc__, epilog=COPY_EXITS,
+        description=COPY_ABOUT, epilog=COPY_EXITS,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    copy.add_argument("--from", dest="source", required=True, metavar="URL")
-    copy.add_argument("--to", dest="destination", required=True, metavar="URL")
+    copy.add_argument("--from", dest="source", required=True, metavar="URL",
+                      help="where the messages are now (see URLs below)")
+    copy.add_argument("--to", dest="destination", required=True, metavar="URL",
+                      help="where they go (see URLs below)")
     copy.add_argument("--dry-run", action="store_true",
                       help="count what would be copied; copy nothing")
     copy.add_argument("--batch", type=int, default=cp.DEFAULT_BATCH,

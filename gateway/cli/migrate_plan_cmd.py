@@ -47,8 +47,10 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topic", default="topic")
-    p.add_argument("--group", default="group", help="consumer group / subscription")
+    p.add_argument("--topic", default="topic",
+                   help="the topic, for the destination names (default: topic)")
+    p.add_argument("--group", default="group",
+                   help="consumer group / subscription (default: group)")
     plan_cmd.add_timing_arguments(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
 

@@ -66,6 +66,16 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
     raise AssertionError("no subcommands")
 
 
+def _nested(prefix: str, p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """`p` and every subcommand under it, at any depth, by its whole command line."""
+    found = {prefix: p}
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.update(_nested(f"{prefix} {name}", sub))
+    return found
+
+
 def _flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in p._actions
             if a.option_strings and not isinstance(a, argparse._HelpAction)]
@@ -74,12 +84,24 @@ def _flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
 def test_every_flag_of_every_subcommand_has_help_with_its_default() -> None:
     subcommands = _subcommands()
     assert {"plan", "serve", "report", "export", "topics", "dlq"} <= set(subcommands)
-    for name, sub in subcommands.items():
+    everything = _nested("gateway", parser())
+    assert {"gateway dlq list", "gateway migrate copy", "gateway migrate rename"} <= set(everything)
+    for name, sub in everything.items():
         for action in _flags(sub):
-            where = f"gateway {name} {action.option_strings[0]}"
+            where = f"{name} {action.option_strings[0]}"
             assert action.help, f"{where}: no help"
-            if action.default not in (None, "", False, [], ()) and not action.required:
+            if action.default not in (None, "", False, [], (), argparse.SUPPRESS) and not (
+                    action.required):
                 assert "default" in action.help, f"{where}: default {action.default!r} unsaid"
+
+
+def test_every_help_page_speaks_to_users_not_to_developers() -> None:
+    """A command's description is written for who runs it: no module docstring that names the
+    functions building the parser or the modules behind it."""
+    for name, sub in _nested("gateway", parser()).items():
+        text = sub.format_help()
+        for word in ("add_subcommands", "add_parser", "subparsers", "(`gateway."):
+            assert word not in text, f"{name} --help says {word!r}"
 
 
 def test_every_serve_flag_states_its_default_and_variable() -> None:
