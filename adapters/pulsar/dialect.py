@@ -88,6 +88,8 @@ def negative_ack(options: Mapping[str, str], naming: NamingScheme | None) -> Ret
         dead_letter=max_retries is not None,
         counts_failures=counted,
         lost_counts_as_failure=counted,
+        # The broker's redelivery tracker is cleared when the last consumer leaves.
+        count_resets_unattended=counted,
         dispatch_run=DISPATCH_RUN,
         settings=reader.finish(),
     )

@@ -301,6 +301,15 @@ class Backend(abc.ABC):
         topic (any more); `Unimplemented` where the back end cannot (`seekable` False)."""
         raise Unimplemented(f"the {self.name} back end cannot move a group's position")
 
+    async def reset_retries(self, topic: str, group: str) -> int:
+        """Count the failures of `group`'s messages on `topic` from 0 again: each message it has
+        released or delayed (not leased) gets `retries` 0; its attempt count stays. This is for
+        products that keep the count for their consumers only while one is there (Pulsar's
+        redelivery count starts again when every consumer of the subscription has left).
+        Returns how many messages had a count; `Unimplemented` where the count travels with
+        each message in the broker (capability `retry-reset` missing)."""
+        raise Unimplemented(f"the {self.name} back end cannot reset retry counts")
+
     async def drop_group(self, topic: str, group: str) -> bool:
         """Forget `group` on `topic`: its position and its unacked messages, so the topic's
         messages are no longer kept for it. True if there was something to forget. Leases of

@@ -125,7 +125,7 @@ class InMemoryBackend(Backend):
     name = "memory"
     seekable = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
-                              "oldest-ready-time", "backlog-view", "positions"})
+                              "oldest-ready-time", "backlog-view", "positions", "retry-reset"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
@@ -456,6 +456,17 @@ class InMemoryBackend(Backend):
         if cursor is None and message_id:
             raise NotFound(f"message {message_id!r} is not in topic {topic!r}")
         self._group(index, group).reset(index.next_pos if cursor is None else cursor)
+
+    async def reset_retries(self, topic: str, group: str) -> int:
+        self._ready()
+        index = self._topics.get(topic)
+        state = None if index is None else index.groups.get(group)
+        if state is None:
+            return 0
+        counted = [slot for slot in state.slots.values() if slot.retries and not slot.token]
+        for slot in counted:
+            slot.retries = 0
+        return len(counted)
 
     async def topics(self) -> list[str]:
         self._ready()

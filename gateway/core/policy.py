@@ -86,6 +86,9 @@ class RetryPolicy:
     """False where the product keeps no count (e.g. an exclusive subscription's redeliveries)."""
     lost_counts_as_failure: bool = False
     """Whether a delivery given back by a lost consumer counts against max retries."""
+    count_resets_unattended: bool = False
+    """The product keeps the failure count only while the group has a consumer: when the last
+    one leaves, the count of every message of the group starts from 0 again."""
     dispatch_run: int = 1
     """Shared consumption: messages dealt to one consumer in a row before the next consumer
     with room gets its turn. 1 is per-message round robin; a dialect whose product deals

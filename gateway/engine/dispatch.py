@@ -222,6 +222,9 @@ class Subscription:
     keeps its waiting retries)."""
     placed: bool = False
     """The back end was asked to create the group where its spec starts it."""
+    counts_forgotten: bool = False
+    """Its last consumer left under a policy whose product then forgets the failure counts
+    (`RetryPolicy.count_resets_unattended`); the next consumer settles what that means."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _turn: int = 0
     """Where `share` goes on dealing (an index into the consumers with room)."""

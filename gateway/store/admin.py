@@ -176,6 +176,21 @@ async def drop_group(catalog: Catalog, writer: GroupCommitWriter, topic: str, gr
     return True
 
 
+async def reset_retries(
+    catalog: Catalog, writer: GroupCommitWriter, topic: str, group: str
+) -> int:
+    """`Backend.reset_retries`: the group's counters live in its unacked rows only (a fetch
+    reads them there), so one statement resets them. The rows of leased messages are reset
+    too: settling one writes its counters anew (or deletes the row), and one left leased at a
+    crash comes back counted from 0, as the product's own count does after a restart."""
+    state = catalog.known_group(topic, group)
+    if state is None:
+        return 0
+    changed = await writer.submit(writes.statement(
+        "UPDATE unacked SET retries = 0 WHERE gid = ? AND retries > 0", (state.gid,)))
+    return changed if isinstance(changed, int) else 0
+
+
 async def trim(catalog: Catalog, writer: GroupCommitWriter) -> int:
     """Delete the messages of every topic that all of its groups have acked; return how many
     positions were deleted. Topics nobody consumes keep everything (a group created later starts

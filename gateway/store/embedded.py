@@ -430,6 +430,11 @@ class EmbeddedStore(Backend):
         writer, _ = self._supervisor.ready()
         return await admin.drop_group(self._catalog, writer, topic, group)
 
+    async def reset_retries(self, topic: str, group: str) -> int:
+        """See `Backend.reset_retries`: one statement on the group's unacked rows."""
+        writer, _ = self._supervisor.ready()
+        return await admin.reset_retries(self._catalog, writer, topic, group)
+
     async def trim(self) -> int:
         """Delete the messages of every topic that all of its groups have acked; return how
         many positions were deleted (`gateway.store.admin.trim`)."""

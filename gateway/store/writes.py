@@ -182,8 +182,9 @@ def _trimmed(
     return stop
 
 
-def _statement(conn: sqlite3.Connection, sql: str, params: Sequence[object]) -> None:
-    conn.execute(sql, params)
+def _statement(conn: sqlite3.Connection, sql: str, params: Sequence[object]) -> int:
+    """Run one statement; its result is the number of rows it changed."""
+    return conn.execute(sql, params).rowcount
 
 
 def _barrier(conn: sqlite3.Connection) -> None:

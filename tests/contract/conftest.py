@@ -42,6 +42,7 @@ CAPABILITIES = frozenset(
         "oldest-ready-time",
         "backlog-view",
         "positions",
+        "retry-reset",
     }
 )
 """Every capability a contract test may require:
@@ -53,7 +54,9 @@ CAPABILITIES = frozenset(
 * backlog-view: `peek`, `remove` and `purge` reach messages the back end has not received yet
   (a broker's backlog), not only those it holds;
 * positions: groups keep positions the back end can set (`seekable`: `create_group` at the end,
-  `seek`).
+  `seek`);
+* retry-reset: `reset_retries` counts a group's failures from 0 again (the count is the back
+  end's, not a property or header of each message in a broker).
 """
 
 REQUIRES: dict[str, str] = {

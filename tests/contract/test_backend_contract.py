@@ -331,3 +331,19 @@ async def test_groups_start_where_created_and_move_by_seek(backend: Backend) -> 
     assert bodies(await fetch_until(backend, topic, group, 3)) == [b"m0", b"m1", b"m2"]
     with pytest.raises(NotFound):
         await backend.seek(topic, group, message_id="f" * 32)
+
+
+@pytest.mark.requires("retry-reset")
+async def test_reset_retries_counts_a_groups_failures_from_zero(backend: Backend) -> None:
+    topic, group = names()
+    other = group + "-other"
+    await backend.publish(topic, [msg("a"), msg("b")])
+    got = await fetch_until(backend, topic, group, 2)
+    theirs = await fetch_until(backend, topic, other, 2)
+    await backend.release([Release(m.lease, now_ms(), attempt=3, retries=2) for m in got])
+    await backend.release([Release(m.lease, now_ms(), attempt=3, retries=2) for m in theirs])
+    assert await backend.reset_retries(topic, group) == 2
+    again = await fetch_until(backend, topic, group, 2)
+    assert sorted((m.body, m.attempt, m.retries) for m in again) == [(b"a", 3, 0), (b"b", 3, 0)]
+    assert {m.retries for m in await fetch_until(backend, topic, other, 2)} == {2}
+    assert await backend.reset_retries(topic, group + "-never") == 0

@@ -113,11 +113,9 @@ async def test_a_lost_consumer_gives_its_deliveries_back_at_once(
         assert (await h.ack(d)).ok
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not modelled: Pulsar resets the redelivery count to 0 when every consumer of the "
-    "subscription goes offline (SEMANTICS.md, document 004); the engine keeps counting "
-    "(the count travels with the message in the back end)"))
 async def test_pulsar_redelivery_count_resets_when_every_consumer_left(h: Harness) -> None:
+    """SEMANTICS.md, document 004: the redelivery count is reset to 0 when every consumer of
+    the subscription goes offline."""
     spec = h.spec("pulsar-nack")
     only = await h.open(spec)
     await h.publish(b"a")
