@@ -17,7 +17,6 @@ from gateway.core.properties import ORIGIN_TOPIC, visible_properties
 from gateway.core.record import Record
 from gateway.core.states import READY, WAITING_RETRY
 from gateway.engine.api import ConsumerType, Delivery, InitialPosition, SubscriptionSpec
-from gateway.engine.base import Batch
 from gateway.engine.dispatch import (
     KEY_SHARED,
     Consumer,
@@ -27,13 +26,12 @@ from gateway.engine.dispatch import (
     matches_tag,
     wait_any,
 )
-from gateway.engine.expiry import Expiring
+from gateway.engine.leaving import Leaving
 from gateway.errors import (
     AlreadyExists,
     GatewayError,
     InvalidArgument,
     Unavailable,
-    Unimplemented,
 )
 from gateway.limits import MAX_RECEIVE, MAX_WAIT_MS
 
@@ -46,7 +44,7 @@ DEFAULT_INVISIBLE_MS = 30_000
 gets this one, within the policy's range."""
 
 
-class Delivering(Expiring):
+class Delivering(Leaving):
     """Subscriptions, push consumers and pull receives."""
 
     # ---------------------------------------------------------- subscribing
@@ -131,91 +129,6 @@ class Delivering(Expiring):
             latest = sub.spec.initial_position is InitialPosition.LATEST
             await self.backend.create_group(sub.topic, sub.group, at_end=latest)
             sub.placed = True
-
-    async def _consumer_closed(self, consumer: Consumer) -> None:
-        sub = consumer.sub
-        last = self._leaves_unattended(consumer)
-        await self._give_back(consumer, list(consumer.receipts), uncounted=last)
-        for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
-            held.consumer = None
-        consumer.forget_all()
-        if last and not sub.consumers:
-            sub.counts_forgotten = True
-        if not sub.consumers and sub.own_group:
-            if sub.anonymous or self._config.broadcast_idle_ms == 0:
-                await self._drop_group(sub)
-            else:
-                self._drop_later(sub)
-
-    def _leaves_unattended(self, consumer: Consumer) -> bool:
-        """Whether `consumer` closing leaves its group without anyone, under a policy whose
-        product then forgets the failure counts (`RetryPolicy.count_resets_unattended`): it
-        is the group's only consumer and no other delivery of the group is out (a pull
-        consumer's: the group is attended)."""
-        sub = consumer.sub
-        if not sub.policy.count_resets_unattended or sub.consumers != [consumer]:
-            return False
-        return all(inf.consumer is consumer for inf in self.inflight.values() if inf.sub is sub)
-
-    async def _attend(self, sub: Subscription, policy: RetryPolicy) -> None:
-        """A consumer comes to `sub` under `policy`. After the group was left unattended
-        (`_leaves_unattended`), one whose product forgot the counts then sees its messages
-        counted from 0 again, where the back end can (where the count travels with each
-        message it stays); one under another policy takes the group over with its counts."""
-        if not sub.counts_forgotten:
-            return
-        sub.counts_forgotten = False
-        if not policy.count_resets_unattended:
-            return
-        try:
-            reset = await self.backend.reset_retries(sub.topic, sub.group)
-        except Unimplemented:
-            return
-        except GatewayError as exc:  # the store is down: the counts stay
-            log.warning("retry counts not reset", topic=sub.topic, group=sub.group,
-                        error=exc.message)
-            return
-        if reset:
-            log.info("retry counts reset: the group was left without consumers", topic=sub.topic,
-                     group=sub.group, messages=reset)
-
-    async def _consumer_cancelled(self, consumer: Consumer, untaken: list[str]) -> None:
-        """A consumer takes no more: out of the subscription's rotation, its untaken deliveries
-        given back; what it took stays settleable until it closes."""
-        await self._give_back(consumer, untaken)
-        for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
-            held.consumer = None
-
-    async def _give_back(
-        self, consumer: Consumer, receipts: list[str], *, uncounted: bool = False
-    ) -> None:
-        """Take `consumer` out of its subscription and give `receipts` back as a lost
-        consumer's (visible again at once, counted where the policy says so, unless
-        `uncounted`: the group's counts are about to be forgotten)."""
-        sub = consumer.sub
-        if consumer in sub.consumers:
-            sub.consumers.remove(consumer)
-            consumer.set_active(False)
-            sub.announce()
-        batch = Batch()
-        now, real = self._time.both()
-        for receipt in receipts:
-            inf = self.inflight.get(receipt)
-            if inf is None or inf.consumer is not consumer or inf.held:
-                continue
-            policy = inf.policy
-            if uncounted and policy.lost_counts_as_failure:
-                policy = replace(policy, lost_counts_as_failure=False)
-            try:
-                decision = decide(inf.record, ev.ConsumerLost(), policy, now)
-            except GatewayError:
-                continue
-            self._apply(inf, decision, batch, now, real)
-        await self._flush(batch)
-        sub.wake.set()
-        if not sub.consumers and sub.task is not None:
-            sub.task.cancel()
-            sub.task = None
 
     # ------------------------------------------------------------- delivery
     def _deliver(
