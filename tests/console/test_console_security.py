@@ -166,6 +166,8 @@ async def test_html_in_messages_is_escaped(gw: Gateway, admin: aiohttp.ClientSes
     "topic=orders&group=billing&min_attempt=-1",
     "topic=orders&group=billing&min_attempt=99999999999",
     "topic=orders&group=billing&min_attempt=5&max_attempt=2",
+    "topic=orders&group=billing&min_attempt=%C2%B2",  # "²": a digit to str.isdigit, not int
+    "topic=orders&group=billing&max_attempt=%D9%A3",  # an Arabic-Indic 3
     "topic=orders&group=billing&since=yesterday",
     "topic=orders&group=billing&since=2024-02-30T10:00",
     "topic=orders&group=billing&since=2024-05-02T10:00&until=2024-05-01T10:00",
