@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from adapters.rocketmq.frontend import FrontendSettings, MessagingService
     from gateway.engine.port import EnginePort
+    from gateway.limits import StreamSlots
 
 log = structlog.get_logger("gateway.server")
 
@@ -46,17 +47,19 @@ class RocketMQConfig:
 class RocketMQFrontEnd:
     """The RocketMQ 5 service on the gateway's gRPC server."""
 
-    def __init__(self, engine: EnginePort, settings: FrontendSettings) -> None:
+    def __init__(self, engine: EnginePort, settings: FrontendSettings,
+                 stream_slots: StreamSlots | None = None) -> None:
         self.settings = settings
         """The settings in use."""
         self.service: MessagingService | None = None
         """The servicer, once mounted."""
         self._engine = engine
+        self._stream_slots = stream_slots
 
     def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
         from adapters.rocketmq.frontend import SERVICE_NAMES, register
 
-        self.service = register(server, self._engine, self.settings)
+        self.service = register(server, self._engine, self.settings, self._stream_slots)
         return SERVICE_NAMES
 
     async def start(self) -> None:
@@ -97,7 +100,7 @@ class RocketMQ(Product[RocketMQConfig]):
         elif not isinstance(settings, FrontendSettings):
             raise TypeError(f"rocketmq front end settings: {type(settings).__name__}, not "
                             "FrontendSettings")
-        return RocketMQFrontEnd(host.engine, settings)
+        return RocketMQFrontEnd(host.engine, settings, host.stream_slots)
 
     @staticmethod
     def _settings(host: Host, config: RocketMQConfig) -> FrontendSettings:

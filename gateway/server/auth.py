@@ -46,7 +46,7 @@ from gateway.errors import (
     Unauthenticated,
     Undecodable,
 )
-from gateway.limits import check_name
+from gateway.limits import StreamSlots, check_name
 from gateway.server.errors import abort_error
 from gateway.server.handlers import Behaviour, inner_behaviour, rebuild, responses
 
@@ -276,23 +276,16 @@ def bearer(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
     return None
 
 
-OPEN_STREAMS = 100
-"""Streams that need no token (health `Watch`, reflection) open at once. Without a bound,
-anyone who reaches the port could hold `--max-rpcs` of them and every caller with a token
-would be refused RESOURCE_EXHAUSTED."""
-
-
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Authenticates every gateway.v1 call and checks its permission before the handler runs;
-    the streams open to everyone (grpc.* services) are capped at OPEN_STREAMS."""
+    the streams open to everyone (grpc.* services) and refused streams waiting for their first
+    frame take slots of `StreamSlots`."""
 
-    def __init__(self, authorizer: Authorizer, max_rpcs: int | None = None) -> None:
-        """`max_rpcs`: the server's limit on calls at once; the open streams get at most
-        half of it."""
+    def __init__(self, authorizer: Authorizer, slots: StreamSlots | None = None) -> None:
+        """`slots`: the server's bound on streams no credentials admitted (the services of
+        products on the same server share it)."""
         self.authorizer = authorizer
-        self.open_streams = 0
-        self.max_open_streams = OPEN_STREAMS if max_rpcs is None else max(
-            1, min(OPEN_STREAMS, max_rpcs // 2))
+        self.slots = slots if slots is not None else StreamSlots()
 
     async def intercept_service(
         self,
@@ -310,7 +303,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             principal = self.authorizer.authenticate(bearer(details.invocation_metadata))
         except Unauthenticated as exc:
-            return rebuild(handler, *_refuse(exc))
+            return rebuild(handler, *self._refuse(exc))
         check = self._check_for(method, principal)
         guard = self.authorizer.settle_guard(principal) if method in SETTLING_METHODS else None
         return rebuild(handler, *_guarded(handler, check, guard))
@@ -319,18 +312,41 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         inner = inner_behaviour(handler)
 
         async def stream(request: Any, context: Any) -> Any:
-            if self.open_streams >= self.max_open_streams:
+            if not self.slots.take():
                 await abort_error(context, TooManyCalls(
-                    f"{self.max_open_streams} streams without a token are open, the most "
+                    f"{self.slots.limit} streams without a token are open, the most "
                     "allowed"))
-            self.open_streams += 1
             try:
                 async for item in responses(inner, request, context):
                     yield item
             finally:
-                self.open_streams -= 1
+                self.slots.give()
 
         return stream
+
+    def _refuse(self, error: GatewayError) -> tuple[Behaviour, Behaviour]:
+        """The refusal of a call without a valid token. A refused client stream waits briefly
+        for its first frame (`_first_of`) in one of the slots of the open streams: when all
+        are taken it is refused at once, so tokenless streams cannot hold every call the
+        server takes (they held one each for a second, and a client that opened `--max-rpcs`
+        of them over and over kept every caller with a token out)."""
+
+        async def refusal(request: Any) -> GatewayError:
+            if not hasattr(request, "__anext__") or not self.slots.take():
+                return error
+            try:
+                return await _first_of(request) or error
+            finally:
+                self.slots.give()
+
+        async def unary(request: Any, context: Any) -> Any:
+            await abort_error(context, await refusal(request))
+
+        async def stream(request: Any, context: Any) -> Any:
+            await abort_error(context, await refusal(request))
+            yield None  # pragma: no cover
+
+        return unary, stream
 
     def _check_for(self, method: str, principal: Principal) -> Callable[[Any], None]:
         """The request's permission check. Names are checked first, as the handler checks
@@ -380,17 +396,6 @@ def _check_consume(authz: Authorizer, principal: Principal, topic: str, group: s
 
 REFUSED_READ_S = 1.0
 """How long a refused streaming call waits for the client's first request before answering."""
-
-
-def _refuse(error: GatewayError) -> tuple[Behaviour, Behaviour]:
-    async def unary(request: Any, context: Any) -> Any:
-        await abort_error(context, await _first_of(request) or error)
-
-    async def stream(request: Any, context: Any) -> Any:
-        await abort_error(context, await _first_of(request) or error)
-        yield None  # pragma: no cover
-
-    return unary, stream
 
 
 async def _first_of(request: Any) -> Undecodable | None:
