@@ -303,6 +303,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             principal = self.authorizer.authenticate(bearer(details.invocation_metadata))
         except Unauthenticated as exc:
+            if handler.unary_unary or handler.unary_stream:
+                return _refused_unread(handler, exc)
             return rebuild(handler, *self._refuse(exc))
         check = self._check_for(method, principal)
         guard = self.authorizer.settle_guard(principal) if method in SETTLING_METHODS else None
@@ -398,12 +400,31 @@ REFUSED_READ_S = 1.0
 """How long a refused streaming call waits for the client's first request before answering."""
 
 
+def _refused_unread(handler: grpc.RpcMethodHandler, error: GatewayError) -> Any:
+    """A unary call without a valid token, refused without reading its request. grpc reads a
+    unary request whole before the handler runs: a client without a token held the call (one
+    of `--max-rpcs`) for as long as it took to send it, for ever when it never finished, and
+    had the server buffer and decode up to the request limit (64 MiB) of every such call. It
+    is served as a client stream (the same bytes on the wire) that is never read."""
+
+    async def refuse(requests: Any, context: Any) -> Any:
+        await abort_error(context, error)
+
+    async def refuse_stream(requests: Any, context: Any) -> Any:
+        await abort_error(context, error)
+        yield None  # pragma: no cover
+
+    if handler.unary_stream:
+        return grpc.stream_stream_rpc_method_handler(refuse_stream, None,
+                                                     handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(refuse, None, handler.response_serializer)
+
+
 async def _first_of(request: Any) -> Undecodable | None:
     """Read a client stream's first request (briefly) before refusing the call: a refusal sent
     while the client is still writing it reaches the client, now and then, as INTERNAL
-    instead of the status given. A unary request has been read already. A first frame that
-    does not decode is refused for that (what a unary request's bytes get, before its token
-    is looked at): the error is returned, to be the call's one refusal."""
+    instead of the status given. A first frame that does not decode is refused for that
+    (before its token is looked at): the error is returned, to be the call's one refusal."""
     if not hasattr(request, "__anext__"):
         return None
     try:

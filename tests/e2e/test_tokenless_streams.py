@@ -1,4 +1,4 @@
-"""Streams opened without credentials cannot hold every call the server takes.
+"""Calls without credentials cannot hold every call the server takes.
 
 A refused stream waits up to a second for its first frame before it is answered (so the
 refusal reaches a client still writing it). Each waiting refusal held one of the server's
@@ -88,3 +88,31 @@ async def test_tokenless_streams_leave_room_for_callers_with_a_token(
         # Every tokenless stream got its refusal, whether it waited or not.
         assert Counter(_code(o) for o in outcomes) == {"UNAUTHENTICATED": MAX_RPCS}
         assert not any(g.topic != "orders" for g in app.engine.groups())
+
+
+@pytest.mark.parametrize("method", ["/gateway.v1.Gateway/Publish", "/gateway.v1.Gateway/Settle",
+                                    "/gateway.v1.Admin/ListTopics"])
+async def test_a_tokenless_unary_call_is_refused_before_its_request_arrives(
+    app: GatewayApp, method: str
+) -> None:
+    """grpc reads a unary request whole before its handler runs: a client without a token that
+    never finished its request held the call (one of --max-rpcs) for ever, and one that sent
+    64 MiB had the server buffer and decode it, only to be refused. A client stream on the
+    method's path is the same bytes on the wire as a unary call that is slow to send."""
+    stop = asyncio.Event()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        call = channel.stream_unary(method)(_silent(stop))
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await asyncio.wait_for(call, 10)
+        finally:
+            stop.set()
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        # A whole request without a token: the same answer, however large.
+        publish = gateway_pb2_grpc.GatewayStub(channel).Publish
+        big = gateway_pb2.PublishRequest(topic="orders", messages=[
+            gateway_pb2.Message(body=b"x" * (3 << 20))])
+        for request in (big, gateway_pb2.PublishRequest(topic="orders")):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await publish(request, metadata=[("authorization", "Bearer wrong")])
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
