@@ -116,3 +116,27 @@ async def test_a_tokenless_unary_call_is_refused_before_its_request_arrives(
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await publish(request, metadata=[("authorization", "Bearer wrong")])
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize(("method", "streamed"), [
+    ("SendMessage", False), ("QueryRoute", False), ("AckMessage", False),
+    ("ReceiveMessage", True), ("PullMessage", True)])
+async def test_an_unsigned_rocketmq_call_is_refused_before_its_request_arrives(
+    app: GatewayApp, method: str, streamed: bool
+) -> None:
+    """The same over RocketMQ: a call with a unary request and no valid signature held the
+    call until the request was whole (for ever when it never was)."""
+    stop = asyncio.Event()
+    path = f"/apache.rocketmq.v2.MessagingService/{method}"
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        try:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                if streamed:
+                    call = channel.stream_stream(path)(_silent(stop))
+                    await asyncio.wait_for(call.read(), 10)
+                else:
+                    await asyncio.wait_for(channel.stream_unary(path)(_silent(stop)), 10)
+        finally:
+            stop.set()
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "authorization" in (err.value.details() or "")

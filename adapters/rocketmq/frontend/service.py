@@ -94,6 +94,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                     self._stream_slots.give()
         return await self._authenticate(context)
 
+    def refusal(self, metadata: Any) -> str | None:
+        """Why a call with this metadata is refused UNAUTHENTICATED (None: it is not)."""
+        try:
+            self._auth.check(metadata or ())
+        except Unauthenticated as error:
+            return codec.cut(error.message)
+        return None
+
     async def _authenticate(self, context: Any) -> str:
         """Client id of an authenticated call; aborts with UNAUTHENTICATED otherwise."""
         try:
