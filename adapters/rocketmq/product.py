@@ -8,12 +8,13 @@ gateway serves on and says so once in its log. This module imports without them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from adapters.rocketmq import dialect
 from gateway.core.registry import Registry
+from gateway.errors import InvalidArgument
 from gateway.product import FrontEnd, Host, OptionFlag, Product, setting
 
 if TYPE_CHECKING:
@@ -114,8 +115,14 @@ class RocketMQ(Product[RocketMQConfig]):
             credentials = {config.rocketmq_access_key: config.rocketmq_secret_key}
         permissions = None
         if host.authorizer is not None:
-            keyed = {p.extra(ACCESS_KEY): p for p in host.authorizer.by_digest.values()
-                     if p.extra(ACCESS_KEY)}
+            keyed: dict[str, Any] = {}
+            for principal in host.authorizer.by_digest.values():
+                key = principal.extra(ACCESS_KEY)
+                if key and keyed.setdefault(key, principal) is not principal:
+                    # The last one's, silently: the other principal's SDKs were refused.
+                    raise InvalidArgument(
+                        f"principal[{principal.name}].{ACCESS_KEY}", key,
+                        f"an access key no other principal has ({keyed[key].name} has it)")
             credentials = {**(credentials or {}),
                            **{key: p.extra(SECRET_KEY) for key, p in keyed.items()}}
             permissions = Permissions(host.authorizer, keyed)

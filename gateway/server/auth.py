@@ -112,6 +112,8 @@ def load_principals(
         raise InvalidArgument("tokens_file", str(path), f"valid TOML ({exc})") from None
     extra = {str(p.get("name", "")): p for p in permissions}
     out: list[Principal] = []
+    named: dict[str, int] = {}
+    tokened: dict[str, str] = {}
     for i, raw in enumerate(doc.get("principal", [])):
         entry = {**extra.get(str(raw.get("name", "")), {}), **raw}
         name = str(entry.get("name", ""))
@@ -122,9 +124,17 @@ def load_principals(
         if bool(token) == bool(digest):
             raise InvalidArgument(f"principal[{name}].token", "***", "exactly one of token, "
                                   "token_sha256")
+        # A name or token given twice was the last one's, silently: the other principal lost
+        # its permissions (or its token took the other's).
+        if named.setdefault(name, i) != i:
+            raise InvalidArgument(f"principal[{i}].name", name, "a name no other principal has")
+        token_sha256 = str(digest).lower() if digest else _digest(str(token))
+        if tokened.setdefault(token_sha256, name) != name:
+            raise InvalidArgument(f"principal[{name}].token", "***", "a token no other "
+                                  f"principal has (principal {tokened[token_sha256]} has it)")
         out.append(Principal(
             name=name,
-            token_sha256=str(digest).lower() if digest else _digest(str(token)),
+            token_sha256=token_sha256,
             publish=_patterns(entry, "publish", name),
             consume=_patterns(entry, "consume", name),
             groups=_patterns(entry, "groups", name),
