@@ -132,3 +132,32 @@ def check_publish_properties(field: str, total: int) -> None:
 def check_batch(field: str, count: int) -> None:
     if not 1 <= count <= MAX_BATCH:
         raise InvalidArgument(field, count, f"1..{MAX_BATCH} per batch")
+
+
+OPEN_STREAMS = 100
+"""Streams that need no credentials open at once, on every service of the gRPC port together:
+health `Watch` and reflection, and refused streams still waiting for their first frame."""
+
+
+class StreamSlots:
+    """A bound on streams open at once that no credentials admitted (`OPEN_STREAMS`, at most
+    half of the server's `--max-rpcs`): without one, anyone who reaches the port could hold
+    every call the server takes and each caller with credentials would be refused
+    RESOURCE_EXHAUSTED. One per gRPC server, shared by its services."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, max_rpcs: int | None = None) -> None:
+        self.limit = OPEN_STREAMS if max_rpcs is None else max(1, min(OPEN_STREAMS,
+                                                                       max_rpcs // 2))
+        self.used = 0
+
+    def take(self) -> bool:
+        """Take a slot; False when every one is taken."""
+        if self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+    def give(self) -> None:
+        self.used -= 1

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
     from gateway.engine.port import EnginePort, EngineQueries
+    from gateway.limits import StreamSlots
     from gateway.migrate.endpoint import Destination, Source, Url
     from gateway.server.auth import Authorizer
 
@@ -205,6 +206,9 @@ class Host:
     data_dir: str = ""
     """The gateway's data directory; a front end that keeps state of its own uses
     `DATA_DIR/<product>/`."""
+    stream_slots: StreamSlots | None = None
+    """The gRPC server's bound on streams no credentials admitted, for a front end mounted
+    on it that holds a refused stream open a moment (to read its first frame)."""
     tls: ssl.SSLContext | None = None
     """The server TLS context of `--tls-cert` / `--tls-key` (and `--tls-client-ca`: client
     certificates required), for a front end on a listener of its own; None without TLS."""

@@ -8,12 +8,13 @@ gateway serves on and says so once in its log. This module imports without them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from adapters.rocketmq import dialect
 from gateway.core.registry import Registry
+from gateway.errors import InvalidArgument
 from gateway.product import FrontEnd, Host, OptionFlag, Product, setting
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
     from adapters.rocketmq.frontend import FrontendSettings, MessagingService
     from gateway.engine.port import EnginePort
+    from gateway.limits import StreamSlots
 
 log = structlog.get_logger("gateway.server")
 
@@ -46,17 +48,19 @@ class RocketMQConfig:
 class RocketMQFrontEnd:
     """The RocketMQ 5 service on the gateway's gRPC server."""
 
-    def __init__(self, engine: EnginePort, settings: FrontendSettings) -> None:
+    def __init__(self, engine: EnginePort, settings: FrontendSettings,
+                 stream_slots: StreamSlots | None = None) -> None:
         self.settings = settings
         """The settings in use."""
         self.service: MessagingService | None = None
         """The servicer, once mounted."""
         self._engine = engine
+        self._stream_slots = stream_slots
 
     def mount(self, server: grpc.aio.Server) -> tuple[str, ...]:
         from adapters.rocketmq.frontend import SERVICE_NAMES, register
 
-        self.service = register(server, self._engine, self.settings)
+        self.service = register(server, self._engine, self.settings, self._stream_slots)
         return SERVICE_NAMES
 
     async def start(self) -> None:
@@ -97,7 +101,7 @@ class RocketMQ(Product[RocketMQConfig]):
         elif not isinstance(settings, FrontendSettings):
             raise TypeError(f"rocketmq front end settings: {type(settings).__name__}, not "
                             "FrontendSettings")
-        return RocketMQFrontEnd(host.engine, settings)
+        return RocketMQFrontEnd(host.engine, settings, host.stream_slots)
 
     @staticmethod
     def _settings(host: Host, config: RocketMQConfig) -> FrontendSettings:
@@ -111,8 +115,14 @@ class RocketMQ(Product[RocketMQConfig]):
             credentials = {config.rocketmq_access_key: config.rocketmq_secret_key}
         permissions = None
         if host.authorizer is not None:
-            keyed = {p.extra(ACCESS_KEY): p for p in host.authorizer.by_digest.values()
-                     if p.extra(ACCESS_KEY)}
+            keyed: dict[str, Any] = {}
+            for principal in host.authorizer.by_digest.values():
+                key = principal.extra(ACCESS_KEY)
+                if key and keyed.setdefault(key, principal) is not principal:
+                    # The last one's, silently: the other principal's SDKs were refused.
+                    raise InvalidArgument(
+                        f"principal[{principal.name}].{ACCESS_KEY}", key,
+                        f"an access key no other principal has ({keyed[key].name} has it)")
             credentials = {**(credentials or {}),
                            **{key: p.extra(SECRET_KEY) for key, p in keyed.items()}}
             permissions = Permissions(host.authorizer, keyed)

@@ -131,11 +131,25 @@ def target_of(args: argparse.Namespace) -> tuple[Target, str]:
     return target, token
 
 
+MAX_TIMEOUT_S = 86_400.0
+"""The longest --timeout-s: a day (gRPC ends a call with an infinite or huge deadline at once,
+DEADLINE_EXCEEDED)."""
+
+
+def timeout_problem(timeout_s: float) -> str:
+    """Why `timeout_s` cannot be a call's timeout ("" when it can): nan, inf and values out of
+    range are refused, not sent."""
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:  # False for nan too
+        return f"timeout_s {timeout_s}: more than 0 and at most {MAX_TIMEOUT_S:g} (seconds)"
+    return ""
+
+
 def run_admin(run: Command, args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run one admin command; its exit status (see the module docstring)."""
     stream = sys.stdout if out is None else out
-    if args.timeout_s <= 0:
-        render.stderr(f"gateway: error: timeout_s {args.timeout_s}: more than 0")
+    problem = timeout_problem(args.timeout_s)
+    if problem:
+        render.stderr(f"gateway: error: {problem}")
         return EXIT_USAGE
     try:
         target, token = target_of(args)

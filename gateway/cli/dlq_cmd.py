@@ -102,10 +102,14 @@ def parse_time(field: str, text: str, now_ms: int | None = None) -> int:
     return max(1, int(moment.timestamp() * 1000))
 
 
+MAX_ATTEMPT = 2**32 - 1
+"""The largest attempt bound the filter holds (a uint32)."""
+
+
 def filter_of(args: argparse.Namespace) -> pb.DeadLetterFilter | None:
     for name in ("min_attempt", "max_attempt"):
-        if getattr(args, name) < 0:
-            raise InvalidArgument(name, getattr(args, name), "0 (no bound) or more")
+        if not 0 <= getattr(args, name) <= MAX_ATTEMPT:
+            raise InvalidArgument(name, getattr(args, name), f"0 (no bound) .. {MAX_ATTEMPT}")
     where = pb.DeadLetterFilter(
         reason=args.reason, text=args.text, min_attempt=args.min_attempt,
         max_attempt=args.max_attempt, since_ms=parse_time("since", args.since),

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from gateway.admin_client import AdminClient
 from gateway.cli import render
-from gateway.cli.admin_cmd import EXIT_OK, connection_flags, run_admin
+from gateway.cli.admin_cmd import EXIT_OK, connection_flags, run_admin, timeout_problem
 from gateway.errors import GatewayError, MissingExtra
 from gateway.migrate import copy as cp
 from gateway.migrate.endpoint import (
@@ -197,8 +197,8 @@ def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """`gateway migrate copy`; its exit status (COPY_EXITS)."""
     stream = sys.stdout if out is None else out
     try:
-        if args.timeout_s <= 0:
-            raise GatewayError(f"timeout_s {args.timeout_s}: more than 0")
+        if problem := timeout_problem(args.timeout_s):
+            raise GatewayError(problem)
         credentials = cp.Credentials(
             from_token=_token(args.from_token_file, "GATEWAY_FROM_TOKEN", "GATEWAY_TOKEN"),
             to_token=_token(args.to_token_file, "GATEWAY_TO_TOKEN", "GATEWAY_TOKEN"),

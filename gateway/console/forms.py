@@ -52,7 +52,9 @@ def number(values: Values, field: str, high: int = MAX_ATTEMPT) -> int:
     value = values.get(field, "").strip()
     if not value:
         return 0
-    if not value.isdigit() or len(value) > 7 or int(value) > high:
+    # ASCII digits only: str.isdigit() also takes "²" (which int() refuses: a 500 page) and
+    # other scripts' digits.
+    if not (value.isascii() and value.isdigit()) or len(value) > 7 or int(value) > high:
         raise BadInput(field, value, f"a whole number 0..{high} (empty: no bound)")
     return int(value)
 

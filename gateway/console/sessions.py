@@ -20,7 +20,10 @@ IDLE_S = 3600.0
 MAX_AGE_S = 12 * 3600.0
 """A session ends this long after login, used or not."""
 MAX_SESSIONS = 10_000
-"""Sessions kept at once; the least recently used goes first."""
+"""Sessions kept at once of each kind, before login and logged in; the least recently used of
+its kind goes first. Apart, so that anyone (every request without a cookie gets a session, for
+the login form's CSRF token) cannot push logged-in sessions out: 10,000 anonymous requests, a
+few seconds' work, logged every admin out."""
 LOGIN_FAILURES = 10
 """Failed logins one client address may make per `LOGIN_WINDOW_S`; more wait."""
 LOGIN_WINDOW_S = 60.0
@@ -53,7 +56,9 @@ class Session:
 class Sessions:
     def __init__(self, clock: object = time.monotonic) -> None:
         self._clock = clock if callable(clock) else time.monotonic
-        self._by_id: OrderedDict[str, Session] = OrderedDict()
+        self._anonymous: OrderedDict[str, Session] = OrderedDict()
+        """Sessions before login (and every session of a console without tokens)."""
+        self._logged_in: OrderedDict[str, Session] = OrderedDict()
         self._failures: dict[str, deque[float]] = {}
 
     def _now(self) -> float:
@@ -63,42 +68,47 @@ class Sessions:
         """The live session with this id, or None (expired ones are dropped)."""
         if not session_id or len(session_id) > 100:
             return None
-        session = self._by_id.get(session_id)
+        pool = self._logged_in if session_id in self._logged_in else self._anonymous
+        session = pool.get(session_id)
         if session is None:
             return None
         now = self._now()
         if now - session.used > IDLE_S or now - session.created > MAX_AGE_S:
-            self._by_id.pop(session_id, None)
+            pool.pop(session_id, None)
             return None
         session.used = now
-        self._by_id.move_to_end(session_id)
+        pool.move_to_end(session_id)
         return session
 
     def new(self) -> Session:
+        return self._add(self._anonymous)
+
+    def _add(self, pool: OrderedDict[str, Session]) -> Session:
         now = self._now()
         session = Session(secrets.token_urlsafe(32), secrets.token_urlsafe(32), now, now)
-        self._by_id[session.id] = session
-        while len(self._by_id) > MAX_SESSIONS:
-            self._by_id.popitem(last=False)
+        pool[session.id] = session
+        while len(pool) > MAX_SESSIONS:
+            pool.popitem(last=False)
         return session
 
     def login(self, old: Session | None, token: str) -> Session:
         """A new session (new id and CSRF token) for a person who gave a valid token; the
         session they had before login ends."""
         if old is not None:
-            self._by_id.pop(old.id, None)
-        session = self.new()
+            self.end(old)
+        session = self._add(self._logged_in)
         session.token = token
         session.authenticated = True
         return session
 
     def end(self, session: Session) -> None:
-        self._by_id.pop(session.id, None)
+        self._anonymous.pop(session.id, None)
+        self._logged_in.pop(session.id, None)
 
     def end_token(self, token: str) -> None:
         """End every session that logged in with `token` (the gateway no longer takes it)."""
-        for sid in [s.id for s in self._by_id.values() if s.token == token]:
-            self._by_id.pop(sid, None)
+        for sid in [s.id for s in self._logged_in.values() if s.token == token]:
+            self._logged_in.pop(sid, None)
 
     # ------------------------------------------------------------------ login brake
     def may_try_login(self, client: str) -> bool:
@@ -118,4 +128,4 @@ class Sessions:
         self._failures.setdefault(client, deque()).append(self._now())
 
     def __len__(self) -> int:
-        return len(self._by_id)
+        return len(self._anonymous) + len(self._logged_in)

@@ -433,10 +433,11 @@ def matches_all(expression: str) -> bool:
 
 
 def matches_tag(expression: str, tag: str) -> bool:
-    """A tag expression: `*` or empty matches all, else `a || b` lists tags."""
+    """A tag expression: `*` or empty matches all, else `a || b` lists tags. Empty pieces
+    (`a ||`) name no tag: they matched every untagged message."""
     if matches_all(expression):
         return True
-    return tag in {part.strip() for part in expression.split("||")}
+    return bool(tag) and tag in {part.strip() for part in expression.split("||")}
 
 
 async def wait_any(waiters: list[asyncio.Future[object] | asyncio.Task[object]]) -> None:

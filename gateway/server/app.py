@@ -28,6 +28,7 @@ from gateway.engine.config import EngineConfig
 from gateway.engine.engine import Engine
 from gateway.engine.observe import Observer
 from gateway.errors import InvalidArgument, Unavailable
+from gateway.limits import StreamSlots
 from gateway.product import AnyProduct, FrontEnd, Host, build_registry, installed
 from gateway.server.admin_api import AdminService
 from gateway.server.api import GatewayService
@@ -139,6 +140,8 @@ class GatewayApp:
         self.server: grpc.aio.Server | None = None
         self.grpc_port = 0
         self.authorizer: Authorizer | None = None
+        self.stream_slots = StreamSlots(config.max_rpcs)
+        """Streams no credentials admitted, on every service of the gRPC server together."""
         self.front_ends: dict[str, FrontEnd] = {}
         """Each product's front end by product name, in product order (after `start`)."""
         self._health_task: asyncio.Task[None] | None = None
@@ -157,6 +160,7 @@ class GatewayApp:
                                          fields)
             self.authorizer = Authorizer(principals, self.engine.naming_schemes())
         host = Host(engine=self.engine, authorizer=self.authorizer,
+                    stream_slots=self.stream_slots,
                     max_message_bytes=cfg.max_message_bytes,
                     listener=lambda field, address: check_listener(field, address, cfg),
                     queries=self.engine, data_dir=cfg.data_dir,
@@ -175,7 +179,7 @@ class GatewayApp:
         # DecodeGuard first: every other interceptor sees decoded requests.
         interceptors: list[Any] = [DecodeGuard(), TimingInterceptor(self.metrics)]
         if self.authorizer is not None:
-            interceptors.append(AuthInterceptor(self.authorizer, cfg.max_rpcs))
+            interceptors.append(AuthInterceptor(self.authorizer, self.stream_slots))
         interceptors.append(ErrorInterceptor())
         server = grpc.aio.server(
             interceptors=interceptors,

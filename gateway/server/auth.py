@@ -46,7 +46,7 @@ from gateway.errors import (
     Unauthenticated,
     Undecodable,
 )
-from gateway.limits import check_name
+from gateway.limits import StreamSlots, check_name
 from gateway.server.errors import abort_error
 from gateway.server.handlers import Behaviour, inner_behaviour, rebuild, responses
 
@@ -112,6 +112,8 @@ def load_principals(
         raise InvalidArgument("tokens_file", str(path), f"valid TOML ({exc})") from None
     extra = {str(p.get("name", "")): p for p in permissions}
     out: list[Principal] = []
+    named: dict[str, int] = {}
+    tokened: dict[str, str] = {}
     for i, raw in enumerate(doc.get("principal", [])):
         entry = {**extra.get(str(raw.get("name", "")), {}), **raw}
         name = str(entry.get("name", ""))
@@ -122,9 +124,17 @@ def load_principals(
         if bool(token) == bool(digest):
             raise InvalidArgument(f"principal[{name}].token", "***", "exactly one of token, "
                                   "token_sha256")
+        # A name or token given twice was the last one's, silently: the other principal lost
+        # its permissions (or its token took the other's).
+        if named.setdefault(name, i) != i:
+            raise InvalidArgument(f"principal[{i}].name", name, "a name no other principal has")
+        token_sha256 = str(digest).lower() if digest else _digest(str(token))
+        if tokened.setdefault(token_sha256, name) != name:
+            raise InvalidArgument(f"principal[{name}].token", "***", "a token no other "
+                                  f"principal has (principal {tokened[token_sha256]} has it)")
         out.append(Principal(
             name=name,
-            token_sha256=str(digest).lower() if digest else _digest(str(token)),
+            token_sha256=token_sha256,
             publish=_patterns(entry, "publish", name),
             consume=_patterns(entry, "consume", name),
             groups=_patterns(entry, "groups", name),
@@ -276,23 +286,16 @@ def bearer(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
     return None
 
 
-OPEN_STREAMS = 100
-"""Streams that need no token (health `Watch`, reflection) open at once. Without a bound,
-anyone who reaches the port could hold `--max-rpcs` of them and every caller with a token
-would be refused RESOURCE_EXHAUSTED."""
-
-
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Authenticates every gateway.v1 call and checks its permission before the handler runs;
-    the streams open to everyone (grpc.* services) are capped at OPEN_STREAMS."""
+    the streams open to everyone (grpc.* services) and refused streams waiting for their first
+    frame take slots of `StreamSlots`."""
 
-    def __init__(self, authorizer: Authorizer, max_rpcs: int | None = None) -> None:
-        """`max_rpcs`: the server's limit on calls at once; the open streams get at most
-        half of it."""
+    def __init__(self, authorizer: Authorizer, slots: StreamSlots | None = None) -> None:
+        """`slots`: the server's bound on streams no credentials admitted (the services of
+        products on the same server share it)."""
         self.authorizer = authorizer
-        self.open_streams = 0
-        self.max_open_streams = OPEN_STREAMS if max_rpcs is None else max(
-            1, min(OPEN_STREAMS, max_rpcs // 2))
+        self.slots = slots if slots is not None else StreamSlots()
 
     async def intercept_service(
         self,
@@ -310,7 +313,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         try:
             principal = self.authorizer.authenticate(bearer(details.invocation_metadata))
         except Unauthenticated as exc:
-            return rebuild(handler, *_refuse(exc))
+            if handler.unary_unary or handler.unary_stream:
+                return _refused_unread(handler, exc)
+            return rebuild(handler, *self._refuse(exc))
         check = self._check_for(method, principal)
         guard = self.authorizer.settle_guard(principal) if method in SETTLING_METHODS else None
         return rebuild(handler, *_guarded(handler, check, guard))
@@ -319,18 +324,41 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         inner = inner_behaviour(handler)
 
         async def stream(request: Any, context: Any) -> Any:
-            if self.open_streams >= self.max_open_streams:
+            if not self.slots.take():
                 await abort_error(context, TooManyCalls(
-                    f"{self.max_open_streams} streams without a token are open, the most "
+                    f"{self.slots.limit} streams without a token are open, the most "
                     "allowed"))
-            self.open_streams += 1
             try:
                 async for item in responses(inner, request, context):
                     yield item
             finally:
-                self.open_streams -= 1
+                self.slots.give()
 
         return stream
+
+    def _refuse(self, error: GatewayError) -> tuple[Behaviour, Behaviour]:
+        """The refusal of a call without a valid token. A refused client stream waits briefly
+        for its first frame (`_first_of`) in one of the slots of the open streams: when all
+        are taken it is refused at once, so tokenless streams cannot hold every call the
+        server takes (they held one each for a second, and a client that opened `--max-rpcs`
+        of them over and over kept every caller with a token out)."""
+
+        async def refusal(request: Any) -> GatewayError:
+            if not hasattr(request, "__anext__") or not self.slots.take():
+                return error
+            try:
+                return await _first_of(request) or error
+            finally:
+                self.slots.give()
+
+        async def unary(request: Any, context: Any) -> Any:
+            await abort_error(context, await refusal(request))
+
+        async def stream(request: Any, context: Any) -> Any:
+            await abort_error(context, await refusal(request))
+            yield None  # pragma: no cover
+
+        return unary, stream
 
     def _check_for(self, method: str, principal: Principal) -> Callable[[Any], None]:
         """The request's permission check. Names are checked first, as the handler checks
@@ -382,23 +410,31 @@ REFUSED_READ_S = 1.0
 """How long a refused streaming call waits for the client's first request before answering."""
 
 
-def _refuse(error: GatewayError) -> tuple[Behaviour, Behaviour]:
-    async def unary(request: Any, context: Any) -> Any:
-        await abort_error(context, await _first_of(request) or error)
+def _refused_unread(handler: grpc.RpcMethodHandler, error: GatewayError) -> Any:
+    """A unary call without a valid token, refused without reading its request. grpc reads a
+    unary request whole before the handler runs: a client without a token held the call (one
+    of `--max-rpcs`) for as long as it took to send it, for ever when it never finished, and
+    had the server buffer and decode up to the request limit (64 MiB) of every such call. It
+    is served as a client stream (the same bytes on the wire) that is never read."""
 
-    async def stream(request: Any, context: Any) -> Any:
-        await abort_error(context, await _first_of(request) or error)
+    async def refuse(requests: Any, context: Any) -> Any:
+        await abort_error(context, error)
+
+    async def refuse_stream(requests: Any, context: Any) -> Any:
+        await abort_error(context, error)
         yield None  # pragma: no cover
 
-    return unary, stream
+    if handler.unary_stream:
+        return grpc.stream_stream_rpc_method_handler(refuse_stream, None,
+                                                     handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(refuse, None, handler.response_serializer)
 
 
 async def _first_of(request: Any) -> Undecodable | None:
     """Read a client stream's first request (briefly) before refusing the call: a refusal sent
     while the client is still writing it reaches the client, now and then, as INTERNAL
-    instead of the status given. A unary request has been read already. A first frame that
-    does not decode is refused for that (what a unary request's bytes get, before its token
-    is looked at): the error is returned, to be the call's one refusal."""
+    instead of the status given. A first frame that does not decode is refused for that
+    (before its token is looked at): the error is returned, to be the call's one refusal."""
     if not hasattr(request, "__anext__"):
         return None
     try:

@@ -6,14 +6,17 @@ them; `/metrics` has no authentication) held thousands of threads in the gateway
 starved its event loop, so gRPC calls timed out. Here a connection that has not sent its request
 within `REQUEST_TIMEOUT_S`, or is idle that long between requests, is closed, and at most
 `MAX_CONNECTIONS` are served at once; more are closed as they arrive (a scraper retries at its
-next interval).
+next interval). A request must be whole within `REQUEST_TIMEOUT_S` of the connection however
+slowly it trickles in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
+import time
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -25,10 +28,29 @@ MAX_CONNECTIONS = 32
 """Connections served at once (a scrape takes milliseconds)."""
 REQUEST_TIMEOUT_S = 10.0
 """Longest wait for a connection's request, and for each read of it."""
+EXPIRY_CHECK_S = 0.5
+"""How often connections past their deadline are looked for."""
 
 
 class _Handler(WSGIRequestHandler):
+    """One request per connection. The socket's timeout drops a silent client; the server's
+    watch drops one whose request (line and headers) is not whole `REQUEST_TIMEOUT_S` after
+    it connected, however it trickles in: a client sending a byte every few seconds held its
+    slot for ever (`MAX_CONNECTIONS` of them and no scrape got through)."""
+
     timeout = REQUEST_TIMEOUT_S  # the socket's timeout: a silent client is dropped
+    server: _Server
+
+    def handle(self) -> None:
+        self.server.watch(self.connection)
+        try:
+            super().handle()
+        finally:
+            self.server.unwatch(self.connection)
+
+    def parse_request(self) -> bool:
+        self.server.unwatch(self.connection)  # the request is whole: the rest is ours
+        return super().parse_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged."""
@@ -39,7 +61,38 @@ class _Server(ThreadingMixIn, WSGIServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._deadlines: dict[socket.socket, float] = {}
+        """Connections whose request is not whole yet, with the time it must be by."""
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
         super().__init__(*args, **kwargs)
+        threading.Thread(target=self._expire, name="metrics-http-deadlines",
+                         daemon=True).start()
+
+    def watch(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._deadlines[connection] = time.monotonic() + REQUEST_TIMEOUT_S
+
+    def unwatch(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._deadlines.pop(connection, None)
+
+    def _expire(self) -> None:
+        """Shut the connections past their deadline (the thread reading each request sees
+        its end and returns); one thread for all, until the server closes."""
+        while not self._closed.wait(EXPIRY_CHECK_S):
+            now = time.monotonic()
+            with self._lock:
+                due = [c for c, at in self._deadlines.items() if at <= now]
+                for connection in due:
+                    del self._deadlines[connection]
+            for connection in due:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+
+    def server_close(self) -> None:
+        self._closed.set()
+        super().server_close()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):

@@ -113,6 +113,12 @@ def test_exit_statuses(gw: Gateway, dead: list[str], capsys: pytest.CaptureFixtu
     assert run(gw, capsys, "dlq", "list", "cli-orders", "cli", "--since", "soon")[0] == 2
     assert run(gw, capsys, "dlq", "list", "cli-orders", "cli", "--min-attempt", "4",
                "--max-attempt", "2")[0] == 2
+    # Out of the filter's range (a uint32) and not finite timeouts: usage errors, not a
+    # traceback (ValueError from protobuf) or a call that ends DEADLINE_EXCEEDED at once.
+    for flag, value in (("--max-attempt", "99999999999"), ("--min-attempt", str(2**32)),
+                        ("--timeout-s", "nan"), ("--timeout-s", "inf"), ("--timeout-s", "1e30")):
+        code, _, err = run(gw, capsys, "dlq", "list", "cli-orders", "cli", flag, value)
+        assert code == 2 and flag[2:].replace("-", "_") in err, (flag, value, err)
     assert run(gw, capsys, "dlq", "resend", "cli-orders", "cli", "--yes")[0] == 2  # nothing
     # delete without ids or filter: refused before it asks (it has no --all; purge does that)
     code, _, err = run(gw, capsys, "dlq", "delete", "cli-orders", "cli")

@@ -4,6 +4,7 @@ console without tokens reached under a foreign Host name (DNS rebinding)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ import aiohttp
 import pytest
 
 from gateway.console.server import CONNECTION_IDLE_S
+from gateway.console.sessions import MAX_SESSIONS
 from tests.console.gateway_proc import (
     ADMIN_TOKEN,
     APP_TOKEN,
@@ -118,6 +120,28 @@ async def test_guessing_tokens_is_slowed_down(tmp_path: Path) -> None:
                 assert r.status == 429  # even the right token waits out the minute
 
 
+async def test_anonymous_requests_cannot_push_a_login_out(gw: Gateway) -> None:
+    """Every request without a cookie gets a session (the login form's CSRF token). Sessions
+    were one pool of MAX_SESSIONS, least recently used first out: anyone who reached the
+    console logged every admin out with MAX_SESSIONS cookie-less requests."""
+    admin = await _session(gw)
+    async with admin:
+        async with admin.get("/", allow_redirects=False) as r:
+            assert r.status == 200
+        connector = aiohttp.TCPConnector(limit=20)
+        async with aiohttp.ClientSession(base_url=gw.console, connector=connector,
+                                         cookie_jar=aiohttp.DummyCookieJar()) as anonymous:
+            async def one() -> None:
+                async with anonymous.get("/login") as r:
+                    assert r.status == 200
+                    await r.read()
+
+            for _ in range(0, MAX_SESSIONS + 100, 200):
+                await asyncio.gather(*(one() for _ in range(200)))
+        async with admin.get("/", allow_redirects=False) as r:
+            assert r.status == 200, r.headers.get("Location")
+
+
 async def test_actions_need_the_sessions_csrf_token(gw: Gateway,
                                                     admin: aiohttp.ClientSession) -> None:
     fill_dead_letters(gw, "csrf-orders", "csrf", [(b"target", {})])
@@ -166,6 +190,8 @@ async def test_html_in_messages_is_escaped(gw: Gateway, admin: aiohttp.ClientSes
     "topic=orders&group=billing&min_attempt=-1",
     "topic=orders&group=billing&min_attempt=99999999999",
     "topic=orders&group=billing&min_attempt=5&max_attempt=2",
+    "topic=orders&group=billing&min_attempt=%C2%B2",  # "²": a digit to str.isdigit, not int
+    "topic=orders&group=billing&max_attempt=%D9%A3",  # an Arabic-Indic 3
     "topic=orders&group=billing&since=yesterday",
     "topic=orders&group=billing&since=2024-02-30T10:00",
     "topic=orders&group=billing&since=2024-05-02T10:00&until=2024-05-01T10:00",

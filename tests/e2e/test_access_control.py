@@ -172,6 +172,41 @@ def test_the_cli_refuses_a_remote_listener_without_auth(tmp_path: Path, flag: st
     assert "loopback" in done.stderr
 
 
+DUPLICATES = {
+    "name": ('name = "a"\ntoken = "t1"', 'name = "a"\ntoken = "t2"', "principal[1].name"),
+    "token": ('name = "a"\ntoken = "same"', 'name = "b"\ntoken = "same"', "principal[b].token"),
+    "rocketmq access key": (
+        'name = "a"\ntoken = "t1"\nrocketmq_access_key = "AK"\nrocketmq_secret_key = "S1"',
+        'name = "b"\ntoken = "t2"\nrocketmq_access_key = "AK"\nrocketmq_secret_key = "S2"',
+        "principal[b].rocketmq_access_key"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(DUPLICATES))
+def test_the_cli_refuses_a_tokens_file_that_gives_one_credential_twice(
+    tmp_path: Path, what: str
+) -> None:
+    """The last principal with a name, token or access key took it silently: the other lost
+    its permissions, or its clients were refused."""
+    first, second, field = DUPLICATES[what]
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(f"[[principal]]\n{first}\n\n[[principal]]\n{second}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "serve", "--listen", "127.0.0.1:0",
+             "--data-dir", str(tmp_path / "data"), "--tokens-file", str(tokens)],
+            capture_output=True, text=True, timeout=30, env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"gateway serve started with a tokens file giving a {what} twice")
+    assert done.returncode == 2, done.stderr
+    assert field in done.stderr
+    assert "same" not in done.stderr  # the token is not echoed
+
+
 def make_ca(tmp: Path) -> dict[str, Path]:
     """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate."""
     def run(*args: str) -> None:

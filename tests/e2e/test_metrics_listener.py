@@ -83,3 +83,50 @@ async def test_metrics_over_tls_with_the_gateways_certificate(tmp_path: Path) ->
 
         assert b"gateway_requests_total" in await asyncio.to_thread(scrape_tls)
         assert not await asyncio.to_thread(_scrape, app.metrics_port)  # plain HTTP: refused
+
+
+def _trickle(port: int, stop: threading.Event) -> float | None:
+    """Send a request a byte at a time, one every 0.5 s; seconds until the server closed the
+    connection (None: still open when the request was sent whole or `stop` was set)."""
+    start = time.monotonic()
+    request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200 + b"\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        for byte in request:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                return time.monotonic() - start
+            if stop.wait(0.5) or _closed_by_server(sock):
+                return None if stop.is_set() else time.monotonic() - start
+            sock.settimeout(None)
+    return None
+
+
+async def test_a_request_trickling_in_is_dropped_at_the_request_timeout(app: GatewayApp) -> None:
+    """A byte every 0.5 s never trips the socket's timeout: before, such connections held
+    their slots for ever and MAX_CONNECTIONS of them kept every scrape out."""
+    stop = threading.Event()
+    closed_after: list[float | None] = []
+
+    def run() -> None:
+        closed_after.append(_trickle(app.metrics_port, stop))
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(MAX_CONNECTIONS)]
+    for thread in threads:
+        thread.start()
+    try:
+        full_by = time.monotonic() + REQUEST_TIMEOUT_S * 0.8
+        while await asyncio.to_thread(_scrape, app.metrics_port):  # until every slot is taken
+            assert time.monotonic() < full_by, "the trickling connections never took the slots"
+            await asyncio.sleep(0.2)
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S * 3
+        while len(closed_after) < MAX_CONNECTIONS and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        # Each was closed by the server, long before its request was whole (115 s).
+        assert len(closed_after) == MAX_CONNECTIONS
+        assert all(after is not None for after in closed_after)
+        assert await asyncio.to_thread(_scrape, app.metrics_port)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import grpc
 
 from gateway.engine.port import EnginePort
+from gateway.limits import StreamSlots
 
 from . import otlp
 from .edge import SERVICE, generic_handler
@@ -30,9 +31,11 @@ descriptor can be loaded)."""
 
 
 def register(
-    server: grpc.aio.Server, engine: EnginePort, settings: FrontendSettings
+    server: grpc.aio.Server, engine: EnginePort, settings: FrontendSettings,
+    stream_slots: StreamSlots | None = None,
 ) -> MessagingService:
-    """Serve the RocketMQ protocol on `server` (before it starts); returns the servicer."""
-    service = MessagingService(engine, settings)
+    """Serve the RocketMQ protocol on `server` (before it starts); returns the servicer.
+    `stream_slots`: the server's bound on streams no credentials admitted."""
+    service = MessagingService(engine, settings, stream_slots=stream_slots)
     server.add_generic_rpc_handlers((generic_handler(service), metrics_sink()))
     return service

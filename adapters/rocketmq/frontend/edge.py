@@ -6,7 +6,13 @@ Built from the service descriptor instead of the generated `add_..._to_server`, 
   and a short message (the stock deserializer raises, which gRPC reports as UNKNOWN, or as
   INTERNAL on the Telemetry stream);
 - a `GatewayError` a servicer method raises (a value `validation` refused, a permission
-  denied) becomes the RocketMQ status of an in-band response, which is what the SDKs read.
+  denied) becomes the RocketMQ status of an in-band response, which is what the SDKs read;
+- a call with a unary request and no valid signature is refused UNAUTHENTICATED without
+  reading its request: grpc reads a unary request whole before the handler runs, so such a
+  client held the call (one of the server's `--max-rpcs`) for as long as it took to send it,
+  for ever when it never finished, and had the server buffer and decode up to the request
+  limit (64 MiB) of each call, only to refuse it. (A Telemetry stream's first frame is still
+  read, briefly, to answer bytes that do not decode INVALID_ARGUMENT.)
 """
 
 from __future__ import annotations
@@ -96,6 +102,44 @@ def _stream_stream(behaviour: Any, response_type: Any) -> Any:
     return handle
 
 
+class _Handlers(grpc.ServiceRpcHandler):  # type: ignore[misc]
+    """The service's handlers; for a call without a valid signature whose request grpc would
+    read before the handler runs (a unary request), a handler that refuses it unread."""
+
+    def __init__(self, handlers: dict[str, grpc.RpcMethodHandler],
+                 refusal: Callable[[Any], str | None]) -> None:
+        self._handlers = {f"/{SERVICE.full_name}/{name}": h for name, h in handlers.items()}
+        self._refusal = refusal
+
+    def service_name(self) -> str:
+        return str(SERVICE.full_name)
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        handler = self._handlers.get(details.method)
+        if handler is None or not (handler.unary_unary or handler.unary_stream):
+            return handler
+        reason = self._refusal(details.invocation_metadata)
+        if reason is None:
+            return handler
+        return _refused_unread(handler, reason)
+
+
+def _refused_unread(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandler:
+    """Served as a client stream (the same bytes on the wire) that is never read."""
+
+    async def refuse(requests: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+
+    async def refuse_stream(requests: Any, context: Any) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+        yield None  # pragma: no cover - abort raises
+
+    if handler.unary_stream:
+        return grpc.stream_stream_rpc_method_handler(refuse_stream, None,
+                                                     handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(refuse, None, handler.response_serializer)
+
+
 def generic_handler(servicer: Any) -> grpc.GenericRpcHandler:
     """Every MessagingService method of `servicer`, wrapped as described above."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -119,4 +163,4 @@ def generic_handler(servicer: Any) -> grpc.GenericRpcHandler:
             )
         else:  # pragma: no cover - the protocol has no client-streaming-only method
             raise TypeError(f"{method.full_name}: client streaming is not served")
-    return grpc.method_handlers_generic_handler(SERVICE.full_name, handlers)
+    return _Handlers(handlers, servicer.refusal)

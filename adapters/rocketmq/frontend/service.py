@@ -26,6 +26,7 @@ from gateway.engine.api import (
 )
 from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError, PermissionDenied, Unauthenticated
+from gateway.limits import StreamSlots
 
 from . import codec, sending, topology
 from .auth import Authenticator, header_text
@@ -56,9 +57,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         engine: EnginePort,
         settings: FrontendSettings,
         now_s: Callable[[], float] = time.time,
+        stream_slots: StreamSlots | None = None,
     ) -> None:
         self._engine = engine
         self._settings = settings
+        self._stream_slots = stream_slots if stream_slots is not None else StreamSlots()
         self._auth = Authenticator(settings.credentials, settings.clock_skew_s, now_s)
         self._renewer = Renewer(
             engine,
@@ -74,17 +77,30 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def _authenticate_stream(self, requests: AsyncIterator[Any], context: Any) -> str:
         """`_authenticate` for a client stream, whose first frame is read (briefly) before
         refusing the call: one that does not decode gets INVALID_ARGUMENT (`edge` aborts), what
-        a unary request's bytes get before its credentials are looked at."""
+        a unary request's bytes get before its credentials are looked at. The wait takes one
+        of the server's `StreamSlots`; when all are taken the call is refused at once, so
+        streams without credentials cannot hold every call the server takes."""
         try:
             self._auth.check(context.invocation_metadata() or ())
         except Unauthenticated:
-            try:
-                await asyncio.wait_for(anext(aiter(requests), None), REFUSED_READ_S)
-            except grpc.aio.AbortError:  # the first frame did not decode
-                raise
-            except Exception:  # a client that does not send, or has gone: refused all the same
-                pass
+            if self._stream_slots.take():
+                try:
+                    await asyncio.wait_for(anext(aiter(requests), None), REFUSED_READ_S)
+                except grpc.aio.AbortError:  # the first frame did not decode
+                    raise
+                except Exception:  # a client that does not send, or has gone: refused anyway
+                    pass
+                finally:
+                    self._stream_slots.give()
         return await self._authenticate(context)
+
+    def refusal(self, metadata: Any) -> str | None:
+        """Why a call with this metadata is refused UNAUTHENTICATED (None: it is not)."""
+        try:
+            self._auth.check(metadata or ())
+        except Unauthenticated as error:
+            return codec.cut(error.message)
+        return None
 
     async def _authenticate(self, context: Any) -> str:
         """Client id of an authenticated call; aborts with UNAUTHENTICATED otherwise."""
