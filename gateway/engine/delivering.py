@@ -39,6 +39,9 @@ EXCLUSIVE = ConsumerType.EXCLUSIVE
 
 log = structlog.get_logger("gateway.engine")
 
+OWN_MARK = "#"
+"""Between a broadcast consumer's group and its consumer id in the name of its own group."""
+
 DEFAULT_INVISIBLE_MS = 30_000
 """A receive that chooses no invisible duration under a policy where each receive chooses one
 gets this one, within the policy's range."""
@@ -52,9 +55,14 @@ class Delivering(Leaving):
         self, spec: SubscriptionSpec, policy: RetryPolicy, anonymous: bool
     ) -> Subscription:
         group = spec.group
+        if OWN_MARK in group:
+            # `group#consumer` is a broadcast consumer's own group: a group of that name taken
+            # by anyone else would share its messages (and the rights to read them).
+            raise InvalidArgument("group", group, "a name without '#': group#consumer names a "
+                                  "broadcast consumer's own group")
         own = policy.retries_enabled is False and bool(spec.consumer_id)
         if own:
-            group = f"{spec.group}#{spec.consumer_id}"
+            group = f"{spec.group}{OWN_MARK}{spec.consumer_id}"
         key = (spec.topic, group)
         sub = self.subscriptions.get(key)
         if sub is None:
