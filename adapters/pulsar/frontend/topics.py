@@ -27,3 +27,11 @@ def engine_topic(pulsar_topic: str) -> str:
     if not name or any(not part for part in parts) or len(parts) not in (1, 3):
         raise InvalidArgument("topic", pulsar_topic, "a name or tenant/namespace/name")
     return name
+
+
+def topic_or_none(pulsar_topic: str) -> str | None:
+    """The engine topic of a name the edge passed, None when it names none."""
+    try:
+        return engine_topic(pulsar_topic)
+    except InvalidArgument:
+        return None
