@@ -159,16 +159,18 @@ class ConsumerSession:
         self._write(replies.active_consumer(self.consumer_id, active))
 
     async def close(self) -> None:
-        """Stop delivering and close the engine consumer, which gives back what was held."""
+        """Stop delivering and close the engine consumer, which gives back what was held. The
+        engine consumer leaves its subscription before the first await (`moves.unsubscribe`
+        relies on it); the pump, cancelled first, writes nothing more."""
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
         self._held.clear()
         self._consumer.watch_active(None)
         try:
             await self._consumer.close()
         except Exception as exc:
             log.warning("closing engine consumer failed", error=str(exc))
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
     def _mine(self, ids: Iterable[pb.MessageIdData]) -> list[MessageKey]:
         held = self._held

@@ -124,7 +124,10 @@ class ConsumerCommands:
                 await self._drop_consumer(session, locked=True)
 
         try:
-            await moves.unsubscribe(self._shared, topic, subscription, session.durable, close)
+            await moves.unsubscribe(
+                self._shared, topic, subscription, session.durable, close,
+                lambda: self.write(replies.close_consumer(request.consumer_id)),
+            )
         except Exception as exc:
             self._refuse(request.request_id, exc, "UNSUBSCRIBE")
             return
