@@ -178,6 +178,7 @@ class Connection(ConsumerCommands):
             await self._drop_consumer(session)
         self._producers.clear()
         self._consumers.clear()
+        self._shared.readers.connection_closed(self.id)
         self._writer.close()
         try:
             await asyncio.wait_for(self._writer.wait_closed(), CLOSE_FLUSH_S)

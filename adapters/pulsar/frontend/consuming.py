@@ -139,6 +139,9 @@ class ConsumerCommands:
         subscription's position, with fresh permits), as after a broker-side disconnect."""
         session = self._consumers.pop(consumer_id, None)
         if session is not None:  # called by a seek, which holds the name's lock
+            if not session.durable:
+                topic, subscription = self._topics[consumer_id]
+                self._shared.readers.kicked(topic, subscription, self.id)
             self.write(replies.close_consumer(consumer_id))
             await self._drop_consumer(session, locked=True)
 
