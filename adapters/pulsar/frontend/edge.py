@@ -216,8 +216,8 @@ def seek_target(body: pb.CommandSeek) -> dict[str, Any]:
         return {"publish_ms": 0}
     if key == ids.LATEST:
         return {"publish_ms": MAX_PUBLISH_TIME}
-    entry = mid.entryId + max(mid.batch_index, 0)  # message i of a batch: its first + i
-    engine_id = ids.engine_id((mid.ledgerId, entry)) if entry < ids.U64 else ""
+    # Message i of a batch: its first + i.
+    engine_id = ids.engine_id((mid.ledgerId, mid.entryId), max(mid.batch_index, 0))
     if not engine_id:
         raise refused("seek.message_id", f"{mid.ledgerId}:{mid.entryId}",
                       "the id of a message of this topic")
