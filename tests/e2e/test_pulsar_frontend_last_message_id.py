@@ -1,6 +1,14 @@
-"""The message ids clients read (third attack round).
+"""`Reader.has_message_available()` (GET_LAST_MESSAGE_ID) and the message ids clients read
+(third attack round).
 
-The entry ids of store ids were the lower 64 bits of the store's 128-bit id: for half of
+The front end answered GET_LAST_MESSAGE_ID with the newest id the consumer held unsettled, or
+entry 0 of its own ledger when it held none. So a reader on an empty topic was told a message
+was available (and `read_next` then waited for nothing), and a reader with a small receiver
+queue that had acknowledged what it read was told nothing was left while the topic still held
+messages: the usual `while reader.has_message_available(): reader.read_next()` read one
+message of five. It now answers from what it sent and what the subscription still holds.
+
+And the entry ids of store ids were the lower 64 bits of the store's 128-bit id: for half of
 the stores' tags they reach 2^63, which clients read as negative ("no message"): a reader
 started at `latest` never saw that a message had arrived. Entry ids now keep below 2^63."""
 
@@ -47,6 +55,13 @@ def session(port: int, work: Callable[[Any], Any]) -> Any:
         client.close()
 
 
+def drain(reader: Any) -> list[bytes]:
+    got: list[bytes] = []
+    while reader.has_message_available() and len(got) < 20:
+        got.append(reader.read_next(5000).data())
+    return got
+
+
 async def test_message_ids_keep_their_entry_ids_below_2_to_the_63(
     stack: tuple[PulsarFrontEnd, Engine],
 ) -> None:
@@ -62,3 +77,62 @@ async def test_message_ids_keep_their_entry_ids_below_2_to_the_63(
         return [m.entry_id() for m in sent + got] + [m.ledger_id() for m in sent]
 
     assert min(await asyncio.to_thread(session, front.port, work)) >= 0
+
+
+async def test_a_reader_reads_the_whole_topic_while_messages_are_available(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, _ = stack
+
+    def work(client: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        empty = client.create_reader(TOPIC, pulsar.MessageId.earliest)
+        out["empty"] = empty.has_message_available()
+        producer = client.create_producer(TOPIC, batching_enabled=False)
+        ids = [producer.send(f"m{i}".encode()) for i in range(5)]
+        small = client.create_reader(TOPIC, pulsar.MessageId.earliest, receiver_queue_size=1)
+        out["small_queue"] = drain(small)
+        out["at_id"] = drain(client.create_reader(TOPIC, ids[2]))
+        out["at_id_inclusive"] = drain(
+            client.create_reader(TOPIC, ids[2], start_message_id_inclusive=True))
+        out["at_last"] = drain(client.create_reader(TOPIC, ids[4]))
+        latest = client.create_reader(TOPIC, pulsar.MessageId.latest)
+        out["latest_before"] = latest.has_message_available()
+        producer.send(b"later")
+        out["latest_after"] = latest.has_message_available()
+        out["latest"] = drain(latest)
+        out["empty_after"] = drain(empty)
+        return out
+
+    out = await asyncio.to_thread(session, front.port, work)
+    five = [b"m0", b"m1", b"m2", b"m3", b"m4"]
+    assert out["empty"] is False
+    assert out["small_queue"] == five
+    assert out["at_id"] == five[3:]
+    assert out["at_id_inclusive"] == five[2:]
+    assert out["at_last"] == []
+    assert (out["latest_before"], out["latest_after"]) == (False, True)
+    assert out["latest"] == [b"later"]
+    assert out["empty_after"] == [*five, b"later"]
+
+
+async def test_a_reader_after_a_seek_by_time_reads_what_is_left(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, _ = stack
+
+    def work(client: Any) -> dict[str, list[bytes]]:
+        producer = client.create_producer(TOPIC, batching_enabled=False)
+        for i in range(3):
+            producer.send(f"m{i}".encode())
+        reader = client.create_reader(TOPIC, pulsar.MessageId.earliest)
+        out = {"first": drain(reader)}
+        reader.seek(0)
+        out["from_zero"] = drain(reader)
+        reader.seek(2**62)  # a time to come: nothing after it
+        out["future"] = drain(reader)
+        return out
+
+    out = await asyncio.to_thread(session, front.port, work)
+    assert out == {"first": [b"m0", b"m1", b"m2"], "from_zero": [b"m0", b"m1", b"m2"],
+                   "future": []}

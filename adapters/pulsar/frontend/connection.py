@@ -267,20 +267,12 @@ class Connection(ConsumerCommands):
             log.info("pulsar CONNECT on a connected connection, closing", connection=self.id)
             self.close()
         else:
-            self._other(cmd)
+            await self._other(cmd)
 
-    def _other(self, cmd: pb.BaseCommand) -> None:
+    async def _other(self, cmd: pb.BaseCommand) -> None:
         kind = cmd.type
         if kind == Cmd.GET_LAST_MESSAGE_ID:
-            request = cmd.getLastMessageId
-            session = self._consumers.get(request.consumer_id)
-            if session is None:
-                self.write(replies.error(request.request_id, pb.ConsumerNotFound,
-                                         f"unknown consumer {request.consumer_id}"))
-                return
-            last = session.last_id()
-            ledger, entry = last if last is not None else (self._shared.ids.ledger_id, 0)
-            self.write(replies.last_message_id(request.request_id, ledger, entry))
+            await self._last_message_id(cmd.getLastMessageId)
         elif (reply := lookups.answer(cmd, self._shared.service_url)) is not None:
             self.write(reply)
         else:

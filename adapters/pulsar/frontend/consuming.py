@@ -13,7 +13,7 @@ import functools
 
 import structlog
 
-from adapters.pulsar.frontend import edge, moves, replies, subscribing
+from adapters.pulsar.frontend import edge, moves, replies, starts, subscribing
 from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
 from adapters.pulsar.frontend.shared import Shared
 from adapters.pulsar.frontend.topics import engine_topic, topic_or_none
@@ -85,6 +85,7 @@ class ConsumerCommands:
             epoch=request.consumer_epoch if request.HasField("consumer_epoch") else None,
             max_unacked=self._shared.max_unacked,
             durable=request.durable,
+            start=starts.start_key(request),
         )
         self._topics[request.consumer_id] = (topic, request.subscription)
         self.write(replies.success(request.request_id))
@@ -92,6 +93,22 @@ class ConsumerCommands:
             session = self._consumers[request.consumer_id]
             session.watch(consumer.active)
             consumer.watch_active(session.watch)
+
+    async def _last_message_id(self, request: pb.CommandGetLastMessageId) -> None:
+        """GET_LAST_MESSAGE_ID (`ConsumerSession.last_ids`)."""
+        session = self._consumers.get(request.consumer_id)
+        if session is None:
+            self.write(replies.error(request.request_id, pb.ConsumerNotFound,
+                                     f"unknown consumer {request.consumer_id}"))
+            return
+        topic, subscription = self._topics[request.consumer_id]
+        try:
+            backlog = await self._shared.engine.backlog(topic, subscription)
+        except Exception as exc:
+            self._refuse(request.request_id, exc, "GET_LAST_MESSAGE_ID")
+            return
+        last, mark = session.last_ids(backlog)
+        self.write(replies.last_message_id(request.request_id, last, mark))
 
     def key(self, consumer_id: int) -> str:
         """A name for one consumer of this connection, unique within the front end."""

@@ -43,6 +43,13 @@ def start_id(request: pb.CommandSubscribe) -> str:
     return message_id
 
 
+def start_key(request: pb.CommandSubscribe) -> ids.MessageKey | None:
+    """The Pulsar id a reader starts at (None for none, earliest or latest)."""
+    if not start_id(request):
+        return None
+    return request.start_message_id.ledgerId, request.start_message_id.entryId
+
+
 def position(request: pb.CommandSubscribe) -> InitialPosition:
     """Where the subscription's group starts when it is new (a reader's start id: at the
     earliest, then moved by `place`)."""
