@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, framing, lookups, replies
+from adapters.pulsar.frontend import edge, framing, lookups, replies, unserved
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import ConsumerSession
 from adapters.pulsar.frontend.consuming import ConsumerCommands
@@ -275,6 +275,9 @@ class Connection(ConsumerCommands):
             await self._last_message_id(cmd.getLastMessageId)
         elif (reply := lookups.answer(cmd, self._shared.service_url)) is not None:
             self.write(reply)
+        elif (reply := unserved.refusal(cmd)) is not None:
+            self.write(reply)
+            log.info("pulsar command not supported, refused", type=kind, connection=self.id)
         else:
             log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
 
