@@ -184,6 +184,9 @@ def _send(body: Any) -> None:
 def _ack(body: Any) -> None:
     if not 1 <= len(body.message_id) <= MAX_IDS_PER_COMMAND:
         raise refused("ack.message_id", len(body.message_id), f"1..{MAX_IDS_PER_COMMAND} ids")
+    for flag in ("txnid_least_bits", "txnid_most_bits"):
+        if body.HasField(flag):  # acked now, it could not be undone by an abort
+            raise refused(f"ack.{flag}", getattr(body, flag), "unset: no transactions")
 
 
 def _redeliver(body: Any) -> None:
