@@ -11,7 +11,9 @@ import pytest
 import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
 from adapters.pulsar.wire import wire_pb2 as pb
+from gateway.engine.clock import SystemClock
 from gateway.engine.engine import Engine
+from gateway.server.app import running_gateway
 from tests.e2e.test_pulsar_frontend_attacks_consumers import (
     SHARED,
     ack,
@@ -19,7 +21,7 @@ from tests.e2e.test_pulsar_frontend_attacks_consumers import (
     publish,
     subscribed,
 )
-from tests.pulsar_raw import Cmd
+from tests.pulsar_raw import Cmd, RawClient
 
 GROUP = ("raw", "s")
 
@@ -53,3 +55,43 @@ async def test_an_ack_in_a_transaction_is_refused(
     assert (answer.request_id, answer.HasField("error")) == (6, False)
     assert engine.unsettled(*GROUP) == []
     await client.close()
+
+
+TOKENS = """
+[[principal]]
+name = "billing"
+token = "billing-secret"
+publish = ["payments"]
+consume = ["payments"]
+groups = ["billing"]
+"""
+
+
+@pytest.mark.parametrize(("method", "accepted"), [
+    ("token", True), ("", True), ("basic", False), ("tls", False), ("athenz", False),
+])
+async def test_connect_with_another_auth_method_is_refused(
+    tmp_path: Path, method: str, accepted: bool,
+) -> None:
+    """A valid token sent under another method's name was taken as a token: a broker has no
+    provider for a method it does not serve and refuses the connection."""
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS)
+    async with running_gateway(tmp_path / "data", clock=SystemClock(), tokens_file=str(tokens),
+                               pulsar_listen="127.0.0.1:0") as app:
+        client = await RawClient.open(app.front_ends["pulsar"].port, connect=False)
+        cmd = Cmd(type=Cmd.CONNECT)
+        cmd.connect.client_version = "raw-test"
+        cmd.connect.protocol_version = 19
+        cmd.connect.auth_data = b"billing-secret"
+        if method:
+            cmd.connect.auth_method_name = method
+        client.send(cmd)
+        reply = (await client.read()).command
+        if accepted:
+            assert reply.type == Cmd.CONNECTED
+        else:
+            assert (reply.type, reply.error.error) == (Cmd.ERROR, pb.AuthenticationError)
+            assert "connect.auth_method_name" in reply.error.message
+            assert await client.closed()
+        await client.close()

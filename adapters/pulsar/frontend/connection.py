@@ -40,7 +40,7 @@ from adapters.pulsar.wire.frames import (
     decode_frame,
     frame_size,
 )
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, Unauthenticated
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +49,8 @@ MAX_PROTOCOL_VERSION = 19
 NO_REQUEST = replies.NO_REQUEST
 HANDSHAKE_FRAME_SIZE = 64 * 1024
 """Largest frame accepted before CONNECT has been answered."""
+AUTH_METHODS = ("", "token")
+"""CONNECT's `auth_method_name`s served with a tokens file (none given: a token all the same)."""
 CLOSE_FLUSH_S = 5.0
 """How long a closing connection may take to send what is buffered for its client."""
 Cmd = pb.BaseCommand
@@ -194,6 +196,10 @@ class Connection(ConsumerCommands):
         if authorizer is not None:
             token = connect.auth_data.decode(errors="replace") if connect.auth_data else None
             try:
+                if connect.auth_method_name not in AUTH_METHODS:  # a broker has no such provider
+                    raise Unauthenticated(
+                        f"connect.auth_method_name {edge.echo(connect.auth_method_name)!r} is "
+                        "not served: token (pulsar.AuthenticationToken)")
                 self._principal = authorizer.authenticate(token)
             except GatewayError as exc:
                 self.write(replies.error(NO_REQUEST, replies.server_error(exc), exc.message))
