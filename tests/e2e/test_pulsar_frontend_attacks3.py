@@ -3,9 +3,11 @@ error naming the field, changes nothing, and the connection goes on."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pulsar
 import pytest
 
 import tests.pulsar_raw as raw
@@ -14,6 +16,7 @@ from adapters.pulsar.wire import wire_pb2 as pb
 from gateway.engine.clock import SystemClock
 from gateway.engine.engine import Engine
 from gateway.server.app import running_gateway
+from tests.e2e.test_pulsar_frontend import QUIET
 from tests.e2e.test_pulsar_frontend_attacks_consumers import (
     SHARED,
     ack,
@@ -95,3 +98,39 @@ async def test_connect_with_another_auth_method_is_refused(
             assert "connect.auth_method_name" in reply.error.message
             assert await client.closed()
         await client.close()
+
+
+def non_persistent(url: str) -> str:
+    client = pulsar.Client(url, operation_timeout_seconds=5, logger=QUIET)
+    try:
+        durable = client.subscribe("np-topic", "s",
+                                   initial_position=pulsar.InitialPosition.Earliest)
+        try:
+            client.create_producer("non-persistent://public/default/np-topic").send(b"crosstalk")
+            outcome = "sent"
+        except pulsar.PulsarException as exc:
+            outcome = type(exc).__name__
+        client.create_producer("persistent://public/default/np-topic").send(b"durable")
+        return f"{outcome} {durable.receive(5000).data().decode()}"
+    finally:
+        client.close()
+
+
+async def test_a_non_persistent_topic_is_refused_not_mixed_with_the_persistent_one(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    """`non-persistent://public/default/x` is another topic than `persistent://.../x` in
+    Pulsar; it was taken as that one, so its messages reached the persistent topic's
+    subscriptions."""
+    front, _ = stack
+    url = f"pulsar://127.0.0.1:{front.port}"
+    outcome = await asyncio.to_thread(non_persistent, url)
+    assert outcome.split() == ["NotAllowedError", "durable"], outcome
+    client = await RawClient.open(front.port)
+    cmd = raw.producer(1, 1)
+    cmd.producer.topic = "non-persistent://public/default/raw"
+    client.send(cmd)
+    error = (await client.expect(Cmd.ERROR)).command.error
+    assert (error.request_id, error.error) == (1, pb.NotAllowedError)
+    assert "non-persistent topics are not served" in error.message
+    await client.close()
