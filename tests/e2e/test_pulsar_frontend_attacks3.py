@@ -4,6 +4,8 @@ error naming the field, changes nothing, and the connection goes on."""
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -133,4 +135,54 @@ async def test_a_non_persistent_topic_is_refused_not_mixed_with_the_persistent_o
     error = (await client.expect(Cmd.ERROR)).command.error
     assert (error.request_id, error.error) == (1, pb.NotAllowedError)
     assert "non-persistent topics are not served" in error.message
+    await client.close()
+
+
+def encrypted_producer(url: str, keys: Path) -> str:
+    client = pulsar.Client(url, operation_timeout_seconds=5, logger=QUIET)
+    crypto = pulsar.CryptoKeyReader(str(keys / "pub.pem"), str(keys / "priv.pem"))
+    try:
+        client.create_producer("enc", encryption_key="k", crypto_key_reader=crypto)
+        return "created"
+    except pulsar.PulsarException as exc:
+        return type(exc).__name__
+    finally:
+        client.close()
+
+
+async def test_an_encrypting_producer_is_refused(
+    stack: tuple[PulsarFrontEnd, Engine], tmp_path: Path,
+) -> None:
+    """End-to-end encrypted messages were stored without their keys (MessageMetadata's
+    encryption fields are not kept): every consumer, one with the private key too, received
+    the ciphertext as the message."""
+    front, _ = stack
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl makes the key pair")
+    subprocess.run([openssl, "genrsa", "-out", str(tmp_path / "priv.pem"), "2048"],
+                   check=True, capture_output=True)
+    subprocess.run([openssl, "rsa", "-in", str(tmp_path / "priv.pem"), "-pubout", "-out",
+                    str(tmp_path / "pub.pem")], check=True, capture_output=True)
+    url = f"pulsar://127.0.0.1:{front.port}"
+    assert await asyncio.to_thread(encrypted_producer, url, tmp_path) == "NotAllowedError"
+
+
+@pytest.mark.parametrize(("number", "field"), [
+    (13, "encryption_keys"), (14, "encryption_algo"), (15, "encryption_param"),
+])
+async def test_a_send_with_encryption_metadata_is_refused(
+    stack: tuple[PulsarFrontEnd, Engine], number: int, field: str,
+) -> None:
+    front, _ = stack
+    client = await RawClient.open(front.port)
+    client.send(raw.producer(1, 1, "p"))
+    await client.expect(Cmd.PRODUCER_SUCCESS)
+    metadata = raw.meta("p", 0).SerializeToString() + bytes([number << 3 | 2, 2]) + b"k1"
+    client.writer.write(raw.payload_frame(raw.send(1, 0).SerializeToString(), metadata, b"x"))
+    error = (await client.expect(Cmd.SEND_ERROR)).command.send_error
+    assert (error.sequence_id, error.error) == (0, pb.NotAllowedError)
+    assert f"metadata.{field}" in error.message
+    client.send(raw.send(1, 1), raw.meta("p", 1), b"plain")
+    await client.expect(Cmd.SEND_RECEIPT)  # the producer goes on
     await client.close()

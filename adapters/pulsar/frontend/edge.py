@@ -130,6 +130,8 @@ def _connect(body: Any) -> None:
 
 def _producer(body: Any) -> None:
     check_name("producer.topic", body.topic)
+    if body.encrypted:  # a consumer would get the ciphertext as the message
+        raise refused("producer.encrypted", True, NO_ENCRYPTION)
     check_name("producer.producer_name", body.producer_name, required=False)
     check_name(
         "producer.initial_subscription_name", body.initial_subscription_name, required=False
@@ -245,6 +247,19 @@ _CHECKS = {
 }
 
 _CHUNK_FIELDS = ("uuid", "num_chunks_from_msg", "total_chunk_msg_size", "chunk_id")
+NO_ENCRYPTION = "false: end-to-end encryption is not served"
+ENCRYPTION_FIELDS = {13: "encryption_keys", 14: "encryption_algo", 15: "encryption_param"}
+"""MessageMetadata's encryption fields (not in the front end's proto subset: unknown fields)."""
+
+
+def _check_not_encrypted(metadata: pb.MessageMetadata) -> None:
+    """Refuse an encrypted payload: it would be stored and delivered as if it were the message
+    (no consumer could decrypt it: its keys would not travel with it)."""
+    unknown = UnknownFieldSet(metadata)
+    for i in range(len(unknown)):
+        name = ENCRYPTION_FIELDS.get(unknown[i].field_number)
+        if name is not None:
+            raise refused(f"metadata.{name}", "set", "unset: end-to-end encryption is not served")
 
 
 def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[OutMessage]:
@@ -259,6 +274,7 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
     if missing:
         raise InvalidArgument(f"metadata.{missing[0]}", None, "a required field")
     check_text(metadata, "metadata")
+    _check_not_encrypted(metadata)
     for name in _CHUNK_FIELDS:
         if metadata.HasField(name):
             raise refused(f"metadata.{name}", getattr(metadata, name), "unset: no chunking")
