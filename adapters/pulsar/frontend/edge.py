@@ -18,7 +18,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from adapters.pulsar.frontend import ids
 from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID
-from adapters.pulsar.frontend.messages import out_message
+from adapters.pulsar.frontend.messages import RESERVED, carried, out_message
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import Entry, entries
 from adapters.pulsar.wire.frames import Frame
@@ -297,8 +297,13 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
         _check_entry_text(entry, f"messages[{i}]")
         # Here, not only in the engine: a refusal there fails every frame stored with this one.
         check_properties(f"messages[{i}].properties", entry.properties)
+        for key in entry.properties:
+            if key.startswith(RESERVED):  # the front end's own: they would not be delivered
+                raise refused(f"messages[{i}].properties", key,
+                              f"keys that do not start with {RESERVED} (reserved for the "
+                              "Pulsar front end)")
         size = len(entry.payload) + len(entry.partition_key.encode())
-        for key, value in entry.properties.items():
+        for key, value in [*entry.properties.items(), *carried(entry).items()]:
             size += len(key.encode()) + len(value.encode())
         if size > limit:
             raise MessageTooLarge(size, limit)

@@ -27,6 +27,8 @@ class Entry:
     ordering_key: bytes = b""
     event_time: int = 0
     sequence_id: int | None = None
+    key_b64: bool = False
+    """`partition_key` is the base64 of a binary key (`partition_key_b64_encoded`)."""
 
 
 def decompress(metadata: pb.MessageMetadata, payload: bytes, limit: int) -> bytes:
@@ -71,6 +73,7 @@ def entries(
                 partition_key=metadata.partition_key,
                 ordering_key=metadata.ordering_key,
                 event_time=metadata.event_time,
+                key_b64=metadata.partition_key_b64_encoded,
             )
         ]
     return split_batch(data, metadata.num_messages_in_batch)
@@ -106,6 +109,7 @@ def split_batch(data: bytes, count: int) -> list[Entry]:
                 ordering_key=single.ordering_key,
                 event_time=single.event_time,
                 sequence_id=single.sequence_id if single.HasField("sequence_id") else None,
+                key_b64=single.partition_key_b64_encoded,
             )
         )
         pos = end
@@ -123,6 +127,7 @@ def build_batch(items: Sequence[Entry]) -> bytes:
             single.properties.add(key=key, value=value)
         if item.partition_key:
             single.partition_key = item.partition_key
+            single.partition_key_b64_encoded = item.key_b64
         if item.ordering_key:
             single.ordering_key = item.ordering_key
         if item.event_time:
