@@ -20,12 +20,13 @@ consumers, and each consumer at most `max_unacked` unsettled deliveries.
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, framing, lookups, replies, unserved
+from adapters.pulsar.frontend import access, edge, framing, lookups, replies, unserved
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import ConsumerSession
 from adapters.pulsar.frontend.consuming import ConsumerCommands
@@ -309,11 +310,14 @@ class Connection(ConsumerCommands):
             self._refuse(request.request_id, exc, "PRODUCER")
             return
         name = request.producer_name or f"gateway-{uuid.uuid4().hex[:12]}"
+        exclusive = access.mode(request) == access.EXCLUSIVE
         text = ""
         if len(self._producers) >= self._shared.max_producers:
             text = f"a connection may have {self._shared.max_producers} producers"
         elif not self._shared.dedup.attach(topic, name):
             text = f"producer name {name!r} is in use on topic {topic!r}"
+        elif text := self._shared.access.attach(topic, name, exclusive):
+            self._shared.dedup.detach(topic, name)
         if text:
             self._busy(request.request_id, pb.ProducerBusy, text, "PRODUCER")
             return
@@ -322,6 +326,7 @@ class Connection(ConsumerCommands):
                 await self._shared.engine.create_group(topic, initial)
             except Exception as exc:
                 self._shared.dedup.detach(topic, name)
+                self._shared.access.detach(topic, exclusive)
                 self._refuse(request.request_id, exc, "PRODUCER")
                 return
         self._producers[request.producer_id] = ProducerSession(
@@ -335,6 +340,7 @@ class Connection(ConsumerCommands):
             limit=self._shared.max_message_size,
             budget=self._shared.budget,
             client_version=self._client_version,
+            release=functools.partial(self._shared.access.detach, topic, exclusive),
         )
         last = self._shared.dedup.last(topic, name)
         self.write(replies.producer_success(request.request_id, name, last))

@@ -16,7 +16,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from adapters.pulsar.frontend import ids
+from adapters.pulsar.frontend import access, ids
 from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID
 from adapters.pulsar.frontend.messages import RESERVED, carried, out_message
 from adapters.pulsar.wire import wire_pb2 as pb
@@ -132,6 +132,10 @@ def _producer(body: Any) -> None:
     check_name("producer.topic", body.topic)
     if body.encrypted:  # a consumer would get the ciphertext as the message
         raise refused("producer.encrypted", True, NO_ENCRYPTION)
+    wanted = access.mode(body)
+    if wanted not in access.SERVED:
+        raise refused("producer.producer_access_mode", access.NAMES.get(wanted, wanted),
+                      "Shared or Exclusive")
     check_name("producer.producer_name", body.producer_name, required=False)
     check_name(
         "producer.initial_subscription_name", body.initial_subscription_name, required=False
