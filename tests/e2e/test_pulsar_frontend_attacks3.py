@@ -186,3 +186,50 @@ async def test_a_send_with_encryption_metadata_is_refused(
     client.send(raw.send(1, 1), raw.meta("p", 1), b"plain")
     await client.expect(Cmd.SEND_RECEIPT)  # the producer goes on
     await client.close()
+
+
+def reader_with_rollback(rollback_s: int, *, durable: bool = False) -> pb.BaseCommand:
+    cmd = raw.subscribe(1, 1, SHARED)
+    cmd.subscribe.subscription = "rolled"
+    cmd.subscribe.durable = durable
+    cmd.subscribe.ClearField("initialPosition")
+    cmd.subscribe.start_message_id.ledgerId = cmd.subscribe.start_message_id.entryId = 2**63 - 1
+    cmd.subscribe.start_message_rollback_duration_sec = rollback_s
+    return cmd
+
+
+@pytest.mark.parametrize(("rollback_s", "expected"), [(0, []), (3600, [b"m0", b"m1"]),
+                                                      (2**64 - 1, [b"m0", b"m1"])])
+async def test_a_reader_starts_at_its_rollback_duration(
+    stack: tuple[PulsarFrontEnd, Engine], rollback_s: int, expected: list[bytes],
+) -> None:
+    """A reader at `latest` with a rollback duration (Java's startMessageFromRollbackDuration)
+    read only what came after it: the duration was ignored."""
+    front, _ = stack
+    await publish(front.port, 2)
+    client = await RawClient.open(front.port)
+    client.send(reader_with_rollback(rollback_s))
+    await client.expect(Cmd.SUCCESS)
+    client.send(raw.flow(1, 10))
+    await publish(front.port, 1, first=2)
+    bodies = []
+    while True:
+        frame = await client.expect(Cmd.MESSAGE)
+        bodies.append(frame.payload)
+        if frame.payload == b"m2":
+            break
+    assert bodies == [*expected, b"m2"]
+    await client.close()
+
+
+async def test_a_rollback_duration_on_a_durable_subscription_is_refused(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, engine = stack
+    client = await RawClient.open(front.port)
+    client.send(reader_with_rollback(60, durable=True))
+    error = (await client.expect(Cmd.ERROR)).command.error
+    assert (error.request_id, error.error) == (1, pb.NotAllowedError)
+    assert "subscribe.start_message_rollback_duration_sec" in error.message
+    assert engine.group_state("raw", "rolled") is None
+    await client.close()

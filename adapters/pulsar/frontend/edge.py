@@ -168,6 +168,9 @@ def _subscribe(body: Any) -> None:
     check_name("subscribe.topic", body.topic)
     check_name("subscribe.subscription", body.subscription)
     check_name("subscribe.consumer_name", body.consumer_name, required=False)
+    if body.durable and body.start_message_rollback_duration_sec:  # a reader's option
+        raise refused("subscribe.start_message_rollback_duration_sec",
+                      body.start_message_rollback_duration_sec, "0 for a durable subscription")
     if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
         raise refused("subscribe.keySharedMeta.keySharedMode", "STICKY",
                       "AUTO_SPLIT (keys are spread over the consumers by consistent hashing)")

@@ -69,3 +69,8 @@ async def place(
         await engine.seek(topic, request.subscription, message_id=message_id)
     except NotFound:
         await engine.seek(topic, request.subscription, publish_ms=ids.publish_ms(message_id))
+
+
+def rollback_ms(request: pb.CommandSubscribe, now_ms: int) -> int:
+    """The publish time a reader with `start_message_rollback_duration_sec` starts at."""
+    return max(now_ms - request.start_message_rollback_duration_sec * 1000, 0)
