@@ -126,3 +126,39 @@ async def test_a_property_of_the_reserved_prefix_is_refused(
     assert error.error == pb.NotAllowedError
     assert "messages[0].properties" in error.message and "x-pulsar-producer" in error.message
     await client.close()
+
+
+def read_nulls(url: str) -> list[tuple[bytes, bool]]:
+    client = pulsar.Client(url, operation_timeout_seconds=5, logger=QUIET)
+    try:
+        consumer = client.subscribe("nulls", "s",
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        out = []
+        for _ in range(4):
+            msg = consumer.receive(5000)
+            out.append((msg.data(), msg.has_null_value()))
+        return out
+    finally:
+        client.close()
+
+
+async def test_a_null_value_stays_null(stack: tuple[PulsarFrontEnd, Engine]) -> None:
+    """A tombstone (null_value) arrived as an empty value, a null key as an empty one."""
+    front, _ = stack
+    producer = await RawClient.open(front.port)
+    cmd = raw.producer(1, 1, "p")
+    cmd.producer.topic = "nulls"
+    producer.send(cmd)
+    await producer.expect(Cmd.PRODUCER_SUCCESS)
+    meta = raw.meta("p", 0)
+    meta.null_value = meta.null_partition_key = True
+    producer.send(raw.send(1, 0), meta, b"")
+    producer.send(raw.send(1, 1), raw.meta("p", 1), b"")
+    meta = raw.meta("p", 2)
+    meta.num_messages_in_batch = 2
+    producer.send(raw.send(1, 2), meta, single(b"", null_value=True) + single(b""))
+    for _ in range(3):
+        await producer.expect(Cmd.SEND_RECEIPT)
+    await producer.close()
+    got = await asyncio.to_thread(read_nulls, f"pulsar://127.0.0.1:{front.port}")
+    assert got == [(b"", True), (b"", False), (b"", True), (b"", False)]

@@ -1,7 +1,8 @@
 """Translation between Pulsar message metadata and the engine's messages and deliveries.
 
 Pulsar-only metadata without an engine field (the producer's name and sequence id, the event
-time, the ordering key, whether the partition key is base64 of a binary key) travels in
+time, the ordering key, whether the partition key is base64 of a binary key, whether the value
+or the key is null) travels in
 properties under a reserved prefix and is taken off again on delivery; a client may not set
 properties of that prefix (`edge`).
 """
@@ -24,6 +25,9 @@ ORDERING_KEY = RESERVED + "ordering-key"
 """The ordering key's bytes, in base64."""
 KEY_B64 = RESERVED + "key-b64"
 """Set ("true") when the partition key is the base64 of a binary key."""
+NULL_VALUE = RESERVED + "null-value"
+NULL_KEY = RESERVED + "null-key"
+"""Set ("true") for a null value (a tombstone) / a null key, told from empty ones."""
 DEFAULT_PRODUCER = "gateway"
 
 
@@ -64,6 +68,10 @@ def delivery_metadata(delivery: Delivery) -> pb.MessageMetadata:
     event_time = _int(props.get(EVENT_TIME, "0"))
     if event_time:
         meta.event_time = event_time
+    if props.get(NULL_VALUE) == "true":
+        meta.null_value = True
+    if props.get(NULL_KEY) == "true":
+        meta.null_partition_key = True
     ordering = props.get(ORDERING_KEY)
     if ordering:
         with contextlib.suppress(ValueError):  # not written by this front end
@@ -78,6 +86,10 @@ def carried(entry: Entry) -> dict[str, str]:
         out[ORDERING_KEY] = base64.b64encode(entry.ordering_key).decode()
     if entry.key_b64 and entry.partition_key:
         out[KEY_B64] = "true"
+    if entry.null_value:
+        out[NULL_VALUE] = "true"
+    if entry.null_key:
+        out[NULL_KEY] = "true"
     return out
 
 
