@@ -17,12 +17,15 @@ from typing import Any
 import pulsar
 import pytest
 
+import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
 from gateway.client import GatewayClient
 from gateway.engine.api import SubscriptionSpec
 from gateway.engine.clock import SystemClock
 from gateway.server.app import GatewayApp, running_gateway
 from tests.e2e.test_pulsar_frontend import QUIET
+from tests.e2e.test_pulsar_frontend_attacks_consumers import SHARED, subscribed
+from tests.pulsar_raw import Cmd
 
 TOPIC, SUB = "u-topic", "u-sub"
 POLICY, OPTIONS = "pulsar-nack", {"nack_delay_ms": "0"}
@@ -138,3 +141,50 @@ async def test_a_grpc_consumer_attaching_during_the_unsubscribe_leaves_the_consu
 
 async def _equal(value: Awaitable[int], wanted: int) -> bool:
     return await value == wanted
+
+
+def force_unsubscribe(consumer_id: int, request_id: int) -> raw.pb.BaseCommand:
+    cmd = Cmd(type=Cmd.UNSUBSCRIBE)
+    cmd.unsubscribe.consumer_id, cmd.unsubscribe.request_id = consumer_id, request_id
+    cmd.unsubscribe.force = True
+    return cmd
+
+
+async def test_a_forced_unsubscribe_closes_the_other_consumers(
+    stack: tuple[PulsarFrontEnd, GatewayApp],
+) -> None:
+    """UNSUBSCRIBE with `force` (Java's unsubscribe(true)) was refused like a plain one while
+    other consumers were attached: the flag was ignored. A broker closes them and deletes."""
+    front, app = stack
+    one = await subscribed(front.port, 1, SHARED)
+    two = await subscribed(front.port, 1, SHARED)
+    one.send(force_unsubscribe(1, 7))
+    assert (await two.expect(Cmd.CLOSE_CONSUMER)).command.close_consumer.consumer_id == 1
+    assert (await one.expect(Cmd.SUCCESS)).command.success.request_id == 7
+    assert app.engine.group_state("raw", "s") is None
+    await one.close()
+    await two.close()
+
+
+async def test_a_forced_unsubscribe_with_a_grpc_consumer_is_refused_and_closes_nobody(
+    stack: tuple[PulsarFrontEnd, GatewayApp],
+) -> None:
+    """A consumer of another front end cannot be closed from the Pulsar front end: refused
+    before anything is closed."""
+    front, app = stack
+    one = await subscribed(front.port, 1, SHARED)
+    two = await subscribed(front.port, 1, SHARED)
+    other = await app.engine.open_consumer(SubscriptionSpec(
+        topic="raw", group="s", policy=POLICY, options=OPTIONS, consumer_id="grpc-consumer"))
+    one.send(force_unsubscribe(1, 7))
+    error = (await one.expect(Cmd.ERROR)).command.error
+    assert (error.request_id, error.error) == (7, raw.pb.ConsumerBusy)
+    ask = Cmd(type=Cmd.GET_LAST_MESSAGE_ID)
+    ask.getLastMessageId.consumer_id, ask.getLastMessageId.request_id = 1, 8
+    two.send(ask)  # still open: its next frame is the answer, not a CLOSE_CONSUMER
+    await two.expect(Cmd.GET_LAST_MESSAGE_ID_RESPONSE)
+    state = app.engine.group_state("raw", "s")
+    assert state is not None and state.consumers == 3
+    await other.close()
+    await one.close()
+    await two.close()

@@ -144,6 +144,7 @@ class ConsumerCommands:
             await moves.unsubscribe(
                 self._shared, topic, subscription, session.durable, close,
                 lambda: self.write(replies.close_consumer(request.consumer_id)),
+                force=request.force, member=self.key(request.consumer_id),
             )
         except Exception as exc:
             self._refuse(request.request_id, exc, "UNSUBSCRIBE")

@@ -21,10 +21,14 @@ def attached(shared: Shared, topic: str, subscription: str) -> int:
 async def unsubscribe(
     shared: Shared, topic: str, subscription: str, durable: bool,
     close: Callable[[], Awaitable[None]], closed: Callable[[], None],
+    *, force: bool = False, member: str = "",
 ) -> None:
     """Close the one consumer (`close`, called with the name's lock held) and delete its
     subscription, as a broker does; AlreadyExists, before anything is closed, while the
-    subscription has other consumers (of any front end).
+    subscription has other consumers (of any front end). With `force` the other consumers of
+    this front end are closed first (their clients are told, as a broker tells them), the
+    consumer being `member`; consumers of other front ends cannot be closed from here, so
+    while there are some it is refused all the same, before anything is closed.
 
     Pulsar's own commands wait for the name's lock; a consumer of another front end does not.
     `close` takes the consumer out of the engine's subscription with no await after the check,
@@ -34,6 +38,9 @@ async def unsubscribe(
     and AlreadyExists."""
     busy = f"subscription {subscription!r} on {topic!r} has other consumers: not deleted"
     async with shared.names.hold(topic, subscription):
+        registry = shared.subscriptions
+        if force and attached(shared, topic, subscription) <= registry.count(topic, subscription):
+            await registry.kick_others(topic, subscription, member)
         if attached(shared, topic, subscription) > 1:
             raise AlreadyExists(busy)
         await close()  # a reader's subscription goes with it

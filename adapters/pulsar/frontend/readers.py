@@ -103,6 +103,7 @@ class ReaderGroups:
         if key not in self._made or key in self._pinned:
             return
         self._made.discard(key)
+        self._waiting.pop(key, None)
         try:
             await engine.drop_group(topic, group)
         except GatewayError as exc:  # the connection's other consumers still close
