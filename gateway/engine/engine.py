@@ -227,13 +227,13 @@ class Engine(Delivering):
         """Messages waiting for a consumer (`EnginePort.backlog`)."""
         check_name("topic", topic)
         check_name("group", group)
-        stats = await self.backend.stats(topic, group, self.now_ms())
-        # Leased in the back end and not taken by a push consumer: being fetched, in an
+        outstanding = await self.backend.outstanding(topic, group, self.now_ms())
+        # Less what push consumers have taken: what is left is visible, being fetched, in an
         # outbox, or being given back.
         sub = self.subscriptions.get((topic, group))
         taken = 0 if sub is None else sum(len(c.receipts) - len(c.outbox)
                                           for c in sub.consumers)
-        return stats.ready + max(stats.leased - taken, 0)
+        return max(outstanding - taken, 0)
 
     def known_topic(self, topic: str) -> bool:
         """Whether `topic` is known to exist without asking the back end (`EngineQueries`)."""

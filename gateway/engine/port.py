@@ -192,7 +192,8 @@ class EnginePort(Protocol):
     async def backlog(self, topic: str, group: str) -> int:
         """Messages of `group` on `topic` waiting for a consumer: visible and not delivered,
         being fetched or given back, or handed to a push consumer that has not taken them yet
-        (delayed ones and retries waiting for their time are not counted)."""
+        (`Backend.outstanding`, less what consumers took: cheap, for frequent calls; delayed
+        messages the back end has not looked at yet may count)."""
         ...
 
     async def seek(

@@ -136,3 +136,27 @@ async def test_a_reader_after_a_seek_by_time_reads_what_is_left(
     out = await asyncio.to_thread(session, front.port, work)
     assert out == {"first": [b"m0", b"m1", b"m2"], "from_zero": [b"m0", b"m1", b"m2"],
                    "future": []}
+
+
+async def test_has_message_available_reads_no_counts_from_disk(
+    stack: tuple[PulsarFrontEnd, Engine], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each GET_LAST_MESSAGE_ID counted the group's backlog with a scan of the store (one
+    reader thread for every store read): a client asking again and again, on a topic with a
+    large backlog, held up every other client's reads. It is answered from the store's index
+    now: here the store's counting scan fails, and readers are served all the same."""
+    front, engine = stack
+
+    async def no_scan(*_: object) -> None:
+        raise AssertionError("GET_LAST_MESSAGE_ID scanned the store")
+
+    monkeypatch.setattr(engine.backend, "stats", no_scan)
+
+    def work(client: Any) -> list[bytes]:
+        producer = client.create_producer(TOPIC, batching_enabled=False)
+        for i in range(3):
+            producer.send(f"m{i}".encode())
+        return drain(client.create_reader(TOPIC, pulsar.MessageId.earliest,
+                                          receiver_queue_size=1))
+
+    assert await asyncio.to_thread(session, front.port, work) == [b"m0", b"m1", b"m2"]
