@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -233,3 +234,46 @@ async def test_a_rollback_duration_on_a_durable_subscription_is_refused(
     assert "subscribe.start_message_rollback_duration_sec" in error.message
     assert engine.group_state("raw", "rolled") is None
     await client.close()
+
+
+def batch_positions(url: str) -> dict[str, list[bytes]]:
+    client = pulsar.Client(url, operation_timeout_seconds=5, logger=QUIET)
+    try:
+        producer = client.create_producer("batched", batching_enabled=True,
+                                          batching_max_publish_delay_ms=50)
+        ids: list[Any] = []
+        for i in range(5):
+            producer.send_async(f"m{i}".encode(), lambda _, mid: ids.append(mid))
+        producer.flush()
+        ids.sort(key=lambda m: (m.ledger_id(), m.entry_id(), m.batch_index()))
+        assert [m.batch_index() for m in ids] == [0, 1, 2, 3, 4]  # one batch
+
+        def read_all(reader: Any) -> list[bytes]:
+            got = []
+            while reader.has_message_available():
+                got.append(reader.read_next(5000).data())
+            return got
+
+        out = {"inclusive": read_all(client.create_reader("batched", ids[2],
+                                                          start_message_id_inclusive=True)),
+               "exclusive": read_all(client.create_reader("batched", ids[2]))}
+        reader = client.create_reader("batched", pulsar.MessageId.earliest)
+        read_all(reader)
+        reader.seek(ids[2])
+        out["seek"] = read_all(reader)
+        return out
+    finally:
+        client.close()
+
+
+async def test_a_reader_at_a_message_of_a_batch_starts_there(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    """A reader created at (or seeking to) message 2 of a batch, by the id its send returned,
+    started at the batch's first message: it read m1 (and m0 when inclusive), messages before
+    the one it asked for. (Message 2 itself still reaches a reader that excludes it: its
+    delivery carries the id of a single message, which the client cannot tell is the one.)"""
+    front, _ = stack
+    out = await asyncio.to_thread(batch_positions, f"pulsar://127.0.0.1:{front.port}")
+    assert out == {"inclusive": [b"m2", b"m3", b"m4"], "exclusive": [b"m2", b"m3", b"m4"],
+                   "seek": [b"m2", b"m3", b"m4"]}

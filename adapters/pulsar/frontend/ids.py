@@ -53,6 +53,12 @@ def engine_id(key: MessageKey, offset: int = 0) -> str:
     return f"{value:032x}" if value >> 128 == 0 else ""
 
 
+def store_key(message_id: str) -> MessageKey:
+    """The Pulsar id of a store's message id (32 hex digits)."""
+    value = int(message_id, 16)
+    return value >> ENTRY_BITS, value & (ENTRY_LIMIT - 1)
+
+
 def publish_ms(message_id: str) -> int:
     """The publish time a store's message id begins with (48 bits of ms)."""
     return int(message_id[:12], 16)
@@ -77,8 +83,7 @@ class IdAllocator:
     def key(self, message_id: str) -> MessageKey:
         """The Pulsar id of an engine message id (see the module docstring)."""
         if self.ordered and _HEX_ID.fullmatch(message_id):
-            value = int(message_id, 16)
-            return value >> ENTRY_BITS, value & (ENTRY_LIMIT - 1)
+            return store_key(message_id)
         known = self._others.get(message_id)
         if known is None:
             known = self._others[message_id] = (self.ledger_id, self.next_entry())

@@ -36,7 +36,8 @@ def start_id(request: pb.CommandSubscribe) -> str:
     key = (start.ledgerId, start.entryId)
     if key in (ids.EARLIEST, ids.LATEST):
         return ""
-    message_id = ids.engine_id(key)
+    # Message i of a batch (as a batch's send receipt names it): its first + i, as in a seek.
+    message_id = ids.engine_id(key, max(start.batch_index, 0))
     if not message_id:
         raise refused("subscribe.start_message_id", f"{start.ledgerId}:{start.entryId}",
                       "the id of a message of this topic, or earliest / latest")
@@ -44,10 +45,10 @@ def start_id(request: pb.CommandSubscribe) -> str:
 
 
 def start_key(request: pb.CommandSubscribe) -> ids.MessageKey | None:
-    """The Pulsar id a reader starts at (None for none, earliest or latest)."""
-    if not start_id(request):
-        return None
-    return request.start_message_id.ledgerId, request.start_message_id.entryId
+    """The Pulsar id, as deliveries carry it, of the message a reader starts at (None for
+    none, earliest or latest)."""
+    message_id = start_id(request)
+    return ids.store_key(message_id) if message_id else None
 
 
 def position(request: pb.CommandSubscribe) -> InitialPosition:
