@@ -277,3 +277,44 @@ async def test_a_reader_at_a_message_of_a_batch_starts_there(
     out = await asyncio.to_thread(batch_positions, f"pulsar://127.0.0.1:{front.port}")
     assert out == {"inclusive": [b"m2", b"m3", b"m4"], "exclusive": [b"m2", b"m3", b"m4"],
                    "seek": [b"m2", b"m3", b"m4"]}
+
+
+def protobuf_native(url: str) -> str:
+    from google.protobuf import timestamp_pb2
+
+    schema = pulsar.schema.ProtobufNativeSchema(timestamp_pb2.Timestamp)
+    client = pulsar.Client(url, operation_timeout_seconds=5, logger=QUIET)
+    try:
+        producer = client.create_producer("typed", schema=schema)
+        consumer = client.subscribe("typed", "s", schema=schema,
+                                    initial_position=pulsar.InitialPosition.Earliest)
+        producer.send(timestamp_pb2.Timestamp(seconds=5))
+        return str(consumer.receive(5000).value().seconds)
+    finally:
+        client.close()
+
+
+async def test_a_producer_with_a_schema_type_beyond_the_first_five_is_served(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    """The proto subset knew schema types 0..4 only: a PRODUCER or SUBSCRIBE with any other
+    (ProtobufNative, KeyValue, Int32, ...) was refused as if its schema had no type."""
+    front, _ = stack
+    assert await asyncio.to_thread(protobuf_native, f"pulsar://127.0.0.1:{front.port}") == "5"
+
+
+async def test_an_unknown_enum_value_is_named_with_the_values_allowed(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, _ = stack
+    client = await RawClient.open(front.port)
+    cmd = raw.producer(1, 1)
+    cmd.producer.schema.name, cmd.producer.schema.schema_data = "s", b""
+    cmd.producer.schema.type = pb.Schema.Int32
+    data = cmd.SerializeToString()
+    assert data.count(b"\x20\x08") == 1  # Schema.type (field 4) = 8
+    client.writer.write(raw.command_frame(data.replace(b"\x20\x08", b"\x20\x63")))  # 99
+    error = (await client.expect(Cmd.ERROR)).command.error
+    assert (error.request_id, error.error) == (1, pb.NotAllowedError)
+    assert "producer.schema.type='99'" in error.message and "ProtobufNative" in error.message
+    await client.close()

@@ -88,7 +88,7 @@ def check_command(cmd: pb.BaseCommand) -> None:
     name = COMMAND_FIELDS[cmd.type]
     missing = _missing(body)
     if missing:
-        raise InvalidArgument(f"{name}.{missing[0]}", None, "a required field")
+        raise _absent(body, name, missing[0])
     check_text(body, name)
     check = _CHECKS.get(cmd.type)
     if check is not None:
@@ -99,6 +99,29 @@ def _missing(message: Message) -> list[str]:
     """The paths of required fields `message` lacks."""
     found: list[str] = message.FindInitializationErrors()  # type: ignore[attr-defined]
     return found
+
+
+def _absent(message: Message, prefix: str, path: str) -> InvalidArgument:
+    """The error for required field `path` (dotted, below `message`) found missing: an enum
+    field the client did send, with a value the enum does not know, is named with that value
+    and the values allowed (proto2 keeps such a value among the unknown fields)."""
+    owner = message
+    parts = path.split(".")
+    try:
+        for part in parts[:-1]:
+            name, _, index = part.partition("[")
+            owner = getattr(owner, name)
+            if index:
+                owner = owner[int(index.rstrip("]"))]
+        field = owner.DESCRIPTOR.fields_by_name[parts[-1]]
+    except (AttributeError, KeyError, IndexError, ValueError):
+        return InvalidArgument(f"{prefix}.{path}", None, "a required field")
+    if field.enum_type is not None:
+        value = declared_enum(owner, field.name)
+        if value not in field.enum_type.values_by_number:
+            allowed = " or ".join(v.name for v in field.enum_type.values)
+            return refused(f"{prefix}.{path}", value, allowed)
+    return InvalidArgument(f"{prefix}.{path}", None, "a required field")
 
 
 def check_text(message: Message, path: str) -> None:
@@ -279,7 +302,7 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
     assert metadata is not None
     missing = _missing(metadata)
     if missing:
-        raise InvalidArgument(f"metadata.{missing[0]}", None, "a required field")
+        raise _absent(metadata, "metadata", missing[0])
     check_text(metadata, "metadata")
     _check_not_encrypted(metadata)
     for name in _CHUNK_FIELDS:
