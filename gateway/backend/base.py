@@ -234,6 +234,14 @@ class Backend(abc.ABC):
     async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
         """Counts for (topic, group)."""
 
+    async def outstanding(self, topic: str, group: str, now_ms: int) -> int:
+        """Messages of (topic, group) not acknowledged and not waiting for their time: visible
+        or leased, and, where a back end counts them without reading them, those it has not
+        looked at yet (delayed ones among them). For a frequent "is anything left?", which
+        `stats` answers exactly but may have to read for. Default: `stats`' ready + leased."""
+        stats = await self.stats(topic, group, now_ms)
+        return stats.ready + stats.leased
+
     @abc.abstractmethod
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1

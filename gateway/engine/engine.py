@@ -223,6 +223,18 @@ class Engine(Delivering):
         return GroupState(sub.topic, sub.group, sub.policy, len(sub.consumers),
                           tuple(c.id for c in sub.consumers))
 
+    async def backlog(self, topic: str, group: str) -> int:
+        """Messages waiting for a consumer (`EnginePort.backlog`)."""
+        check_name("topic", topic)
+        check_name("group", group)
+        outstanding = await self.backend.outstanding(topic, group, self.now_ms())
+        # Less what push consumers have taken: what is left is visible, being fetched, in an
+        # outbox, or being given back.
+        sub = self.subscriptions.get((topic, group))
+        taken = 0 if sub is None else sum(len(c.receipts) - len(c.outbox)
+                                          for c in sub.consumers)
+        return max(outstanding - taken, 0)
+
     def known_topic(self, topic: str) -> bool:
         """Whether `topic` is known to exist without asking the back end (`EngineQueries`)."""
         return topic in self._known_topics

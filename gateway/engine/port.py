@@ -189,6 +189,13 @@ class EnginePort(Protocol):
         in `EngineQueries`)."""
         ...
 
+    async def backlog(self, topic: str, group: str) -> int:
+        """Messages of `group` on `topic` waiting for a consumer: visible and not delivered,
+        being fetched or given back, or handed to a push consumer that has not taken them yet
+        (`Backend.outstanding`, less what consumers took: cheap, for frequent calls; delayed
+        messages the back end has not looked at yet may count)."""
+        ...
+
     async def seek(
         self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
     ) -> None:

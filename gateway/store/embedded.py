@@ -386,6 +386,19 @@ class EmbeddedStore(Backend):
         self._supervisor.ready()
         return await admin.stats(self._catalog, self._supervisor, topic, group, now_ms)
 
+    async def outstanding(self, topic: str, group: str, now_ms: int) -> int:
+        """See `Backend.outstanding`: from the index alone, never the disk (positions the group
+        has not scanned yet count whether due or not; positions kept on disk only count one)."""
+        self._supervisor.ready()
+        state = self._catalog.known_group(topic, group)
+        if state is None:
+            return await super().outstanding(topic, group, now_ms)
+        state.advance(now_ms)
+        unscanned = max(state.topic.committed - state.cursor, 0)
+        return (len(state.ready) + sum(len(held) for held in state.held.values())
+                + len(state.leased) + len(state.releasing) + unscanned
+                + (state.spill_at is not None))
+
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1
     ) -> list[StoredMessage]:

@@ -120,3 +120,38 @@ async def test_a_reader_group_nobody_rejoins_after_a_seek_goes(
         again.send(reader(1, 3))
         await again.expect(Cmd.SUCCESS)
         await again.close()
+
+
+async def test_a_reader_group_goes_with_the_connection_of_the_reader_a_seek_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Third attack round: a reader that seeks and then drops its connection without
+    subscribing again held its group, and the topic's messages, for 60 s. It goes when the
+    connection does (the fallback wait is made an hour here: only the connection's end can
+    drop it within the test)."""
+    monkeypatch.setattr(readers, "REJOIN_S", 3600.0)
+    async with raw.front_end(tmp_path) as (front, engine):
+        client = await RawClient.open(front.port)
+        bystander = await RawClient.open(front.port)
+        client.send(reader(1, 1))
+        await client.expect(Cmd.SUCCESS)
+        seek = Cmd(type=Cmd.SEEK)
+        seek.seek.consumer_id, seek.seek.request_id, seek.seek.message_publish_time = 1, 2, 0
+        client.send(seek)
+        await client.expect(Cmd.CLOSE_CONSUMER)
+        await client.expect(Cmd.SUCCESS)
+        await bystander.close()  # another connection's end changes nothing
+        await asyncio.sleep(0.2)
+        assert "rg" in [g.group for g in engine.groups()]
+        await client.close()
+        for _ in range(100):
+            if "rg" not in [g.group for g in engine.groups()]:
+                break
+            await asyncio.sleep(0.05)
+        assert "rg" not in [g.group for g in engine.groups()]
+        durable = raw.subscribe(1, 3, SHARED)  # the name is free: no reader group holds it
+        durable.subscribe.subscription = "rg"
+        again = await RawClient.open(front.port)
+        again.send(durable)
+        await again.expect(Cmd.SUCCESS)
+        await again.close()

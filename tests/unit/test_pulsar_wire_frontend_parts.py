@@ -27,7 +27,6 @@ from gateway.errors import AlreadyExists, InvalidArgument, Unavailable
     [
         ("orders", "orders"),
         ("persistent://public/default/orders", "orders"),
-        ("non-persistent://public/default/orders", "orders"),
         ("persistent://public/default/orders-sub-DLQ", "orders-sub-DLQ"),
         ("persistent://acme/billing/orders", "acme/billing/orders"),
         ("acme/billing/orders", "acme/billing/orders"),
@@ -38,7 +37,8 @@ def test_engine_topic_names(name: str, expected: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "persistent://", "a/b", "a//c", "persistent://public/default/"]
+    "name", ["", "persistent://", "a/b", "a//c", "persistent://public/default/",
+             "non-persistent://public/default/orders"]
 )
 def test_bad_topic_names(name: str) -> None:
     with pytest.raises(InvalidArgument):

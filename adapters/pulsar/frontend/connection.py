@@ -3,7 +3,8 @@
 Commands are handled in arrival order on the read loop (SEND only queues, so producers never
 hold it up). Every command's values are checked by `edge` first; a bad one gets the protocol's
 error reply and the connection goes on. When the connection ends, every producer stops and every
-consumer is closed, which gives back all deliveries it held.
+consumer is closed, which gives back all deliveries it held. The consumer commands are in
+`consuming` (the base class).
 
 Limits: a client must send a valid CONNECT within `handshake_timeout_s` in a frame of at most
 `HANDSHAKE_FRAME_SIZE` bytes; afterwards frames may be as large as the message limit plus
@@ -25,12 +26,13 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import edge, framing, lookups, moves, replies, subscribing
+from adapters.pulsar.frontend import access, edge, framing, lookups, replies, unserved
 from adapters.pulsar.frontend.budget import FRAME_COST
-from adapters.pulsar.frontend.consumers import SUB_TYPES, ConsumerSession
+from adapters.pulsar.frontend.consumers import ConsumerSession
+from adapters.pulsar.frontend.consuming import ConsumerCommands
 from adapters.pulsar.frontend.producers import ProducerSession
 from adapters.pulsar.frontend.shared import Shared
-from adapters.pulsar.frontend.topics import engine_topic
+from adapters.pulsar.frontend.topics import engine_topic, topic_or_none
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import (
     FRAME_OVERHEAD,
@@ -39,8 +41,7 @@ from adapters.pulsar.wire.frames import (
     decode_frame,
     frame_size,
 )
-from gateway.engine.api import ConsumerType
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, Unauthenticated
 
 log = structlog.get_logger(__name__)
 
@@ -49,12 +50,14 @@ MAX_PROTOCOL_VERSION = 19
 NO_REQUEST = replies.NO_REQUEST
 HANDSHAKE_FRAME_SIZE = 64 * 1024
 """Largest frame accepted before CONNECT has been answered."""
+AUTH_METHODS = ("", "token")
+"""CONNECT's `auth_method_name`s served with a tokens file (none given: a token all the same)."""
 CLOSE_FLUSH_S = 5.0
 """How long a closing connection may take to send what is buffered for its client."""
 Cmd = pb.BaseCommand
 
 
-class Connection:
+class Connection(ConsumerCommands):
     """Serves one client connection until either side closes it."""
 
     def __init__(
@@ -178,6 +181,7 @@ class Connection:
             await self._drop_consumer(session)
         self._producers.clear()
         self._consumers.clear()
+        self._shared.readers.connection_closed(self.id)
         self._writer.close()
         try:
             await asyncio.wait_for(self._writer.wait_closed(), CLOSE_FLUSH_S)
@@ -193,6 +197,10 @@ class Connection:
         if authorizer is not None:
             token = connect.auth_data.decode(errors="replace") if connect.auth_data else None
             try:
+                if connect.auth_method_name not in AUTH_METHODS:  # a broker has no such provider
+                    raise Unauthenticated(
+                        f"connect.auth_method_name {edge.echo(connect.auth_method_name)!r} is "
+                        "not served: token (pulsar.AuthenticationToken)")
                 self._principal = authorizer.authenticate(token)
             except GatewayError as exc:
                 self.write(replies.error(NO_REQUEST, replies.server_error(exc), exc.message))
@@ -266,22 +274,17 @@ class Connection:
             log.info("pulsar CONNECT on a connected connection, closing", connection=self.id)
             self.close()
         else:
-            self._other(cmd)
+            await self._other(cmd)
 
-    def _other(self, cmd: pb.BaseCommand) -> None:
+    async def _other(self, cmd: pb.BaseCommand) -> None:
         kind = cmd.type
         if kind == Cmd.GET_LAST_MESSAGE_ID:
-            request = cmd.getLastMessageId
-            session = self._consumers.get(request.consumer_id)
-            if session is None:
-                self.write(replies.error(request.request_id, pb.ConsumerNotFound,
-                                         f"unknown consumer {request.consumer_id}"))
-                return
-            last = session.last_id()
-            ledger, entry = last if last is not None else (self._shared.ids.ledger_id, 0)
-            self.write(replies.last_message_id(request.request_id, ledger, entry))
+            await self._last_message_id(cmd.getLastMessageId)
         elif (reply := lookups.answer(cmd, self._shared.service_url)) is not None:
             self.write(reply)
+        elif (reply := unserved.refusal(cmd)) is not None:
+            self.write(reply)
+            log.info("pulsar command not supported, refused", type=kind, connection=self.id)
         else:
             log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
 
@@ -289,7 +292,7 @@ class Connection:
         existing = self._producers.get(request.producer_id)
         if existing is not None:  # a client's retry is answered again; another use refused
             name = request.producer_name or existing.name
-            if (_topic_or_none(request.topic), name) != (existing.topic, existing.name):
+            if (topic_or_none(request.topic), name) != (existing.topic, existing.name):
                 text = (f"producer id {request.producer_id} is in use for producer "
                         f"{existing.name!r} on topic {existing.topic!r}")
                 self._busy(request.request_id, pb.ProducerBusy, text, "PRODUCER")
@@ -307,11 +310,14 @@ class Connection:
             self._refuse(request.request_id, exc, "PRODUCER")
             return
         name = request.producer_name or f"gateway-{uuid.uuid4().hex[:12]}"
+        exclusive = access.mode(request) == access.EXCLUSIVE
         text = ""
         if len(self._producers) >= self._shared.max_producers:
             text = f"a connection may have {self._shared.max_producers} producers"
         elif not self._shared.dedup.attach(topic, name):
             text = f"producer name {name!r} is in use on topic {topic!r}"
+        elif text := self._shared.access.attach(topic, name, exclusive):
+            self._shared.dedup.detach(topic, name)
         if text:
             self._busy(request.request_id, pb.ProducerBusy, text, "PRODUCER")
             return
@@ -320,6 +326,7 @@ class Connection:
                 await self._shared.engine.create_group(topic, initial)
             except Exception as exc:
                 self._shared.dedup.detach(topic, name)
+                self._shared.access.detach(topic, exclusive)
                 self._refuse(request.request_id, exc, "PRODUCER")
                 return
         self._producers[request.producer_id] = ProducerSession(
@@ -333,6 +340,7 @@ class Connection:
             limit=self._shared.max_message_size,
             budget=self._shared.budget,
             client_version=self._client_version,
+            release=functools.partial(self._shared.access.detach, topic, exclusive),
         )
         last = self._shared.dedup.last(topic, name)
         self.write(replies.producer_success(request.request_id, name, last))
@@ -356,112 +364,6 @@ class Connection:
             await producer.close()
         self.write(replies.success(request.request_id))
 
-    async def _subscribe(self, request: pb.CommandSubscribe) -> None:
-        if request.consumer_id in self._consumers:  # a client's retry is answered again
-            used = self._topics[request.consumer_id]
-            if (_topic_or_none(request.topic), request.subscription) == used:
-                self.write(replies.success(request.request_id))
-            else:
-                text = (f"consumer id {request.consumer_id} is in use for subscription "
-                        f"{used[1]!r} on topic {used[0]!r}")
-                self._busy(request.request_id, pb.ConsumerBusy, text, "SUBSCRIBE")
-            return
-        if len(self._consumers) >= self._shared.max_consumers:
-            text = f"a connection may have {self._shared.max_consumers} consumers"
-            self._busy(request.request_id, pb.ConsumerBusy, text, "SUBSCRIBE")
-            return
-        consumer_type = SUB_TYPES[request.subType]
-        member = self.key(request.consumer_id)
-        try:
-            topic = engine_topic(request.topic)
-            self._check(topic, request.subscription)
-            async with self._shared.names.hold(topic, request.subscription):
-                consumer = await subscribing.attach(
-                    self._shared, request, topic, member,
-                    functools.partial(self._kick, request.consumer_id),
-                    f"pulsar-{self.id}-{request.consumer_id}",
-                )
-        except Exception as exc:
-            self._refuse(request.request_id, exc, "SUBSCRIBE")
-            return
-        self._consumers[request.consumer_id] = ConsumerSession(
-            consumer_id=request.consumer_id,
-            consumer_type=consumer_type,
-            engine=self._shared.engine,
-            consumer=consumer,
-            write=self.write,
-            drain=self.drain,
-            ids=self._shared.ids,
-            epoch=request.consumer_epoch if request.HasField("consumer_epoch") else None,
-            max_unacked=self._shared.max_unacked,
-            durable=request.durable,
-        )
-        self._topics[request.consumer_id] = (topic, request.subscription)
-        self.write(replies.success(request.request_id))
-        if consumer_type is ConsumerType.FAILOVER:
-            session = self._consumers[request.consumer_id]
-            session.watch(consumer.active)
-            consumer.watch_active(session.watch)
-
-    def key(self, consumer_id: int) -> str:
-        """A name for one consumer of this connection, unique within the front end."""
-        return f"{self.id}/{consumer_id}"
-
-    async def _ack(self, request: pb.CommandAck) -> None:
-        session = self._consumers.get(request.consumer_id)
-        problem = None if session is None else await session.ack(request)
-        if request.HasField("request_id"):
-            code, text = problem if problem is not None else (None, "")
-            self.write(replies.ack_response(request.consumer_id, request.request_id, code, text))
-
-    async def _close_consumer(self, consumer_id: int, request_id: int) -> None:
-        session = self._consumers.pop(consumer_id, None)
-        if session is not None:
-            await self._drop_consumer(session)
-        self.write(replies.success(request_id))
-
-    async def _unsubscribe(self, request: pb.CommandUnsubscribe) -> None:
-        """`moves.unsubscribe` of the consumer's subscription."""
-        session = self._consumers.get(request.consumer_id)
-        if session is None:
-            self.write(replies.error(request.request_id, pb.ConsumerNotFound,
-                                     f"unknown consumer {request.consumer_id}"))
-            return
-        topic, subscription = self._topics[request.consumer_id]
-
-        async def close() -> None:
-            if self._consumers.pop(request.consumer_id, None) is session:
-                await self._drop_consumer(session, locked=True)
-
-        try:
-            await moves.unsubscribe(self._shared, topic, subscription, session.durable, close)
-        except Exception as exc:
-            self._refuse(request.request_id, exc, "UNSUBSCRIBE")
-            return
-        log.info("pulsar subscription deleted", topic=topic, subscription=subscription)
-        self.write(replies.success(request.request_id))
-
-    async def _kick(self, consumer_id: int) -> None:
-        """Close a consumer from the server's side: the client subscribes it again (at the
-        subscription's position, with fresh permits), as after a broker-side disconnect."""
-        session = self._consumers.pop(consumer_id, None)
-        if session is not None:  # called by a seek, which holds the name's lock
-            self.write(replies.close_consumer(consumer_id))
-            await self._drop_consumer(session, locked=True)
-
-    async def _seek(self, request: pb.CommandSeek) -> None:
-        """`moves.seek` (the seeking client completes its seek once it has subscribed again)."""
-        if request.consumer_id not in self._topics:
-            self.write(replies.error(request.request_id, pb.ConsumerNotFound, "unknown consumer"))
-            return
-        topic, subscription = self._topics[request.consumer_id]
-        try:
-            await moves.seek(self._shared, topic, subscription, edge.seek_target(request))
-        except Exception as exc:
-            self._refuse(request.request_id, exc, "SEEK")
-            return
-        self.write(replies.success(request.request_id))
-
     def _busy(self, request_id: int, code: int, text: str, command: str) -> None:
         """Refuse `command` with `code` (logged)."""
         log.info("pulsar command refused", connection=self.id, command=command, error=text)
@@ -476,24 +378,3 @@ class Connection:
         if code in replies.RETRYABLE:
             self.close()
 
-    async def _drop_consumer(self, session: ConsumerSession, *, locked: bool = False) -> None:
-        """Close the consumer; under its subscription name's lock unless `locked` (held)."""
-        topic, subscription = self._topics.get(session.consumer_id, ("", ""))
-        if not locked and topic:
-            async with self._shared.names.hold(topic, subscription):
-                await self._drop_consumer(session, locked=True)
-            return
-        self._topics.pop(session.consumer_id, None)
-        registry = self._shared.subscriptions
-        registry.leave(topic, subscription, self.key(session.consumer_id))
-        await session.close()
-        if not session.durable and topic and not registry.count(topic, subscription):
-            await self._shared.readers.release(self._shared.engine, topic, subscription)
-
-
-def _topic_or_none(pulsar_topic: str) -> str | None:
-    """The engine topic of a name the edge passed, None when it names none."""
-    try:
-        return engine_topic(pulsar_topic)
-    except GatewayError:
-        return None

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable
 import structlog
 
 from adapters.pulsar.frontend import replies
-from adapters.pulsar.frontend.ids import IdAllocator, MessageKey
+from adapters.pulsar.frontend.ids import ENTRY_LIMIT, U64, IdAllocator, MessageKey
 from adapters.pulsar.frontend.messages import delivery_metadata
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import encode_payload_command
@@ -75,7 +75,10 @@ class ConsumerSession:
         epoch: int | None = None,
         max_unacked: int = MAX_UNACKED,
         durable: bool = True,
+        start: MessageKey | None = None,
     ) -> None:
+        """`start`: the message id a reader's SUBSCRIBE placed its new group at (None for
+        none, earliest or latest)."""
         self.consumer_id = consumer_id
         self.durable = durable
         """False for a reader's subscription, whose group goes with its last consumer."""
@@ -91,6 +94,9 @@ class ConsumerSession:
         """Highest id acknowledged cumulatively."""
         self._sent_upto: MessageKey = (-1, -1)
         """Highest id sent."""
+        self._start = start
+        self._unsent = 0
+        """Deliveries the pump has taken from the engine and not yet written."""
         self._max_unacked = max_unacked
         self._permits = 0
         """Permits the client gave that are not yet engine credit."""
@@ -150,25 +156,52 @@ class ConsumerSession:
             wanted = list(self._held)
         await self._settle(wanted, SettleAction.FAIL)
 
-    def last_id(self) -> MessageKey | None:
-        """The newest id this session holds unsettled (None when none)."""
-        return max(self._held, default=None)
+    def last_ids(self, backlog: int) -> tuple[MessageKey, MessageKey]:
+        """GET_LAST_MESSAGE_ID's answer, (last message id, mark-delete position), given the
+        group's `backlog` (`EnginePort.backlog`), for the client's `hasMessageAvailable`: it
+        asks whether the answer is above the last id it read, keeps the answer while it is, and
+        asks again once it has read up to it. So the answer is the newest id sent when nothing
+        is waiting (none sent: entry -1, "no message"), and otherwise the least id a message
+        still to come can have: just above the newest sent (message ids rise in topic order),
+        or the reader's start id while nothing is sent (just above it when more than it waits).
+        The mark-delete position, which clients read after a seek by time or a start at
+        latest, is a broker's: just below the first delivery not yet acknowledged, else the
+        newest id sent, else just below the answer when something waits."""
+        waiting = backlog + self._unsent
+        sent = self._sent_upto != (-1, -1)
+        if not waiting:
+            last = self._sent_upto if sent else (self._ids.ledger_id, U64 - 1)
+        elif sent:
+            last = _after(self._sent_upto)
+        elif self._start is not None:
+            last = _after(self._start) if waiting > 1 else self._start
+        else:
+            last = (0, 0)
+        if self._held:
+            mark = _before(min(self._held))
+        elif sent:
+            mark = self._sent_upto
+        else:
+            mark = _before(last) if waiting else last
+        return last, mark
 
     def watch(self, active: bool) -> None:
         """Tell the client whether this (failover) consumer is the active one."""
         self._write(replies.active_consumer(self.consumer_id, active))
 
     async def close(self) -> None:
-        """Stop delivering and close the engine consumer, which gives back what was held."""
+        """Stop delivering and close the engine consumer, which gives back what was held. The
+        engine consumer leaves its subscription before the first await (`moves.unsubscribe`
+        relies on it); the pump, cancelled first, writes nothing more."""
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
         self._held.clear()
         self._consumer.watch_active(None)
         try:
             await self._consumer.close()
         except Exception as exc:
             log.warning("closing engine consumer failed", error=str(exc))
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
     def _mine(self, ids: Iterable[pb.MessageIdData]) -> list[MessageKey]:
         held = self._held
@@ -204,6 +237,7 @@ class ConsumerSession:
         try:
             while True:
                 batch = await self._consumer.next_batch(BATCH)
+                self._unsent = len(batch)
                 self._credit = max(self._credit - len(batch), 0)
                 self._writing = True
                 behind = await self._send(batch)
@@ -224,7 +258,8 @@ class ConsumerSession:
         behind: list[str] = []
         frames: list[bytes] = []
         size = 0
-        for delivery in batch:
+        for i, delivery in enumerate(batch):
+            self._unsent = len(batch) - i - 1
             key = self._ids.key(delivery.message_id)
             if key <= self._acked_upto:
                 behind.append(delivery.receipt)
@@ -252,3 +287,16 @@ class ConsumerSession:
         if self._epoch is not None:
             msg.consumer_epoch = self._epoch
         return encode_payload_command(cmd, delivery_metadata(delivery), delivery.body)
+
+
+def _after(key: MessageKey) -> MessageKey:
+    """The least message id above `key`."""
+    ledger, entry = key
+    return (ledger, entry + 1) if entry + 1 < ENTRY_LIMIT else (ledger + 1, 0)
+
+
+def _before(key: MessageKey) -> MessageKey:
+    """The greatest message id below `key` (entry -1 of its ledger, as clients read it, for
+    entry 0)."""
+    ledger, entry = key
+    return (ledger, entry - 1) if entry else (ledger, U64 - 1)

@@ -16,9 +16,9 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from adapters.pulsar.frontend import ids
+from adapters.pulsar.frontend import access, ids
 from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID
-from adapters.pulsar.frontend.messages import out_message
+from adapters.pulsar.frontend.messages import RESERVED, carried, out_message
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import Entry, entries
 from adapters.pulsar.wire.frames import Frame
@@ -88,7 +88,7 @@ def check_command(cmd: pb.BaseCommand) -> None:
     name = COMMAND_FIELDS[cmd.type]
     missing = _missing(body)
     if missing:
-        raise InvalidArgument(f"{name}.{missing[0]}", None, "a required field")
+        raise _absent(body, name, missing[0])
     check_text(body, name)
     check = _CHECKS.get(cmd.type)
     if check is not None:
@@ -99,6 +99,29 @@ def _missing(message: Message) -> list[str]:
     """The paths of required fields `message` lacks."""
     found: list[str] = message.FindInitializationErrors()  # type: ignore[attr-defined]
     return found
+
+
+def _absent(message: Message, prefix: str, path: str) -> InvalidArgument:
+    """The error for required field `path` (dotted, below `message`) found missing: an enum
+    field the client did send, with a value the enum does not know, is named with that value
+    and the values allowed (proto2 keeps such a value among the unknown fields)."""
+    owner = message
+    parts = path.split(".")
+    try:
+        for part in parts[:-1]:
+            name, _, index = part.partition("[")
+            owner = getattr(owner, name)
+            if index:
+                owner = owner[int(index.rstrip("]"))]
+        field = owner.DESCRIPTOR.fields_by_name[parts[-1]]
+    except (AttributeError, KeyError, IndexError, ValueError):
+        return InvalidArgument(f"{prefix}.{path}", None, "a required field")
+    if field.enum_type is not None:
+        value = declared_enum(owner, field.name)
+        if value not in field.enum_type.values_by_number:
+            allowed = " or ".join(v.name for v in field.enum_type.values)
+            return refused(f"{prefix}.{path}", value, allowed)
+    return InvalidArgument(f"{prefix}.{path}", None, "a required field")
 
 
 def check_text(message: Message, path: str) -> None:
@@ -130,6 +153,12 @@ def _connect(body: Any) -> None:
 
 def _producer(body: Any) -> None:
     check_name("producer.topic", body.topic)
+    if body.encrypted:  # a consumer would get the ciphertext as the message
+        raise refused("producer.encrypted", True, NO_ENCRYPTION)
+    wanted = access.mode(body)
+    if wanted not in access.SERVED:
+        raise refused("producer.producer_access_mode", access.NAMES.get(wanted, wanted),
+                      "Shared or Exclusive")
     check_name("producer.producer_name", body.producer_name, required=False)
     check_name(
         "producer.initial_subscription_name", body.initial_subscription_name, required=False
@@ -162,6 +191,9 @@ def _subscribe(body: Any) -> None:
     check_name("subscribe.topic", body.topic)
     check_name("subscribe.subscription", body.subscription)
     check_name("subscribe.consumer_name", body.consumer_name, required=False)
+    if body.durable and body.start_message_rollback_duration_sec:  # a reader's option
+        raise refused("subscribe.start_message_rollback_duration_sec",
+                      body.start_message_rollback_duration_sec, "0 for a durable subscription")
     if body.HasField("keySharedMeta") and body.keySharedMeta.keySharedMode == pb.STICKY:
         raise refused("subscribe.keySharedMeta.keySharedMode", "STICKY",
                       "AUTO_SPLIT (keys are spread over the consumers by consistent hashing)")
@@ -184,6 +216,9 @@ def _send(body: Any) -> None:
 def _ack(body: Any) -> None:
     if not 1 <= len(body.message_id) <= MAX_IDS_PER_COMMAND:
         raise refused("ack.message_id", len(body.message_id), f"1..{MAX_IDS_PER_COMMAND} ids")
+    for flag in ("txnid_least_bits", "txnid_most_bits"):
+        if body.HasField(flag):  # acked now, it could not be undone by an abort
+            raise refused(f"ack.{flag}", getattr(body, flag), "unset: no transactions")
 
 
 def _redeliver(body: Any) -> None:
@@ -216,8 +251,8 @@ def seek_target(body: pb.CommandSeek) -> dict[str, Any]:
         return {"publish_ms": 0}
     if key == ids.LATEST:
         return {"publish_ms": MAX_PUBLISH_TIME}
-    entry = mid.entryId + max(mid.batch_index, 0)  # message i of a batch: its first + i
-    engine_id = ids.engine_id((mid.ledgerId, entry)) if entry < ids.U64 else ""
+    # Message i of a batch: its first + i.
+    engine_id = ids.engine_id((mid.ledgerId, mid.entryId), max(mid.batch_index, 0))
     if not engine_id:
         raise refused("seek.message_id", f"{mid.ledgerId}:{mid.entryId}",
                       "the id of a message of this topic")
@@ -242,6 +277,19 @@ _CHECKS = {
 }
 
 _CHUNK_FIELDS = ("uuid", "num_chunks_from_msg", "total_chunk_msg_size", "chunk_id")
+NO_ENCRYPTION = "false: end-to-end encryption is not served"
+ENCRYPTION_FIELDS = {13: "encryption_keys", 14: "encryption_algo", 15: "encryption_param"}
+"""MessageMetadata's encryption fields (not in the front end's proto subset: unknown fields)."""
+
+
+def _check_not_encrypted(metadata: pb.MessageMetadata) -> None:
+    """Refuse an encrypted payload: it would be stored and delivered as if it were the message
+    (no consumer could decrypt it: its keys would not travel with it)."""
+    unknown = UnknownFieldSet(metadata)
+    for i in range(len(unknown)):
+        name = ENCRYPTION_FIELDS.get(unknown[i].field_number)
+        if name is not None:
+            raise refused(f"metadata.{name}", "set", "unset: end-to-end encryption is not served")
 
 
 def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[OutMessage]:
@@ -254,8 +302,9 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
     assert metadata is not None
     missing = _missing(metadata)
     if missing:
-        raise InvalidArgument(f"metadata.{missing[0]}", None, "a required field")
+        raise _absent(metadata, "metadata", missing[0])
     check_text(metadata, "metadata")
+    _check_not_encrypted(metadata)
     for name in _CHUNK_FIELDS:
         if metadata.HasField(name):
             raise refused(f"metadata.{name}", getattr(metadata, name), "unset: no chunking")
@@ -278,8 +327,13 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
         _check_entry_text(entry, f"messages[{i}]")
         # Here, not only in the engine: a refusal there fails every frame stored with this one.
         check_properties(f"messages[{i}].properties", entry.properties)
+        for key in entry.properties:
+            if key.startswith(RESERVED):  # the front end's own: they would not be delivered
+                raise refused(f"messages[{i}].properties", key,
+                              f"keys that do not start with {RESERVED} (reserved for the "
+                              "Pulsar front end)")
         size = len(entry.payload) + len(entry.partition_key.encode())
-        for key, value in entry.properties.items():
+        for key, value in [*entry.properties.items(), *carried(entry).items()]:
             size += len(key.encode()) + len(value.encode())
         if size > limit:
             raise MessageTooLarge(size, limit)

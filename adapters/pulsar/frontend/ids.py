@@ -2,7 +2,11 @@
 
 On a back end that keeps groups' positions (`EnginePort.positions`: the embedded store), a
 message's id is its engine message id: the 32 hex digits the store gives (publish time, the
-store's tag, a counter: increasing in topic order) are 128 bits, read as the two uint64s. So the
+store's tag, a counter: increasing in topic order) are a number below 2^121, split into a
+ledger id (the bits above the lowest 63) and an entry id (the lowest 63 bits). Clients read both
+as signed 64-bit numbers, so neither may reach 2^63: split into two halves of 64 bits, half of
+the stores' tags made every entry id negative to a client, which takes a negative entry id for
+"no message" (`hasMessageAvailable` after a seek by time or a start at latest was False). So the
 id a send receipt carries, the id of every delivery of the message (its redeliveries too) and the
 id a client seeks to are one and the same, across restarts; a batch's receipt carries its first
 message's id and message i of the batch is that entry + i, as the client counts. Elsewhere (a
@@ -27,6 +31,9 @@ MessageKey = tuple[int, int]
 """(ledgerId, entryId)."""
 _HEX_ID = re.compile(r"[0-9a-f]{32}")
 U64 = 2**64
+ENTRY_BITS = 63
+ENTRY_LIMIT = 2**ENTRY_BITS
+"""Entry ids of store ids are below this (clients read entry ids as signed 64-bit numbers)."""
 EARLIEST: MessageKey = (U64 - 1, U64 - 1)
 """MessageId.earliest as the clients send it (-1, -1 as uint64)."""
 LATEST: MessageKey = (2**63 - 1, 2**63 - 1)
@@ -35,12 +42,21 @@ MAX_OTHER_IDS = 100_000
 """Ids of another shape remembered (for acks and redeliveries); the oldest go first."""
 
 
-def engine_id(key: MessageKey) -> str:
-    """The engine message id a Pulsar id stands for ("" for one the front end did not make)."""
+def engine_id(key: MessageKey, offset: int = 0) -> str:
+    """The engine message id a Pulsar id stands for, or the one `offset` messages after it
+    (message `offset` of a batch); "" for an id the front end did not make."""
     ledger, entry = key
-    if ledger >> 56 == 0:  # not a store id: those start with 48 bits of publish ms
+    # Not a store id: those start with 48 bits of publish ms (a ledger id of 2^56 or more).
+    if ledger >> 56 == 0 or entry >= ENTRY_LIMIT:
         return ""
-    return f"{ledger:016x}{entry:016x}"
+    value = (ledger << ENTRY_BITS | entry) + offset
+    return f"{value:032x}" if value >> 128 == 0 else ""
+
+
+def store_key(message_id: str) -> MessageKey:
+    """The Pulsar id of a store's message id (32 hex digits)."""
+    value = int(message_id, 16)
+    return value >> ENTRY_BITS, value & (ENTRY_LIMIT - 1)
 
 
 def publish_ms(message_id: str) -> int:
@@ -67,7 +83,7 @@ class IdAllocator:
     def key(self, message_id: str) -> MessageKey:
         """The Pulsar id of an engine message id (see the module docstring)."""
         if self.ordered and _HEX_ID.fullmatch(message_id):
-            return int(message_id[:16], 16), int(message_id[16:], 16)
+            return store_key(message_id)
         known = self._others.get(message_id)
         if known is None:
             known = self._others[message_id] = (self.ledger_id, self.next_entry())

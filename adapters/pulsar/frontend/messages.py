@@ -1,10 +1,16 @@
 """Translation between Pulsar message metadata and the engine's messages and deliveries.
 
-Pulsar-only metadata without an engine field travels in properties under a reserved prefix and
-is taken off again on delivery.
+Pulsar-only metadata without an engine field (the producer's name and sequence id, the event
+time, the ordering key, whether the partition key is base64 of a binary key, whether the value
+or the key is null) travels in
+properties under a reserved prefix and is taken off again on delivery; a client may not set
+properties of that prefix (`edge`).
 """
 
 from __future__ import annotations
+
+import base64
+import contextlib
 
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import Entry
@@ -15,6 +21,13 @@ RESERVED = "x-pulsar-"
 PRODUCER = RESERVED + "producer"
 SEQUENCE = RESERVED + "sequence-id"
 EVENT_TIME = RESERVED + "event-time"
+ORDERING_KEY = RESERVED + "ordering-key"
+"""The ordering key's bytes, in base64."""
+KEY_B64 = RESERVED + "key-b64"
+"""Set ("true") when the partition key is the base64 of a binary key."""
+NULL_VALUE = RESERVED + "null-value"
+NULL_KEY = RESERVED + "null-key"
+"""Set ("true") for a null value (a tombstone) / a null key, told from empty ones."""
 DEFAULT_PRODUCER = "gateway"
 
 
@@ -27,6 +40,7 @@ def out_message(
     properties[SEQUENCE] = str(sequence_id)
     if entry.event_time:
         properties[EVENT_TIME] = str(entry.event_time)
+    properties.update(carried(entry))
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0
     return OutMessage(
         body=entry.payload,
@@ -49,10 +63,34 @@ def delivery_metadata(delivery: Delivery) -> pb.MessageMetadata:
             meta.properties.add(key=key, value=value)
     if delivery.key:
         meta.partition_key = delivery.key
+        if props.get(KEY_B64) == "true":
+            meta.partition_key_b64_encoded = True
     event_time = _int(props.get(EVENT_TIME, "0"))
     if event_time:
         meta.event_time = event_time
+    if props.get(NULL_VALUE) == "true":
+        meta.null_value = True
+    if props.get(NULL_KEY) == "true":
+        meta.null_partition_key = True
+    ordering = props.get(ORDERING_KEY)
+    if ordering:
+        with contextlib.suppress(ValueError):  # not written by this front end
+            meta.ordering_key = base64.b64decode(ordering, validate=True)
     return meta
+
+
+def carried(entry: Entry) -> dict[str, str]:
+    """The reserved properties that carry an entry's ordering key and key encoding."""
+    out: dict[str, str] = {}
+    if entry.ordering_key:
+        out[ORDERING_KEY] = base64.b64encode(entry.ordering_key).decode()
+    if entry.key_b64 and entry.partition_key:
+        out[KEY_B64] = "true"
+    if entry.null_value:
+        out[NULL_VALUE] = "true"
+    if entry.null_key:
+        out[NULL_KEY] = "true"
+    return out
 
 
 def _int(text: str) -> int:

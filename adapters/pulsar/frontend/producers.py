@@ -71,9 +71,11 @@ class ProducerSession:
         limit: int,
         budget: ReadBudget,
         client_version: str = "",
+        release: Callable[[], None] | None = None,
     ) -> None:
         """`limit`: the most bytes of body + key + properties of one message; `client_version`:
-        the connection's, for the code of a refusal (`replies.send_failure`)."""
+        the connection's, for the code of a refusal (`replies.send_failure`); `release`:
+        called once the producer has stopped (its access to the topic ends)."""
         self.producer_id = producer_id
         self.topic = topic
         self.name = name
@@ -84,6 +86,7 @@ class ProducerSession:
         self._limit = limit
         self._budget = budget
         self._client_version = client_version
+        self._release = release
         self._held = 0
         """Budget held by frames taken and not yet answered."""
         self._queue: asyncio.Queue[_Send] = asyncio.Queue()
@@ -129,6 +132,9 @@ class ProducerSession:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._dedup.detach(self.topic, self.name)
+        if self._release is not None:
+            self._release()
+            self._release = None
         self._budget.give(self._held)
         self._held = 0
 

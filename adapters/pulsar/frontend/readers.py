@@ -11,7 +11,10 @@ A seek on a reader group closes its consumers (`SubscriptionRegistry.seek`) but 
 moved to the target (`pinned`): the readers subscribe again with no start id after a seek by
 time, and with their target id after a seek by id, and find it there. Were it dropped, the
 seek's second move would make it again as a group no reader owns (durable to every later
-reader). A group nobody rejoins within `REJOIN_S` is dropped (`linger`).
+reader). A client subscribes again on the connection its consumer was closed on, at once (its
+reconnect back-off starts at 0.1 s): so a group nobody rejoins is dropped (`linger`) as soon as
+every connection whose reader the seek closed has ended (`kicked`, `connection_closed`), and
+at the latest `REJOIN_S` after the seek.
 
 Pulsar's non-durable subscriptions do not survive a broker restart, and neither do these: with a
 state directory, the groups made here are listed in `DATA_DIR/pulsar/readers.json` (written
@@ -39,8 +42,9 @@ from gateway.errors import AlreadyExists, GatewayError
 
 log = structlog.get_logger(__name__)
 
-REJOIN_S = 60.0
-"""How long a reader group closed by a seek is kept for its readers to subscribe again."""
+REJOIN_S = 10.0
+"""How long a reader group closed by a seek is kept at most for its readers to subscribe again
+(while their connections stay open)."""
 FILE_NAME = "readers.json"
 
 Key = tuple[str, str]
@@ -58,6 +62,10 @@ class ReaderGroups:
         self._made: set[tuple[str, str]] = set()
         self._pinned: set[tuple[str, str]] = set()
         self._lingering: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._waiting: dict[Key, set[int]] = {}
+        """Per group a seek closed: the connections whose readers it closed, still open."""
+        self._abandoned: dict[Key, asyncio.Event] = {}
+        """Per lingering group: set once no connection in `_waiting` is left."""
 
     def __contains__(self, key: object) -> bool:
         return key in self._made
@@ -95,6 +103,7 @@ class ReaderGroups:
         if key not in self._made or key in self._pinned:
             return
         self._made.discard(key)
+        self._waiting.pop(key, None)
         try:
             await engine.drop_group(topic, group)
         except GatewayError as exc:  # the connection's other consumers still close
@@ -141,24 +150,47 @@ class ReaderGroups:
         finally:
             self._pinned.discard(key)
 
+    def kicked(self, topic: str, group: str, connection: int) -> None:
+        """A seek closed a reader of the group on `connection` (which it subscribes again on)."""
+        key = (topic, group)
+        if key in self._made:
+            self._waiting.setdefault(key, set()).add(connection)
+
+    def connection_closed(self, connection: int) -> None:
+        """`connection` ended: the groups a seek closed only its readers of are abandoned."""
+        for key, waiting in self._waiting.items():
+            waiting.discard(connection)
+            if not waiting and key in self._abandoned:
+                self._abandoned[key].set()
+
     def linger(self, engine: EnginePort, topic: str, group: str, idle: Callable[[], bool],
                after: float | None = None, *,
                guard: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
                ) -> None:
-        """Drop the reader group after `after` seconds unless a consumer came back (`idle()`
-        False then), inside `guard()` (the name's lock)."""
+        """Drop the reader group once every connection whose reader a seek closed has ended
+        (`kicked`), or after `after` seconds, unless a consumer came back (`idle()` False
+        then), inside `guard()` (the name's lock)."""
         key = (topic, group)
-        if key not in self._made or key in self._lingering:
+        if key in self._lingering:
             return
+        if key not in self._made:
+            self._waiting.pop(key, None)
+            return
+        abandoned = self._abandoned[key] = asyncio.Event()
+        if not self._waiting.get(key, True):  # those connections have ended already
+            abandoned.set()
 
         async def later() -> None:
             try:
-                await asyncio.sleep(REJOIN_S if after is None else after)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(abandoned.wait(), REJOIN_S if after is None else after)
                 async with guard() if guard is not None else contextlib.nullcontext():
                     if idle():
                         await self.release(engine, topic, group)
             finally:
                 self._lingering.pop(key, None)
+                self._abandoned.pop(key, None)
+                self._waiting.pop(key, None)
 
         self._lingering[key] = asyncio.create_task(later(), name=f"pulsar-reader-{group}")
 

@@ -218,12 +218,15 @@ def ack_response(consumer_id: int, request_id: int, code: int | None, message: s
     return encode_command(cmd)
 
 
-def last_message_id(request_id: int, ledger: int, entry: int) -> bytes:
+def last_message_id(
+    request_id: int, last: tuple[int, int], mark_delete: tuple[int, int]
+) -> bytes:
     cmd = Cmd(type=Cmd.GET_LAST_MESSAGE_ID_RESPONSE)
     reply = cmd.getLastMessageIdResponse
     reply.request_id = request_id
-    reply.last_message_id.ledgerId = ledger
-    reply.last_message_id.entryId = entry
+    reply.last_message_id.ledgerId, reply.last_message_id.entryId = last
+    mark = reply.consumer_mark_delete_position
+    mark.ledgerId, mark.entryId = mark_delete
     return encode_command(cmd)
 
 

@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from adapters.pulsar.frontend.access import ProducerAccess
 from adapters.pulsar.frontend.budget import READ_BUDGET_BYTES, ReadBudget
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.framing import PARTIAL_FACTOR, PartialFrames
@@ -52,3 +53,5 @@ class Shared:
     """The readers' (non-durable) subscriptions the front end made (and only it drops)."""
     names: NameLocks = field(default_factory=NameLocks)
     """Serializes the commands that change one (topic, subscription)."""
+    access: ProducerAccess = field(default_factory=ProducerAccess)
+    """Shared and Exclusive producers per topic."""

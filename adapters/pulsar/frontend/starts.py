@@ -36,11 +36,19 @@ def start_id(request: pb.CommandSubscribe) -> str:
     key = (start.ledgerId, start.entryId)
     if key in (ids.EARLIEST, ids.LATEST):
         return ""
-    message_id = ids.engine_id(key)
+    # Message i of a batch (as a batch's send receipt names it): its first + i, as in a seek.
+    message_id = ids.engine_id(key, max(start.batch_index, 0))
     if not message_id:
         raise refused("subscribe.start_message_id", f"{start.ledgerId}:{start.entryId}",
                       "the id of a message of this topic, or earliest / latest")
     return message_id
+
+
+def start_key(request: pb.CommandSubscribe) -> ids.MessageKey | None:
+    """The Pulsar id, as deliveries carry it, of the message a reader starts at (None for
+    none, earliest or latest)."""
+    message_id = start_id(request)
+    return ids.store_key(message_id) if message_id else None
 
 
 def position(request: pb.CommandSubscribe) -> InitialPosition:
@@ -62,3 +70,8 @@ async def place(
         await engine.seek(topic, request.subscription, message_id=message_id)
     except NotFound:
         await engine.seek(topic, request.subscription, publish_ms=ids.publish_ms(message_id))
+
+
+def rollback_ms(request: pb.CommandSubscribe, now_ms: int) -> int:
+    """The publish time a reader with `start_message_rollback_duration_sec` starts at."""
+    return max(now_ms - request.start_message_rollback_duration_sec * 1000, 0)

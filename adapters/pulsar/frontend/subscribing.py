@@ -5,9 +5,10 @@ The order is what keeps a refused command harmless: the start message id is chec
 consumer joins the subscription (`SubscriptionRegistry.join`, which refuses a conflicting
 subscription type), then a reader's group is claimed (`ReaderGroups.claim`: never a durable
 subscription's) and, only while it has no other consumer, moved to the reader's start message;
-then the engine consumer opens. A refusal at any step undoes the earlier ones (the consumer
-leaves, a reader group made for it is dropped). A durable SUBSCRIBE to the name of a live
-reader group is refused before anything.
+then the engine consumer opens. A reader's `start_message_rollback_duration_sec` moves it, as
+its start message id does, to the messages published in that many seconds before now. A
+refusal at any step undoes the earlier ones (the consumer leaves, a reader group made for it is
+dropped). A durable SUBSCRIBE to the name of a live reader group is refused before anything.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ async def attach(
             made = await readers.claim(engine, topic, name, at_end=at_end)
             if start and registry.count(topic, name) == 1:
                 await starts.place(engine, request, topic, start)
+            elif request.start_message_rollback_duration_sec and registry.count(topic, name) == 1:
+                await engine.seek(topic, name, publish_ms=starts.rollback_ms(request,
+                                                                             engine.now_ms()))
         spec = SubscriptionSpec(
             topic=topic,
             group=name,

@@ -59,6 +59,14 @@ class SubscriptionRegistry:
         if not current[1]:
             del self._members[(topic, subscription)]
 
+    async def kick_others(self, topic: str, subscription: str, member: str) -> None:
+        """Close every consumer of the subscription but `member` from the server's side."""
+        current = self._members.get((topic, subscription))
+        if current is not None:
+            for other, kick in list(current[1].items()):
+                if other != member:
+                    await kick()
+
     def count(self, topic: str, subscription: str) -> int:
         """Consumers attached to the subscription."""
         current = self._members.get((topic, subscription))

@@ -27,6 +27,12 @@ class Entry:
     ordering_key: bytes = b""
     event_time: int = 0
     sequence_id: int | None = None
+    key_b64: bool = False
+    """`partition_key` is the base64 of a binary key (`partition_key_b64_encoded`)."""
+    null_value: bool = False
+    """The message is a null value (a tombstone), not an empty one."""
+    null_key: bool = False
+    """The message's key is null, not empty (`null_partition_key`)."""
 
 
 def decompress(metadata: pb.MessageMetadata, payload: bytes, limit: int) -> bytes:
@@ -71,6 +77,9 @@ def entries(
                 partition_key=metadata.partition_key,
                 ordering_key=metadata.ordering_key,
                 event_time=metadata.event_time,
+                key_b64=metadata.partition_key_b64_encoded,
+                null_value=metadata.null_value,
+                null_key=metadata.null_partition_key,
             )
         ]
     return split_batch(data, metadata.num_messages_in_batch)
@@ -106,6 +115,9 @@ def split_batch(data: bytes, count: int) -> list[Entry]:
                 ordering_key=single.ordering_key,
                 event_time=single.event_time,
                 sequence_id=single.sequence_id if single.HasField("sequence_id") else None,
+                key_b64=single.partition_key_b64_encoded,
+                null_value=single.null_value,
+                null_key=single.null_partition_key,
             )
         )
         pos = end
@@ -123,8 +135,13 @@ def build_batch(items: Sequence[Entry]) -> bytes:
             single.properties.add(key=key, value=value)
         if item.partition_key:
             single.partition_key = item.partition_key
+            single.partition_key_b64_encoded = item.key_b64
         if item.ordering_key:
             single.ordering_key = item.ordering_key
+        if item.null_value:
+            single.null_value = True
+        if item.null_key:
+            single.null_partition_key = True
         if item.event_time:
             single.event_time = item.event_time
         if item.sequence_id is not None:

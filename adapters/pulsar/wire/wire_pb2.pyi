@@ -127,11 +127,43 @@ class Schema(_message.Message):
         Json: _ClassVar[Schema.Type]
         Protobuf: _ClassVar[Schema.Type]
         Avro: _ClassVar[Schema.Type]
+        Bool: _ClassVar[Schema.Type]
+        Int8: _ClassVar[Schema.Type]
+        Int16: _ClassVar[Schema.Type]
+        Int32: _ClassVar[Schema.Type]
+        Int64: _ClassVar[Schema.Type]
+        Float: _ClassVar[Schema.Type]
+        Double: _ClassVar[Schema.Type]
+        Date: _ClassVar[Schema.Type]
+        Time: _ClassVar[Schema.Type]
+        Timestamp: _ClassVar[Schema.Type]
+        KeyValue: _ClassVar[Schema.Type]
+        Instant: _ClassVar[Schema.Type]
+        LocalDate: _ClassVar[Schema.Type]
+        LocalTime: _ClassVar[Schema.Type]
+        LocalDateTime: _ClassVar[Schema.Type]
+        ProtobufNative: _ClassVar[Schema.Type]
     Bytes: Schema.Type
     String: Schema.Type
     Json: Schema.Type
     Protobuf: Schema.Type
     Avro: Schema.Type
+    Bool: Schema.Type
+    Int8: Schema.Type
+    Int16: Schema.Type
+    Int32: Schema.Type
+    Int64: Schema.Type
+    Float: Schema.Type
+    Double: Schema.Type
+    Date: Schema.Type
+    Time: Schema.Type
+    Timestamp: Schema.Type
+    KeyValue: Schema.Type
+    Instant: Schema.Type
+    LocalDate: Schema.Type
+    LocalTime: Schema.Type
+    LocalDateTime: Schema.Type
+    ProtobufNative: Schema.Type
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_DATA_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
