@@ -112,10 +112,7 @@ class Delivering(Leaving):
         anonymous = policy.retries_enabled is False and not spec.consumer_id
         if anonymous:
             spec = replace(spec, consumer_id=consumer_id)
-        self._check_exclusive(spec)
-        sub = self._subscription(spec, policy, anonymous)
-        await self._place(sub)
-        await self._attend(sub, policy)
+        sub = await self._settled_subscription(spec, policy, anonymous, exclusive=True)
         consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked, policy,
                             self._config.max_unacked_bytes)
         consumer.on_close = self._consumer_closed
@@ -129,6 +126,23 @@ class Delivering(Leaving):
         log.info("consumer opened", topic=spec.topic, group=sub.group, policy=policy.name,
                  consumer=consumer_id)
         return consumer
+
+    async def _settled_subscription(
+        self, spec: SubscriptionSpec, policy: RetryPolicy, anonymous: bool, *, exclusive: bool
+    ) -> Subscription:
+        """The subscription `spec` joins, placed in the back end, and still the group's when
+        this returns (a `drop_group` during an await here takes it away: then again, on a new
+        one); with `exclusive`, checked for an exclusive consumer after the last await."""
+        while True:
+            if exclusive:
+                self._check_exclusive(spec)
+            sub = self._subscription(spec, policy, anonymous)
+            await self._place(sub)
+            await self._attend(sub, policy)
+            if self.subscriptions.get((spec.topic, sub.group)) is sub:
+                if exclusive:
+                    self._check_exclusive(spec)  # a consumer may have come meanwhile
+                return sub
 
     async def _place(self, sub: Subscription) -> None:
         """Create the group where its spec says it starts, unless the back end knows it (then
@@ -404,9 +418,7 @@ class Delivering(Leaving):
             decide(Record("check", spec.topic, spec.group), ev.Deliver("check", invisible_ms),
                    policy, self._time.policy_now())
         await self._check_topic(spec.topic)
-        sub = self._subscription(spec, policy, anonymous=False)
-        await self._place(sub)
-        await self._attend(sub, policy)
+        sub = await self._settled_subscription(spec, policy, False, exclusive=False)
         if sub.own_group and not sub.consumers:
             self._drop_later(sub)  # a pull consumer's own group lasts while it keeps receiving
         loop = asyncio.get_running_loop()
