@@ -103,10 +103,13 @@ def orderly(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPol
 
 
 def simple(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPolicy:
-    """Simple consumer: InvisibleDuration per receive; retry interval = invisible − processing."""
+    """Simple consumer: InvisibleDuration per receive; retry interval = invisible − processing.
+    `ordered` (a FIFO group): a message group's next message waits until the one before it is
+    acked or dead-lettered."""
     reader = OptionReader("rocketmq-simple", options)
     max_retries = reader.integer("max_retries", DEFAULT_MAX_RETRIES, 0, MAX_RETRIES_5X)
     dead_letter = reader.boolean("dead_letter", True)
+    ordered = reader.boolean("ordered", False)
     return RetryPolicy(
         name="rocketmq-simple",
         dialect=DIALECT,
@@ -118,6 +121,7 @@ def simple(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPoli
         invisible_range_ms=INVISIBLE_RANGE_MS,
         extend_range_ms=INVISIBLE_RANGE_MS,
         dead_letter=dead_letter,
+        blocks_queue=ordered,
         settings=reader.finish(),
     )
 

@@ -100,3 +100,23 @@ async def test_broadcast_drops_failures_whatever_the_retry_settings(h: Harness) 
     # it, and a group made anew starts at the earliest message kept).
     await h.nothing_more([spec], ms=HOUR - 1)
     assert await h.backend.topics() == [TOPIC]
+
+
+async def test_an_ordered_simple_consumer_waits_for_the_head_of_each_message_group(
+    h: Harness,
+) -> None:
+    """A RocketMQ simple consumer on a FIFO group: a message group's next message is not
+    received while the one before it is invisible (being processed or waiting to come again)."""
+    spec = h.spec("rocketmq-simple", {"ordered": "true"})
+    await h.publish_keyed(("k1", b"k1-a"), ("k1", b"k1-b"), ("k2", b"k2-a"))
+    got = await h.receive(spec, invisible_ms=10_000)
+    assert bodies(got) == [b"k1-a", b"k2-a"]
+    _head, other = got
+    assert (await h.ack(other)).ok
+    assert await h.receive(spec, invisible_ms=10_000) == []  # k1-b waits for k1-a
+    await h.advance(10_000)  # k1-a's invisible time is over: it comes again, first
+    (again,) = await h.receive(spec, invisible_ms=10_000)
+    assert (bodies([again]), again.attempt) == ([b"k1-a"], 2)
+    assert await h.receive(spec, invisible_ms=10_000) == []
+    assert (await h.ack(again)).ok
+    assert bodies(await h.receive(spec, invisible_ms=10_000)) == [b"k1-b"]

@@ -181,6 +181,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             policy = POLICY_PUSH if kind == codec.PUSH else POLICY_SIMPLE
             if settings.max_delivery_attempts is not None:
                 options["max_retries"] = str(settings.max_delivery_attempts - 1)
+            if group in settings.fifo_groups:  # a simple consumer: FIFO per message group
+                options["ordered"] = "true"
         return SubscriptionSpec(
             topic=request.message_queue.topic.name,
             group=group,
