@@ -56,6 +56,9 @@ VHOST = "/"
 HANDSHAKE_FRAME_MAX = 65_536
 """Frames before tuning may be this large (a client's properties; the spec's floor is 4096)."""
 FRAME_MIN = 4096
+READ_TURN = 5_000
+"""Units of work (`framing.work`, about a microsecond each) one connection's frames may take in
+one turn of the event loop before the others are served."""
 
 AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
 
@@ -84,6 +87,9 @@ class Connection(asyncio.Protocol):
         self.partial_content_bytes = 0
         """Body bytes of messages still arriving, on every channel (bounded: RESOURCE_ERROR)."""
         self._reading_paused = False
+        self._unread = False
+        """Frames read from the socket wait in the reader for a turn of their own."""
+        self._turn: asyncio.Handle | None = None
         self._eof_sent = False
         self._backlogged = False
         """More than `write_backlog_bytes` wait to be sent: the client does not read."""
@@ -167,6 +173,8 @@ class Connection(asyncio.Protocol):
         self.writable.set()
         for timer in self._timers:
             timer.cancel()
+        if self._turn is not None:
+            self._turn.cancel()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         self._teardown = asyncio.ensure_future(self._tear_down())
@@ -193,22 +201,48 @@ class Connection(asyncio.Protocol):
         self.last_read = time.monotonic()
         if self.state >= CLOSED:
             return
+        if self.state == AWAIT_HEADER:
+            data = self._protocol_header(data)
+            if not data:
+                return
+        if self._unread:  # frames from before wait for their turn: these go behind them
+            self.reader.keep(data)
+            return
+        self._read(data)
+
+    def _read(self, data: bytes) -> None:
+        """Read frames from what arrived (and what is buffered) for one turn: until
+        `READ_TURN` units of work are spent, or the published bytes not yet stored pass their
+        limit. What is left waits, the socket not read from, until the event loop has served
+        everything else once (`_read_on`), or until enough is stored: a flood of header-heavy
+        or tiny messages on one connection is decoded a slice at a time, never a whole socket
+        read of it (256 KiB: a tenth of a second) in one go while other clients wait."""
+        budget = READ_TURN
+        frames = self.reader.feed(data)
         try:
-            if self.state == AWAIT_HEADER:
-                data = self._protocol_header(data)
-                if not data:
-                    return
-            for incoming in self.reader.feed(data):
+            for incoming in frames:
                 self._frame(incoming)
                 if self.state == CLOSED:
                     return
+                budget -= framing.work(incoming)
+                if budget <= 0 or self._over():
+                    self._unread = True
+                    break
         except AMQPError as exc:
             self.fail(exc)
         except Exception as exc:  # a bug, not the client's fault: say so, serve on
             log.error("amqp frame handling failed", peer=self.peer, error=str(exc),
                       exc_info=True)
             self.fail(AMQPError(INTERNAL_ERROR, type(exc).__name__))
+        finally:
+            frames.close()  # what was not read stays buffered
         self._flow_check()
+
+    def _read_on(self) -> None:
+        self._turn = None
+        if self.state < CLOSED and self._unread and not self._over():
+            self._unread = False
+            self._read(b"")
 
     def _protocol_header(self, data: bytes) -> bytes:
         self._header += data
@@ -229,17 +263,23 @@ class Connection(asyncio.Protocol):
             mechanisms=" ".join(sasl.MECHANISMS), locales="en_US"))
         return rest
 
+    def _over(self) -> bool:
+        return self._backlogged or self.pending_publish_bytes > self.limits.pending_publish_bytes
+
     def _flow_check(self) -> None:
-        """Stop reading while too many published bytes wait to be stored; read on after."""
+        """Stop reading while too many published bytes wait to be stored, or while frames
+        already read wait for their turn; read on after."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        over = self._backlogged or (
-            self.pending_publish_bytes > self.limits.pending_publish_bytes)
-        if over and not self._reading_paused:
+        over = self._over()
+        if self._unread and not over and self._turn is None:
+            self._turn = asyncio.get_running_loop().call_soon(self._read_on)
+        paused = over or self._unread
+        if paused and not self._reading_paused:
             transport.pause_reading()
             self._reading_paused = True
-        elif not over and self._reading_paused:
+        elif not paused and self._reading_paused:
             transport.resume_reading()
             self._reading_paused = False
 
