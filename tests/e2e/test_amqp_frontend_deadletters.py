@@ -186,3 +186,33 @@ async def test_an_expiry_cycle_is_broken_where_it_closes(ch: AbstractChannel) ->
     deaths = first.headers["x-death"]
     assert isinstance(deaths, list) and len(deaths) == 1
     assert deaths[0]["reason"] == "expired" and deaths[0]["count"] == 1
+
+
+async def test_each_death_has_its_own_reason(ch: AbstractChannel) -> None:
+    """A message that expired in one queue and then was rejected in the next has two deaths:
+    `expired` there and `rejected` here (as RabbitMQ writes them). Before, every later death
+    took the first one's reason (`x-first-death-reason`): the rejection was written
+    `expired`."""
+    to_work = await ch.declare_exchange(unique("to-work"), aio_pika.ExchangeType.FANOUT)
+    to_dead = await ch.declare_exchange(unique("to-dead"), aio_pika.ExchangeType.FANOUT)
+    delay = await ch.declare_queue(unique("delay"), arguments={
+        "x-message-ttl": 0, "x-dead-letter-exchange": to_work.name})
+    work = await ch.declare_queue(unique("work"), arguments={
+        "x-dead-letter-exchange": to_dead.name})
+    dead = await ch.declare_queue(unique("dead"))
+    await work.bind(to_work)
+    await dead.bind(to_dead)
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        await message.ack()
+
+    await delay.consume(on_message)  # expiry happens on the way to a consumer
+    await ch.default_exchange.publish(aio_pika.Message(b"m"), routing_key=delay.name)
+    await reject_all(ch, work.name, 1)
+    (message,) = await drain(ch, dead.name, 1)
+    deaths = message.headers["x-death"]
+    assert isinstance(deaths, list)
+    assert [(d["queue"], d["reason"]) for d in deaths] == [  # type: ignore[index]
+        (work.name, "rejected"), (delay.name, "expired")]
+    assert message.headers["x-first-death-reason"] == "expired"
+    assert message.headers["x-first-death-queue"] == delay.name

@@ -31,7 +31,12 @@ from collections.abc import Mapping
 
 import structlog
 
-from adapters.amqp.dialect import FIRST_DEATH_QUEUE, FIRST_DEATH_REASON, REJECTED
+from adapters.amqp.dialect import (
+    FIRST_DEATH_QUEUE,
+    FIRST_DEATH_REASON,
+    LAST_DEATH_REASON,
+    REJECTED,
+)
 from adapters.amqp.frontend import messages
 from adapters.amqp.frontend.context import POLICY, Context
 from adapters.amqp.frontend.topology import DEFAULT, Queue
@@ -174,7 +179,9 @@ class DeadLetterRouter:
         """The copy to route, the bytes it grew by the headers written here, and its
         `x-death` (the latest death first)."""
         props = dict(delivery.properties)
-        reason = props.get(FIRST_DEATH_REASON, REJECTED)
+        # Why it died this time (the dialect writes it on every death, where the first death's
+        # reason stays as it was); the first death's only on a dead letter that does not say.
+        reason = props.get(LAST_DEATH_REASON) or props.get(FIRST_DEATH_REASON, REJECTED)
         original_key = props.get(messages.ROUTING_KEY, queue.name)
         typed = decode_typed(props.get(messages.TYPED))
         deaths = typed.pop("x-death", None)
