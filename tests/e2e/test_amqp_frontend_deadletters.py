@@ -216,3 +216,31 @@ async def test_each_death_has_its_own_reason(ch: AbstractChannel) -> None:
         (work.name, "rejected"), (delay.name, "expired")]
     assert message.headers["x-first-death-reason"] == "expired"
     assert message.headers["x-first-death-queue"] == delay.name
+
+
+async def test_a_delay_queue_retry_loop_with_rejections_goes_on(ch: AbstractChannel) -> None:
+    """The common retry loop (work -> reject -> delay queue -> expire -> work) has a rejection
+    in it: it is not a cycle to break, and the message comes back to work as often as it is
+    rejected there."""
+    to_work = await ch.declare_exchange(unique("to-work"), aio_pika.ExchangeType.FANOUT)
+    to_delay = await ch.declare_exchange(unique("to-delay"), aio_pika.ExchangeType.FANOUT)
+    work = await ch.declare_queue(unique("work"), arguments={
+        "x-dead-letter-exchange": to_delay.name})
+    delay = await ch.declare_queue(unique("delay"), arguments={
+        "x-message-ttl": 0, "x-dead-letter-exchange": to_work.name})
+    await work.bind(to_work)
+    await delay.bind(to_delay)
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        await message.ack()
+
+    await delay.consume(on_message)  # expiry happens on the way to a consumer
+    await ch.default_exchange.publish(aio_pika.Message(b"m"), routing_key=work.name)
+    for round_ in (1, 2, 3):
+        message = await get(work)
+        if round_ > 1:
+            deaths = message.headers["x-death"]
+            assert isinstance(deaths, list)
+            assert [(d["queue"], d["reason"], d["count"]) for d in deaths] == [  # type: ignore[index]
+                (delay.name, "expired", round_ - 1), (work.name, "rejected", round_ - 1)]
+        await message.reject(requeue=False)
