@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 from pamqp import commands
 
-from adapters.amqp.frontend import framing, sasl
+from adapters.amqp.frontend import framing, negotiation, sasl
 from adapters.amqp.frontend.channel import Channel
 from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
@@ -27,7 +27,6 @@ from adapters.amqp.frontend.errors import (
     COMMAND_INVALID,
     CONNECTION_FORCED,
     INTERNAL_ERROR,
-    NOT_ALLOWED,
     NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
     AMQPError,
@@ -39,23 +38,6 @@ from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
 
-SERVER_PROPERTIES: dict[str, Any] = {
-    "product": "retry-gateway",
-    "platform": "Python/asyncio",
-    "information": "AMQP 0-9-1 front end of retry-gateway",
-    "capabilities": {
-        "publisher_confirms": True,
-        "exchange_exchange_bindings": True,
-        "basic.nack": True,
-        "consumer_cancel_notify": True,
-        "per_consumer_qos": True,
-        "authentication_failure_close": True,
-    },
-}
-VHOST = "/"
-HANDSHAKE_FRAME_MAX = 65_536
-"""Frames before tuning may be this large (a client's properties; the spec's floor is 4096)."""
-FRAME_MIN = 4096
 READ_TURN = 5_000
 """Units of work (`framing.work`, about a microsecond each) one connection's frames may take in
 one turn of the event loop before the others are served."""
@@ -71,7 +53,7 @@ class Connection(asyncio.Protocol):
         self._on_lost = on_lost
         self.transport: asyncio.Transport | None = None
         self.state = AWAIT_HEADER
-        self.reader = FrameReader(HANDSHAKE_FRAME_MAX)
+        self.reader = FrameReader(negotiation.HANDSHAKE_FRAME_MAX)
         self.frame_max = ctx.limits.frame_max
         self.channel_max = ctx.limits.channel_max
         self.heartbeat_s = 0
@@ -259,7 +241,7 @@ class Connection(asyncio.Protocol):
             return b""
         self.state = AWAIT_START_OK
         self.send(0, commands.Connection.Start(
-            version_major=0, version_minor=9, server_properties=SERVER_PROPERTIES,
+            version_major=0, version_minor=9, server_properties=negotiation.SERVER_PROPERTIES,
             mechanisms=" ".join(sasl.MECHANISMS), locales="en_US"))
         return rest
 
@@ -367,24 +349,13 @@ class Connection(asyncio.Protocol):
             heartbeat=self.limits.heartbeat_s))
 
     def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        frame_max = method.frame_max or self.limits.frame_max
-        if not FRAME_MIN <= frame_max <= self.limits.frame_max:
-            raise AMQPError(NOT_ALLOWED, f"frame_max={frame_max}: allowed {FRAME_MIN}.."
-                                         f"{self.limits.frame_max}", (10, 31))
-        channel_max = method.channel_max or self.limits.channel_max
-        if channel_max > self.limits.channel_max:
-            raise AMQPError(NOT_ALLOWED, f"channel_max={channel_max}: allowed 1.."
-                                         f"{self.limits.channel_max}", (10, 31))
-        self.frame_max = frame_max
-        self.channel_max = channel_max
-        self.reader.frame_max = frame_max
+        self.frame_max, self.channel_max = negotiation.tuned(self.limits, method)
+        self.reader.frame_max = self.frame_max
         self.heartbeat_s = method.heartbeat
         self.state = AWAIT_OPEN
 
     def _open(self, method: commands.Connection.Open) -> None:
-        if method.virtual_host not in (VHOST, ""):
-            raise AMQPError(NOT_ALLOWED, f"vhost {short(method.virtual_host)} not found: the "
-                                         "gateway serves the virtual host '/' only", (10, 40))
+        negotiation.check_vhost(method)
         self.state = OPEN
         for timer in self._timers:
             timer.cancel()
