@@ -367,11 +367,17 @@ class Connection(asyncio.Protocol):
 
     async def _beat(self) -> None:
         """Send a heartbeat when nothing else went out for half the interval; drop a peer
-        that sent nothing for two intervals."""
+        that sent nothing for two intervals (not counting the time it was not read from for
+        flow control)."""
         interval = self.heartbeat_s
         while self.state == OPEN:
             await asyncio.sleep(interval / 2)
             now = time.monotonic()
+            if self._reading_paused and not self._backlogged:
+                # Not read from while its messages wait to be stored (flow control): its
+                # heartbeats wait in the socket, it is not silent (as RabbitMQ pauses the
+                # monitor of a blocked connection).
+                self.last_read = now
             if now - self.last_read > 2 * interval:
                 log.info("amqp heartbeat missed: closing", peer=self.peer)
                 self.abort()
