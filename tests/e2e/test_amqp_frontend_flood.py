@@ -156,3 +156,53 @@ async def test_properties_of_messages_still_arriving_count_against_their_limit(
         raw.close()
     other = await RawAmqp.connect(gw.port)  # everyone else is served
     other.close()
+
+
+async def test_binding_again_does_not_write_out_every_bindings_arguments(
+    gw: AmqpGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new binding is compared with the exchange's bindings (a binding that exists already is
+    not added twice) without writing out their arguments again: before, every `queue.bind` to
+    a headers exchange wrote both argument tables as text for each binding there (71 ms a bind
+    at 100 bindings of 1,000 arguments, growing with every one, the event loop held)."""
+    from adapters.amqp.frontend import topology
+
+    written = 0
+    to_text = topology.table_to_text
+
+    def counting(table: Any) -> str:
+        nonlocal written
+        written += 1
+        return to_text(table)
+
+    monkeypatch.setattr(topology, "table_to_text", counting)
+    raw = await RawAmqp.connect(gw.port)
+    try:
+        queue = unique()
+        raw.send(1, commands.Queue.Declare(queue=queue))
+        await raw.expect(commands.Queue.DeclareOk)
+        arguments: dict[str, Any] = {"x-match": "any", **{f"a{i}": "v" for i in range(50)}}
+        for n in range(100):
+            raw.send(1, commands.Queue.Bind(queue=queue, exchange="amq.headers",
+                                            arguments={**arguments, "n": n}))
+        for _ in range(100):
+            await raw.expect(commands.Queue.BindOk)
+        before = written
+        raw.send(1, commands.Queue.Bind(queue=queue, exchange="amq.headers",
+                                        arguments={**arguments, "n": 5}))  # there already
+        raw.send(1, commands.Queue.Bind(queue=queue, exchange="amq.headers",
+                                        arguments={**arguments, "n": 100}))  # a new one
+        await raw.expect(commands.Queue.BindOk)
+        await raw.expect(commands.Queue.BindOk)
+        assert written - before <= 4, f"{written - before} argument tables written for 2 binds"
+        # Both are bound once: a message matching n=5 reaches the queue once.
+        raw.send(1, commands.Confirm.Select())
+        await raw.expect(commands.Confirm.SelectOk)
+        raw.publish(1, b"m", "", exchange="amq.headers",
+                    properties=commands.Basic.Properties(headers={"n": 5}))
+        await raw.expect(commands.Basic.Ack)
+        raw.send(1, commands.Queue.Declare(queue=queue, passive=True))
+        ok = await raw.expect(commands.Queue.DeclareOk)
+        assert ok.message_count == 1
+    finally:
+        raw.close()
