@@ -27,6 +27,10 @@ ACK_TIMEOUT_MS = MINUTE_MS
 MAX_RETRIES = 16
 FIRST_DEATH_REASON = "x-first-death-reason"
 FIRST_DEATH_QUEUE = "x-first-death-queue"
+LAST_DEATH_REASON = "x-last-death-reason"
+LAST_DEATH_QUEUE = "x-last-death-queue"
+"""Why and where the message died last (RabbitMQ 3.13's headers): written on every death, where
+the first-death ones are kept from the first."""
 REJECTED = "rejected"
 EXPIRED = "expired"
 
@@ -89,6 +93,8 @@ class RabbitMQDialect:
         # What RabbitMQ writes on a message it dead-letters, for consumers of the dead letters.
         out.setdefault(FIRST_DEATH_REASON, death_reason(reason))
         out.setdefault(FIRST_DEATH_QUEUE, topic)
+        out[LAST_DEATH_REASON] = death_reason(reason)
+        out[LAST_DEATH_QUEUE] = topic
         return out
 
 

@@ -99,11 +99,11 @@ async def test_a_dead_letter_refused_for_good_does_not_hold_back_the_others(
     work, dead = await fanout_dlx(ch)
     refuse = deadletters.DeadLetterRouter._dead_letter
 
-    def spoiled(*args: object) -> tuple[object, int]:
-        message, grown = refuse(*args)  # type: ignore[arg-type]
+    def spoiled(*args: object) -> tuple[object, int, list[object]]:
+        message, grown, deaths = refuse(*args)  # type: ignore[arg-type]
         if message.body == b"bad":
             message.properties["x-gateway-forged"] = "1"  # the engine refuses reserved names
-        return message, grown
+        return message, grown, deaths
 
     monkeypatch.setattr(deadletters.DeadLetterRouter, "_dead_letter", staticmethod(spoiled))
     for body in (b"one", b"bad", b"two"):
@@ -152,3 +152,95 @@ async def test_a_headers_exchange_matches_dead_letters_on_typed_values(
     assert sorted(m.body for m in await drain(ch, by_int.name, 2)) == [b"dead-int",
                                                                        b"direct-int"]
     assert [m.body for m in await drain(ch, by_str.name, 1)] == [b"dead-str"]
+
+
+async def test_an_expiry_cycle_is_broken_where_it_closes(ch: AbstractChannel) -> None:
+    """As RabbitMQ: a queue whose expired messages are dead-lettered back to itself (here
+    through a fanout exchange it is bound to, with a second queue watching) gets its own dead
+    letter back never: the copy goes to the watcher once. Before, the message went round for
+    ever (a thousand copies in the watcher within three seconds, the CPU busy)."""
+    exchange = await ch.declare_exchange(unique("loop"), aio_pika.ExchangeType.FANOUT)
+    work = await ch.declare_queue(unique("a-work"), arguments={
+        "x-message-ttl": 0, "x-dead-letter-exchange": exchange.name})
+    seen = await ch.declare_queue(unique("z-seen"))
+    await work.bind(exchange)
+    await seen.bind(exchange)
+    delivered: list[bytes] = []
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        delivered.append(message.body)
+        await message.ack()
+
+    await work.consume(on_message)  # expiry happens on the way to a consumer
+    await ch.default_exchange.publish(aio_pika.Message(b"first"), routing_key=work.name)
+    (first,) = await drain(ch, seen.name, 1)
+    # The second message comes behind every copy of the first still going round: once its
+    # own dead letter is seen, nothing of the first can still be on its way.
+    await ch.default_exchange.publish(aio_pika.Message(b"second"), routing_key=work.name)
+    bodies = [first.body]
+    while bodies[-1] != b"second":
+        bodies += [m.body for m in await drain(ch, seen.name, 1)]
+        assert len(bodies) < 10, "the first message went round again"
+    assert bodies == [b"first", b"second"]
+    assert delivered == []
+    deaths = first.headers["x-death"]
+    assert isinstance(deaths, list) and len(deaths) == 1
+    assert deaths[0]["reason"] == "expired" and deaths[0]["count"] == 1
+
+
+async def test_each_death_has_its_own_reason(ch: AbstractChannel) -> None:
+    """A message that expired in one queue and then was rejected in the next has two deaths:
+    `expired` there and `rejected` here (as RabbitMQ writes them). Before, every later death
+    took the first one's reason (`x-first-death-reason`): the rejection was written
+    `expired`."""
+    to_work = await ch.declare_exchange(unique("to-work"), aio_pika.ExchangeType.FANOUT)
+    to_dead = await ch.declare_exchange(unique("to-dead"), aio_pika.ExchangeType.FANOUT)
+    delay = await ch.declare_queue(unique("delay"), arguments={
+        "x-message-ttl": 0, "x-dead-letter-exchange": to_work.name})
+    work = await ch.declare_queue(unique("work"), arguments={
+        "x-dead-letter-exchange": to_dead.name})
+    dead = await ch.declare_queue(unique("dead"))
+    await work.bind(to_work)
+    await dead.bind(to_dead)
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        await message.ack()
+
+    await delay.consume(on_message)  # expiry happens on the way to a consumer
+    await ch.default_exchange.publish(aio_pika.Message(b"m"), routing_key=delay.name)
+    await reject_all(ch, work.name, 1)
+    (message,) = await drain(ch, dead.name, 1)
+    deaths = message.headers["x-death"]
+    assert isinstance(deaths, list)
+    assert [(d["queue"], d["reason"]) for d in deaths] == [  # type: ignore[index]
+        (work.name, "rejected"), (delay.name, "expired")]
+    assert message.headers["x-first-death-reason"] == "expired"
+    assert message.headers["x-first-death-queue"] == delay.name
+
+
+async def test_a_delay_queue_retry_loop_with_rejections_goes_on(ch: AbstractChannel) -> None:
+    """The common retry loop (work -> reject -> delay queue -> expire -> work) has a rejection
+    in it: it is not a cycle to break, and the message comes back to work as often as it is
+    rejected there."""
+    to_work = await ch.declare_exchange(unique("to-work"), aio_pika.ExchangeType.FANOUT)
+    to_delay = await ch.declare_exchange(unique("to-delay"), aio_pika.ExchangeType.FANOUT)
+    work = await ch.declare_queue(unique("work"), arguments={
+        "x-dead-letter-exchange": to_delay.name})
+    delay = await ch.declare_queue(unique("delay"), arguments={
+        "x-message-ttl": 0, "x-dead-letter-exchange": to_work.name})
+    await work.bind(to_work)
+    await delay.bind(to_delay)
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        await message.ack()
+
+    await delay.consume(on_message)  # expiry happens on the way to a consumer
+    await ch.default_exchange.publish(aio_pika.Message(b"m"), routing_key=work.name)
+    for round_ in (1, 2, 3):
+        message = await get(work)
+        if round_ > 1:
+            deaths = message.headers["x-death"]
+            assert isinstance(deaths, list)
+            assert [(d["queue"], d["reason"], d["count"]) for d in deaths] == [  # type: ignore[index]
+                (delay.name, "expired", round_ - 1), (work.name, "rejected", round_ - 1)]
+        await message.reject(requeue=False)

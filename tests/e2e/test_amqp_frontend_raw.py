@@ -128,6 +128,58 @@ async def test_heartbeats_flow_and_a_silent_peer_is_dropped(gw: AmqpGateway) -> 
     assert await conn.eof(timeout=5.0)
 
 
+async def test_a_peer_held_back_by_flow_control_is_not_dropped_for_silence(
+    gw: AmqpGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the gateway does not read a connection because its messages wait to be stored
+    (flow control), its heartbeats wait unread in the socket: that is not silence. Before, a
+    publisher held back for two heartbeat intervals (a slow back end) was dropped, and what it
+    had published was never confirmed. Here the store is held until the client has kept
+    sending heartbeats for three intervals, then every message is confirmed."""
+    from adapters.amqp.frontend import publishing
+    from adapters.amqp.frontend.context import Limits
+
+    assert gw.app is not None
+    front = gw.app.front_ends["amqp"].front  # type: ignore[attr-defined]
+    front.ctx.limits = dataclasses.replace(front.ctx.limits, pending_publish_bytes=4096)
+    release = asyncio.Event()
+    store = publishing._store
+
+    async def held(*args: Any) -> Any:
+        await release.wait()
+        return await store(*args)
+
+    monkeypatch.setattr(publishing, "_store", held)
+    assert isinstance(front.ctx.limits, Limits)
+    reader, writer = await asyncio.open_connection("127.0.0.1", gw.port)
+    conn = RawAmqp(reader, writer)
+    writer.write(b"AMQP\x00\x00\x09\x01")
+    await conn.expect(commands.Connection.Start)
+    conn.send(0, commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
+                                             response="\x00guest\x00guest", locale="en_US"))
+    await conn.expect(commands.Connection.Tune)
+    conn.send(0, commands.Connection.TuneOk(channel_max=0, frame_max=0, heartbeat=1))
+    conn.send(0, commands.Connection.Open(virtual_host="/"))
+    await conn.expect(commands.Connection.OpenOk)
+    conn.send(1, commands.Channel.Open())
+    await conn.expect(commands.Channel.OpenOk)
+    queue = await declared(conn, unique())
+    conn.send(1, commands.Confirm.Select())
+    await conn.expect(commands.Confirm.SelectOk)
+    for _ in range(20):
+        conn.publish(1, b"x" * 1024, queue)  # 20 KiB: past the 4 KiB limit, reading stops
+    for _ in range(6):  # three intervals of a client that sends its heartbeats
+        await asyncio.sleep(0.5)
+        conn.send_raw(raw_frame(8, 0, b""))
+    release.set()
+    acked = 0
+    while acked < 20:
+        _, got = await conn.answer(5)
+        if isinstance(got, commands.Basic.Ack):
+            acked = got.delivery_tag if got.multiple else acked + 1
+    conn.close()
+
+
 async def test_a_handshake_that_never_finishes_is_closed(tmp_path: Path) -> None:
     async with amqp_gateway(tmp_path / "hs") as gw:
         assert gw.app is not None

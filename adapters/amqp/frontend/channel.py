@@ -47,6 +47,14 @@ they take in memory until the message is stored (decoded values, their text copi
 copy: a byte array that is not UTF-8 grows threefold as text, an array of voids tenfold)."""
 
 PUBLISH = (60, 40)
+
+
+def properties_cost(header_size: int, properties: commands.Basic.Properties) -> int:
+    """What a content header's properties count as bytes held: `HEADER_FACTOR` times their
+    bytes on the wire and `HEADER_COST` per header value."""
+    return HEADER_FACTOR * header_size + HEADER_COST * header_values(properties)
+
+
 CLIENT_METHODS = (
     commands.Channel.Flow, commands.Channel.FlowOk, commands.Channel.Close,
     commands.Channel.CloseOk, commands.Exchange.Declare, commands.Exchange.Delete,
@@ -66,6 +74,8 @@ class _Content:
     parts: list[bytes] = field(default_factory=list)
     received: int = 0
     header_size: int = 0
+    held: int = 0
+    """What its properties count against the connection's content still arriving."""
 
 
 class Channel(ChannelState):
@@ -111,7 +121,7 @@ class Channel(ChannelState):
     def _drop_content(self) -> None:
         """Forget a message still arriving (its channel or connection failed or closes)."""
         if self._content is not None:
-            self.conn.partial_content_bytes -= self._content.received
+            self.conn.partial_content_bytes -= self._content.received + self._content.held
             self._content = None
 
     def _content_part(self, incoming: framing.Incoming) -> None:
@@ -126,23 +136,22 @@ class Channel(ChannelState):
                 raise AMQPError(PRECONDITION_FAILED, f"message size {incoming.body_size} is "
                                                      f"larger than configured max size {limit}",
                                 PUBLISH)
+            # Its properties are held from now on, decoded, until the body is complete: they
+            # count against the content still arriving, at what they take in memory.
+            held = properties_cost(incoming.size, incoming.properties)
+            self._reserve(held)
             content.body_size = incoming.body_size
             content.properties = incoming.properties
             content.header_size = incoming.size
+            content.held = held
         elif isinstance(incoming, framing.Body):
             size = len(incoming.payload)
             if content.received + size > content.body_size:
                 raise AMQPError(UNEXPECTED_FRAME, f"content body larger than the declared "
                                                   f"{content.body_size} bytes", PUBLISH)
-            conn = self.conn
-            limit = self.ctx.limits.max_partial_bytes
-            if conn.partial_content_bytes + size > limit:
-                raise AMQPError(RESOURCE_ERROR, f"more than {limit} bytes of messages still "
-                                                "arriving on this connection's channels",
-                                PUBLISH)
+            self._reserve(size)
             content.parts.append(incoming.payload)
             content.received += size
-            conn.partial_content_bytes += size
         else:
             raise AMQPError(UNEXPECTED_FRAME, "expected content body, got non content body "
                                               "frame instead", PUBLISH)
@@ -152,10 +161,20 @@ class Channel(ChannelState):
             properties = content.properties or commands.Basic.Properties()
             # Headers count too, at what they take in memory once decoded (far more than on the
             # wire): a flood of header-heavy messages is held back like one of large bodies.
-            cost = len(body) + HEADER_FACTOR * content.header_size + HEADER_COST * header_values(
-                properties)
+            cost = len(body) + content.held
             self.conn.pending_publish_bytes += cost
             self._enqueue(Publish(content.method, properties, body, cost, content.header_size))
+
+    def _reserve(self, size: int) -> None:
+        """Count `size` bytes more of messages still arriving; past the connection's limit,
+        RESOURCE_ERROR (the connection closes)."""
+        conn = self.conn
+        limit = self.ctx.limits.max_partial_bytes
+        if conn.partial_content_bytes + size > limit:
+            raise AMQPError(RESOURCE_ERROR, f"more than {limit} bytes of messages still "
+                                            "arriving on this connection's channels (bodies, "
+                                            "and their properties as held in memory)", PUBLISH)
+        conn.partial_content_bytes += size
 
     def _method(self, method: Any) -> None:
         if isinstance(method, commands.Basic.Publish):

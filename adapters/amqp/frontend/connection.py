@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 from pamqp import commands
 
-from adapters.amqp.frontend import framing, sasl
+from adapters.amqp.frontend import framing, negotiation, sasl
 from adapters.amqp.frontend.channel import Channel
 from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
@@ -27,7 +27,6 @@ from adapters.amqp.frontend.errors import (
     COMMAND_INVALID,
     CONNECTION_FORCED,
     INTERNAL_ERROR,
-    NOT_ALLOWED,
     NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
     AMQPError,
@@ -39,23 +38,9 @@ from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
 
-SERVER_PROPERTIES: dict[str, Any] = {
-    "product": "retry-gateway",
-    "platform": "Python/asyncio",
-    "information": "AMQP 0-9-1 front end of retry-gateway",
-    "capabilities": {
-        "publisher_confirms": True,
-        "exchange_exchange_bindings": True,
-        "basic.nack": True,
-        "consumer_cancel_notify": True,
-        "per_consumer_qos": True,
-        "authentication_failure_close": True,
-    },
-}
-VHOST = "/"
-HANDSHAKE_FRAME_MAX = 65_536
-"""Frames before tuning may be this large (a client's properties; the spec's floor is 4096)."""
-FRAME_MIN = 4096
+READ_TURN = 5_000
+"""Units of work (`framing.work`, about a microsecond each) one connection's frames may take in
+one turn of the event loop before the others are served."""
 
 AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
 
@@ -68,7 +53,7 @@ class Connection(asyncio.Protocol):
         self._on_lost = on_lost
         self.transport: asyncio.Transport | None = None
         self.state = AWAIT_HEADER
-        self.reader = FrameReader(HANDSHAKE_FRAME_MAX)
+        self.reader = FrameReader(negotiation.HANDSHAKE_FRAME_MAX)
         self.frame_max = ctx.limits.frame_max
         self.channel_max = ctx.limits.channel_max
         self.heartbeat_s = 0
@@ -84,6 +69,9 @@ class Connection(asyncio.Protocol):
         self.partial_content_bytes = 0
         """Body bytes of messages still arriving, on every channel (bounded: RESOURCE_ERROR)."""
         self._reading_paused = False
+        self._unread = False
+        """Frames read from the socket wait in the reader for a turn of their own."""
+        self._turn: asyncio.Handle | None = None
         self._eof_sent = False
         self._backlogged = False
         """More than `write_backlog_bytes` wait to be sent: the client does not read."""
@@ -167,6 +155,8 @@ class Connection(asyncio.Protocol):
         self.writable.set()
         for timer in self._timers:
             timer.cancel()
+        if self._turn is not None:
+            self._turn.cancel()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
         self._teardown = asyncio.ensure_future(self._tear_down())
@@ -193,22 +183,48 @@ class Connection(asyncio.Protocol):
         self.last_read = time.monotonic()
         if self.state >= CLOSED:
             return
+        if self.state == AWAIT_HEADER:
+            data = self._protocol_header(data)
+            if not data:
+                return
+        if self._unread:  # frames from before wait for their turn: these go behind them
+            self.reader.keep(data)
+            return
+        self._read(data)
+
+    def _read(self, data: bytes) -> None:
+        """Read frames from what arrived (and what is buffered) for one turn: until
+        `READ_TURN` units of work are spent, or the published bytes not yet stored pass their
+        limit. What is left waits, the socket not read from, until the event loop has served
+        everything else once (`_read_on`), or until enough is stored: a flood of header-heavy
+        or tiny messages on one connection is decoded a slice at a time, never a whole socket
+        read of it (256 KiB: a tenth of a second) in one go while other clients wait."""
+        budget = READ_TURN
+        frames = self.reader.feed(data)
         try:
-            if self.state == AWAIT_HEADER:
-                data = self._protocol_header(data)
-                if not data:
-                    return
-            for incoming in self.reader.feed(data):
+            for incoming in frames:
                 self._frame(incoming)
                 if self.state == CLOSED:
                     return
+                budget -= framing.work(incoming)
+                if budget <= 0 or self._over():
+                    self._unread = True
+                    break
         except AMQPError as exc:
             self.fail(exc)
         except Exception as exc:  # a bug, not the client's fault: say so, serve on
             log.error("amqp frame handling failed", peer=self.peer, error=str(exc),
                       exc_info=True)
             self.fail(AMQPError(INTERNAL_ERROR, type(exc).__name__))
+        finally:
+            frames.close()  # what was not read stays buffered
         self._flow_check()
+
+    def _read_on(self) -> None:
+        self._turn = None
+        if self.state < CLOSED and self._unread and not self._over():
+            self._unread = False
+            self._read(b"")
 
     def _protocol_header(self, data: bytes) -> bytes:
         self._header += data
@@ -225,21 +241,27 @@ class Connection(asyncio.Protocol):
             return b""
         self.state = AWAIT_START_OK
         self.send(0, commands.Connection.Start(
-            version_major=0, version_minor=9, server_properties=SERVER_PROPERTIES,
+            version_major=0, version_minor=9, server_properties=negotiation.SERVER_PROPERTIES,
             mechanisms=" ".join(sasl.MECHANISMS), locales="en_US"))
         return rest
 
+    def _over(self) -> bool:
+        return self._backlogged or self.pending_publish_bytes > self.limits.pending_publish_bytes
+
     def _flow_check(self) -> None:
-        """Stop reading while too many published bytes wait to be stored; read on after."""
+        """Stop reading while too many published bytes wait to be stored, or while frames
+        already read wait for their turn; read on after."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        over = self._backlogged or (
-            self.pending_publish_bytes > self.limits.pending_publish_bytes)
-        if over and not self._reading_paused:
+        over = self._over()
+        if self._unread and not over and self._turn is None:
+            self._turn = asyncio.get_running_loop().call_soon(self._read_on)
+        paused = over or self._unread
+        if paused and not self._reading_paused:
             transport.pause_reading()
             self._reading_paused = True
-        elif not over and self._reading_paused:
+        elif not paused and self._reading_paused:
             transport.resume_reading()
             self._reading_paused = False
 
@@ -327,24 +349,13 @@ class Connection(asyncio.Protocol):
             heartbeat=self.limits.heartbeat_s))
 
     def _tune_ok(self, method: commands.Connection.TuneOk) -> None:
-        frame_max = method.frame_max or self.limits.frame_max
-        if not FRAME_MIN <= frame_max <= self.limits.frame_max:
-            raise AMQPError(NOT_ALLOWED, f"frame_max={frame_max}: allowed {FRAME_MIN}.."
-                                         f"{self.limits.frame_max}", (10, 31))
-        channel_max = method.channel_max or self.limits.channel_max
-        if channel_max > self.limits.channel_max:
-            raise AMQPError(NOT_ALLOWED, f"channel_max={channel_max}: allowed 1.."
-                                         f"{self.limits.channel_max}", (10, 31))
-        self.frame_max = frame_max
-        self.channel_max = channel_max
-        self.reader.frame_max = frame_max
+        self.frame_max, self.channel_max = negotiation.tuned(self.limits, method)
+        self.reader.frame_max = self.frame_max
         self.heartbeat_s = method.heartbeat
         self.state = AWAIT_OPEN
 
     def _open(self, method: commands.Connection.Open) -> None:
-        if method.virtual_host not in (VHOST, ""):
-            raise AMQPError(NOT_ALLOWED, f"vhost {short(method.virtual_host)} not found: the "
-                                         "gateway serves the virtual host '/' only", (10, 40))
+        negotiation.check_vhost(method)
         self.state = OPEN
         for timer in self._timers:
             timer.cancel()
@@ -356,11 +367,17 @@ class Connection(asyncio.Protocol):
 
     async def _beat(self) -> None:
         """Send a heartbeat when nothing else went out for half the interval; drop a peer
-        that sent nothing for two intervals."""
+        that sent nothing for two intervals (not counting the time it was not read from for
+        flow control)."""
         interval = self.heartbeat_s
         while self.state == OPEN:
             await asyncio.sleep(interval / 2)
             now = time.monotonic()
+            if self._reading_paused and not self._backlogged:
+                # Not read from while its messages wait to be stored (flow control): its
+                # heartbeats wait in the socket, it is not silent (as RabbitMQ pauses the
+                # monitor of a blocked connection).
+                self.last_read = now
             if now - self.last_read > 2 * interval:
                 log.info("amqp heartbeat missed: closing", peer=self.peer)
                 self.abort()

@@ -8,7 +8,9 @@ else the message's own routing key, to every queue bound there (RabbitMQ's rule)
 A message the exchange routes nowhere is dropped, as RabbitMQ drops it. The copy carries an
 `x-death` header (queue, reason, count, time, exchange, routing keys; one entry per queue and
 reason, its count going up, as RabbitMQ keeps it) and `x-first-death-*`. A headers exchange
-matches the headers with their types, as on publish.
+matches the headers with their types, as on publish. A copy that would close a cycle without a
+rejection in it (a queue whose expired messages come back to it) is not routed to the queue that
+closes it (`is_cycle`), as RabbitMQ drops it.
 
 The size limit is for what clients publish: the bytes the headers written here add to a copy do
 not count against it (`EnginePort.publish`'s `grown`), so a message taken at the limit is still
@@ -29,7 +31,12 @@ from collections.abc import Mapping
 
 import structlog
 
-from adapters.amqp.dialect import FIRST_DEATH_QUEUE, FIRST_DEATH_REASON, REJECTED
+from adapters.amqp.dialect import (
+    FIRST_DEATH_QUEUE,
+    FIRST_DEATH_REASON,
+    LAST_DEATH_REASON,
+    REJECTED,
+)
 from adapters.amqp.frontend import messages
 from adapters.amqp.frontend.context import POLICY, Context
 from adapters.amqp.frontend.topology import DEFAULT, Queue
@@ -126,10 +133,15 @@ class DeadLetterRouter:
             routing_key = queue.settings.dead_letter_routing_key
             if routing_key is None:
                 routing_key = props.get(messages.ROUTING_KEY, name)
-            message, grown = self._dead_letter(delivery, queue, exchange.name, routing_key)
+            message, grown, deaths = self._dead_letter(delivery, queue, exchange.name,
+                                                       routing_key)
             targets = ctx.topology.route(exchange, routing_key, headers_of(message.properties))
             for target in sorted(targets):
                 if exchange.name == DEFAULT and not await ctx.is_topic(target):
+                    continue
+                if is_cycle(target, deaths):
+                    log.warning("amqp dead letter dropped: cycle", queue=name, target=target,
+                                message_id=delivery.message_id)
                     continue
                 if ctx.authorizer is not None:
                     try:
@@ -163,10 +175,13 @@ class DeadLetterRouter:
 
     @staticmethod
     def _dead_letter(delivery: Delivery, queue: Queue, exchange: str,
-                     routing_key: str) -> tuple[OutMessage, int]:
-        """The copy to route, and the bytes it grew by the headers written here."""
+                     routing_key: str) -> tuple[OutMessage, int, list[object]]:
+        """The copy to route, the bytes it grew by the headers written here, and its
+        `x-death` (the latest death first)."""
         props = dict(delivery.properties)
-        reason = props.get(FIRST_DEATH_REASON, REJECTED)
+        # Why it died this time (the dialect writes it on every death, where the first death's
+        # reason stays as it was); the first death's only on a dead letter that does not say.
+        reason = props.get(LAST_DEATH_REASON) or props.get(FIRST_DEATH_REASON, REJECTED)
         original_key = props.get(messages.ROUTING_KEY, queue.name)
         typed = decode_typed(props.get(messages.TYPED))
         deaths = typed.pop("x-death", None)
@@ -201,7 +216,23 @@ class DeadLetterRouter:
         own = [messages.EXCHANGE, messages.ROUTING_KEY, "x-death", FIRST_DEATH_REASON,
                FIRST_DEATH_QUEUE, "x-first-death-exchange", messages.TYPED]
         grown = sum(utf8_len(k) + utf8_len(props[k]) for k in own) - before
-        return OutMessage(delivery.body, props, delivery.key, delivery.tag), grown
+        return OutMessage(delivery.body, props, delivery.key, delivery.tag), grown, deaths
+
+
+def is_cycle(target: str, deaths: list[object]) -> bool:
+    """Whether dead-lettering into queue `target` closes a cycle no client took part in
+    (RabbitMQ's rule): `target` already dead-lettered this message, and no death since then,
+    that one included, was a rejection. Such a copy is dropped for `target` (it would expire or
+    run out of retries and come back for ever); a cycle with a rejection in it goes on, as far
+    as consumers keep rejecting."""
+    for death in deaths:
+        if not isinstance(death, dict):
+            continue
+        if death.get("reason") == REJECTED:
+            return False
+        if death.get("queue") == target:
+            return True
+    return False
 
 
 def headers_of(props: Mapping[str, str]) -> dict[str, FieldValue]:
