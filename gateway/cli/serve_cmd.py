@@ -18,11 +18,11 @@ from gateway.errors import GatewayError, InvalidArgument, Unavailable
 from gateway.product import installed, settings_of
 from gateway.server.config import ServeConfig, backends, env_name, load
 
-OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
-             "max_message_bytes", "log_level", "admin_listen", "console_listen", "tokens_file",
-             "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry",
-             "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_rpcs", "tracing",
-             "tracing_endpoint", "metrics_label_cap")
+OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "commit_timeout_s", "grace_s",
+             "time_scale", "max_message_bytes", "log_level", "admin_listen", "console_listen",
+             "tokens_file", "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated",
+             "telemetry", "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_rpcs",
+             "tracing", "tracing_endpoint", "metrics_label_cap")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
                           for spec in settings_of(product.config_type) if spec.setting.flag)
@@ -55,6 +55,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             f"where messages are kept: {', '.join(others)} or {last}" if others else last)
     own.add("--cache-mb", "cache_mb", "embedded store: MiB of recently published messages kept "
             "in memory (0 reads every message from disk)", int)
+    own.add("--commit-timeout-s", "commit_timeout_s", "embedded store: seconds writes may wait "
+            "for a commit before the writer process counts as hung and is restarted", float)
     own.add("--grace-s", "grace_s", "drain period on SIGTERM: settles are accepted this long",
             float)
     own.add("--broadcast-idle-s", "broadcast_idle_s", "keep a broadcast consumer's own group "

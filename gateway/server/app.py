@@ -64,7 +64,8 @@ def make_backend(
         from gateway.store import EmbeddedStore
 
         return EmbeddedStore(Path(config.data_dir), clock,
-                             tail_bytes=config.cache_mb << 20)
+                             tail_bytes=config.cache_mb << 20,
+                             commit_timeout_s=config.commit_timeout_s)
     products = installed() if products is None else products
     for product in products:
         if config.backend in product.backends:

@@ -35,6 +35,9 @@ class ServeConfig:
     cache_mb: int = 64
     """Embedded store: memory for recently published messages, so fresh fetches skip the disk
     (0 turns it off)."""
+    commit_timeout_s: float = 30.0
+    """Embedded store: how long writes wait for a commit before its writer process counts as
+    hung and is restarted (1..3600 s; `gateway.store.writer.COMMIT_TIMEOUT_S`)."""
     max_message_bytes: int = 4 * 1024 * 1024
     max_unacked: int = 50_000
     """Most deliveries one push consumer holds unsettled (1..1000000; see EngineConfig)."""
@@ -95,6 +98,8 @@ class ServeConfig:
             raise InvalidArgument("metrics_label_cap", self.metrics_label_cap, "1..100000")
         if not 0 <= self.cache_mb <= 65536:
             raise InvalidArgument("cache_mb", self.cache_mb, "0..65536 MiB")
+        if not 1 <= self.commit_timeout_s <= 3600:
+            raise InvalidArgument("commit_timeout_s", self.commit_timeout_s, "1..3600 s")
         if not 0 <= self.grace_s <= 3600:
             raise InvalidArgument("grace_s", self.grace_s, "0..3600 s")
         if not 0 <= self.broadcast_idle_s <= 2_592_000:
@@ -186,7 +191,7 @@ SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
                "max_unacked", "max_unacked_mb", "max_rpcs", "metrics_label_cap"},
-    "store": {"backend", "data_dir", "cache_mb"},
+    "store": {"backend", "data_dir", "cache_mb", "commit_timeout_s"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},
 }
