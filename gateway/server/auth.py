@@ -104,31 +104,46 @@ def load_principals(
     `extra_fields` are the keys products declare (kept as strings in `Principal.extras`)."""
     extra_fields = tuple(extra_fields)
     try:
-        doc = tomllib.loads(Path(path).read_text())
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         allowed = f"a readable file ({exc.strerror})"
         raise InvalidArgument("tokens_file", str(path), allowed) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidArgument("tokens_file", str(path), f"valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument("tokens_file", str(path), f"a UTF-8 TOML file (byte {exc.start} "
+                              "is not UTF-8)") from None
+    entries = doc.get("principal", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InvalidArgument("tokens_file", str(path), "[[principal]] tables")
     extra = {str(p.get("name", "")): p for p in permissions}
     out: list[Principal] = []
-    for i, raw in enumerate(doc.get("principal", [])):
+    for i, raw in enumerate(entries):
         entry = {**extra.get(str(raw.get("name", "")), {}), **raw}
-        name = str(entry.get("name", ""))
-        if not name:
-            raise InvalidArgument(f"principal[{i}].name", name, "a non-empty name")
+        name = entry.get("name", "")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"principal[{i}].name", name, "a non-empty string")
         token = entry.get("token")
         digest = entry.get("token_sha256")
         if bool(token) == bool(digest):
             raise InvalidArgument(f"principal[{name}].token", "***", "exactly one of token, "
                                   "token_sha256")
+        if token and not isinstance(token, str):
+            raise InvalidArgument(f"principal[{name}].token", "***", "a string")
+        if digest and not (isinstance(digest, str) and len(digest) == 64
+                           and all(c in "0123456789abcdefABCDEF" for c in digest)):
+            raise InvalidArgument(f"principal[{name}].token_sha256", "***",
+                                  "64 hexadecimal digits (the SHA-256 of the token)")
+        admin = entry.get("admin", False)
+        if not isinstance(admin, bool):  # `admin = "false"` granted admin (bool("false"))
+            raise InvalidArgument(f"principal[{name}].admin", admin, "true or false")
         out.append(Principal(
             name=name,
             token_sha256=str(digest).lower() if digest else _digest(str(token)),
             publish=_patterns(entry, "publish", name),
             consume=_patterns(entry, "consume", name),
             groups=_patterns(entry, "groups", name),
-            admin=bool(entry.get("admin", False)),
+            admin=admin,
             extras=tuple((key, str(entry[key])) for key in extra_fields if key in entry),
         ))
     if not out:

@@ -262,8 +262,24 @@ def _flatten(doc: Mapping[str, Any], keys: _Keys) -> dict[str, Any]:
                 if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                     raise InvalidArgument(f"{section}.{key}", value, "a list of tables")
                 value = tuple(value)
+            elif kind in _TOML_TYPES and not _toml_fits(value, kind):
+                raise InvalidArgument(f"{section}.{key}", value, _TOML_TYPES[kind])
             flat[name] = value
     return flat
+
+
+_TOML_TYPES: dict[object, str] = {str: "a string", int: "an integer", float: "a number",
+                                  bool: "a boolean (true or false)"}
+"""What a value in the file must be for each kind of setting: TOML has its own types, and a
+value of another type is a mistake (`data_dir = true` made a directory named True)."""
+
+
+def _toml_fits(value: object, kind: object) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)  # type: ignore[arg-type]
 
 
 def _coerce(name: str, value: Any, kind: object) -> Any:
@@ -333,12 +349,15 @@ def load(
     values: dict[str, Any] = {}
     if path:
         try:
-            values.update(_flatten(tomllib.loads(Path(path).read_text()), keys))
+            values.update(_flatten(tomllib.loads(Path(path).read_text(encoding="utf-8")), keys))
         except OSError as exc:
             allowed = f"a readable TOML file ({exc.strerror})"
             raise InvalidArgument("config", path, allowed) from None
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument("config", path, f"valid TOML ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument("config", path, f"a UTF-8 TOML file (byte {exc.start} is "
+                                  "not UTF-8)") from None
     environ = os.environ if env is None else env
     from_env: set[str] = set()
     for name in keys.kinds:
