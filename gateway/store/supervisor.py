@@ -20,7 +20,7 @@ from gateway.errors import Unavailable
 from gateway.store import index, writes
 from gateway.store import reader as rd
 from gateway.store.recovery import Recovery
-from gateway.store.writer import COMMIT_TIMEOUT_S, GroupCommitWriter
+from gateway.store.writer import COMMIT_TIMEOUT_S, GroupCommitWriter, StoreGone
 
 _log = logging.getLogger(__name__)
 
@@ -156,6 +156,11 @@ class Supervisor:
         """The serving writer failed (a restart attempt's own writer is not looked at here:
         the attempt sees its failure)."""
         if writer is not self.writer or not self.open or self.failure is not None:
+            return
+        if isinstance(error, StoreGone):  # nothing to restart on: the process must go
+            self.failure = error
+            self._wake()
+            self._give_up(str(error))
             return
         self.failure = error
         self._recovery.failed()

@@ -46,6 +46,11 @@ class WriterFailed(Exception):
     """The writer process failed a transaction or ended without being asked to."""
 
 
+class StoreGone(WriterFailed):
+    """The store's files were deleted or replaced under the writer: no new writer can carry on
+    from the index this process holds (`writer_proc`)."""
+
+
 class GroupCommitWriter:
     """The store's writer process and the futures of the writes it has not committed yet."""
 
@@ -231,6 +236,8 @@ class GroupCommitWriter:
         elif kind == "ready":
             if not self._started.done():
                 self._started.set_result(None)
+        elif kind == "gone":
+            self._fail(StoreGone(f"embedded store lost its files: {message[1]}"))
         elif not self._started.done():
             self._start_failed(WriterFailed(str(message[1])))
         else:
