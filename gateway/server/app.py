@@ -39,6 +39,7 @@ from gateway.server.config import (
     backends,
     build,
     check_listener,
+    join_host_port,
 )
 from gateway.server.errors import DecodeGuard, ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size
@@ -215,9 +216,9 @@ class GatewayApp:
         _check_free("listen", cfg.listen, host, port)
         try:
             if cfg.tls_cert:
-                bound = server.add_secure_port(f"{host}:{port}", self._tls())
+                bound = server.add_secure_port(join_host_port(host, port), self._tls())
             else:
-                bound = server.add_insecure_port(f"{host}:{port}")
+                bound = server.add_insecure_port(join_host_port(host, port))
         except RuntimeError:  # grpc's "Failed to bind": the port is taken, or not this host's
             bound = 0
         if bound == 0:
@@ -248,7 +249,7 @@ class GatewayApp:
         await self._set_serving(self.backend.healthy())
         self.backend.on_state_change(self._health_changed.set)
         self._health_task = asyncio.ensure_future(self._watch_health())
-        log.info("gateway started", listen=f"{host}:{bound}", backend=self.backend.name,
+        log.info("gateway started", listen=join_host_port(host, bound), backend=self.backend.name,
                  data_dir=cfg.data_dir, front_ends=list(self.front_ends),
                  **{name: address for name, address in cfg.listeners()
                     if address and name not in LISTENERS},

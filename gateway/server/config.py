@@ -187,6 +187,11 @@ def host_port(field: str, value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def join_host_port(host: str, port: int) -> str:
+    """HOST:PORT again, an IPv6 address in brackets (`[::1]:50051`), as gRPC needs it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
