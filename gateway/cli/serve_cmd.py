@@ -1,5 +1,5 @@
-"""`gateway serve`: run the gateway until SIGTERM or SIGINT, then drain; or until its back end
-cannot recover, then exit with EXIT_BACKEND_LOST so that a supervisor restarts it."""
+"""`gateway serve`: run the gateway until SIGTERM, SIGINT or SIGHUP, then drain; or until its back
+end cannot recover, then exit with EXIT_BACKEND_LOST so that a supervisor restarts it."""
 
 from __future__ import annotations
 
@@ -153,14 +153,14 @@ def configure_logging(level: str) -> None:
 
 
 async def serve(config: ServeConfig) -> int:
-    """Serve until SIGTERM or SIGINT (exit status 0) or until the back end cannot recover
+    """Serve until SIGTERM, SIGINT or SIGHUP (exit status 0) or until the back end cannot recover
     (EXIT_BACKEND_LOST: a supervisor restarts the gateway)."""
     from gateway.server.app import GatewayApp
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, _stopping, sig, stop)
     app = GatewayApp(config)
     try:
         await app.start()
@@ -188,6 +188,18 @@ async def serve(config: ServeConfig) -> int:
                   "error", status=EXIT_BACKEND_LOST)
     await app.stop(grace_s=0.0)  # nothing can be settled: no drain
     return EXIT_BACKEND_LOST
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Each drains and stops the gateway (exit status 0). SIGHUP too: the gateway does not reload
+its settings, and its default action killed the process at once, without a drain or a line in
+the log (a closed terminal, or an operator expecting a reload)."""
+
+
+def _stopping(sig: signal.Signals, stop: asyncio.Event) -> None:
+    if not stop.is_set():
+        log.info("stopping", signal=sig.name)
+    stop.set()
 
 
 def tune_gc() -> None:

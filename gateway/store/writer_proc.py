@@ -18,8 +18,8 @@ its WAL was deleted or replaced (the data directory removed while the gateway ru
 would go to a file nobody will ever read again, so it rolls back, answers `("gone", text)` and
 ends; the store then gives up (a new writer would start an empty store under a stale index). At end
 of input (the store closed, or the gateway died) it commits the whole frames it has read and
-ends. It ignores SIGINT and SIGTERM: the gateway decides when it stops, and a terminal's Ctrl-C
-reaches the gateway, which then closes the store.
+ends. It ignores SIGINT, SIGTERM and SIGHUP: the gateway decides when it stops, and a terminal's
+Ctrl-C (or hangup) reaches the gateway, which then closes the store.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     data_dir, fsync, fd = pathlib.Path(args[0]), args[1] == "1", int(args[2])
     lock_wait_s = float(args[3])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)

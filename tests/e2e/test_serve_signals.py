@@ -1,0 +1,62 @@
+"""Signals an operator or a terminal sends to `gateway serve`: SIGHUP (a closed terminal hangs up
+the whole process group, the gateway and its store writer) drains and stops the gateway like
+SIGTERM, exit status 0, and everything published before is there after a restart. Before, its
+default action killed the gateway at once, with no drain and no line in the log."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.client import GatewayClient
+from tests.e2e.test_store_hung import gateway
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+
+def started(proc: subprocess.Popen[bytes], log: Path) -> str:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        match = re.search(r"gateway listening on ([^\s\"]+)", log.read_text(errors="replace"))
+        if match:
+            return match.group(1)
+        assert proc.poll() is None, log.read_text(errors="replace")
+        time.sleep(0.05)
+    raise AssertionError("gateway did not start")
+
+
+async def test_sighup_to_the_process_group_drains_and_loses_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path / "data"),
+             "--listen", "127.0.0.1:0", "--grace-s", "1"],
+            stderr=out, stdout=subprocess.DEVNULL, cwd=REPO, start_new_session=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
+    try:
+        target = started(proc, log)
+        async with GatewayClient(target) as client:
+            ids = await client.publish("hup", [b"m%d" % i for i in range(100)])
+        os.killpg(proc.pid, signal.SIGHUP)  # as a terminal's hangup: every process in it
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert '"signal": "SIGHUP"' in text and "gateway stopped" in text
+    with gateway(tmp_path / "data", tmp_path / "again.log") as (_, target):
+        async with GatewayClient(target) as client:
+            got = await client.receive("hup", "g", policy="rocketmq", max_messages=100,
+                                       wait_ms=5000)
+    assert sorted(m.message_id for m in got) == sorted(ids)
