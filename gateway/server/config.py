@@ -91,9 +91,11 @@ class ServeConfig:
             raise InvalidArgument("max_rpcs", self.max_rpcs, "1..1000000")
         if not 1 <= self.max_unacked_mb <= 65536:
             raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
+        taken: list[tuple[str, str, str, int]] = []
         for name, address in self.listeners():
             if address or name == "listen":
-                check_listener(name, address, self)
+                host, port = check_listener(name, address, self)
+                _check_port_free(name, address, host, port, taken)
         if not 1 <= self.metrics_label_cap <= 100_000:
             raise InvalidArgument("metrics_label_cap", self.metrics_label_cap, "1..100000")
         if not 0 <= self.cache_mb <= 65536:
@@ -169,6 +171,24 @@ def check_listener(field: str, address: str, config: ServeConfig) -> tuple[str, 
             "configured (set allow_remote_unauthenticated to listen elsewhere without auth)",
         )
     return host, port
+
+
+_ANY_HOST = ("", "0.0.0.0", "::", "localhost")
+"""Hosts that may stand for the same socket as another spelling of the address."""
+
+
+def _check_port_free(name: str, address: str, host: str, port: int,
+                     taken: list[tuple[str, str, str, int]]) -> None:
+    """Refuse a listener on a port another listener of this config has (port 0 excepted): one
+    line naming both settings, where binding the second failed half way through start-up with
+    'address already in use' and no setting named."""
+    if port:
+        for other, other_address, other_host, other_port in taken:
+            if port == other_port and (host == other_host or host in _ANY_HOST
+                                       or other_host in _ANY_HOST):
+                raise InvalidArgument(name, address, f"a port no other listener has ({other} "
+                                      f"is {other_address})")
+    taken.append((name, address, host, port))
 
 
 def _loopback(host: str) -> bool:

@@ -92,3 +92,21 @@ def test_a_tokens_file_an_operator_got_wrong_is_refused(
     (tmp_path / "tokens.toml").write_bytes(text)
     refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
                   "--tokens-file", "tokens.toml"), *words)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--amqp-listen", "127.0.0.1:5900", "--pulsar-listen", "127.0.0.1:5900"),
+     ("pulsar_listen='127.0.0.1:5900'", "amqp_listen is 127.0.0.1:5900")),
+    (("--listen", "127.0.0.1:5901", "--pulsar-listen", "127.0.0.1:5901"),
+     ("pulsar_listen='127.0.0.1:5901'", "listen is 127.0.0.1:5901")),
+    (("--listen", "127.0.0.1:5902", "--admin-listen", "localhost:5902"),
+     ("admin_listen='localhost:5902'", "listen is 127.0.0.1:5902")),
+])
+def test_two_listeners_on_one_port_are_refused_naming_both(
+    tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]
+) -> None:
+    """Before, the second listener's bind failed half way through start-up with 'address
+    already in use', naming no setting (after the first had announced it was listening)."""
+    done = serve(tmp_path, "--data-dir", "data", *args)
+    refused(done, *words)
+    assert "listening" not in done.stderr
