@@ -143,6 +143,8 @@ class GatewayApp:
         self.authorizer: Authorizer | None = None
         self.front_ends: dict[str, FrontEnd] = {}
         """Each product's front end by product name, in product order (after `start`)."""
+        self.serving = False
+        """What the overall health check says (SERVING or not); /metrics shows it too."""
         self._health_task: asyncio.Task[None] | None = None
         self._health_changed = asyncio.Event()
         self.lost = asyncio.Event()
@@ -238,7 +240,8 @@ class GatewayApp:
             await self._start_console()
         if cfg.admin_listen:
             ahost, aport = check_listener("admin_listen", cfg.admin_listen, cfg)
-            self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
+            self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir),
+                              lambda: self.serving)
             try:
                 self.metrics_port = self.metrics.serve(
                     ahost, aport, self._ssl_context() if cfg.tls_cert else None)
@@ -306,6 +309,7 @@ class GatewayApp:
         return context
 
     async def _set_serving(self, serving: bool) -> None:
+        self.serving = serving
         status = (health_pb2.HealthCheckResponse.SERVING if serving
                   else health_pb2.HealthCheckResponse.NOT_SERVING)
         for name in ("", *SERVICE_NAMES):

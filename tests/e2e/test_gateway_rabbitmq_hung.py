@@ -1,8 +1,9 @@
 """`gateway serve --backend rabbitmq` on a private RabbitMQ node that stops answering (SIGSTOP:
 hung, not gone) and later answers again. The connection stays open until heartbeats time out,
 three minutes by default, and before, health said SERVING all that time while every publish
-failed; now health goes NOT_SERVING within the probe's bounds and SERVING again by itself, and
-every publish that got a receipt is consumed afterwards."""
+failed; now health goes NOT_SERVING within the probe's bounds and SERVING again by itself (and
+/metrics' gateway_serving says the same: it had no such line), and every publish that got a
+receipt is consumed afterwards."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,12 +50,13 @@ def node(tmp_path: Path) -> Iterator[AmqpNode]:
 
 
 @contextlib.contextmanager
-def gateway(tmp_path: Path, url: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+def gateway(tmp_path: Path, url: str) -> Iterator[tuple[subprocess.Popen[bytes], str, str]]:
     log = tmp_path / "gateway.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path / "data"),
-             "--listen", "127.0.0.1:0", "--backend", "rabbitmq", "--rabbitmq-url", url],
+             "--listen", "127.0.0.1:0", "--backend", "rabbitmq", "--rabbitmq-url", url,
+             "--admin-listen", "127.0.0.1:0"],
             stderr=out, stdout=subprocess.DEVNULL, cwd=REPO,
             env=dict(os.environ, PYTHONPATH=str(REPO)),
         )
@@ -62,7 +65,9 @@ def gateway(tmp_path: Path, url: str) -> Iterator[tuple[subprocess.Popen[bytes],
         while not (match := re.search(r"gateway listening on ([^\s\"]+)", log.read_text())):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
-        yield proc, match.group(1)
+        metrics = re.search(r'"metrics": "([^"]+)"', log.read_text())
+        assert metrics is not None, log.read_text()
+        yield proc, match.group(1), metrics.group(1)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -71,6 +76,15 @@ def gateway(tmp_path: Path, url: str) -> Iterator[tuple[subprocess.Popen[bytes],
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def serving_metric(metrics: str) -> str:
+    """The `gateway_serving` sample's value as /metrics shows it."""
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found = re.search(r"^gateway_serving (\S+)$", text, re.MULTILINE)
+    assert found is not None, "no gateway_serving in /metrics"
+    return found.group(1)
 
 
 async def status(stub: health_pb2_grpc.HealthStub) -> int:
@@ -88,21 +102,24 @@ async def until_status(stub: health_pb2_grpc.HealthStub, wanted: int, timeout_s:
 async def test_a_hung_broker_is_not_serving_and_heals(tmp_path: Path, node: AmqpNode) -> None:
     assert node._process is not None
     topic = "hung.broker.orders"
-    with gateway(tmp_path, node.url) as (proc, target):
+    with gateway(tmp_path, node.url) as (proc, target, metrics):
         async with GatewayClient(target) as client:
             stub = health_pb2_grpc.HealthStub(client.channel)
             assert await status(stub) == SERVING
+            assert serving_metric(metrics) == "1.0"
             confirmed = await client.publish(topic, [b"before%d" % i for i in range(10)])
             os.killpg(node._process.pid, signal.SIGSTOP)
             try:
                 # Well inside the three minutes heartbeats would take.
                 await until_status(stub, NOT_SERVING, 60)
+                assert serving_metric(metrics) == "0.0"
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     await asyncio.wait_for(client.publish(topic, [b"refused"]), 60)
                 assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
             finally:
                 os.killpg(node._process.pid, signal.SIGCONT)
             await until_status(stub, SERVING, 60)
+            assert serving_metric(metrics) == "1.0"
             confirmed += await client.publish(topic, [b"after%d" % i for i in range(10)])
             got: set[str] = set()
             async with client.consume(topic, "g", policy="rabbitmq", prefetch=50) as stream:
