@@ -47,6 +47,33 @@ class AMQPConfig:
         if not 1 <= self.amqp_max_connections <= 100_000:
             raise InvalidArgument("amqp_max_connections", self.amqp_max_connections,
                                   "1..100000")
+        if not _broker_url(self.rabbitmq_url):
+            # Before, `foo` had the gateway retry a connection for ever before it served,
+            # deaf to SIGTERM. The echo hides a password.
+            raise InvalidArgument("rabbitmq_url", _masked(self.rabbitmq_url),
+                                  "amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://...")
+
+
+def _broker_url(url: str) -> bool:
+    """An amqp:// or amqps:// URL with a host and, if any, a port in 1..65535."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    return parts.scheme in ("amqp", "amqps") and bool(parts.hostname) and port != 0
+
+
+def _masked(url: str) -> str:
+    """`url` with the password between `:` and `@` replaced by ***."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, sep, credentials = head.partition("://")
+    user, colon, _ = credentials.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{tail}"
 
 
 class AMQP(Product[AMQPConfig]):

@@ -110,3 +110,20 @@ def test_two_listeners_on_one_port_are_refused_naming_both(
     done = serve(tmp_path, "--data-dir", "data", *args)
     refused(done, *words)
     assert "listening" not in done.stderr
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("foo", ("rabbitmq_url='foo'", "amqp://USER:PASSWORD@HOST:PORT/VHOST")),
+    ("http://broker:5672/", ("rabbitmq_url='http://broker:5672/'",)),
+    ("amqp://guest:s3cret@127.0.0.1:99999/", ("rabbitmq_url='amqp://guest:***@127.0.0.1:99999/'",)),
+    ("amqp://guest:s3cret@:5672/", ("rabbitmq_url='amqp://guest:***@:5672/'",)),
+])
+def test_a_rabbitmq_url_that_names_no_broker_is_refused(
+    tmp_path: Path, url: str, words: tuple[str, ...]
+) -> None:
+    """Before, `foo` had the gateway retry a connection once a second for ever before it
+    served (and deaf to SIGTERM meanwhile); the error never shows the password."""
+    done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
+                 "--backend", "rabbitmq", "--rabbitmq-url", url)
+    refused(done, *words)
+    assert "s3cret" not in done.stderr
