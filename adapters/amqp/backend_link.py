@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager, suppress
 
 import aio_pika
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.connection import make_url
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError, ChannelPreconditionFailed
 
 from adapters.amqp import receiver
@@ -57,14 +58,20 @@ class Link:
         if self.connection is not None:
             return
         receiver.install()
+        # What `aio_pika.connect_robust` does, holding on to the connection: cancelled while it
+        # connects (SIGTERM during start-up), it must be closed, else its reconnection task
+        # swallows the cancellation and retries for ever, and the process never ends.
+        interval = self._reconnect_interval_s
+        connection = aio_pika.RobustConnection(
+            make_url(self._url, reconnect_interval=interval), reconnect_interval=interval)
         try:
-            connection = await aio_pika.connect_robust(
-                self._url,
-                timeout=self._connect_timeout_s,
-                reconnect_interval=self._reconnect_interval_s,
-            )
-        except BROKER_ERRORS as exc:
-            raise Unavailable(f"cannot connect to RabbitMQ: {exc!r}") from exc
+            await connection.connect(timeout=self._connect_timeout_s)
+        except BaseException as exc:
+            with suppress(*BROKER_ERRORS, RuntimeError):
+                await connection.close()
+            if isinstance(exc, BROKER_ERRORS):
+                raise Unavailable(f"cannot connect to RabbitMQ: {exc!r}") from exc
+            raise
         try:
             publisher = await connection.channel(publisher_confirms=True, on_return_raises=True)
             consumer = await connection.channel(publisher_confirms=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import signal
@@ -162,13 +163,27 @@ async def serve(config: ServeConfig) -> int:
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, _stopping, sig, stop)
     app = GatewayApp(config)
+    starting = asyncio.ensure_future(app.start())
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        await app.start()
+        # A stop signal during start-up ends it (a back end that takes long to answer must
+        # not leave the process deaf to SIGTERM until it does).
+        await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            await app.abandon()
+            log.info("gateway stopped before it started")
+            return 0
+        starting.result()
     except BaseException as exc:
         await app.abandon()
         if isinstance(exc, OSError):  # a listener could not bind: one line, not a traceback
             raise Unavailable(f"cannot start: {exc}") from None
         raise
+    finally:
+        stopped.cancel()
     tune_gc()
     grpc_at = f"{config.listen.rsplit(':', 1)[0]}:{app.grpc_port}"
     logs.announce(f"gateway listening on {grpc_at}", listen=grpc_at)

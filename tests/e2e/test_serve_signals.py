@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -60,3 +61,34 @@ async def test_sighup_to_the_process_group_drains_and_loses_nothing(tmp_path: Pa
             got = await client.receive("hup", "g", policy="rocketmq", max_messages=100,
                                        wait_ms=5000)
     assert sorted(m.message_id for m in got) == sorted(ids)
+
+
+def test_sigterm_while_the_back_end_does_not_answer_at_start_ends_the_gateway(
+    tmp_path: Path,
+) -> None:
+    """A broker that accepts the connection and says nothing holds start-up until the connect
+    timeout; SIGTERM meanwhile ends the gateway (status 0, said in the log) instead of being
+    ignored until start-up fails on its own."""
+    log = tmp_path / "gateway.log"
+    with socket.create_server(("127.0.0.1", 0)) as silent, log.open("wb") as out:
+        port = silent.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path / "data"),
+             "--listen", "127.0.0.1:0", "--backend", "rabbitmq",
+             "--rabbitmq-url", f"amqp://guest:guest@127.0.0.1:{port}/"],
+            stderr=out, stdout=subprocess.DEVNULL, cwd=REPO,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+        )
+        try:
+            silent.settimeout(60)
+            connection, _ = silent.accept()  # the gateway is inside start-up now
+            with connection:
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(60) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = log.read_text()
+    assert "gateway stopped before it started" in text
+    assert "Traceback" not in text
