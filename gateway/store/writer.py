@@ -128,6 +128,9 @@ class GroupCommitWriter:
         except (TimeoutError, WriterFailed) as exc:
             await self.kill()
             raise Unavailable(f"embedded store did not open: {exc}") from None
+        except asyncio.CancelledError:  # start-up ended (SIGTERM): no writer left behind
+            await self.kill(0.0)
+            raise
         self._arm_watch()
 
     def _arm_watch(self) -> None:

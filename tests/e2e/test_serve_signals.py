@@ -92,3 +92,51 @@ def test_sigterm_while_the_back_end_does_not_answer_at_start_ends_the_gateway(
     text = log.read_text()
     assert "gateway stopped before it started" in text
     assert "Traceback" not in text
+
+
+def writers_of(data_dir: Path) -> set[int]:
+    """Pids of the store writer processes running on `data_dir`."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if b"gateway.store.writer_proc" in cmdline and str(data_dir).encode() in cmdline \
+                    and state != "Z":
+                pids.add(int(entry.name))
+    return pids
+
+
+def test_sigterm_while_waiting_for_a_locked_data_dir_leaves_no_writer(tmp_path: Path) -> None:
+    """A second gateway on a data directory another one serves waits for its lock; SIGTERM then
+    ends it at once (status 0) and its own writer process with it, instead of both waiting out
+    the lock."""
+    data = tmp_path / "data"
+    with gateway(data, tmp_path / "first.log") as (first, _):
+        serving = writers_of(data)
+        assert len(serving) == 1
+        log = tmp_path / "second.log"
+        with log.open("wb") as out:
+            second = subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(data),
+                 "--listen", "127.0.0.1:0"],
+                stderr=out, stdout=subprocess.DEVNULL, cwd=REPO,
+                env=dict(os.environ, PYTHONPATH=str(REPO)),
+            )
+        try:
+            deadline = time.monotonic() + 30
+            while len(writers_of(data)) < 2:  # its writer waits for the lock now
+                assert time.monotonic() < deadline and second.poll() is None, log.read_text()
+                time.sleep(0.02)
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(60) == 0, log.read_text()
+        finally:
+            if second.poll() is None:
+                second.kill()
+                second.wait()
+        assert writers_of(data) == serving
+        assert first.poll() is None
+    assert "gateway stopped before it started" in log.read_text()
