@@ -100,6 +100,8 @@ class ServeConfig:
             raise InvalidArgument("metrics_label_cap", self.metrics_label_cap, "1..100000")
         if not 0 <= self.cache_mb <= 65536:
             raise InvalidArgument("cache_mb", self.cache_mb, "0..65536 MiB")
+        if not self.data_dir.strip():  # "" put the store in whatever directory it started in
+            raise InvalidArgument("data_dir", self.data_dir, "a directory path")
         if not 1 <= self.commit_timeout_s <= 3600:
             raise InvalidArgument("commit_timeout_s", self.commit_timeout_s, "1..3600 s")
         if not 0 <= self.grace_s <= 3600:

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         conn = schema.connect(data_dir, fsync=fsync)
         files = _Files(data_dir / schema.DB_NAME)
     except Exception as exc:
-        _send(sock, ("error", f"cannot open the store: {exc!r}"))
+        _send(sock, ("error", f"cannot open the store in {data_dir}: {exc!r}"))
         return 1
     _send(sock, ("ready",))
     buffer = FrameBuffer()

@@ -14,14 +14,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`gateway serve ARGS` in `tmp_path`; a gateway that starts is stopped by the timeout
-    (and the test fails on its status)."""
+def serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`gateway serve ARGS` in `tmp_path` with `env` added to the environment; a gateway that
+    starts is stopped by the timeout (and the test fails on its status)."""
     try:
         return subprocess.run(
             [sys.executable, "-m", "gateway.cli", "serve", *args],
             capture_output=True, text=True, cwd=tmp_path, timeout=60,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            env=dict(os.environ, PYTHONPATH=str(REPO), **env),
         )
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"the gateway started: {exc.stderr!r}") from None
@@ -127,3 +127,20 @@ def test_a_rabbitmq_url_that_names_no_broker_is_refused(
                  "--backend", "rabbitmq", "--rabbitmq-url", url)
     refused(done, *words)
     assert "s3cret" not in done.stderr
+
+
+def test_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
+    """Before, GATEWAY_DATA_DIR= (a variable set from a missing secret, say) put the store in
+    whatever directory the gateway was started in."""
+    refused(serve(tmp_path, "--listen", "127.0.0.1:0", GATEWAY_DATA_DIR=""),
+            "GATEWAY_DATA_DIR=''", "a directory path")
+    (tmp_path / "gateway.toml").write_text('[store]\ndata_dir = ""\n')
+    refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--config", "gateway.toml"),
+            "data_dir=''", "a directory path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gateway.toml"]
+
+
+def test_a_data_dir_that_is_a_file_is_named_in_the_error(tmp_path: Path) -> None:
+    (tmp_path / "data").write_text("not a directory")
+    refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data"),
+            "cannot open the store in", "data", "File exists")
