@@ -47,11 +47,6 @@ class AMQPConfig:
         if not 1 <= self.amqp_max_connections <= 100_000:
             raise InvalidArgument("amqp_max_connections", self.amqp_max_connections,
                                   "1..100000")
-        if not _broker_url(self.rabbitmq_url):
-            # Before, `foo` had the gateway retry a connection for ever before it served,
-            # deaf to SIGTERM. The echo hides a password.
-            raise InvalidArgument("rabbitmq_url", _masked(self.rabbitmq_url),
-                                  "amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://...")
 
 
 def _broker_url(url: str) -> bool:
@@ -101,6 +96,14 @@ class AMQP(Product[AMQPConfig]):
     def open_backend(self, name: str, config: AMQPConfig, clock: Clock) -> Backend:
         self.require("rabbitmq back end", {"aio_pika": "aio-pika", "aiormq": "aiormq"})
         from adapters.amqp.backend import RabbitMQBackend
+        from gateway.errors import InvalidArgument
+
+        if not _broker_url(config.rabbitmq_url):
+            # Checked where it is used (a gateway on another back end may carry any value, a
+            # manifest's placeholder say). Before, `foo` had the gateway retry a connection for
+            # ever before it served, deaf to SIGTERM. The echo hides a password.
+            raise InvalidArgument("rabbitmq_url", _masked(config.rabbitmq_url),
+                                  "amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://...")
 
         return RabbitMQBackend(config.rabbitmq_url, clock=clock)
 
