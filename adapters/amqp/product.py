@@ -49,6 +49,28 @@ class AMQPConfig:
                                   "1..100000")
 
 
+def _broker_url(url: str) -> bool:
+    """An amqp:// or amqps:// URL with a host and, if any, a port in 1..65535."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return False
+    return parts.scheme in ("amqp", "amqps") and bool(parts.hostname) and port != 0
+
+
+def _masked(url: str) -> str:
+    """`url` with the password between `:` and `@` replaced by ***."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, sep, credentials = head.partition("://")
+    user, colon, _ = credentials.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{tail}"
+
+
 class AMQP(Product[AMQPConfig]):
     name = "amqp"
     extra = "rabbitmq"
@@ -74,6 +96,14 @@ class AMQP(Product[AMQPConfig]):
     def open_backend(self, name: str, config: AMQPConfig, clock: Clock) -> Backend:
         self.require("rabbitmq back end", {"aio_pika": "aio-pika", "aiormq": "aiormq"})
         from adapters.amqp.backend import RabbitMQBackend
+        from gateway.errors import InvalidArgument
+
+        if not _broker_url(config.rabbitmq_url):
+            # Checked where it is used (a gateway on another back end may carry any value, a
+            # manifest's placeholder say). Before, `foo` had the gateway retry a connection for
+            # ever before it served, deaf to SIGTERM. The echo hides a password.
+            raise InvalidArgument("rabbitmq_url", _masked(config.rabbitmq_url),
+                                  "amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://...")
 
         return RabbitMQBackend(config.rabbitmq_url, clock=clock)
 

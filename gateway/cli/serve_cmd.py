@@ -1,10 +1,11 @@
-"""`gateway serve`: run the gateway until SIGTERM or SIGINT, then drain; or until its back end
-cannot recover, then exit with EXIT_BACKEND_LOST so that a supervisor restarts it."""
+"""`gateway serve`: run the gateway until SIGTERM, SIGINT or SIGHUP, then drain; or until its back
+end cannot recover, then exit with EXIT_BACKEND_LOST so that a supervisor restarts it."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import signal
@@ -18,11 +19,11 @@ from gateway.errors import GatewayError, InvalidArgument, Unavailable
 from gateway.product import installed, settings_of
 from gateway.server.config import ServeConfig, backends, env_name, load
 
-OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "grace_s", "time_scale",
-             "max_message_bytes", "log_level", "admin_listen", "console_listen", "tokens_file",
-             "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated", "telemetry",
-             "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_rpcs", "tracing",
-             "tracing_endpoint", "metrics_label_cap")
+OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "commit_timeout_s", "grace_s",
+             "time_scale", "max_message_bytes", "log_level", "admin_listen", "console_listen",
+             "tokens_file", "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated",
+             "telemetry", "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_rpcs",
+             "tracing", "tracing_endpoint", "metrics_label_cap")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
                           for spec in settings_of(product.config_type) if spec.setting.flag)
@@ -55,6 +56,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             f"where messages are kept: {', '.join(others)} or {last}" if others else last)
     own.add("--cache-mb", "cache_mb", "embedded store: MiB of recently published messages kept "
             "in memory (0 reads every message from disk)", int)
+    own.add("--commit-timeout-s", "commit_timeout_s", "embedded store: seconds writes may wait "
+            "for a commit before the writer process counts as hung and is restarted", float)
     own.add("--grace-s", "grace_s", "drain period on SIGTERM: settles are accepted this long",
             float)
     own.add("--broadcast-idle-s", "broadcast_idle_s", "keep a broadcast consumer's own group "
@@ -151,22 +154,36 @@ def configure_logging(level: str) -> None:
 
 
 async def serve(config: ServeConfig) -> int:
-    """Serve until SIGTERM or SIGINT (exit status 0) or until the back end cannot recover
+    """Serve until SIGTERM, SIGINT or SIGHUP (exit status 0) or until the back end cannot recover
     (EXIT_BACKEND_LOST: a supervisor restarts the gateway)."""
     from gateway.server.app import GatewayApp
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, _stopping, sig, stop)
     app = GatewayApp(config)
+    starting = asyncio.ensure_future(app.start())
+    stopped = asyncio.ensure_future(stop.wait())
     try:
-        await app.start()
+        # A stop signal during start-up ends it (a back end that takes long to answer must
+        # not leave the process deaf to SIGTERM until it does).
+        await asyncio.wait([starting, stopped], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            await app.abandon()
+            log.info("gateway stopped before it started")
+            return 0
+        starting.result()
     except BaseException as exc:
         await app.abandon()
         if isinstance(exc, OSError):  # a listener could not bind: one line, not a traceback
             raise Unavailable(f"cannot start: {exc}") from None
         raise
+    finally:
+        stopped.cancel()
     tune_gc()
     grpc_at = f"{config.listen.rsplit(':', 1)[0]}:{app.grpc_port}"
     logs.announce(f"gateway listening on {grpc_at}", listen=grpc_at)
@@ -186,6 +203,18 @@ async def serve(config: ServeConfig) -> int:
                   "error", status=EXIT_BACKEND_LOST)
     await app.stop(grace_s=0.0)  # nothing can be settled: no drain
     return EXIT_BACKEND_LOST
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Each drains and stops the gateway (exit status 0). SIGHUP too: the gateway does not reload
+its settings, and its default action killed the process at once, without a drain or a line in
+the log (a closed terminal, or an operator expecting a reload)."""
+
+
+def _stopping(sig: signal.Signals, stop: asyncio.Event) -> None:
+    if not stop.is_set():
+        log.info("stopping", signal=sig.name)
+    stop.set()
 
 
 def tune_gc() -> None:

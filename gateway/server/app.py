@@ -32,7 +32,7 @@ from gateway.limits import StreamSlots
 from gateway.product import AnyProduct, FrontEnd, Host, build_registry, installed
 from gateway.server.admin_api import AdminService
 from gateway.server.api import GatewayService
-from gateway.server.auth import AuthInterceptor, Authorizer, load_principals
+from gateway.server.auth import AuthInterceptor, Authorizer
 from gateway.server.config import (
     EMBEDDED,
     LISTENERS,
@@ -40,9 +40,11 @@ from gateway.server.config import (
     backends,
     build,
     check_listener,
+    join_host_port,
 )
 from gateway.server.errors import DecodeGuard, ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size
+from gateway.server.principals import load_principals
 from gateway.server.timeline import SpoolTimeline
 from gateway.server.totals import GroupTotals
 from gateway.telemetry.spool import Spool
@@ -65,7 +67,8 @@ def make_backend(
         from gateway.store import EmbeddedStore
 
         return EmbeddedStore(Path(config.data_dir), clock,
-                             tail_bytes=config.cache_mb << 20)
+                             tail_bytes=config.cache_mb << 20,
+                             commit_timeout_s=config.commit_timeout_s)
     products = installed() if products is None else products
     for product in products:
         if config.backend in product.backends:
@@ -144,6 +147,8 @@ class GatewayApp:
         """Streams no credentials admitted, on every service of the gRPC server together."""
         self.front_ends: dict[str, FrontEnd] = {}
         """Each product's front end by product name, in product order (after `start`)."""
+        self.serving = False
+        """What the overall health check says (SERVING or not); /metrics shows it too."""
         self._health_task: asyncio.Task[None] | None = None
         self._health_changed = asyncio.Event()
         self.lost = asyncio.Event()
@@ -218,9 +223,9 @@ class GatewayApp:
         _check_free("listen", cfg.listen, host, port)
         try:
             if cfg.tls_cert:
-                bound = server.add_secure_port(f"{host}:{port}", self._tls())
+                bound = server.add_secure_port(join_host_port(host, port), self._tls())
             else:
-                bound = server.add_insecure_port(f"{host}:{port}")
+                bound = server.add_insecure_port(join_host_port(host, port))
         except RuntimeError:  # grpc's "Failed to bind": the port is taken, or not this host's
             bound = 0
         if bound == 0:
@@ -240,7 +245,8 @@ class GatewayApp:
             await self._start_console()
         if cfg.admin_listen:
             ahost, aport = check_listener("admin_listen", cfg.admin_listen, cfg)
-            self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir))
+            self.metrics.bind(self.engine, lambda: directory_size(cfg.data_dir),
+                              lambda: self.serving)
             try:
                 self.metrics_port = self.metrics.serve(
                     ahost, aport, self._ssl_context() if cfg.tls_cert else None)
@@ -251,7 +257,7 @@ class GatewayApp:
         await self._set_serving(self.backend.healthy())
         self.backend.on_state_change(self._health_changed.set)
         self._health_task = asyncio.ensure_future(self._watch_health())
-        log.info("gateway started", listen=f"{host}:{bound}", backend=self.backend.name,
+        log.info("gateway started", listen=join_host_port(host, bound), backend=self.backend.name,
                  data_dir=cfg.data_dir, front_ends=list(self.front_ends),
                  **{name: address for name, address in cfg.listeners()
                     if address and name not in LISTENERS},
@@ -308,6 +314,7 @@ class GatewayApp:
         return context
 
     async def _set_serving(self, serving: bool) -> None:
+        self.serving = serving
         status = (health_pb2.HealthCheckResponse.SERVING if serving
                   else health_pb2.HealthCheckResponse.NOT_SERVING)
         for name in ("", *SERVICE_NAMES):

@@ -1,6 +1,7 @@
 """Access control: bearer tokens, per-principal permissions on topics and groups, admin.
 
-Tokens live in a TOML file (mounted from a Secret in Kubernetes):
+Tokens live in a TOML file (mounted from a Secret in Kubernetes; read by
+`gateway.server.principals`):
 
     [[principal]]
     name = "billing"
@@ -23,14 +24,10 @@ with the same message whether the topic exists or not.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
-import tomllib
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -49,6 +46,7 @@ from gateway.errors import (
 from gateway.limits import StreamSlots, check_name
 from gateway.server.errors import abort_error
 from gateway.server.handlers import Behaviour, inner_behaviour, rebuild, responses
+from gateway.server.principals import Principal, token_digest
 
 PROTECTED_PREFIX = "/gateway.v1."
 OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
@@ -64,86 +62,6 @@ def current_settle_guard() -> SettleGuard | None:
     """The settle check of the gRPC call being served (None when auth is off): the gateway.v1
     handlers pass it to the engine with every settlement."""
     return _SETTLE_GUARD.get()
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    name: str
-    token_sha256: str
-    publish: tuple[str, ...] = ()
-    consume: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
-    admin: bool = False
-    extras: tuple[tuple[str, str], ...] = ()
-    """(key, value) of the fields products declare (`Product.principal_fields`) that the
-    principal's entry sets."""
-
-    def extra(self, key: str) -> str:
-        """A product's field of this principal; "" when its entry does not set it."""
-        for name, value in self.extras:
-            if name == key:
-                return value
-        return ""
-
-
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _patterns(entry: dict[str, Any], key: str, name: str) -> tuple[str, ...]:
-    value = entry.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise InvalidArgument(f"principal[{name}].{key}", value, "a list of non-empty patterns")
-    return tuple(value)
-
-
-def load_principals(
-    path: str | Path, permissions: Iterable[dict[str, Any]] = (), extra_fields: Iterable[str] = ()
-) -> list[Principal]:
-    """Principals from the tokens file, with permissions from config merged in by name;
-    `extra_fields` are the keys products declare (kept as strings in `Principal.extras`)."""
-    extra_fields = tuple(extra_fields)
-    try:
-        doc = tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        allowed = f"a readable file ({exc.strerror})"
-        raise InvalidArgument("tokens_file", str(path), allowed) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgument("tokens_file", str(path), f"valid TOML ({exc})") from None
-    extra = {str(p.get("name", "")): p for p in permissions}
-    out: list[Principal] = []
-    named: dict[str, int] = {}
-    tokened: dict[str, str] = {}
-    for i, raw in enumerate(doc.get("principal", [])):
-        entry = {**extra.get(str(raw.get("name", "")), {}), **raw}
-        name = str(entry.get("name", ""))
-        if not name:
-            raise InvalidArgument(f"principal[{i}].name", name, "a non-empty name")
-        token = entry.get("token")
-        digest = entry.get("token_sha256")
-        if bool(token) == bool(digest):
-            raise InvalidArgument(f"principal[{name}].token", "***", "exactly one of token, "
-                                  "token_sha256")
-        # A name or token given twice was the last one's, silently: the other principal lost
-        # its permissions (or its token took the other's).
-        if named.setdefault(name, i) != i:
-            raise InvalidArgument(f"principal[{i}].name", name, "a name no other principal has")
-        token_sha256 = str(digest).lower() if digest else _digest(str(token))
-        if tokened.setdefault(token_sha256, name) != name:
-            raise InvalidArgument(f"principal[{name}].token", "***", "a token no other "
-                                  f"principal has (principal {tokened[token_sha256]} has it)")
-        out.append(Principal(
-            name=name,
-            token_sha256=token_sha256,
-            publish=_patterns(entry, "publish", name),
-            consume=_patterns(entry, "consume", name),
-            groups=_patterns(entry, "groups", name),
-            admin=bool(entry.get("admin", False)),
-            extras=tuple((key, str(entry[key])) for key in extra_fields if key in entry),
-        ))
-    if not out:
-        raise InvalidArgument("tokens_file", str(path), "at least one [[principal]]")
-    return out
 
 
 def _match(patterns: Iterable[str], value: str) -> bool:
@@ -178,7 +96,7 @@ class Authorizer:
     def authenticate(self, token: str | None) -> Principal:
         if not token:
             raise Unauthenticated("a bearer token is required (authorization: Bearer <token>)")
-        digest = _digest(token)
+        digest = token_digest(token)
         for known, principal in self.by_digest.items():
             if hmac.compare_digest(known, digest):
                 return principal

@@ -35,6 +35,9 @@ class ServeConfig:
     cache_mb: int = 64
     """Embedded store: memory for recently published messages, so fresh fetches skip the disk
     (0 turns it off)."""
+    commit_timeout_s: float = 30.0
+    """Embedded store: how long writes wait for a commit before its writer process counts as
+    hung and is restarted (1..3600 s; `gateway.store.writer.COMMIT_TIMEOUT_S`)."""
     max_message_bytes: int = 4 * 1024 * 1024
     max_unacked: int = 50_000
     """Most deliveries one push consumer holds unsettled (1..1000000; see EngineConfig)."""
@@ -88,13 +91,19 @@ class ServeConfig:
             raise InvalidArgument("max_rpcs", self.max_rpcs, "1..1000000")
         if not 1 <= self.max_unacked_mb <= 65536:
             raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
+        taken: list[tuple[str, str, str, int]] = []
         for name, address in self.listeners():
             if address or name == "listen":
-                check_listener(name, address, self)
+                host, port = check_listener(name, address, self)
+                _check_port_free(name, address, host, port, taken)
         if not 1 <= self.metrics_label_cap <= 100_000:
             raise InvalidArgument("metrics_label_cap", self.metrics_label_cap, "1..100000")
         if not 0 <= self.cache_mb <= 65536:
             raise InvalidArgument("cache_mb", self.cache_mb, "0..65536 MiB")
+        if not self.data_dir.strip():  # "" put the store in whatever directory it started in
+            raise InvalidArgument("data_dir", self.data_dir, "a directory path")
+        if not 1 <= self.commit_timeout_s <= 3600:
+            raise InvalidArgument("commit_timeout_s", self.commit_timeout_s, "1..3600 s")
         if not 0 <= self.grace_s <= 3600:
             raise InvalidArgument("grace_s", self.grace_s, "0..3600 s")
         if not 0 <= self.broadcast_idle_s <= 2_592_000:
@@ -166,6 +175,24 @@ def check_listener(field: str, address: str, config: ServeConfig) -> tuple[str, 
     return host, port
 
 
+_ANY_HOST = ("", "0.0.0.0", "::", "localhost")
+"""Hosts that may stand for the same socket as another spelling of the address."""
+
+
+def _check_port_free(name: str, address: str, host: str, port: int,
+                     taken: list[tuple[str, str, str, int]]) -> None:
+    """Refuse a listener on a port another listener of this config has (port 0 excepted): one
+    line naming both settings, where binding the second failed half way through start-up with
+    'address already in use' and no setting named."""
+    if port:
+        for other, other_address, other_host, other_port in taken:
+            if port == other_port and (host == other_host or host in _ANY_HOST
+                                       or other_host in _ANY_HOST):
+                raise InvalidArgument(name, address, f"a port no other listener has ({other} "
+                                      f"is {other_address})")
+    taken.append((name, address, host, port))
+
+
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -182,11 +209,16 @@ def host_port(field: str, value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def join_host_port(host: str, port: int) -> str:
+    """HOST:PORT again, an IPv6 address in brackets (`[::1]:50051`), as gRPC needs it."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
                "max_unacked", "max_unacked_mb", "max_rpcs", "metrics_label_cap"},
-    "store": {"backend", "data_dir", "cache_mb"},
+    "store": {"backend", "data_dir", "cache_mb", "commit_timeout_s"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},
 }
@@ -257,8 +289,24 @@ def _flatten(doc: Mapping[str, Any], keys: _Keys) -> dict[str, Any]:
                 if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                     raise InvalidArgument(f"{section}.{key}", value, "a list of tables")
                 value = tuple(value)
+            elif kind in _TOML_TYPES and not _toml_fits(value, kind):
+                raise InvalidArgument(f"{section}.{key}", value, _TOML_TYPES[kind])
             flat[name] = value
     return flat
+
+
+_TOML_TYPES: dict[object, str] = {str: "a string", int: "an integer", float: "a number",
+                                  bool: "a boolean (true or false)"}
+"""What a value in the file must be for each kind of setting: TOML has its own types, and a
+value of another type is a mistake (`data_dir = true` made a directory named True)."""
+
+
+def _toml_fits(value: object, kind: object) -> bool:
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)  # type: ignore[arg-type]
 
 
 def _coerce(name: str, value: Any, kind: object) -> Any:
@@ -328,12 +376,15 @@ def load(
     values: dict[str, Any] = {}
     if path:
         try:
-            values.update(_flatten(tomllib.loads(Path(path).read_text()), keys))
+            values.update(_flatten(tomllib.loads(Path(path).read_text(encoding="utf-8")), keys))
         except OSError as exc:
             allowed = f"a readable TOML file ({exc.strerror})"
             raise InvalidArgument("config", path, allowed) from None
         except tomllib.TOMLDecodeError as exc:
             raise InvalidArgument("config", path, f"valid TOML ({exc})") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidArgument("config", path, f"a UTF-8 TOML file (byte {exc.start} is "
+                                  "not UTF-8)") from None
     environ = os.environ if env is None else env
     from_env: set[str] = set()
     for name in keys.kinds:

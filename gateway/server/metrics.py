@@ -96,6 +96,8 @@ class Metrics:
         self.timers = Gauge("gateway_pending_timers", "Deadlines in the timer wheel", registry=r)
         self.store_bytes = Gauge("gateway_store_bytes", "Size of the embedded store on disk",
                                  registry=r)
+        self.serving = Gauge("gateway_serving", "1 while health says SERVING (the back end "
+                             "works and the gateway is not draining), else 0", registry=r)
         self.latency = Histogram("gateway_request_seconds", "gRPC request latency (unary)",
                                  ["method"], registry=r, buckets=REQUEST_BUCKETS)
         self.requests = Counter("gateway_requests", "gRPC calls ended, by method and status code",
@@ -142,7 +144,9 @@ class Metrics:
             row[find(SETTLE_BUCKETS, one)] += 1
         row[-1] += sum(seconds)
 
-    def bind(self, engine: EngineQueries, store_size: Callable[[], int]) -> None:
+    def bind(self, engine: EngineQueries, store_size: Callable[[], int],
+             serving: Callable[[], bool] = lambda: True) -> None:
+        self.serving.set_function(lambda: 1.0 if serving() else 0.0)
         self.inflight.set_function(engine.unsettled_count)
         self.timers.set_function(engine.pending_timers)
         self.store_bytes.set_function(store_size)

@@ -48,6 +48,7 @@ from gateway.store.fetch import fetch
 from gateway.store.index import Entry, GroupIndex
 from gateway.store.supervisor import Supervisor
 from gateway.store.tail import NO_PROPERTIES, PROPERTY_OVERHEAD, TailCache
+from gateway.store.writer import COMMIT_TIMEOUT_S
 from gateway.store.writes import MessageRow, UnackedRow, Write
 
 TAIL_BYTES = 64 << 20
@@ -94,9 +95,12 @@ class EmbeddedStore(Backend):
         restart_backoff_s: tuple[float, float] | None = None,
         give_up_after: int | None = None,
         stable_s: float | None = None,
+        commit_timeout_s: float = COMMIT_TIMEOUT_S,
     ) -> None:
         """`clock`: the engine's `Clock` (default: the system clock); its `now_ms` function is
-        taken too. The last three: see `gateway.store.recovery` (None: its defaults)."""
+        taken too. `restart_backoff_s`, `give_up_after`, `stable_s`: see
+        `gateway.store.recovery` (None: its defaults); `commit_timeout_s`: see
+        `gateway.store.writer.COMMIT_TIMEOUT_S`."""
         self._dir = pathlib.Path(data_dir)
         self._tail = TailCache(tail_bytes)
         self._trim_interval_s = trim_interval_s
@@ -113,6 +117,7 @@ class EmbeddedStore(Backend):
             ),
             install=self._install,
             wake=self._catalog.wake_all,
+            commit_timeout_s=commit_timeout_s,
         )
         self._id_tag = "00000000"
         self._id_seq = 0

@@ -20,7 +20,7 @@ from gateway.errors import Unavailable
 from gateway.store import index, writes
 from gateway.store import reader as rd
 from gateway.store.recovery import Recovery
-from gateway.store.writer import GroupCommitWriter
+from gateway.store.writer import COMMIT_TIMEOUT_S, GroupCommitWriter, StoreGone
 
 _log = logging.getLogger(__name__)
 
@@ -45,8 +45,10 @@ class Supervisor:
         recovery: Recovery,
         install: Callable[[rd.Loaded], None],
         wake: Callable[[], None],
+        commit_timeout_s: float = COMMIT_TIMEOUT_S,
     ) -> None:
         self._dir = data_dir
+        self._commit_timeout_s = commit_timeout_s
         self._fsync = fsync
         self._recovery = recovery
         self._install = install
@@ -138,7 +140,8 @@ class Supervisor:
             self._writer_failed(writer, error)
 
         writer = GroupCommitWriter(
-            self._dir, asyncio.get_running_loop(), fsync=self._fsync, on_failure=failed
+            self._dir, asyncio.get_running_loop(), fsync=self._fsync, on_failure=failed,
+            commit_timeout_s=self._commit_timeout_s,
         )
         return writer
 
@@ -153,6 +156,11 @@ class Supervisor:
         """The serving writer failed (a restart attempt's own writer is not looked at here:
         the attempt sees its failure)."""
         if writer is not self.writer or not self.open or self.failure is not None:
+            return
+        if isinstance(error, StoreGone):  # nothing to restart on: the process must go
+            self.failure = error
+            self._wake()
+            self._give_up(str(error))
             return
         self.failure = error
         self._recovery.failed()

@@ -34,12 +34,21 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
 LOCK_WAIT_S = 10.0
 """How long a new writer waits for an earlier one (of a gateway just killed) to end."""
+COMMIT_TIMEOUT_S = 30.0
+"""How long writes may wait for the writer's next commit before the writer counts as hung (a
+stopped process, a disk that never answers): it is killed and the store restarts it, as it does
+a writer that died. Without this a stopped writer held every publish, and health, for ever."""
 SOCKET_BUFFER_BYTES = 4 << 20
 _PACKAGE_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 class WriterFailed(Exception):
     """The writer process failed a transaction or ended without being asked to."""
+
+
+class StoreGone(WriterFailed):
+    """The store's files were deleted or replaced under the writer: no new writer can carry on
+    from the index this process holds (`writer_proc`)."""
 
 
 class GroupCommitWriter:
@@ -53,12 +62,17 @@ class GroupCommitWriter:
         fsync: bool,
         on_failure: Callable[[BaseException], None],
         lock_wait_s: float = LOCK_WAIT_S,
+        commit_timeout_s: float = COMMIT_TIMEOUT_S,
     ) -> None:
         self._data_dir = data_dir
         self._loop = loop
         self._fsync = fsync
         self._on_failure = on_failure
         self._lock_wait_s = lock_wait_s
+        self._commit_timeout_s = commit_timeout_s
+        self._progress_at = 0.0
+        """Loop time of the last commit answered, or of the first write queued after it."""
+        self._watch: asyncio.TimerHandle | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._transport: asyncio.Transport | None = None
         self._started: asyncio.Future[None] = loop.create_future()
@@ -114,6 +128,28 @@ class GroupCommitWriter:
         except (TimeoutError, WriterFailed) as exc:
             await self.kill()
             raise Unavailable(f"embedded store did not open: {exc}") from None
+        except asyncio.CancelledError:  # start-up ended (SIGTERM): no writer left behind
+            await self.kill(0.0)
+            raise
+        self._arm_watch()
+
+    def _arm_watch(self) -> None:
+        self._watch = self._loop.call_later(
+            min(1.0, self._commit_timeout_s / 4), self._check_progress)
+
+    def _check_progress(self) -> None:
+        """Fail the writer when writes have waited `commit_timeout_s` for a commit."""
+        self._watch = None
+        if self._failed is not None or self._transport is None:
+            return
+        waited = self._loop.time() - self._progress_at
+        if self._next > self.writes and waited > self._commit_timeout_s:
+            self._fail(WriterFailed(
+                f"the embedded store's writer process committed nothing for {waited:.0f} s "
+                f"(commit_timeout_s {self._commit_timeout_s:g}): stopped or hung"))
+            self._transport.abort()
+            return
+        self._arm_watch()
 
     def submit(self, write: Write) -> asyncio.Future[object]:
         """Queue `write`; the returned future is done, with the write's result, after its
@@ -132,6 +168,8 @@ class GroupCommitWriter:
             raise Unavailable(f"embedded store write failed earlier: {self._failed}")
         if self._transport is None or self._stopping:
             raise Unavailable("embedded store writer is not running")
+        if self._next == self.writes:  # nothing was outstanding: the wait starts now
+            self._progress_at = self._loop.time()
         self._out.append(write)
         self._next += 1
         if not self._flush_due:
@@ -168,6 +206,9 @@ class GroupCommitWriter:
     async def kill(self, wait_s: float = 5.0) -> None:
         """Cut the link, give the process `wait_s` to end by itself (it commits the whole
         frames it has read), then kill it; reap it either way."""
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         if self._transport is not None:
             self._transport.abort()
         proc = self._proc
@@ -188,6 +229,7 @@ class GroupCommitWriter:
             assert isinstance(upto, int) and isinstance(results, list)
             assert isinstance(transactions, int)
             self.writes, self.transactions = upto, transactions
+            self._progress_at = self._loop.time()
             values = dict(results) if results else {}
             waiting = self._waiting
             while waiting and waiting[0][0] < upto:
@@ -197,6 +239,8 @@ class GroupCommitWriter:
         elif kind == "ready":
             if not self._started.done():
                 self._started.set_result(None)
+        elif kind == "gone":
+            self._fail(StoreGone(f"embedded store lost its files: {message[1]}"))
         elif not self._started.done():
             self._start_failed(WriterFailed(str(message[1])))
         else:

@@ -12,10 +12,14 @@ one transaction, commits (with fsync when FSYNC is 1), then answers
 nobody awaits wait up to DEFER_S for one that somebody does, so they pay no fsync of their own.
 
 A failed transaction is rolled back and answered `("error", text)`, and the process ends: the
-store fails the writes waiting for it and starts a new writer (`gateway.store.recovery`). At end
+store fails the writes waiting for it and starts a new writer (`gateway.store.recovery`). Before
+each COMMIT it checks that the store's files are still the ones it opened: when the database or
+its WAL was deleted or replaced (the data directory removed while the gateway runs), a commit
+would go to a file nobody will ever read again, so it rolls back, answers `("gone", text)` and
+ends; the store then gives up (a new writer would start an empty store under a stale index). At end
 of input (the store closed, or the gateway died) it commits the whole frames it has read and
-ends. It ignores SIGINT and SIGTERM: the gateway decides when it stops, and a terminal's Ctrl-C
-reaches the gateway, which then closes the store.
+ends. It ignores SIGINT, SIGTERM and SIGHUP: the gateway decides when it stops, and a terminal's
+Ctrl-C (or hangup) reaches the gateway, which then closes the store.
 """
 
 from __future__ import annotations
@@ -49,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     data_dir, fsync, fd = pathlib.Path(args[0]), args[1] == "1", int(args[2])
     lock_wait_s = float(args[3])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -60,8 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         schema.create(data_dir, fsync=fsync)
         conn = schema.connect(data_dir, fsync=fsync)
+        files = _Files(data_dir / schema.DB_NAME)
     except Exception as exc:
-        _send(sock, ("error", f"cannot open the store: {exc!r}"))
+        _send(sock, ("error", f"cannot open the store in {data_dir}: {exc!r}"))
         return 1
     _send(sock, ("ready",))
     buffer = FrameBuffer()
@@ -86,7 +91,13 @@ def main(argv: list[str] | None = None) -> int:
                         if result is not None:
                             results.append((applied, result))
                         applied += 1
+                gone = files.gone()
+                if gone is not None:
+                    conn.execute("ROLLBACK")
+                    _send(sock, ("gone", gone))
+                    return 1
                 conn.execute("COMMIT")
+                files.committed()
             except Exception as exc:  # any failure fails the whole batch and the store
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
@@ -98,6 +109,36 @@ def main(argv: list[str] | None = None) -> int:
         conn.close()
         lock.close()
     return 0
+
+
+class _Files:
+    """The identity (device, inode) of the database file and of its WAL as this writer opened
+    them, to tell whether they are still the files at those paths."""
+
+    def __init__(self, db: pathlib.Path) -> None:
+        self._paths = (db, db.with_name(db.name + "-wal"))
+        self._ids: list[tuple[int, int] | None] = [_identity(self._paths[0]), None]
+
+    def committed(self) -> None:
+        """After a commit the WAL exists: remember it (once)."""
+        if self._ids[1] is None:
+            self._ids[1] = _identity(self._paths[1])
+
+    def gone(self) -> str | None:
+        """Why a commit now would be lost (a file deleted or replaced), or None."""
+        for path, known in zip(self._paths, self._ids, strict=True):
+            if known is not None and _identity(path) != known:
+                return (f"the store file {path} was deleted or replaced while the gateway ran "
+                        "(its data directory removed?): what it commits now would be lost")
+        return None
+
+
+def _identity(path: pathlib.Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _lock(path: pathlib.Path, wait_s: float) -> TextIO | None:

@@ -31,8 +31,8 @@ from gateway.product import (
     setting,
 )
 from gateway.server.app import GatewayApp
-from gateway.server.auth import load_principals
 from gateway.server.config import load
+from gateway.server.principals import load_principals
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = sorted(path.parent.name for path in ROOT.glob("adapters/*/product.py"))

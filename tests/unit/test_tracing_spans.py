@@ -205,7 +205,7 @@ def test_tracing_section_of_the_config_file(tmp_path: Path) -> None:
     ('endpoint = "collector:4317"', "tracing_endpoint"),
     ('service_name = ""', "tracing_service_name"),
     ("colour = 1", "tracing.colour"),
-    ('enabled = "maybe"', "tracing"),
+    ('enabled = "maybe"', "tracing.enabled"),  # the key as the file spells it
 ])
 def test_bad_tracing_settings_are_refused(tmp_path: Path, text: str, field: str) -> None:
     path = tmp_path / "g.toml"

@@ -1,0 +1,109 @@
+"""The principals of the tokens file (see `gateway.server.auth` for its layout): each entry
+checked, named by the key it sets, before the gateway starts."""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import InvalidArgument
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    token_sha256: str
+    publish: tuple[str, ...] = ()
+    consume: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    admin: bool = False
+    extras: tuple[tuple[str, str], ...] = ()
+    """(key, value) of the fields products declare (`Product.principal_fields`) that the
+    principal's entry sets."""
+
+    def extra(self, key: str) -> str:
+        """A product's field of this principal; "" when its entry does not set it."""
+        for name, value in self.extras:
+            if name == key:
+                return value
+        return ""
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 hex digest a token is known by."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _patterns(entry: dict[str, Any], key: str, name: str) -> tuple[str, ...]:
+    value = entry.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise InvalidArgument(f"principal[{name}].{key}", value, "a list of non-empty patterns")
+    return tuple(value)
+
+
+def load_principals(
+    path: str | Path, permissions: Iterable[dict[str, Any]] = (), extra_fields: Iterable[str] = ()
+) -> list[Principal]:
+    """Principals from the tokens file, with permissions from config merged in by name;
+    `extra_fields` are the keys products declare (kept as strings in `Principal.extras`)."""
+    extra_fields = tuple(extra_fields)
+    try:
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        allowed = f"a readable file ({exc.strerror})"
+        raise InvalidArgument("tokens_file", str(path), allowed) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgument("tokens_file", str(path), f"valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument("tokens_file", str(path), f"a UTF-8 TOML file (byte {exc.start} "
+                              "is not UTF-8)") from None
+    entries = doc.get("principal", [])
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise InvalidArgument("tokens_file", str(path), "[[principal]] tables")
+    extra = {str(p.get("name", "")): p for p in permissions}
+    out: list[Principal] = []
+    named: dict[str, int] = {}
+    tokened: dict[str, str] = {}
+    for i, raw in enumerate(entries):
+        entry = {**extra.get(str(raw.get("name", "")), {}), **raw}
+        name = entry.get("name", "")
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"principal[{i}].name", name, "a non-empty string")
+        token = entry.get("token")
+        digest = entry.get("token_sha256")
+        if bool(token) == bool(digest):
+            raise InvalidArgument(f"principal[{name}].token", "***", "exactly one of token, "
+                                  "token_sha256")
+        if token and not isinstance(token, str):
+            raise InvalidArgument(f"principal[{name}].token", "***", "a string")
+        if digest and not (isinstance(digest, str) and len(digest) == 64
+                           and all(c in "0123456789abcdefABCDEF" for c in digest)):
+            raise InvalidArgument(f"principal[{name}].token_sha256", "***",
+                                  "64 hexadecimal digits (the SHA-256 of the token)")
+        admin = entry.get("admin", False)
+        if not isinstance(admin, bool):  # `admin = "false"` granted admin (bool("false"))
+            raise InvalidArgument(f"principal[{name}].admin", admin, "true or false")
+        # A name or token given twice was the last one's, silently: the other principal lost
+        # its permissions (or its token took the other's).
+        if named.setdefault(name, i) != i:
+            raise InvalidArgument(f"principal[{i}].name", name, "a name no other principal has")
+        token_sha256 = str(digest).lower() if digest else token_digest(str(token))
+        if tokened.setdefault(token_sha256, name) != name:
+            raise InvalidArgument(f"principal[{name}].token", "***", "a token no other "
+                                  f"principal has (principal {tokened[token_sha256]} has it)")
+        out.append(Principal(
+            name=name,
+            token_sha256=token_sha256,
+            publish=_patterns(entry, "publish", name),
+            consume=_patterns(entry, "consume", name),
+            groups=_patterns(entry, "groups", name),
+            admin=admin,
+            extras=tuple((key, str(entry[key])) for key in extra_fields if key in entry),
+        ))
+    if not out:
+        raise InvalidArgument("tokens_file", str(path), "at least one [[principal]]")
+    return out

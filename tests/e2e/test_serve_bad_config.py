@@ -1,0 +1,146 @@
+"""`gateway serve` with a config file or a tokens file an operator got wrong: one line naming
+the setting and what it may be, exit status 2, no traceback, and nothing started (never a
+directory named `True`, never an admin granted by `admin = "false"`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def serve(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`gateway serve ARGS` in `tmp_path` with `env` added to the environment; a gateway that
+    starts is stopped by the timeout (and the test fails on its status)."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "serve", *args],
+            capture_output=True, text=True, cwd=tmp_path, timeout=60,
+            env=dict(os.environ, PYTHONPATH=str(REPO), **env),
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the gateway started: {exc.stderr!r}") from None
+
+
+def refused(done: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("gateway: error: "), lines
+    for word in words:
+        assert word in lines[-1], lines[-1]
+
+
+BASE = '[server]\nlisten = "127.0.0.1:0"\n[store]\ndata_dir = "data"\n'
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (BASE.replace('data_dir = "data"', "data_dir = true"),
+     ("store.data_dir=True", "a string")),
+    (BASE.replace('data_dir = "data"', "data_dir = {a = 1}"),
+     ("store.data_dir=", "a string")),
+    (BASE.replace("[store]", "gateway_id = 5\n[store]"),
+     ("server.gateway_id=5", "a string")),
+    (BASE.replace("[store]", "telemetry = \"yes\"\n[store]"),
+     ("server.telemetry='yes'", "a boolean")),
+    (BASE.replace("[store]", "grace_s = true\n[store]"),
+     ("server.grace_s=True", "a number")),
+    (BASE.replace("[store]", "max_rpcs = 10.5\n[store]"),
+     ("server.max_rpcs=10.5", "an integer")),
+])
+def test_a_value_of_the_wrong_toml_type_is_refused(
+    tmp_path: Path, text: str, words: tuple[str, ...]
+) -> None:
+    (tmp_path / "gateway.toml").write_text(text)
+    refused(serve(tmp_path, "--config", "gateway.toml"), *words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gateway.toml"]  # nothing created
+
+
+def test_a_config_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "gateway.toml").write_bytes(b"[server]\nlisten = \"\xff\xfe\"\n")
+    refused(serve(tmp_path, "--config", "gateway.toml"), "config='gateway.toml'", "UTF-8")
+
+
+def test_a_config_file_with_utf8_comments_is_read_whatever_the_locale(tmp_path: Path) -> None:
+    (tmp_path / "gateway.toml").write_text(
+        "# données – ok\n[server]\nlisten = \"127.0.0.1:0\"\nmax_rpcs = 0\n", encoding="utf-8")
+    # max_rpcs = 0 makes it stop after reading the file: the file itself was read.
+    refused(serve(tmp_path, "--config", "gateway.toml"), "max_rpcs=0")
+
+
+TOKEN = '[[principal]]\nname = "app"\ntoken = "secret"\npublish = ["*"]\n'
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (b"[[principal]]\nname = \"\xff\"\n", ("tokens_file=", "UTF-8")),
+    (b"principal = 5\n", ("tokens_file=", "[[principal]] tables")),
+    (b"principal = [1, 2]\n", ("tokens_file=", "[[principal]] tables")),
+    ((TOKEN + 'admin = "false"\n').encode(), ("principal[app].admin='false'", "true or false")),
+    (TOKEN.replace('"secret"', "5").encode(), ("principal[app].token", "a string")),
+    (TOKEN.replace('name = "app"', "name = 7").encode(), ("principal[0].name=7",)),
+    (TOKEN.replace('token = "secret"', 'token_sha256 = "abc"').encode(),
+     ("principal[app].token_sha256", "64 hexadecimal digits")),
+])
+def test_a_tokens_file_an_operator_got_wrong_is_refused(
+    tmp_path: Path, text: bytes, words: tuple[str, ...]
+) -> None:
+    (tmp_path / "tokens.toml").write_bytes(text)
+    refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
+                  "--tokens-file", "tokens.toml"), *words)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--amqp-listen", "127.0.0.1:5900", "--pulsar-listen", "127.0.0.1:5900"),
+     ("pulsar_listen='127.0.0.1:5900'", "amqp_listen is 127.0.0.1:5900")),
+    (("--listen", "127.0.0.1:5901", "--pulsar-listen", "127.0.0.1:5901"),
+     ("pulsar_listen='127.0.0.1:5901'", "listen is 127.0.0.1:5901")),
+    (("--listen", "127.0.0.1:5902", "--admin-listen", "localhost:5902"),
+     ("admin_listen='localhost:5902'", "listen is 127.0.0.1:5902")),
+])
+def test_two_listeners_on_one_port_are_refused_naming_both(
+    tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]
+) -> None:
+    """Before, the second listener's bind failed half way through start-up with 'address
+    already in use', naming no setting (after the first had announced it was listening)."""
+    done = serve(tmp_path, "--data-dir", "data", *args)
+    refused(done, *words)
+    assert "listening" not in done.stderr
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("foo", ("rabbitmq_url='foo'", "amqp://USER:PASSWORD@HOST:PORT/VHOST")),
+    ("http://broker:5672/", ("rabbitmq_url='http://broker:5672/'",)),
+    ("amqp://guest:s3cret@127.0.0.1:99999/", ("rabbitmq_url='amqp://guest:***@127.0.0.1:99999/'",)),
+    ("amqp://guest:s3cret@:5672/", ("rabbitmq_url='amqp://guest:***@:5672/'",)),
+])
+def test_a_rabbitmq_url_that_names_no_broker_is_refused(
+    tmp_path: Path, url: str, words: tuple[str, ...]
+) -> None:
+    """Before, `foo` had the gateway retry a connection once a second for ever before it
+    served (and deaf to SIGTERM meanwhile); the error never shows the password."""
+    done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
+                 "--backend", "rabbitmq", "--rabbitmq-url", url)
+    refused(done, *words)
+    assert "s3cret" not in done.stderr
+
+
+def test_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
+    """Before, GATEWAY_DATA_DIR= (a variable set from a missing secret, say) put the store in
+    whatever directory the gateway was started in."""
+    refused(serve(tmp_path, "--listen", "127.0.0.1:0", GATEWAY_DATA_DIR=""),
+            "GATEWAY_DATA_DIR=''", "a directory path")
+    (tmp_path / "gateway.toml").write_text('[store]\ndata_dir = ""\n')
+    refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--config", "gateway.toml"),
+            "data_dir=''", "a directory path")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gateway.toml"]
+
+
+def test_a_data_dir_that_is_a_file_is_named_in_the_error(tmp_path: Path) -> None:
+    (tmp_path / "data").write_text("not a directory")
+    refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data"),
+            "cannot open the store in", "data", "File exists")
