@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from tests.e2e.test_store_outage import (
     Consumer,
     Health,
     Load,
+    gateway,
     writer_pid,
 )
 
@@ -32,45 +30,14 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-@contextlib.contextmanager
-def gateway(data_dir: Path, log: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`gateway serve ARGS` on an ephemeral port, its log in a file; SIGTERM at the end."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(data_dir),
-             "--listen", "127.0.0.1:0", "--log-level", "warning", *args],
-            stderr=out, stdout=subprocess.DEVNULL, cwd=REPO,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            match = re.search(r"gateway listening on ([^\s\"]+)", log.read_text(errors="replace"))
-            if match:
-                break
-            if proc.poll() is not None:
-                raise AssertionError(f"gateway ended: {log.read_text(errors='replace')}")
-            time.sleep(0.05)
-        else:
-            raise AssertionError("gateway did not start")
-        yield proc, match.group(1)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 async def test_a_stopped_writer_is_replaced_and_nothing_confirmed_is_lost(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "gateway.log"
     stopped = 0
     try:
-        with gateway(tmp_path / "data", log, "--commit-timeout-s", "2") as (proc, target):
+        with gateway(tmp_path / "data", log, "--commit-timeout-s", "2",
+                     stop_s=90) as (proc, target):
             async with GatewayClient(target) as client:
                 health = Health(target)
                 load = Load(client, "hung")

@@ -32,13 +32,15 @@ pytestmark = pytest.mark.slow
 
 
 @contextlib.contextmanager
-def gateway(data_dir: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """`gateway serve` on an ephemeral port; its log goes to a file (a pipe nobody reads
-    could fill up and stall it). Stopped with SIGTERM at the end."""
+def gateway(
+    data_dir: Path, log: Path, *args: str, stop_s: float = 30
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """`gateway serve ARGS` on an ephemeral port; its log goes to a file (a pipe nobody reads
+    could fill up and stall it). Stopped with SIGTERM at the end (killed after `stop_s`)."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(data_dir),
-             "--listen", "127.0.0.1:0", "--log-level", "warning"],
+             "--listen", "127.0.0.1:0", "--log-level", "warning", *args],
             stderr=out, stdout=subprocess.DEVNULL, cwd=REPO,
             env=dict(os.environ, PYTHONPATH=str(REPO)),
         )
@@ -58,7 +60,7 @@ def gateway(data_dir: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes]
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(30)
+                proc.wait(stop_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()

@@ -94,12 +94,18 @@ class ConsumerCommands:
             session.watch(consumer.active)
             consumer.watch_active(session.watch)
 
+    def _known(self, consumer_id: int, request_id: int) -> ConsumerSession | None:
+        """The consumer a command names, or None (answered ConsumerNotFound)."""
+        session = self._consumers.get(consumer_id)
+        if session is None:
+            self.write(replies.error(request_id, pb.ConsumerNotFound,
+                                     f"unknown consumer {consumer_id}"))
+        return session
+
     async def _last_message_id(self, request: pb.CommandGetLastMessageId) -> None:
         """GET_LAST_MESSAGE_ID (`ConsumerSession.last_ids`)."""
-        session = self._consumers.get(request.consumer_id)
+        session = self._known(request.consumer_id, request.request_id)
         if session is None:
-            self.write(replies.error(request.request_id, pb.ConsumerNotFound,
-                                     f"unknown consumer {request.consumer_id}"))
             return
         topic, subscription = self._topics[request.consumer_id]
         try:
@@ -129,10 +135,8 @@ class ConsumerCommands:
 
     async def _unsubscribe(self, request: pb.CommandUnsubscribe) -> None:
         """`moves.unsubscribe` of the consumer's subscription."""
-        session = self._consumers.get(request.consumer_id)
+        session = self._known(request.consumer_id, request.request_id)
         if session is None:
-            self.write(replies.error(request.request_id, pb.ConsumerNotFound,
-                                     f"unknown consumer {request.consumer_id}"))
             return
         topic, subscription = self._topics[request.consumer_id]
 
