@@ -58,6 +58,10 @@ class _Handler(WSGIRequestHandler):
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    request_queue_size = 128
+    """The listen backlog (socketserver's default is 5): connections arriving together while
+    the accepting thread waits for the interpreter lock had their SYNs dropped and came seconds
+    later, after the kernel's retransmissions."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)

@@ -85,12 +85,14 @@ async def test_metrics_over_tls_with_the_gateways_certificate(tmp_path: Path) ->
         assert not await asyncio.to_thread(_scrape, app.metrics_port)  # plain HTTP: refused
 
 
-def _trickle(port: int, stop: threading.Event) -> float | None:
+def _trickle(port: int, stop: threading.Event, connected: threading.Semaphore) -> float | None:
     """Send a request a byte at a time, one every 0.5 s; seconds until the server closed the
-    connection (None: still open when the request was sent whole or `stop` was set)."""
+    connection (None: still open when the request was sent whole or `stop` was set).
+    `connected` is released once the connection is made."""
     start = time.monotonic()
     request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 200 + b"\r\n\r\n"
     with socket.create_connection(("127.0.0.1", port)) as sock:
+        connected.release()
         for byte in request:
             try:
                 sock.sendall(bytes([byte]))
@@ -106,16 +108,19 @@ async def test_a_request_trickling_in_is_dropped_at_the_request_timeout(app: Gat
     """A byte every 0.5 s never trips the socket's timeout: before, such connections held
     their slots for ever and MAX_CONNECTIONS of them kept every scrape out."""
     stop = threading.Event()
+    connected = threading.Semaphore(0)
     closed_after: list[float | None] = []
 
     def run() -> None:
-        closed_after.append(_trickle(app.metrics_port, stop))
+        closed_after.append(_trickle(app.metrics_port, stop, connected))
 
     threads = [threading.Thread(target=run, daemon=True) for _ in range(MAX_CONNECTIONS)]
     for thread in threads:
         thread.start()
     try:
-        full_by = time.monotonic() + REQUEST_TIMEOUT_S * 0.8
+        for _ in threads:  # on a busy machine the connections may take a while to be made
+            assert await asyncio.to_thread(connected.acquire, True, 30)
+        full_by = time.monotonic() + REQUEST_TIMEOUT_S * 0.5
         while await asyncio.to_thread(_scrape, app.metrics_port):  # until every slot is taken
             assert time.monotonic() < full_by, "the trickling connections never took the slots"
             await asyncio.sleep(0.2)
