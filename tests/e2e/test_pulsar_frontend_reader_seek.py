@@ -68,6 +68,14 @@ async def test_a_readers_seek_completes_and_rereads_from_its_target(stack: Stack
     assert [g.group for g in stack.app.engine.groups() if g.topic == TOPIC] == []
 
 
+def seek_to_start(consumer_id: int, request_id: int) -> pb.BaseCommand:
+    """SEEK by publish time 0: back to the earliest message."""
+    seek = Cmd(type=Cmd.SEEK)
+    seek.seek.consumer_id, seek.seek.request_id, seek.seek.message_publish_time = (
+        consumer_id, request_id, 0)
+    return seek
+
+
 def reader(consumer_id: int, request_id: int) -> pb.BaseCommand:
     cmd = raw.subscribe(consumer_id, request_id, SHARED)
     cmd.subscribe.subscription = "rg"
@@ -86,9 +94,7 @@ async def test_a_seek_on_a_shared_reader_group_lets_the_other_reader_back(
         await first.expect(Cmd.SUCCESS)
         second.send(reader(1, 1))
         await second.expect(Cmd.SUCCESS)
-        seek = Cmd(type=Cmd.SEEK)
-        seek.seek.consumer_id, seek.seek.request_id, seek.seek.message_publish_time = 1, 2, 0
-        first.send(seek)
+        first.send(seek_to_start(1, 2))
         await first.expect(Cmd.CLOSE_CONSUMER)
         await first.expect(Cmd.SUCCESS)
         await second.expect(Cmd.CLOSE_CONSUMER)
@@ -108,9 +114,7 @@ async def test_a_reader_group_nobody_rejoins_after_a_seek_goes(
         client = await RawClient.open(front.port)
         client.send(reader(1, 1))
         await client.expect(Cmd.SUCCESS)
-        seek = Cmd(type=Cmd.SEEK)
-        seek.seek.consumer_id, seek.seek.request_id, seek.seek.message_publish_time = 1, 2, 0
-        client.send(seek)
+        client.send(seek_to_start(1, 2))
         await client.expect(Cmd.CLOSE_CONSUMER)
         await client.expect(Cmd.SUCCESS)
         assert "rg" in [g.group for g in engine.groups()]  # kept for the reader to come back
@@ -139,9 +143,7 @@ async def test_a_reader_group_goes_with_the_connection_of_the_reader_a_seek_clos
         bystander = await RawClient.open(front.port)
         client.send(reader(1, 1))
         await client.expect(Cmd.SUCCESS)
-        seek = Cmd(type=Cmd.SEEK)
-        seek.seek.consumer_id, seek.seek.request_id, seek.seek.message_publish_time = 1, 2, 0
-        client.send(seek)
+        client.send(seek_to_start(1, 2))
         await client.expect(Cmd.CLOSE_CONSUMER)
         await client.expect(Cmd.SUCCESS)
         await bystander.close()  # another connection's end changes nothing
