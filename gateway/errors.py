@@ -137,6 +137,19 @@ class TooManyCalls(GatewayError):
     reason = "TOO_MANY_CALLS"
 
 
+class TooManyGroups(GatewayError):
+    """The engine runs as many groups as it may (`--max-groups`): a new one is refused."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "TOO_MANY_GROUPS"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the gateway runs its maximum of {limit} groups (max_groups, "
+                         f"--max-groups): a new group is refused; use an existing one, or "
+                         "drop (unsubscribe, delete) groups no longer used")
+        self.limit = limit
+
+
 class Unavailable(GatewayError):
     """The back end cannot take the request now (broker down, shutting down)."""
 

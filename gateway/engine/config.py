@@ -25,6 +25,10 @@ class EngineConfig:
     credit beyond it waits until the consumer settles."""
     max_unacked_bytes: int = 64 << 20
     """Most bytes of bodies one push consumer holds unsettled (at least one delivery)."""
+    max_groups: int = 20_000
+    """Most (topic, group) subscriptions the engine runs at once, broadcast consumers' own
+    groups included: each costs about 8 KB, so names a client makes up cannot grow memory
+    without bound; a new one beyond it is refused (RESOURCE_EXHAUSTED)."""
     auto_create: bool = True
     """Create topics and groups on first use; when False only `topics` and existing ones work."""
     topics: tuple[str, ...] = ()
@@ -47,6 +51,8 @@ class EngineConfig:
         if not 1 << 20 <= self.max_unacked_bytes <= 1 << 36:
             raise InvalidArgument("max_unacked_bytes", self.max_unacked_bytes,
                                   "1 MiB..64 GiB")
+        if not 1 <= self.max_groups <= 10_000_000:
+            raise InvalidArgument("max_groups", self.max_groups, "1..10000000")
         if not 0 <= self.broadcast_idle_ms <= MAX_BROADCAST_IDLE_MS:
             raise InvalidArgument("broadcast_idle_ms", self.broadcast_idle_ms,
                                   f"0..{MAX_BROADCAST_IDLE_MS} ms")

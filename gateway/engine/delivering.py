@@ -31,6 +31,7 @@ from gateway.errors import (
     AlreadyExists,
     GatewayError,
     InvalidArgument,
+    TooManyGroups,
     Unavailable,
 )
 from gateway.limits import MAX_RECEIVE, MAX_WAIT_MS
@@ -66,6 +67,8 @@ class Delivering(Leaving):
         key = (spec.topic, group)
         sub = self.subscriptions.get(key)
         if sub is None:
+            if len(self.subscriptions) >= self._config.max_groups:
+                raise TooManyGroups(self._config.max_groups)
             sub = Subscription(spec=spec, policy=policy, group=group, own_group=own,
                                anonymous=anonymous)
             if not own:

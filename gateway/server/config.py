@@ -44,6 +44,9 @@ class ServeConfig:
     max_unacked_mb: int = 64
     """Most MiB of message bodies one push consumer holds unsettled, at least one delivery
     (1..65536; see EngineConfig)."""
+    max_groups: int = 20_000
+    """Most (topic, group) subscriptions the engine runs at once (1..10000000; see
+    EngineConfig)."""
     max_rpcs: int = 10_000
     """Calls (open streams included) the gRPC listener serves at once; more get
     RESOURCE_EXHAUSTED (1..1000000)."""
@@ -89,6 +92,8 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.max_rpcs <= 1_000_000:
             raise InvalidArgument("max_rpcs", self.max_rpcs, "1..1000000")
+        if not 1 <= self.max_groups <= 10_000_000:
+            raise InvalidArgument("max_groups", self.max_groups, "1..10000000")
         if not 1 <= self.max_unacked_mb <= 65536:
             raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
         taken: list[tuple[str, str, str, int]] = []
@@ -217,7 +222,7 @@ def join_host_port(host: str, port: int) -> str:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
-               "max_unacked", "max_unacked_mb", "max_rpcs", "metrics_label_cap"},
+               "max_unacked", "max_unacked_mb", "max_groups", "max_rpcs", "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb", "commit_timeout_s"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},

@@ -263,3 +263,14 @@ def test_renewal_pop_and_forget() -> None:
     assert table.due(25_000) == [("b", "b", 60_000)]
     table.forget("b")
     assert table.current("b") == "b"
+
+
+def test_resource_limits_map_to_their_own_codes() -> None:
+    """A message too large is MESSAGE_BODY_TOO_LARGE; another resource limit (groups, calls)
+    is TOO_MANY_REQUESTS, not a body-size error."""
+    from gateway.errors import MessageTooLarge, TooManyCalls, TooManyGroups
+
+    code = definition_pb2.Code
+    assert codec.error_status(MessageTooLarge(10, 5)).code == code.MESSAGE_BODY_TOO_LARGE
+    assert codec.error_status(TooManyGroups(3)).code == code.TOO_MANY_REQUESTS
+    assert codec.error_status(TooManyCalls("busy")).code == code.TOO_MANY_REQUESTS

@@ -16,6 +16,7 @@ from gateway.errors import (
     MessageTooLarge,
     NotFound,
     PermissionDenied,
+    TooManyGroups,
     Unauthenticated,
     Unavailable,
     shorten,
@@ -99,6 +100,8 @@ def from_gateway(exc: GatewayError, method: tuple[int, int] = (0, 0)) -> AMQPErr
         return AMQPError(NOT_FOUND, exc.message, method)
     if isinstance(exc, MessageTooLarge | InvalidArgument):
         return AMQPError(PRECONDITION_FAILED, exc.message, method)
+    if isinstance(exc, TooManyGroups):
+        return AMQPError(RESOURCE_ERROR, exc.message, method, hard=False)
     if isinstance(exc, Unavailable):
         # The channel closes (a soft error, unlike RabbitMQ's resource alarms which block the
         # connection): the client may open another once the back end is back.

@@ -16,6 +16,7 @@ from gateway.errors import (
     MessageTooLarge,
     NotFound,
     PermissionDenied,
+    TooManyGroups,
     Unauthenticated,
     Unavailable,
     Unimplemented,
@@ -30,6 +31,7 @@ _ERRORS: tuple[tuple[type[GatewayError], int], ...] = (
     (NotFound, pb.TopicNotFound),
     (AlreadyExists, pb.ConsumerBusy),
     (MessageTooLarge, pb.NotAllowedError),
+    (TooManyGroups, pb.NotAllowedError),  # as Pulsar's maxSubscriptionsPerTopic
     (InvalidArgument, pb.NotAllowedError),
     (Unimplemented, pb.NotAllowedError),
 )

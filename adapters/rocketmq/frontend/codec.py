@@ -11,7 +11,7 @@ from rocketmq.grpc_protocol import definition_pb2
 from gateway.backend.base import OutMessage
 from gateway.core.properties import TRACEPARENT, TRACESTATE
 from gateway.engine.api import Delivery
-from gateway.errors import GatewayError, InvalidArgument
+from gateway.errors import GatewayError, InvalidArgument, MessageTooLarge
 from gateway.tracing.context import carry
 
 Code = definition_pb2.Code
@@ -82,6 +82,8 @@ def overall(statuses: Sequence[Any]) -> Any:
 def error_status(error: GatewayError) -> Any:
     if isinstance(error, Rejected):
         return status(error.status_code, error.message)
+    if error.code == "RESOURCE_EXHAUSTED" and not isinstance(error, MessageTooLarge):
+        return status(Code.TOO_MANY_REQUESTS, error.message)  # a limit on groups or calls
     return status(rocketmq_code(error.code), error.message)
 
 
