@@ -1,0 +1,103 @@
+"""Where the AMQP front end once answered otherwise than RabbitMQ: each conversation is held, with
+the same raw frames, with the gateway and with the real broker on 127.0.0.1:5672, and both must
+answer alike (acknowledging an unknown delivery tag with multiple=true, `basic.qos` with
+global=false and the consumers already started, a `channel.open` on a channel that is open or
+closing)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pamqp import commands
+
+from tests.amqp_front import RawAmqp, amqp_gateway
+
+RABBITMQ_PORT = 5672
+
+
+@pytest.fixture(params=["gateway", "rabbitmq"])
+async def port(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[int]:
+    if request.param == "rabbitmq":
+        yield RABBITMQ_PORT
+        return
+    async with amqp_gateway(tmp_path / "data") as gateway:
+        yield gateway.port
+
+
+@pytest.fixture
+async def raw(port: int) -> AsyncIterator[RawAmqp]:
+    conn = await RawAmqp.connect(port)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def shown(channel: int, method: Any) -> tuple[int, str, int | None]:
+    return channel, type(method).__name__, getattr(method, "reply_code", None)
+
+
+async def answers(raw: RawAmqp, count: int) -> list[tuple[int, str, int | None]]:
+    """The next `count` methods the server sends, as (channel, name, reply code)."""
+    return [shown(*await raw.answer()) for _ in range(count)]
+
+
+async def queue_with(raw: RawAmqp, count: int) -> str:
+    raw.send(1, commands.Queue.Declare(queue="", exclusive=True))
+    name = str((await raw.expect(commands.Queue.DeclareOk)).queue)
+    for i in range(count):
+        raw.publish(1, b"%d" % i, name)
+    return name
+
+
+async def delivered(raw: RawAmqp, count: int, timeout: float = 5.0) -> list[Any]:
+    out = []
+    while len(out) < count:
+        _, got = await raw.answer(timeout)
+        assert isinstance(got, commands.Basic.Deliver), got
+        out.append(got)
+    return out
+
+
+# ---------------------------------------------------------------------- unknown delivery tags
+@pytest.mark.parametrize("settle", [
+    lambda tag: commands.Basic.Ack(delivery_tag=tag, multiple=True),
+    lambda tag: commands.Basic.Nack(delivery_tag=tag, multiple=True, requeue=True),
+    lambda tag: commands.Basic.Ack(delivery_tag=tag),
+    lambda tag: commands.Basic.Reject(delivery_tag=tag, requeue=True),
+], ids=["ack-multiple", "nack-multiple", "ack", "reject"])
+async def test_settling_a_tag_never_delivered_closes_the_channel(raw: RawAmqp, settle: Any
+                                                                 ) -> None:
+    """Before, ack / nack with multiple=true and an unknown tag settled the earlier ones and
+    was accepted; RabbitMQ wants the tag itself outstanding."""
+    name = await queue_with(raw, 2)
+    raw.send(1, commands.Basic.Consume(queue=name, consumer_tag="c"))
+    await raw.expect(commands.Basic.ConsumeOk)
+    tags = [d.delivery_tag for d in await delivered(raw, 2)]
+    raw.send(1, settle(max(tags) + 3))
+    channel, close = await raw.closed_with()
+    assert (channel, close.reply_code) == (1, 406)
+    assert close.reply_text == f"PRECONDITION_FAILED - unknown delivery tag {max(tags) + 3}"
+
+
+async def test_multiple_with_tag_zero_acknowledges_everything_outstanding(raw: RawAmqp) -> None:
+    name = await queue_with(raw, 3)
+    raw.send(1, commands.Basic.Consume(queue=name, consumer_tag="c"))
+    await raw.expect(commands.Basic.ConsumeOk)
+    tags = [d.delivery_tag for d in await delivered(raw, 3)]
+    raw.send(1, commands.Basic.Ack(delivery_tag=0, multiple=True))
+    raw.send(1, commands.Basic.Qos(prefetch_count=0))
+    assert shown(*await raw.answer()) == (1, "QosOk", None)  # accepted
+    raw.send(1, commands.Basic.Ack(delivery_tag=tags[0]))  # it was acknowledged: unknown now
+    channel, close = await raw.closed_with()
+    assert (channel, close.reply_code) == (1, 406)
+
+
+async def test_tag_zero_without_multiple_is_unknown(raw: RawAmqp) -> None:
+    raw.send(1, commands.Basic.Ack(delivery_tag=0))
+    channel, close = await raw.closed_with()
+    assert (channel, close.reply_code, close.reply_text) == (
+        1, 406, "PRECONDITION_FAILED - unknown delivery tag 0")
