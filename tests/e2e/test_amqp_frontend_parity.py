@@ -6,6 +6,7 @@ closing)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -101,3 +102,56 @@ async def test_tag_zero_without_multiple_is_unknown(raw: RawAmqp) -> None:
     channel, close = await raw.closed_with()
     assert (channel, close.reply_code, close.reply_text) == (
         1, 406, "PRECONDITION_FAILED - unknown delivery tag 0")
+
+
+# ---------------------------------------------------------------------- basic.qos global=false
+async def test_qos_without_global_leaves_the_consumers_already_started_alone(raw: RawAmqp
+                                                                            ) -> None:
+    """Before, the second qos raised the first consumer's prefetch to 3 as well."""
+    first, second = await queue_with(raw, 5), await queue_with(raw, 5)
+    raw.send(1, commands.Basic.Qos(prefetch_count=1))
+    await raw.expect(commands.Basic.QosOk)
+    raw.send(1, commands.Basic.Consume(queue=first, consumer_tag="one"))
+    await raw.expect(commands.Basic.ConsumeOk)
+    raw.send(1, commands.Basic.Qos(prefetch_count=3))
+    got = await delivered_or_ok(raw, 1)
+    raw.send(1, commands.Basic.Consume(queue=second, consumer_tag="two"))
+    got += await delivered_or_ok(raw, 1)
+    got += await until_quiet(raw)
+    assert Counter(d.consumer_tag for d in got) == {"one": 1, "two": 3}
+
+
+async def test_global_qos_is_shared_by_every_consumer_of_the_channel(raw: RawAmqp) -> None:
+    first, second = await queue_with(raw, 5), await queue_with(raw, 5)
+    raw.send(1, commands.Basic.Qos(prefetch_count=3, global_=True))
+    await raw.expect(commands.Basic.QosOk)
+    for queue, tag in ((first, "one"), (second, "two")):
+        raw.send(1, commands.Basic.Consume(queue=queue, consumer_tag=tag))
+    got = await until_quiet(raw)
+    assert len(got) == 3
+
+
+async def delivered_or_ok(raw: RawAmqp, oks: int) -> list[Any]:
+    """Deliveries read until `oks` qos-oks or consume-oks came."""
+    out = []
+    while oks:
+        _, got = await raw.answer()
+        if isinstance(got, commands.Basic.Deliver):
+            out.append(got)
+        else:
+            assert isinstance(got, commands.Basic.QosOk | commands.Basic.ConsumeOk), got
+            oks -= 1
+    return out
+
+
+async def until_quiet(raw: RawAmqp) -> list[Any]:
+    """Deliveries read until none comes for half a second (a prefetch holds the rest back)."""
+    out = []
+    while True:
+        try:
+            _, got = await raw.answer(timeout=0.5)
+        except TimeoutError:
+            return out
+        assert isinstance(got, commands.Basic.Deliver | commands.Basic.ConsumeOk), got
+        if isinstance(got, commands.Basic.Deliver):
+            out.append(got)

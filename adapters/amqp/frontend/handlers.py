@@ -127,10 +127,9 @@ def qos(channel: ChannelState, m: commands.Basic.Qos) -> Any:
     if m.global_:
         channel.channel_prefetch = m.prefetch_count
     else:
+        # For the consumers started after it, each on its own (RabbitMQ's reading of
+        # global=false); the consumers already started keep theirs.
         channel.prefetch = m.prefetch_count
-        for session in channel.consumers.values():
-            if not session.no_ack:
-                session.prefetch = m.prefetch_count
     channel.top_up()
     return commands.Basic.QosOk()
 
