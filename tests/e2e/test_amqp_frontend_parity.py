@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 from pamqp import commands
 
-from tests.amqp_front import RawAmqp, amqp_gateway
+from adapters.amqp.frontend.framing import method_frame
+from tests.amqp_front import RawAmqp, amqp_gateway, unique
 
 RABBITMQ_PORT = 5672
+CLOSE = commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
 
 
 @pytest.fixture(params=["gateway", "rabbitmq"])
@@ -155,3 +157,37 @@ async def until_quiet(raw: RawAmqp) -> list[Any]:
         assert isinstance(got, commands.Basic.Deliver | commands.Basic.ConsumeOk), got
         if isinstance(got, commands.Basic.Deliver):
             out.append(got)
+
+
+# ---------------------------------------------------------------------- channel.open again
+MISSING = commands.Queue.Declare(queue="no-such-queue-" + unique(), passive=True)
+DECLARE = commands.Queue.Declare(queue="", exclusive=True)
+OPEN = commands.Channel.Open()
+REOPENED = (0, "Close", 504)
+
+
+@pytest.mark.parametrize(("steps", "expected"), [
+    # The client's close, then an open before its close-ok: the answers to what came before,
+    # then the connection error (no close-ok).
+    ([[DECLARE, CLOSE, OPEN]], [(1, "DeclareOk", None), REOPENED]),
+    ([[DECLARE, OPEN]], [(1, "DeclareOk", None), REOPENED]),
+    # The server's close (a failed method), then an open before the client's close-ok: in
+    # order, after the channel's close (before, the open was refused first).
+    ([[MISSING, OPEN]], [(1, "Close", 404), REOPENED]),
+    ([[MISSING], [OPEN]], [(1, "Close", 404), REOPENED]),
+    # Both closed at once: the client's close is answered too (before, it was discarded).
+    ([[MISSING, CLOSE, OPEN]], [(1, "Close", 404), (1, "CloseOk", None), REOPENED]),
+    # Other methods are discarded until the close-ok; then the channel may be opened again.
+    ([[MISSING], [commands.Basic.Qos(prefetch_count=1), commands.Channel.CloseOk(), OPEN]],
+     [(1, "Close", 404), (1, "OpenOk", None)]),
+], ids=["client-close", "open-channel", "server-close-pipelined", "server-close",
+        "both-close", "after-close-ok"])
+async def test_channel_open_on_an_open_or_closing_channel(raw: RawAmqp, steps: list[list[Any]],
+                                                          expected: list[Any]) -> None:
+    got: list[Any] = []
+    for i, step in enumerate(steps):
+        raw.send_raw(b"".join(method_frame(1, method) for method in step))
+        if i < len(steps) - 1:
+            got += await answers(raw, 1)
+    got += await answers(raw, len(expected) - len(got))
+    assert got == expected
