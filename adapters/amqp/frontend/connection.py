@@ -165,6 +165,7 @@ class Connection(asyncio.Protocol):
         for channel in list(self.channels.values()):
             await channel.tear_down()
         await drop_exclusive(self.ctx, self.id)
+        self.ctx.topology.budget.forget(self.id)
 
     async def _tear_down(self) -> None:
         try:
