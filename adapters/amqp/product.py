@@ -33,6 +33,12 @@ class AMQPConfig:
     amqp_heartbeat_s: int = setting(60, toml="amqp.heartbeat_s")
     """Heartbeat interval the AMQP front end proposes (0..3600 s; 0: none)."""
     amqp_max_connections: int = setting(1000, toml="amqp.max_connections")
+    amqp_max_topology_mb: int = setting(128, toml="amqp.max_topology_mb")
+    """MiB that every declared queue, exchange and binding (with their arguments) may hold
+    in memory together (1..65536)."""
+    amqp_max_topology_mb_per_connection: int = setting(
+        32, toml="amqp.max_topology_mb_per_connection")
+    """The same for what one connection declared, while it is open (1..max_topology_mb)."""
     rabbitmq_url: str = setting("amqp://guest:guest@127.0.0.1:5672/", toml="rabbitmq.url",
                                 flag="--rabbitmq-url")
     """The broker of `--backend rabbitmq`."""
@@ -47,6 +53,13 @@ class AMQPConfig:
         if not 1 <= self.amqp_max_connections <= 100_000:
             raise InvalidArgument("amqp_max_connections", self.amqp_max_connections,
                                   "1..100000")
+        if not 1 <= self.amqp_max_topology_mb <= 65_536:
+            raise InvalidArgument("amqp_max_topology_mb", self.amqp_max_topology_mb,
+                                  "1..65536 MiB")
+        if not 1 <= self.amqp_max_topology_mb_per_connection <= self.amqp_max_topology_mb:
+            raise InvalidArgument("amqp_max_topology_mb_per_connection",
+                                  self.amqp_max_topology_mb_per_connection,
+                                  f"1..{self.amqp_max_topology_mb} MiB (amqp_max_topology_mb)")
 
 
 def _broker_url(url: str) -> bool:
@@ -118,7 +131,9 @@ class AMQP(Product[AMQPConfig]):
         limits = host.settings if isinstance(host.settings, Limits) else Limits(
             frame_max=config.amqp_frame_max, heartbeat_s=config.amqp_heartbeat_s,
             max_connections=config.amqp_max_connections,
-            max_message_bytes=host.max_message_bytes)
+            max_message_bytes=host.max_message_bytes,
+            max_topology_bytes=config.amqp_max_topology_mb << 20,
+            max_connection_topology_bytes=config.amqp_max_topology_mb_per_connection << 20)
         if host.queries is None:
             raise TypeError("the AMQP front end needs the engine's queries")
         return OwnListener(AMQPFrontEnd(

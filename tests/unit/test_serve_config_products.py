@@ -133,3 +133,27 @@ def test_a_remote_product_listener_needs_auth() -> None:
     config = load(env={"GATEWAY_PULSAR_LISTEN": "0.0.0.0:6650",
                        "GATEWAY_ALLOW_REMOTE_UNAUTHENTICATED": "true"})
     assert flat(config, "pulsar_listen") == "0.0.0.0:6650"
+
+
+@pytest.mark.parametrize(("text", "field", "allowed"), [
+    ("[amqp]\nmax_topology_mb = 0\n", "amqp_max_topology_mb", "1..65536 MiB"),
+    ("[amqp]\nmax_topology_mb = 8\nmax_topology_mb_per_connection = 9\n",
+     "amqp_max_topology_mb_per_connection", "1..8 MiB (amqp_max_topology_mb)"),
+])
+def test_amqp_topology_budgets_out_of_range_are_refused(tmp_path: Path, text: str, field: str,
+                                                         allowed: str) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidArgument) as raised:
+        load(str(path), env={})
+    assert (raised.value.field, raised.value.allowed) == (field, allowed)
+
+
+def test_amqp_topology_budgets_load_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text("[amqp]\nmax_topology_mb = 512\n")
+    config = load(str(path), env={"GATEWAY_AMQP_MAX_TOPOLOGY_MB_PER_CONNECTION": "64"})
+    assert (flat(config, "amqp_max_topology_mb"),
+            flat(config, "amqp_max_topology_mb_per_connection")) == (512, 64)
+    assert (flat(load(env={}), "amqp_max_topology_mb"),
+            flat(load(env={}), "amqp_max_topology_mb_per_connection")) == (128, 32)

@@ -6,7 +6,10 @@ answered before the publish that follows it is routed); runs of publishes are st
 batch and confirmed together. Acknowledgements take a shorter way: the delivery tags are settled
 at once (so prefetch frees up at once) and the engine is told in batches by a settler.
 A channel error closes the channel (`Channel.Close`), whose frames are then discarded until the
-client's `Close-Ok`; a hard error closes the connection.
+client's `Close-Ok`; a hard error closes the connection. As in RabbitMQ, a `channel.open` on a
+channel that is open or closing is a connection error (504 CHANNEL_ERROR) in its turn: after
+the answers to the methods before it, and after the channel's close while that awaits its
+close-ok (the specification would discard it; RabbitMQ does not).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pamqp import commands
 from adapters.amqp.frontend import framing, handlers
 from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
+    CHANNEL_ERROR,
     COMMAND_INVALID,
     INTERNAL_ERROR,
     NOT_IMPLEMENTED,
@@ -47,6 +51,8 @@ they take in memory until the message is stored (decoded values, their text copi
 copy: a byte array that is not UTF-8 grows threefold as text, an array of voids tenfold)."""
 
 PUBLISH = (60, 40)
+OPEN = (20, 10)
+SECOND_OPEN = "second 'channel.open' seen"
 
 
 def properties_cost(header_size: int, properties: commands.Basic.Properties) -> int:
@@ -95,6 +101,8 @@ class Channel(ChannelState):
                     self.conn.channel_closed(self.number)
                 elif isinstance(incoming.method, commands.Channel.Close):
                     self.conn.send(self.number, commands.Channel.CloseOk())
+                elif isinstance(incoming.method, commands.Channel.Open):
+                    self._reopen()
             return
         try:
             if self._content is not None:
@@ -110,6 +118,14 @@ class Channel(ChannelState):
             if exc.hard:
                 raise
             self.close_with(exc)
+
+    def _reopen(self) -> None:
+        """A `channel.open` while the channel closes: behind the client's close when that still
+        waits its turn, else at once (the server's close awaits its close-ok)."""
+        if self._work:
+            self._work.append(commands.Channel.Open())
+            return
+        raise AMQPError(CHANNEL_ERROR, SECOND_OPEN, OPEN)
 
     def _content_frame(self, incoming: framing.Incoming) -> None:
         try:
@@ -201,6 +217,8 @@ class Channel(ChannelState):
             self._enqueue(method)  # after what is queued: then tear down and answer
         elif isinstance(method, commands.Channel.CloseOk):
             return
+        elif isinstance(method, commands.Channel.Open):
+            self._enqueue(method)  # refused in its turn, after what came before it
         elif isinstance(method, commands.Tx.Select | commands.Tx.Commit | commands.Tx.Rollback):
             raise AMQPError(NOT_IMPLEMENTED, "transactions (tx.*) are not supported; use "
                                              "publisher confirms", _ids(method), hard=True)
@@ -249,8 +267,12 @@ class Channel(ChannelState):
             self.close_with(exc)
 
     async def _run_method(self, method: Any) -> None:
+        if isinstance(method, commands.Channel.Open):
+            raise AMQPError(CHANNEL_ERROR, SECOND_OPEN, OPEN)
         if isinstance(method, commands.Channel.Close):
             await self.tear_down()
+            if any(isinstance(item, commands.Channel.Open) for item in self._work):
+                raise AMQPError(CHANNEL_ERROR, SECOND_OPEN, OPEN)  # RabbitMQ: no close-ok
             self.conn.send(self.number, commands.Channel.CloseOk())
             self.conn.channel_closed(self.number)
             return
@@ -267,8 +289,17 @@ class Channel(ChannelState):
         class_id, method_id = exc.method
         self.send(commands.Channel.Close(reply_code=exc.code, reply_text=exc.reply_text,
                                          class_id=class_id, method_id=method_id))
+        dropped = list(self._work)
         self.closing = True
         self.stop()
+        # What the client sent after the failed method is discarded, but for the close
+        # methods (the specification) and, as RabbitMQ, a channel.open.
+        for item in dropped:
+            if isinstance(item, commands.Channel.Close):
+                self.send(commands.Channel.CloseOk())  # its close crossed ours
+            elif isinstance(item, commands.Channel.Open):
+                self.conn.fail(AMQPError(CHANNEL_ERROR, SECOND_OPEN, OPEN))
+                break
         self._teardown_task = asyncio.ensure_future(self.tear_down())
 
     async def finish(self, timeout: float) -> None:

@@ -165,6 +165,7 @@ class Connection(asyncio.Protocol):
         for channel in list(self.channels.values()):
             await channel.tear_down()
         await drop_exclusive(self.ctx, self.id)
+        self.ctx.topology.budget.forget(self.id)
 
     async def _tear_down(self) -> None:
         try:
@@ -291,10 +292,9 @@ class Connection(asyncio.Protocol):
             raise AMQPError(CHANNEL_ERROR, f"channel {channel} is beyond channel_max "
                                            f"{self.channel_max}")
         open_channel = self.channels.get(channel)
-        if isinstance(incoming, framing.Method) and isinstance(incoming.method,
-                                                               commands.Channel.Open):
-            if open_channel is not None:
-                raise AMQPError(CHANNEL_ERROR, "second 'channel.open' seen", (20, 10))
+        if open_channel is None and isinstance(incoming, framing.Method) and isinstance(
+            incoming.method, commands.Channel.Open
+        ):
             self.channels[channel] = Channel(self, self.ctx, channel)
             self.send(channel, commands.Channel.OpenOk())
             return

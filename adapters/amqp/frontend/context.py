@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from adapters.amqp.frontend import footprint
 from adapters.amqp.frontend.edge import QueueSettings
 from adapters.amqp.frontend.journal import Journal
 from adapters.amqp.frontend.ports import ConsumerPort, RouterPort
@@ -70,6 +71,11 @@ class Limits:
     `pending_publish_bytes`)."""
     close_timeout_s: float = 5.0
     """How long a connection the server closed waits for the client's close-ok."""
+    max_topology_bytes: int = footprint.MAX_TOPOLOGY_MB * footprint.MIB
+    """What every declared queue, exchange and binding may hold in memory together, with
+    their arguments (`footprint`); past it a declaration is refused (406)."""
+    max_connection_topology_bytes: int = footprint.MAX_CONNECTION_TOPOLOGY_MB * footprint.MIB
+    """The same for the entities one connection declared, while it is open."""
 
 
     @property

@@ -80,13 +80,14 @@ async def declare_exchange(channel: ChannelState, m: commands.Exchange.Declare) 
     try:
         change = ctx.topology.declare_exchange(
             m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
-            auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments or {})
+            auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments or {},
+            connection=channel.conn.id)
     except AMQPError as exc:
         raise exc.at(EXCHANGE_DECLARE) from None
     try:
         await ctx.record(change)
     except OSError as exc:
-        ctx.topology.exchanges.pop(m.exchange, None)
+        ctx.topology.drop_exchange(m.exchange)
         raise AMQPError(RESOURCE_ERROR, f"cannot keep exchange {short(m.exchange)}: "
                                         f"{exc.strerror}", EXCHANGE_DECLARE, hard=False) from None
     return commands.Exchange.DeclareOk()
@@ -112,7 +113,7 @@ async def bind_exchange(channel: ChannelState, m: commands.Exchange.Bind | comma
     binding = Binding(m.source, m.destination, False, m.routing_key, dict(m.arguments or {}))
     try:
         if isinstance(m, commands.Exchange.Bind):
-            await channel.ctx.record(topology.bind(binding))
+            await channel.ctx.record(topology.bind(binding, channel.conn.id))
             return commands.Exchange.BindOk()
         await channel.ctx.record(topology.unbind(binding))
     except AMQPError as exc:
@@ -127,10 +128,9 @@ def qos(channel: ChannelState, m: commands.Basic.Qos) -> Any:
     if m.global_:
         channel.channel_prefetch = m.prefetch_count
     else:
+        # For the consumers started after it, each on its own (RabbitMQ's reading of
+        # global=false); the consumers already started keep theirs.
         channel.prefetch = m.prefetch_count
-        for session in channel.consumers.values():
-            if not session.no_ack:
-                session.prefetch = m.prefetch_count
     channel.top_up()
     return commands.Basic.QosOk()
 

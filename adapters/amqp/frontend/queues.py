@@ -76,7 +76,7 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
             await ctx.record(change)
         except OSError as exc:
             if not known:
-                ctx.topology.queues.pop(name, None)
+                ctx.topology.drop_queue(name)
             raise AMQPError(RESOURCE_ERROR, f"cannot keep queue {short(name)}: {exc.strerror}",
                             DECLARE, hard=False) from None
         if ctx.router is not None:
@@ -100,7 +100,7 @@ async def bind(channel: ChannelState, m: commands.Queue.Bind | commands.Queue.Un
     binding = Binding(m.exchange, queue.name, True, m.routing_key, dict(m.arguments or {}))
     try:
         if isinstance(m, commands.Queue.Bind):
-            await ctx.record(ctx.topology.bind(binding))
+            await ctx.record(ctx.topology.bind(binding, channel.conn.id))
         else:
             await ctx.record(ctx.topology.unbind(binding))
     except AMQPError as exc:

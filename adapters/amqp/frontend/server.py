@@ -13,6 +13,7 @@ import structlog
 from adapters.amqp.frontend.connection import Connection
 from adapters.amqp.frontend.context import AuthorizerPort, Context, Limits
 from adapters.amqp.frontend.deadletters import DeadLetterRouter
+from adapters.amqp.frontend.footprint import Budget
 from adapters.amqp.frontend.journal import Journal
 from adapters.amqp.frontend.topology import Topology
 from gateway.engine.port import EnginePort, EngineQueries
@@ -37,9 +38,11 @@ class AMQPFrontEnd:
         self.host = host
         self.port = port
         self.tls = tls
-        topology = Topology()
+        limits = limits or Limits()
+        topology = Topology(Budget(limits.max_topology_bytes,
+                                   limits.max_connection_topology_bytes))
         journal = Journal(state_dir)
-        self.ctx = Context(engine, queries, authorizer, topology, journal, limits or Limits())
+        self.ctx = Context(engine, queries, authorizer, topology, journal, limits)
         self.ctx.router = DeadLetterRouter(self.ctx)
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None

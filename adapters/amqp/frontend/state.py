@@ -93,15 +93,17 @@ class ChannelState:
 
     def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
         unacked = self.unacked
-        if multiple:
-            tags = [t for t in unacked if t <= tag] if tag else list(unacked)
-            if not tags and tag:
-                raise AMQPError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
-            return [unacked.pop(t) for t in tags]
-        found = unacked.pop(tag, None)
-        if found is None:
+        if multiple and not tag:
+            taken = list(unacked.values())  # tag 0 with multiple: everything outstanding
+            unacked.clear()
+            return taken
+        if tag not in unacked:
+            # RabbitMQ: the tag itself must be outstanding, with multiple=true too (the earlier
+            # tags still outstanding do not make an unknown one acceptable).
             raise AMQPError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", method)
-        return [found]
+        if multiple:
+            return [unacked.pop(t) for t in [t for t in unacked if t <= tag]]
+        return [unacked.pop(tag)]
 
     def release_later(self, receipts: list[str]) -> None:
         """Give deliveries back unprocessed (no failure counted)."""

@@ -29,6 +29,7 @@ from adapters.amqp.frontend.errors import (
     AMQPError,
     short,
 )
+from adapters.amqp.frontend.footprint import Budget, entity_cost
 from adapters.amqp.frontend.routing import DIRECT, FANOUT, HEADERS, TOPIC, TYPES, binding_matches
 from adapters.amqp.frontend.values import FieldValue, table_from_text, table_to_text
 
@@ -56,6 +57,10 @@ class Queue:
     """The principal that declared it ("" without authentication)."""
     consumers: int = 0
     had_consumers: bool = False
+    cost: int = 0
+    """What it holds in memory (`footprint`), counted against `holder`'s budget."""
+    holder: int | None = None
+    """The connection that declared it (None: read back from the journal)."""
 
 
 @dataclass(slots=True)
@@ -67,6 +72,8 @@ class Binding:
     arguments: dict[str, FieldValue]
     _identity: tuple[str, str, bool, str, str] | None = field(default=None, compare=False,
                                                               repr=False)
+    cost: int = field(default=0, compare=False)
+    holder: int | None = field(default=None, compare=False)
 
     def identity(self) -> tuple[str, str, bool, str, str]:
         """What makes two bindings the same: their ends, key and arguments (as text, written
@@ -96,6 +103,8 @@ class Exchange:
     builtin: bool = False
     bindings: list[Binding] = field(default_factory=list)
     had_bindings: bool = False
+    cost: int = 0
+    holder: int | None = None
 
 
 def _inequivalent(kind: str, name: str, what: str, got: object, have: object) -> AMQPError:
@@ -107,7 +116,9 @@ def _inequivalent(kind: str, name: str, what: str, got: object, have: object) ->
 class Topology:
     """The server's exchanges, queues and bindings."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget: Budget | None = None) -> None:
+        self.budget = budget or Budget()
+        """What the declared entities hold in memory, bounded per connection and in all."""
         self.exchanges: dict[str, Exchange] = {
             DEFAULT: Exchange(DEFAULT, DIRECT, builtin=True),
             **{name: Exchange(name, kind, builtin=True) for name, kind in BUILTIN.items()},
@@ -141,8 +152,8 @@ class Topology:
 
     # ------------------------------------------------------------------ exchanges
     def declare_exchange(self, name: str, kind: str, *, passive: bool, durable: bool,
-                         auto_delete: bool, internal: bool,
-                         arguments: Mapping[str, FieldValue]) -> Change | None:
+                         auto_delete: bool, internal: bool, arguments: Mapping[str, FieldValue],
+                         connection: int | None = None) -> Change | None:
         edge.check_name("exchange", name, allow_empty=True)
         if passive:
             self.exchange(name)
@@ -165,8 +176,10 @@ class Topology:
         alternate = edge.exchange_alternate(arguments)
         if len(self.exchanges) >= MAX_EXCHANGES + len(BUILTIN) + 1:
             raise AMQPError(RESOURCE_ERROR, f"at most {MAX_EXCHANGES} exchanges", hard=False)
+        cost = entity_cost((name, kind), arguments)
+        self.budget.charge(connection, cost, f"exchange {short(name)}")
         self.exchanges[name] = Exchange(name, kind, durable, auto_delete, internal,
-                                        dict(arguments), alternate)
+                                        dict(arguments), alternate, cost=cost, holder=connection)
         if not durable:
             return None
         return {"op": "exchange", "name": name, "kind": kind, "auto_delete": auto_delete,
@@ -187,10 +200,16 @@ class Topology:
         changes: list[Change] = []
         for binding in [*exchange.bindings, *inbound]:
             changes.extend(self._unbind(binding))
-        del self.exchanges[name]
+        self.drop_exchange(name)
         if exchange.durable:
             changes.append({"op": "unexchange", "name": name})
         return changes
+
+    def drop_exchange(self, name: str) -> None:
+        """Forget an exchange (deleted, or its declaration not kept)."""
+        exchange = self.exchanges.pop(name, None)
+        if exchange is not None:
+            self.budget.release(exchange.holder, exchange.cost)
 
     # ------------------------------------------------------------------ queues
     def declare_queue(self, name: str, *, connection: int, durable: bool, exclusive: bool,
@@ -212,8 +231,11 @@ class Topology:
             return existing, None
         if len(self.queues) >= MAX_QUEUES:
             raise AMQPError(RESOURCE_ERROR, f"at most {MAX_QUEUES} queues", hard=False)
+        cost = entity_cost((name,), arguments)
+        self.budget.charge(connection, cost, f"queue {short(name)}")
         queue = Queue(name, durable, auto_delete, dict(arguments), settings,
-                      owner=connection if exclusive else None, declared_by=principal)
+                      owner=connection if exclusive else None, declared_by=principal,
+                      cost=cost, holder=connection)
         self.queues[name] = queue
         self.tombstones.pop(name, None)
         if not durable or exclusive:
@@ -225,8 +247,15 @@ class Topology:
     def server_name() -> str:
         return "amq.gen-" + secrets.token_urlsafe(16)
 
-    def delete_queue(self, name: str) -> list[Change]:
+    def drop_queue(self, name: str) -> Queue | None:
+        """Forget a queue (deleted, or its declaration not kept)."""
         queue = self.queues.pop(name, None)
+        if queue is not None:
+            self.budget.release(queue.holder, queue.cost)
+        return queue
+
+    def delete_queue(self, name: str) -> list[Change]:
+        queue = self.drop_queue(name)
         if queue is None:
             return []
         self._bury(name)
@@ -244,7 +273,7 @@ class Topology:
             del self.tombstones[next(iter(self.tombstones))]
 
     # ------------------------------------------------------------------ bindings
-    def bind(self, binding: Binding) -> Change | None:
+    def bind(self, binding: Binding, connection: int | None = None) -> Change | None:
         source = self.exchange(binding.source)
         if not binding.source:
             raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
@@ -257,6 +286,12 @@ class Topology:
             return None
         if self.binding_count >= MAX_BINDINGS:
             raise AMQPError(RESOURCE_ERROR, f"at most {MAX_BINDINGS} bindings", hard=False)
+        kind = "queue" if binding.to_queue else "exchange"
+        cost = entity_cost((binding.source, binding.destination, binding.key),
+                           binding.arguments)
+        self.budget.charge(connection, cost, f"a binding of {kind} {short(binding.destination)}"
+                                             f" to exchange {short(binding.source)}")
+        binding.cost, binding.holder = cost, connection
         source.bindings.append(binding)
         source.had_bindings = True
         self.binding_count += 1
@@ -283,6 +318,7 @@ class Topology:
             return []
         source.bindings.remove(binding)
         self.binding_count -= 1
+        self.budget.release(binding.holder, binding.cost)
         changes: list[Change] = [{"op": "unbind", **_binding_record(binding)}]
         if source.auto_delete and source.had_bindings and not source.bindings and not (
             source.builtin
@@ -325,25 +361,35 @@ class Topology:
         op = change["op"]
         if op == "exchange":
             arguments = table_from_text(change["arguments"])
+            self.drop_exchange(change["name"])
+            cost = entity_cost((change["name"], change["kind"]), arguments)
+            self.budget.charge(None, cost, "")
             self.exchanges[change["name"]] = Exchange(
                 change["name"], change["kind"], True, bool(change["auto_delete"]),
-                bool(change["internal"]), arguments, edge.exchange_alternate(arguments))
+                bool(change["internal"]), arguments, edge.exchange_alternate(arguments),
+                cost=cost)
         elif op == "unexchange":
-            self.exchanges.pop(change["name"], None)
+            self.drop_exchange(change["name"])
         elif op == "queue":
             arguments = table_from_text(change["arguments"])
             name = change["name"]
+            self.drop_queue(name)
+            cost = entity_cost((name,), arguments)
+            self.budget.charge(None, cost, "")
             self.queues[name] = Queue(name, True, bool(change["auto_delete"]), arguments,
                                       edge.queue_settings(name, arguments),
-                                      declared_by=change.get("principal", ""))
+                                      declared_by=change.get("principal", ""), cost=cost)
             self.tombstones.pop(name, None)
         elif op == "unqueue":
-            self.queues.pop(change["name"], None)
+            self.drop_queue(change["name"])
             self._bury(change["name"])
         elif op == "bind":
             binding = _binding_of(change)
             source = self.exchanges.get(binding.source)
             if source is not None and not any(b.same(binding) for b in source.bindings):
+                binding.cost = entity_cost((binding.source, binding.destination, binding.key),
+                                           binding.arguments)
+                self.budget.charge(None, binding.cost, "")
                 source.bindings.append(binding)
                 source.had_bindings = True
                 self.binding_count += 1
@@ -355,6 +401,7 @@ class Topology:
                     if b.same(binding):
                         source.bindings.remove(b)
                         self.binding_count -= 1
+                        self.budget.release(b.holder, b.cost)
                         break
         else:
             raise ValueError(f"unknown journal record {op!r}")
