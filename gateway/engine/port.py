@@ -281,8 +281,9 @@ class AdminPort(Protocol):
         """The group's waiting retries by attempt number."""
         ...
 
-    async def purge(self, topic: str, group: str) -> int:
-        """Remove the group's ready, delayed and waiting-retry messages (not those in flight)."""
+    async def purge(self, topic: str, group: str, *, in_flight: bool = False) -> int:
+        """Remove the group's ready, delayed and waiting-retry messages (not those in flight,
+        unless `in_flight`: a deleted queue's); return how many were removed."""
         ...
 
     async def rename(

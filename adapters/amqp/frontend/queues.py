@@ -144,7 +144,7 @@ async def remove(ctx: Context, queue: Queue) -> int:
     if ctx.router is not None:
         ctx.router.forget(queue.name)
     try:
-        count = await ctx.queries.admin.purge(queue.name, queue.settings.group)
+        count = await ctx.queries.admin.purge(queue.name, queue.settings.group, in_flight=True)
     except GatewayError as exc:
         log.warning("amqp queue delete: purge failed", queue=queue.name, error=exc.message)
         count = 0
