@@ -348,6 +348,9 @@ class GroupAdmin(MoveVerbs):
         backend = self._backend
         scheme = await self.naming_of(topic, group)
         count = await backend.purge(topic, group, leased=in_flight)
+        held = self._engine.drop_held(topic, group)  # ordered retries waiting in the engine
+        if held:
+            count += await backend.remove(held)
         retry_topic = scheme.retry_topic(topic, group)
         if retry_topic == topic:
             return count
