@@ -108,7 +108,8 @@ async def remove(
         async with state.lock:
             if keep_leased:
                 positions -= {*state.leased, *state.releasing}
-            removed += await _remove(supervisor, state, positions)
+            if positions:
+                removed += await _remove(supervisor, state, positions)
     return removed
 
 

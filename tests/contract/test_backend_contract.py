@@ -256,6 +256,21 @@ async def test_purge_removes_waiting_messages_and_keeps_leased_ones(backend: Bac
     assert await backend.fetch(topic, group, 10, now_ms()) == []
 
 
+@pytest.mark.requires("backlog-view")
+async def test_remove_keep_leased_leaves_leased_messages(backend: Backend) -> None:
+    """`remove(keep_leased=True)` (a purge of a group-wide retry topic) takes the others only."""
+    topic, group = names()
+    await backend.publish(topic, [msg("a"), msg("b")])
+    (leased,) = await fetch_until(backend, topic, group, 1)
+    assert await backend.remove([leased.lease], keep_leased=True) == 0
+    peeked = await backend.peek(topic, group, 10)
+    assert bodies(peeked) == [b"a", b"b"]
+    assert await backend.remove([m.lease for m in peeked], keep_leased=True) == 1
+    await backend.ack([leased.lease])
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.delayed, stats.leased) == (0, 0, 0)
+
+
 async def test_purge_with_leased_takes_leased_messages_too(backend: Backend) -> None:
     """`purge(leased=True)` (a deleted queue's) takes leased messages as well: their leases are
     void, so a release brings nothing back."""
