@@ -74,3 +74,24 @@ async def test_queue_purge_keeps_unacked_deliveries(conn: AbstractRobustConnecti
     assert not ch.is_closed and not admin.is_closed
     check = await conn.channel()
     assert (await check.declare_queue(name, passive=True)).declaration_result.message_count == 0
+
+
+async def test_queue_delete_drops_unacked_deliveries_too(conn: AbstractRobustConnection) -> None:
+    """queue.delete is not a purge: the queue goes with its unacknowledged messages, so one
+    given back afterwards (its channel closed) is not in a queue declared again by the name.
+    delete-ok counts the ready messages only, as RabbitMQ's does (it counted the unacked one)."""
+    name = unique("delete")
+    ch = await conn.channel()
+    queue = await ch.declare_queue(name)
+    for i in range(3):
+        await ch.default_exchange.publish(aio_pika.Message(b"m%d" % i), routing_key=name)
+    taken = await queue.get(timeout=5)  # basic.get, unacknowledged
+    assert taken.body == b"m0"
+    admin = await conn.channel()
+    deleted = await (await admin.declare_queue(name, passive=True)).delete(
+        if_unused=False, if_empty=False)
+    assert deleted.message_count == 2
+    await ch.close()  # m0 unacknowledged: given back, to nowhere
+    again = await admin.declare_queue(name)
+    assert again.declaration_result.message_count == 0
+    assert await again.get(fail=False) is None
