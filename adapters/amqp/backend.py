@@ -81,7 +81,8 @@ class RabbitMQBackend(Backend):
     """
 
     name = "rabbitmq"
-    capabilities = frozenset({"delayed-delivery", "per-key-order", "backlog-view"})
+    capabilities = frozenset({"delayed-delivery", "per-key-order", "backlog-view",
+                              "purge-keeps-inflight"})
     """What this back end can do, for the contract suite: one queue serves one group (no
     "independent-groups"), and the oldest ready time is unknown without consuming the queue
     head (no "oldest-ready-time")."""
@@ -329,15 +330,16 @@ class RabbitMQBackend(Backend):
             connection, self._consumer, self._clock, topic, group, limit, after_position
         )
 
-    async def remove(self, leases: Sequence[Lease]) -> int:
+    async def remove(self, leases: Sequence[Lease], *, keep_leased: bool = False) -> int:
         """See `backend_admin.remove`."""
         connection = self._link.up()
-        return await backend_admin.remove(connection, self._consumer, leases)
+        return await backend_admin.remove(connection, self._consumer, leases, keep_leased)
 
-    async def purge(self, topic: str, group: str) -> int:
+    async def purge(self, topic: str, group: str, *, leased: bool = False) -> int:
         """See `backend_admin.purge`."""
         connection = self._link.up()
-        return await backend_admin.purge(connection, self._consumer, self._publisher, topic)
+        return await backend_admin.purge(connection, self._consumer, self._publisher, topic,
+                                         leased)
 
     async def drop_group(self, topic: str, group: str) -> bool:
         """Forget the group's name; the topic's queue keeps nothing per group."""

@@ -139,10 +139,14 @@ async def peek(
 
 
 async def remove(
-    connection: AbstractRobustConnection, consumer: Consumer, leases: Sequence[Lease]
+    connection: AbstractRobustConnection,
+    consumer: Consumer,
+    leases: Sequence[Lease],
+    keep_leased: bool = False,
 ) -> int:
     """Ack held deliveries by token; for leases from `peek` of ready messages, scan the queue
-    and ack every ready message with that message id."""
+    and ack every ready message with that message id. With `keep_leased`, leased deliveries
+    are left alone."""
     removed = 0
     by_id: dict[str, set[str]] = {}
     helds: list[Held] = []
@@ -151,7 +155,7 @@ async def remove(
             by_id.setdefault(lease.topic, set()).add(lease.token[len(PEEK_TOKEN) :])
             continue
         state = consumer.topics.get(lease.topic)
-        held = consumer.take(lease)
+        held = None if keep_leased else consumer.take(lease)
         if held is None and state is not None:
             held = next((h for h in state.buffer if h.token == lease.token), None)
             if held is not None:
@@ -169,16 +173,25 @@ async def remove(
 
 
 async def purge(
-    connection: AbstractRobustConnection, consumer: Consumer, publisher: Publisher, topic: str
+    connection: AbstractRobustConnection,
+    consumer: Consumer,
+    publisher: Publisher,
+    topic: str,
+    leased: bool = False,
 ) -> int:
-    """Ack every held delivery and purge the queue and its known delay queues, with the queue
-    unconsumed meanwhile (`Consumer.paused`: no delivery in flight is missed, and none is taken
-    from the queue behind the purge's back)."""
+    """Ack every buffered delivery and purge the queue and its known delay queues, with the
+    queue unconsumed meanwhile (`Consumer.paused`: no delivery on its way is missed, and none
+    is taken from the queue behind the purge's back). Leased deliveries stay unacked and leased,
+    as RabbitMQ's queue.purge leaves unacknowledged messages to their consumer (with `leased`,
+    they are acked too). A released one comes back: a requeue puts it in the queue again, a
+    later retry goes through a delay queue it enters after the purge."""
     removed = 0
     async with consumer.paused(topic) as state:
-        held = [h for h in state.buffer] + [h for h, _ in state.leased.values()]
+        held = list(state.buffer)
         state.buffer.clear()
-        state.leased.clear()
+        if leased:
+            held += [h for h, _ in state.leased.values()]
+            state.leased.clear()
         alive = [h for h in held if h.alive()]
         await consumer.ack_all(alive)
         removed += len(alive)

@@ -25,8 +25,8 @@ and `publish` raises `Unavailable` at once (a send still in flight fails after `
 Limits of a client-only back end (there is no admin API here): `stats`, `peek` and `remove` see
 the messages this back end holds for the group (received, buffered or leased) plus the delayed
 messages it published since it opened; the backlog still on the broker is not counted. `purge`
-acknowledges what is held and moves the subscription to the end with `seek` where the broker
-allows it.
+acknowledges what is buffered and moves the subscription to the end with `seek` where the broker
+allows it; leased messages stay leased, but in this process only (see `purge`).
 """
 
 from __future__ import annotations
@@ -77,7 +77,9 @@ class PulsarBackend(Backend):
     name = "pulsar"
     capabilities = frozenset({"delayed-delivery", "independent-groups", "per-key-order"})
     """The client library sees only what a subscription has received: no broker backlog view
-    for `peek`, `remove`, `purge` or `stats` (that needs Pulsar's admin API)."""
+    for `peek`, `remove`, `purge` or `stats` (that needs Pulsar's admin API). No
+    "purge-keeps-inflight": a purge's seek moves the subscription past leased messages too, so
+    they survive it in this process only (see `purge`)."""
 
     def __init__(
         self,
@@ -340,10 +342,11 @@ class PulsarBackend(Backend):
 
         Visible now with unchanged counters (a message the engine did not hand to anyone): back
         to the front of the buffer, in order; the broker still holds it unacked, so nothing
-        changes there. Otherwise Pulsar's reconsume-later: publish a copy with the new counters
-        to the same topic, delayed to the visible time (none when visible now), then
-        acknowledge the original; the copy queues behind what the topic already holds. If the
-        copies cannot be sent, the originals stay leased and `Unavailable` is raised.
+        changes there (unless a purge moved the subscription past it: then it is copied).
+        Otherwise Pulsar's reconsume-later: publish a copy with the new counters to the same
+        topic, delayed to the visible time (none when visible now), then acknowledge the
+        original; the copy queues behind what the topic already holds. If the copies cannot be
+        sent, the originals stay leased and `Unavailable` is raised.
         """
         now_ms = self._clock.now_ms()
         back: dict[SubState, list[Held]] = {}
@@ -354,7 +357,7 @@ class PulsarBackend(Backend):
             if sub is None or held is None:
                 continue
             unchanged = (release.attempt, release.retries) == (held.attempt, held.retries)
-            if release.visible_at_ms <= now_ms and unchanged:
+            if release.visible_at_ms <= now_ms and unchanged and not held.passed:
                 back.setdefault(sub, []).append(held)
             else:
                 copies.setdefault(sub, []).append((held, release))
@@ -398,26 +401,38 @@ class PulsarBackend(Backend):
         listing = [h for h in sub.all_held() if h.seq > after_position]
         return [held.stored(topic, group) for held in listing[: max(limit, 0)]]
 
-    async def remove(self, leases: Sequence[Lease]) -> int:
-        """Acknowledge held messages by lease, buffered or leased; return how many."""
+    async def remove(self, leases: Sequence[Lease], *, keep_leased: bool = False) -> int:
+        """Acknowledge held messages by lease, buffered or leased (not leased ones, with
+        `keep_leased`); return how many."""
         removed = 0
         for lease in leases:
             sub = self._subs.get((lease.topic, lease.group))
+            if sub is not None and keep_leased and lease.token in sub.leased:
+                continue
             held = sub.pull(lease.token) if sub is not None else None
             if sub is not None and held is not None:
                 await self._acknowledge(sub, [held])
                 removed += 1
         return removed
 
-    async def purge(self, topic: str, group: str) -> int:
-        """Acknowledge everything held for the group, then seek the subscription to its end
-        where the broker allows it; returns how many held messages were removed."""
+    async def purge(self, topic: str, group: str, *, leased: bool = False) -> int:
+        """Acknowledge what is buffered for the group, then seek the subscription to its end
+        where the broker allows it; returns how many buffered messages were removed.
+
+        Leased messages stay leased (with `leased`, they go too): an ack of one settles it, a
+        release sends a copy (the seek moved the subscription past the original, so the broker
+        no longer holds it). Until then they live in this process only: a restart before they
+        are settled loses them, which is why the back end lacks "purge-keeps-inflight"."""
         sub = self._subs.get((topic, group))
         if sub is None:
             return 0
-        helds = list(sub.all_held())
+        helds = list(sub.buffer)
         sub.buffer.clear()
-        sub.leased.clear()
+        if leased:
+            helds += sub.leased.values()
+            sub.leased.clear()
+        for held in sub.leased.values():
+            held.passed = True
         self._resume(sub)
         await self._acknowledge(sub, helds)
         self._publisher.forget(topic)

@@ -39,6 +39,9 @@ class Held:
     envelope: Envelope
     attempt: int
     retries: int
+    passed: bool = False
+    """A purge moved the subscription past it while it was leased: the broker no longer
+    holds it, so a release must send a copy."""
 
     @property
     def key(self) -> str:

@@ -251,12 +251,16 @@ class Backend(abc.ABC):
         store's does: `migrate copy` keeps a retry in place waiting)."""
 
     @abc.abstractmethod
-    async def remove(self, leases: Sequence[Lease]) -> int:
-        """Remove given messages for a group, leased or not (admin); return how many."""
+    async def remove(self, leases: Sequence[Lease], *, keep_leased: bool = False) -> int:
+        """Remove given messages for a group, leased or not (admin); return how many. With
+        `keep_leased`, those leased now are left alone (not counted)."""
 
     @abc.abstractmethod
-    async def purge(self, topic: str, group: str) -> int:
-        """Remove every unacked message of `topic` for `group`; return how many."""
+    async def purge(self, topic: str, group: str, *, leased: bool = False) -> int:
+        """Remove the messages of `topic` that wait for `group` (ready, delayed, released to
+        come again later); return how many. Leased ones stay leased, as a broker keeps
+        unacknowledged messages on a queue purge: an ack of one commits it, a release brings it
+        back. With `leased`, those go too (their leases are void): a deleted queue's."""
 
     async def topics(self) -> list[str]:
         """Names of the topics the back end knows (may be empty where it cannot list)."""

@@ -11,9 +11,9 @@ milliseconds. Its semantics are the embedded store's (`gateway.store.embedded`):
   waiting, parked under an excluded key, or leased; from the group's cursor on, none yet;
 * `fetch` hands out waiting slots in visible-at order first, then new positions in topic order;
   a key in `exclude_keys` is skipped with every later message of it (per-key order);
-* a lease is void once acked, released, removed, purged, dropped or the back end closed; `close`
-  keeps the messages (an `open` again is a restart): what was leased is visible again at once,
-  released messages keep their visible-at times and counters;
+* a lease is void once acked, released, removed, dropped or the back end closed (`purge` keeps
+  leases); `close` keeps the messages (an `open` again is a restart): what was leased is visible
+  again at once, released messages keep their visible-at times and counters;
 * `trim()` forgets messages every group has acked (the embedded store does it periodically).
 
 Durability is the process's lifetime. `poke()` wakes `wait` callers whose delayed messages are
@@ -125,7 +125,8 @@ class InMemoryBackend(Backend):
     name = "memory"
     seekable = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
-                              "oldest-ready-time", "backlog-view", "positions", "retry-reset"})
+                              "oldest-ready-time", "backlog-view", "positions", "retry-reset",
+                              "purge-keeps-inflight"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
@@ -353,9 +354,8 @@ class InMemoryBackend(Backend):
             slot = group.slots.get(lease.position)
             if slot is None or slot.token != lease.token:
                 continue
-            slot.visible_at = item.visible_at_ms
-            slot.attempt = item.attempt
-            slot.retries = item.retries
+            slot.visible_at, slot.attempt, slot.retries = (item.visible_at_ms, item.attempt,
+                                                           item.retries)
             self._delay(group, lease.position, slot)
             group.wake()
 
@@ -410,7 +410,7 @@ class InMemoryBackend(Backend):
             out.append(self._stored(index, state, pos, slot, ""))
         return out
 
-    async def remove(self, leases: Sequence[Lease]) -> int:
+    async def remove(self, leases: Sequence[Lease], *, keep_leased: bool = False) -> int:
         self._ready()
         removed = 0
         for lease in leases:
@@ -421,20 +421,21 @@ class InMemoryBackend(Backend):
             if lease.position >= state.cursor:
                 for pos, slot in self._look_at(index, state, lease.position + 1):
                     self._delay(state, pos, slot)
-            if state.slots.pop(lease.position, None) is not None:
-                removed += 1
+            if (found := state.slots.get(lease.position)) and not (keep_leased and found.token):
+                removed += state.slots.pop(lease.position) is found
         return removed
 
-    async def purge(self, topic: str, group: str) -> int:
+    async def purge(self, topic: str, group: str, *, leased: bool = False) -> int:
         self._ready()
         index = self._topics.get(topic)
         if index is None:
             return 0
         state = self._group(index, group)
-        removed = len(state.slots) + sum(
-            1 for pos in range(state.cursor, index.next_pos) if pos in index.messages
-        )
+        kept = {} if leased else {pos: s for pos, s in state.slots.items() if s.token}
+        removed = len(state.slots) - len(kept) + sum(
+            1 for pos in range(state.cursor, index.next_pos) if pos in index.messages)
         state.reset(index.next_pos)
+        state.slots.update(kept)  # leased slots are in no heap: a release places them again
         return removed
 
     async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:

@@ -109,7 +109,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     command("describe", "a group's counts, policy, naming scheme and consumers", describe)
     command("retries", "a group's waiting retries by attempt number", retries)
     purge = command("purge", "drop a group's messages that wait for delivery (ready, delayed, "
-                    "waiting retry); dead letters are kept", purge_group)
+                    "waiting retry); messages in flight and dead letters are kept", purge_group)
     purge.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     dlq_cmd.add_parser(sub)
 
@@ -264,7 +264,7 @@ async def purge_group(client: AdminClient, args: argparse.Namespace, out: TextIO
     view = await client.describe(args.topic, args.group)
     waiting = view.ready + view.delayed + view.waiting_retry
     confirm(args, f"Drop {waiting} waiting message(s) of group {args.group!r} on topic "
-                  f"{args.topic!r} (dead letters are kept)?")
+                  f"{args.topic!r} (messages in flight and dead letters are kept)?")
     purged = await client.purge(args.topic, args.group)
     _done(args, out, {"purged": purged}, f"purged {purged} message(s)")
     return EXIT_OK

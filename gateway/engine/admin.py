@@ -340,19 +340,26 @@ class GroupAdmin(MoveVerbs):
         buckets, next_due, total = by_attempt(waiting)
         return WaitingRetries(tuple(buckets), next_due, total, complete)
 
-    async def purge(self, topic: str, group: str) -> int:
-        """Remove the group's ready, delayed and waiting-retry messages (not those in flight)."""
+    async def purge(self, topic: str, group: str, *, in_flight: bool = False) -> int:
+        """Remove the group's ready, delayed and waiting-retry messages (not those in flight:
+        their consumers still ack them, or fail them back; with `in_flight`, those go too, their
+        settles changing nothing: a deleted queue's). Returns how many were removed."""
         _check(topic, group)
+        backend = self._backend
         scheme = await self.naming_of(topic, group)
-        count = await self._backend.purge(topic, group)
+        count = await backend.purge(topic, group, leased=in_flight)
+        held = self._engine.drop_held(topic, group)  # ordered retries waiting in the engine
+        if held:
+            count += await backend.remove(held)
         retry_topic = scheme.retry_topic(topic, group)
         if retry_topic == topic:
             return count
         if not _shared(scheme.retry_topic, topic, group):
-            return count + await self._backend.purge(retry_topic, group)
+            return count + await backend.purge(retry_topic, group, leased=in_flight)
         # The group's retry copies of other topics wait there too: only this topic's go.
-        mine = [m.lease async for chunk in pages(self._backend, retry_topic, group)
+        mine = [m.lease async for chunk in pages(backend, retry_topic, group)
                 for m in chunk if _of_topic(m, topic)]
         for start in range(0, len(mine), PEEK_CHUNK):
-            count += await self._backend.remove(mine[start:start + PEEK_CHUNK])
+            count += await backend.remove(mine[start:start + PEEK_CHUNK],
+                                          keep_leased=not in_flight)
         return count

@@ -8,11 +8,12 @@ public surface is `gateway.engine.port`; its parts live in layers (`gateway.engi
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 
 import structlog
 
-from gateway.backend import Backend, OutMessage
+from gateway.backend import Backend, Lease, OutMessage
 from gateway.core.naming import NamingScheme
 from gateway.core.registry import Registry
 from gateway.engine.admin import GroupAdmin
@@ -194,6 +195,26 @@ class Engine(Delivering):
         for consumer in sub.consumers:
             consumer.credit += len(consumer.outbox)
             consumer.outbox.clear()
+
+    def drop_held(self, topic: str, group: str) -> list[Lease]:
+        """Forget the group's ordered retries held in the engine for their in-place retry (a
+        purge takes them with the other waiting retries): their keys are free again. Returns
+        their leases, which the caller removes from the back end."""
+        sub = self.subscriptions.get((topic, group))
+        if sub is None:
+            return []
+        held = [inf for inf in self.inflight.values() if inf.held and inf.sub is sub]
+        for inf in held:
+            del self.inflight[inf.receipt]
+            self._disarm(inf)
+            if inf.consumer is not None:
+                inf.consumer.forget(inf.receipt)
+            if inf.blocks:
+                sub.blocked_keys.discard(inf.stored.key)
+        if held:
+            sub.held = deque(inf for inf in sub.held if inf.receipt in self.inflight)
+            sub.wake.set()
+        return [inf.stored.lease for inf in held]
 
     # -------------------------------------------------------------- queries
     def unsettled_count(self) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from gateway.backend.base import OutMessage
+from gateway.backend.base import Lease, OutMessage
 from gateway.core.naming import NamingScheme
 from gateway.core.policy import RetryPolicy
 from gateway.core.registry import Registry
@@ -281,8 +281,9 @@ class AdminPort(Protocol):
         """The group's waiting retries by attempt number."""
         ...
 
-    async def purge(self, topic: str, group: str) -> int:
-        """Remove the group's ready, delayed and waiting-retry messages (not those in flight)."""
+    async def purge(self, topic: str, group: str, *, in_flight: bool = False) -> int:
+        """Remove the group's ready, delayed and waiting-retry messages (not those in flight,
+        unless `in_flight`: a deleted queue's); return how many were removed."""
         ...
 
     async def rename(
@@ -339,6 +340,10 @@ class EngineQueries(Protocol):
 
     def unsettled(self, topic: str, group: str) -> list[Unsettled]:
         """The deliveries of a subscription the engine waits on."""
+        ...
+
+    def drop_held(self, topic: str, group: str) -> list[Lease]:
+        """Forget the group's ordered retries held in the engine; return their leases."""
         ...
 
     def group_state(self, topic: str, group: str) -> GroupState | None:

@@ -92,8 +92,10 @@ async def peek(
 
 
 async def remove(
-    catalog: Catalog, supervisor: Supervisor, leases: Sequence[Lease]
+    catalog: Catalog, supervisor: Supervisor, leases: Sequence[Lease], keep_leased: bool = False
 ) -> int:
+    """`Backend.remove`; with `keep_leased`, positions handed out (leased, or being released)
+    are left alone."""
     wanted: dict[tuple[str, str], set[int]] = {}
     for lease in leases:
         wanted.setdefault((lease.topic, lease.group), set()).add(lease.position)
@@ -104,7 +106,10 @@ async def remove(
             continue
         state = catalog.group(index, group)
         async with state.lock:
-            removed += await _remove(supervisor, state, positions)
+            if keep_leased:
+                positions -= {*state.leased, *state.releasing}
+            if positions:
+                removed += await _remove(supervisor, state, positions)
     return removed
 
 
@@ -129,8 +134,17 @@ async def _remove(supervisor: Supervisor, state: GroupIndex, positions: set[int]
 
 
 async def purge(
-    catalog: Catalog, writer: GroupCommitWriter, reader: rd.Reader, topic: str, group: str
+    catalog: Catalog,
+    writer: GroupCommitWriter,
+    reader: rd.Reader,
+    topic: str,
+    group: str,
+    *,
+    leased: bool = False,
 ) -> int:
+    """`Backend.purge`: one write forgets the group's positions but the leased ones (or every
+    one, with `leased`) and moves its cursor to the topic's end. A position being released
+    stays too: its release is written (before or after the purge) and places it again."""
     index = catalog.topics.get(topic)
     if index is None:
         return 0
@@ -141,20 +155,24 @@ async def purge(
         gid = state.gid
 
         def count(conn: sqlite3.Connection) -> int:
-            return rd.count_unacked(conn, gid) + rd.count_from(conn, topic_id, cursor, until)
+            return rd.count_from(conn, topic_id, cursor, until)
 
-        removed = await reader.run(count)
+        unscanned = await reader.run(count)
+        if leased:
+            state.leased.clear()
+            state.releasing.clear()
+        kept = sorted({*state.leased, *state.releasing})
         state.timers = TimerWheel(state.timers.now_ms)
         state.spill_at = None
         state.ready.clear()
         state.held.clear()
-        state.leased.clear()
-        state.releasing.clear()
         state.cursor = until
         state.durable = True
         index.settled += 1
-        await writer.submit(writes.purged((topic_id, index.name), gid, state.name, until))
-        return removed
+        forgotten = await writer.submit(
+            writes.purged((topic_id, index.name), gid, state.name, until, kept))
+        state.wake()
+        return unscanned + (forgotten if isinstance(forgotten, int) else 0)
 
 
 async def drop_group(catalog: Catalog, writer: GroupCommitWriter, topic: str, group: str) -> bool:

@@ -410,13 +410,13 @@ class EmbeddedStore(Backend):
         writer, reader = self._supervisor.ready()
         return await admin.peek(self._catalog, writer, reader, topic, group, limit, after_position)
 
-    async def remove(self, leases: Sequence[Lease]) -> int:
+    async def remove(self, leases: Sequence[Lease], *, keep_leased: bool = False) -> int:
         self._supervisor.ready()
-        return await admin.remove(self._catalog, self._supervisor, leases)
+        return await admin.remove(self._catalog, self._supervisor, leases, keep_leased)
 
-    async def purge(self, topic: str, group: str) -> int:
+    async def purge(self, topic: str, group: str, *, leased: bool = False) -> int:
         writer, reader = self._supervisor.ready()
-        return await admin.purge(self._catalog, writer, reader, topic, group)
+        return await admin.purge(self._catalog, writer, reader, topic, group, leased=leased)
 
     atomic_moves = True
 

@@ -62,9 +62,13 @@ def settled(rows: Sequence[tuple[int, int]]) -> Write:
     return ("settled", (rows,))
 
 
-def purged(topic: tuple[int, str], gid: int, group: str, next_pos: int) -> Write:
-    """Forget every scanned position of a group and move its cursor past the topic's end."""
-    return ("purged", (topic, gid, group, next_pos))
+def purged(
+    topic: tuple[int, str], gid: int, group: str, next_pos: int, kept: Sequence[int] = ()
+) -> Write:
+    """Forget every scanned position of a group but those `kept` (leased ones, which a purge
+    leaves to their consumers) and move its cursor to `next_pos`. Its result is the number of
+    positions forgotten."""
+    return ("purged", (topic, gid, group, next_pos, tuple(kept)))
 
 
 def dropped(gid: int) -> Write:
@@ -151,11 +155,20 @@ def delete_positions(conn: sqlite3.Connection, gid: int, positions: Sequence[int
 
 
 def _purged(
-    conn: sqlite3.Connection, topic: tuple[int, str], gid: int, group: str, next_pos: int
-) -> None:
+    conn: sqlite3.Connection, topic: tuple[int, str], gid: int, group: str, next_pos: int,
+    kept: Sequence[int] = (),
+) -> int:
     conn.execute(_INSERT_TOPIC, topic)
-    conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,))
+    if kept:
+        keep = set(kept)
+        gone = [pos for (pos,) in conn.execute("SELECT pos FROM unacked WHERE gid = ?", (gid,))
+                if pos not in keep]
+        delete_positions(conn, gid, gone)
+        forgotten = len(gone)
+    else:
+        forgotten = conn.execute("DELETE FROM unacked WHERE gid = ?", (gid,)).rowcount
     conn.execute(_UPSERT_CURSOR, (gid, topic[0], group, next_pos))
+    return forgotten
 
 
 def _dropped(conn: sqlite3.Connection, gid: int) -> None:

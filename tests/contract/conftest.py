@@ -43,6 +43,7 @@ CAPABILITIES = frozenset(
         "backlog-view",
         "positions",
         "retry-reset",
+        "purge-keeps-inflight",
     }
 )
 """Every capability a contract test may require:
@@ -56,7 +57,10 @@ CAPABILITIES = frozenset(
 * positions: groups keep positions the back end can set (`seekable`: `create_group` at the end,
   `seek`);
 * retry-reset: `reset_retries` counts a group's failures from 0 again (the count is the back
-  end's, not a property or header of each message in a broker).
+  end's, not a property or header of each message in a broker);
+* purge-keeps-inflight: `purge` leaves leased messages leased, as durably as before (an ack
+  commits one, a release brings it back, a restart delivers it again), and counts only what it
+  removed.
 """
 
 REQUIRES: dict[str, str] = {
@@ -65,7 +69,7 @@ REQUIRES: dict[str, str] = {
     "test_stats_counts_ready_delayed_and_leased": "oldest-ready-time",
     "test_peek_reads_without_leasing": "backlog-view",
     "test_remove_leased_and_waiting_messages": "backlog-view",
-    "test_purge_removes_every_unacked_message": "backlog-view",
+    "test_purge_with_leased_takes_leased_messages_too": "backlog-view",
 }
 """Tests written before the `requires` mark, by function name, and the capability each needs."""
 

@@ -232,16 +232,58 @@ async def test_remove_leased_and_waiting_messages(backend: Backend) -> None:
     assert await backend.fetch(topic, group, 10, now_ms()) == []
 
 
-async def test_purge_removes_every_unacked_message(backend: Backend) -> None:
+@pytest.mark.requires("backlog-view", "purge-keeps-inflight", "delayed-delivery")
+async def test_purge_removes_waiting_messages_and_keeps_leased_ones(backend: Backend) -> None:
+    """A purge takes what waits for the group (ready, delayed, released to come later) and
+    leaves leased messages to their consumer, as RabbitMQ's queue.purge leaves unacknowledged
+    ones: an ack of one commits it, a release brings it back. (It took the leased ones too, and
+    counted them: their acks changed nothing and a release brought nothing back.)"""
     topic, group = names()
-    await backend.publish(topic, [msg(str(i)) for i in range(5)])
-    await fetch_until(backend, topic, group, 2)
-    assert await backend.purge(topic, group) == 5
+    await backend.publish(topic, [msg(str(i)) for i in range(6)])
+    acked, released, failed = await fetch_until(backend, topic, group, 3)
+    await backend.release([Release(failed.lease, now_ms() + 60_000, attempt=1, retries=1)])
+    assert await backend.purge(topic, group) == 4  # 3 never leased, 1 waiting retry
     assert await backend.fetch(topic, group, 10, now_ms()) == []
     stats = await backend.stats(topic, group, now_ms())
-    assert (stats.ready, stats.delayed, stats.leased) == (0, 0, 0)
+    assert (stats.ready, stats.delayed, stats.leased) == (0, 0, 2)
+    await backend.ack([acked.lease])
+    await backend.release([Release(released.lease, now_ms(), attempt=1, retries=1)])
+    (again,) = await fetch_until(backend, topic, group, 1)
+    assert (again.message_id, again.body, again.retries) == (released.message_id, b"1", 1)
+    await backend.ack([again.lease])
     await backend.publish(topic, [msg("after")])
     assert bodies(await fetch_until(backend, topic, group, 1)) == [b"after"]
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
+
+
+@pytest.mark.requires("backlog-view")
+async def test_remove_keep_leased_leaves_leased_messages(backend: Backend) -> None:
+    """`remove(keep_leased=True)` (a purge of a group-wide retry topic) takes the others only."""
+    topic, group = names()
+    await backend.publish(topic, [msg("a"), msg("b")])
+    (leased,) = await fetch_until(backend, topic, group, 1)
+    assert await backend.remove([leased.lease], keep_leased=True) == 0
+    peeked = await backend.peek(topic, group, 10)
+    assert bodies(peeked) == [b"a", b"b"]
+    assert await backend.remove([m.lease for m in peeked], keep_leased=True) == 1
+    await backend.ack([leased.lease])
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.delayed, stats.leased) == (0, 0, 0)
+
+
+async def test_purge_with_leased_takes_leased_messages_too(backend: Backend) -> None:
+    """`purge(leased=True)` (a deleted queue's) takes leased messages as well: their leases are
+    void, so a release brings nothing back."""
+    topic, group = names()
+    await backend.publish(topic, [msg(str(i)) for i in range(5)])
+    got = await fetch_until(backend, topic, group, 2)
+    assert await backend.purge(topic, group, leased=True) == 5
+    stats = await backend.stats(topic, group, now_ms())
+    assert (stats.ready, stats.delayed, stats.leased) == (0, 0, 0)
+    await backend.release([Release(m.lease, now_ms(), attempt=1, retries=1) for m in got])
+    await backend.publish(topic, [msg("after")])
+    assert bodies(await fetch_until(backend, topic, group, 1)) == [b"after"]
+    assert await backend.fetch(topic, group, 10, now_ms()) == []
 
 
 async def test_wait_wakes_on_publish(backend: Backend) -> None:

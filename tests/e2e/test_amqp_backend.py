@@ -267,19 +267,26 @@ async def test_stats_peek_remove_purge(backend: RabbitMQBackend, topic: str) -> 
 
 
 async def test_purge_and_remove_cover_held_deliveries(backend: RabbitMQBackend, topic: str) -> None:
-    await backend.publish(topic, [OutMessage(body=bytes([65 + i])) for i in range(3)])
+    """remove takes a leased delivery; purge takes buffered ones and leaves leased ones, as
+    RabbitMQ's queue.purge leaves unacked messages (it took them too, and their acks were
+    ignored): their acks settle them."""
+    await backend.publish(topic, [OutMessage(body=bytes([65 + i])) for i in range(5)])
     [leased] = await collect(backend, topic, GROUP, 1)
     assert await backend.remove([leased.lease]) == 1
     held = await collect(backend, topic, GROUP, 2)
     assert await backend.purge(topic, GROUP) == 2
-    await backend.ack([m.lease for m in held])  # gone: ignored
+    assert (await backend.stats(topic, GROUP, wall_clock_ms())).leased == 2
+    await backend.ack([m.lease for m in held])
+    assert (await backend.stats(topic, GROUP, wall_clock_ms())).leased == 0
+    await backend.close()  # nothing unacked left for the broker to requeue
     async with plain_connection() as connection:
         assert await ready_in(connection, topic) == 0
 
 
 async def test_purge_takes_deliveries_still_in_flight(topic: str) -> None:
     """Deliveries the broker already sent but the back end did not buffer yet are unacked in the
-    broker's eyes, so a queue purge misses them: purge pauses the consumer first."""
+    broker's eyes, so a queue purge misses them: purge pauses the consumer first. (The one
+    leased stays leased.)"""
     backend = RabbitMQBackend(URL, prefetch=1000)
     await backend.open()
     try:
@@ -287,7 +294,8 @@ async def test_purge_takes_deliveries_still_in_flight(topic: str) -> None:
             await backend.publish(topic, [OutMessage(body=b"x" * 512) for _ in range(300)])
             got = await collect(backend, topic, GROUP, 1)
             assert len(got) == 1
-            assert await backend.purge(topic, GROUP) == 300
+            assert await backend.purge(topic, GROUP) == 299
+            await backend.ack([got[0].lease])
             assert await backend.fetch(topic, GROUP, 1000, wall_clock_ms()) == []
             await backend.wait(topic, GROUP, 0.3)
             assert await backend.fetch(topic, GROUP, 1000, wall_clock_ms()) == []
@@ -315,7 +323,8 @@ async def test_purge_holds_off_a_consuming_loop(topic: str) -> None:
         await backend.publish(topic, [OutMessage(body=b"%d" % i) for i in range(2000)])
         while not fetched:
             await asyncio.sleep(0.001)
-        assert await backend.purge(topic, GROUP) == 2000
+        count = await backend.purge(topic, GROUP)
+        assert count == 2000 - len(fetched)  # leased ones stay leased
         purged = True
         await asyncio.sleep(0.5)
         assert [body for after, body in fetched if after] == []

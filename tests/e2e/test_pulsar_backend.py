@@ -263,6 +263,27 @@ async def test_remove_and_purge_act_on_held_messages(backend: PulsarBackend) -> 
     assert await backend.fetch(topic, GROUP, 10, wall_clock_ms()) == []
 
 
+async def test_purge_leaves_leased_messages_to_their_consumer(backend: PulsarBackend) -> None:
+    """purge acknowledges what is buffered and leaves leased messages leased (in this process:
+    its seek moved the subscription past them): an ack settles one, a release with its counters
+    unchanged sends a copy, which comes again."""
+    topic = unique()
+    await backend.publish(topic, [OutMessage(body=bytes([65 + i])) for i in range(4)])
+    acked, released = await collect(backend, topic, GROUP, 2)
+    deadline = time.monotonic() + 10
+    while len(await backend.peek(topic, GROUP, 10)) < 4 and time.monotonic() < deadline:
+        await backend.wait(topic, GROUP, 0.2)
+    assert await backend.purge(topic, GROUP) == 2  # C and D
+    assert (await backend.stats(topic, GROUP, wall_clock_ms())).leased == 2
+    await backend.ack([acked.lease])
+    await backend.release(
+        [Release(released.lease, wall_clock_ms(), released.attempt, released.retries)])
+    (again,) = await collect(backend, topic, GROUP, 1)
+    assert (again.message_id, again.body) == (released.message_id, b"B")
+    await backend.ack([again.lease])
+    assert await backend.fetch(topic, GROUP, 10, wall_clock_ms()) == []
+
+
 async def until(condition: Callable[[], bool], timeout_s: float) -> bool:
     """Poll an outside condition (the broker's state as the client sees it)."""
     deadline = time.monotonic() + timeout_s

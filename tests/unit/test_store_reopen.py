@@ -140,6 +140,30 @@ async def test_purge_and_remove_survive_reopen(tmp_path: pathlib.Path) -> None:
         await store.close()
 
 
+async def test_purge_keeps_leased_messages_across_reopen(tmp_path: pathlib.Path) -> None:
+    """A purge takes the waiting messages and leaves leased ones, durably: after a restart one
+    still leased (its lease void) is delivered again, one released after the purge comes at
+    its time, the purged ones never."""
+    clock = ManualClock()
+    store = await opened(tmp_path, clock)
+    await store.publish("t", [OutMessage(body=str(i).encode()) for i in range(6)])
+    _, released, waiting = await store.fetch("t", "g", 3, T0)
+    await store.release([Release(waiting.lease, T0 + 60_000, attempt=1, retries=1)])
+    assert await store.purge("t", "g") == 4  # 3 never leased, 1 waiting retry
+    await store.release([Release(released.lease, T0 + 60_000, attempt=1, retries=1)])
+    assert await store.fetch("t", "g", 10, T0) == []
+    await store.close()
+
+    store = await opened(tmp_path, clock)
+    try:
+        assert [m.body for m in await store.fetch("t", "g", 10, T0)] == [b"0"]
+        clock.now_ms = T0 + 60_000
+        assert [(m.body, m.retries) for m in await store.fetch("t", "g", 10, clock.now_ms)] == [
+            (b"1", 1)]
+    finally:
+        await store.close()
+
+
 async def test_wait_wakes_when_earliest_delayed_message_is_due(tmp_path: pathlib.Path) -> None:
     clock = ManualClock()
     store = await opened(tmp_path, clock)

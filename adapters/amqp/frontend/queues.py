@@ -137,7 +137,8 @@ async def delete(channel: ChannelState, m: commands.Queue.Delete) -> commands.Qu
 
 async def remove(ctx: Context, queue: Queue) -> int:
     """Delete a queue: its consumers are cancelled (with notice to clients that asked for it),
-    its messages purged, its bindings and record removed. The messages purged."""
+    its messages purged (those delivered and unacknowledged too), its bindings and record
+    removed. The messages purged that were not delivered (RabbitMQ's delete-ok count)."""
     for session in list(ctx.consumers.pop(queue.name, set())):
         await session.server_cancel()
     changes = ctx.topology.delete_queue(queue.name)
@@ -145,6 +146,7 @@ async def remove(ctx: Context, queue: Queue) -> int:
         ctx.router.forget(queue.name)
     try:
         count = await ctx.queries.admin.purge(queue.name, queue.settings.group)
+        await ctx.queries.admin.purge(queue.name, queue.settings.group, in_flight=True)
     except GatewayError as exc:
         log.warning("amqp queue delete: purge failed", queue=queue.name, error=exc.message)
         count = 0
