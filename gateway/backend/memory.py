@@ -123,9 +123,10 @@ class InMemoryBackend(Backend):
     """Topics and groups in memory; see the module docstring."""
 
     name = "memory"
-    seekable = True
+    seekable = skips_delays = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
-                              "oldest-ready-time", "backlog-view", "positions", "retry-reset"})
+                              "oldest-ready-time", "backlog-view", "positions", "retry-reset",
+                              "delay-skip"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
@@ -141,8 +142,7 @@ class InMemoryBackend(Backend):
 
     async def open(self) -> None:
         if not self._open:
-            self._session += 1
-            self._open = True
+            self._session, self._open = self._session + 1, True
 
     async def close(self) -> None:
         """Stop serving; leases are dropped: what was leased is visible again at its old time."""
@@ -275,6 +275,7 @@ class InMemoryBackend(Backend):
         *,
         exclude_keys: frozenset[str] = frozenset(),
         max_bytes: int | None = None,
+        publish_delays: bool = True,
     ) -> list[StoredMessage]:
         self._ready()
         if max_messages <= 0:
@@ -302,7 +303,9 @@ class InMemoryBackend(Backend):
         while not ready and len(out) < max_messages and state.cursor < index.next_pos:
             for pos, slot in self._look_at(index, state, state.cursor + 1):
                 message = index.messages[pos]
-                if message.deliver_at_ms > now_ms:
+                if not publish_delays:  # the group gets delayed messages at once
+                    slot.visible_at = 0
+                if slot.visible_at > now_ms:
                     self._delay(state, pos, slot)
                 elif message.key in exclude_keys:
                     state.held.setdefault(message.key, []).append(self._waiting(pos, slot))
@@ -353,8 +356,7 @@ class InMemoryBackend(Backend):
             slot = group.slots.get(lease.position)
             if slot is None or slot.token != lease.token:
                 continue
-            slot.visible_at = item.visible_at_ms
-            slot.attempt = item.attempt
+            slot.visible_at, slot.attempt = item.visible_at_ms, item.attempt
             slot.retries = item.retries
             self._delay(group, lease.position, slot)
             group.wake()
@@ -431,9 +433,8 @@ class InMemoryBackend(Backend):
         if index is None:
             return 0
         state = self._group(index, group)
-        removed = len(state.slots) + sum(
-            1 for pos in range(state.cursor, index.next_pos) if pos in index.messages
-        )
+        fresh = sum(1 for pos in range(state.cursor, index.next_pos) if pos in index.messages)
+        removed = len(state.slots) + fresh
         state.reset(index.next_pos)
         return removed
 

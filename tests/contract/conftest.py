@@ -43,6 +43,7 @@ CAPABILITIES = frozenset(
         "backlog-view",
         "positions",
         "retry-reset",
+        "delay-skip",
     }
 )
 """Every capability a contract test may require:
@@ -56,7 +57,10 @@ CAPABILITIES = frozenset(
 * positions: groups keep positions the back end can set (`seekable`: `create_group` at the end,
   `seek`);
 * retry-reset: `reset_retries` counts a group's failures from 0 again (the count is the back
-  end's, not a property or header of each message in a broker).
+  end's, not a property or header of each message in a broker);
+* delay-skip: `fetch(..., publish_delays=False)` hands one group messages published with a future
+  time at once while the topic's other groups wait (`Backend.skips_delays`; a broker that holds
+  a delayed message for the whole topic cannot).
 """
 
 REQUIRES: dict[str, str] = {
