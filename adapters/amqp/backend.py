@@ -172,11 +172,13 @@ class RabbitMQBackend(Backend):
         *,
         exclude_keys: frozenset[str] = frozenset(),
         max_bytes: int | None = None,
+        publish_delays: bool = True,
     ) -> list[StoredMessage]:
         """Lease buffered deliveries in arrival order; excluded keys stay buffered in order.
 
         The first call for a topic starts its consumer and usually returns nothing yet. Everything
-        in the queue is visible: delayed messages are still in delay queues until their time.
+        in the queue is visible: delayed messages are still in delay queues until their time,
+        for every group (`publish_delays` cannot change that: `skips_delays` is False).
         """
         return await self._consumer.fetch(topic, group, max_messages, exclude_keys)
 

@@ -291,9 +291,12 @@ class PulsarBackend(Backend):
         *,
         exclude_keys: frozenset[str] = frozenset(),
         max_bytes: int | None = None,
+        publish_delays: bool = True,
     ) -> list[StoredMessage]:
         """Lease received messages in arrival order (the first call subscribes and usually
-        returns nothing yet). Messages whose deliver-at has not come are left buffered."""
+        returns nothing yet). Messages whose deliver-at has not come are left buffered; the
+        broker holds delayed messages on the back end's Shared subscriptions until their time
+        for every group (`publish_delays` cannot change that: `skips_delays` is False)."""
         sub = await self._sub(topic, group)
         self._check_link(sub)
         taken = sub.take(max_messages, now_ms, exclude_keys)

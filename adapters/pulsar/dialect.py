@@ -4,7 +4,8 @@ Numbers from SEMANTICS.md (document 004): delays 1..864000 s, levels 1s .. 2h (t
 18-level table, `gateway.core.backoff.DELAY_LEVELS_MS`), incremental levels by default,
 16 redeliveries (the 17th failure goes to the DLQ), Shared/Key_Shared retry with a delay while
 Exclusive/Failover retry at once, negativeAckRedeliveryDelay 1 min by default and no limit unless
-a dead-letter policy sets one.
+a dead-letter policy sets one. Delayed delivery (`deliverAfter` / `deliverAt`) applies to Shared
+and Key_Shared subscriptions only: Exclusive and Failover ones get such messages at once.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def retry_letter(options: Mapping[str, str], naming: NamingScheme | None) -> Ret
         max_retries=max_retries,
         placement=Placement.COPY,
         delivery_timeout_ms=ack_timeout,
+        honours_delays=kind in DELAYED_TYPES,
         dispatch_run=DISPATCH_RUN,
         settings=reader.finish(),
     )
@@ -90,6 +92,7 @@ def negative_ack(options: Mapping[str, str], naming: NamingScheme | None) -> Ret
         lost_counts_as_failure=counted,
         # The broker's redelivery tracker is cleared when the last consumer leaves.
         count_resets_unattended=counted,
+        honours_delays=kind in DELAYED_TYPES,
         dispatch_run=DISPATCH_RUN,
         settings=reader.finish(),
     )

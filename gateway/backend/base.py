@@ -10,6 +10,8 @@ common ground of the products behind it:
   removes it or `release` gives it back (visible again at a given time, with new counters);
 * a message published with `deliver_at_ms` in the future is not fetched before that time: this is
   how retry copies wait (RocketMQ `%RETRY%group`, Pulsar `-RETRY` topics, RabbitMQ delay queues);
+  a group that does not honour publish delays (`fetch(..., publish_delays=False)`, on back ends
+  that `skip_delays`) gets it at once, while the topic's other groups wait;
 * leases are not durable: after a restart every message that was leased and not acked is visible
   again at once (delivered at least once, never lost), while released messages keep their
   visible-at time and counters.
@@ -176,6 +178,7 @@ class Backend(abc.ABC):
         *,
         exclude_keys: frozenset[str] = frozenset(),
         max_bytes: int | None = None,
+        publish_delays: bool = True,
     ) -> list[StoredMessage]:
         """Lease up to `max_messages` messages of `topic` visible at `now_ms` to `group`.
 
@@ -189,6 +192,13 @@ class Backend(abc.ABC):
         it being the last (at least one is handed out): a back end that reads messages from
         disk to hand them out (the embedded store) reads no more; one that holds them in
         memory anyway may ignore it.
+
+        `publish_delays=False` (for a group whose product delivers delayed messages at once:
+        Pulsar's Exclusive and Failover subscriptions) hands out a message published with a
+        future `deliver_at_ms` as if it were due, to this group only; a message the group
+        released still waits for its visible-at time. The group decides when it first looks at
+        a message: one it already holds as delayed keeps waiting. Back ends that cannot
+        (`skips_delays` False) ignore it: the message waits for every group.
         """
 
     @abc.abstractmethod
@@ -297,6 +307,11 @@ class Backend(abc.ABC):
         keeps its position) or the back end places groups itself (`seekable` is False: every
         group then starts where the back end starts it)."""
         return False
+
+    skips_delays: bool = False
+    """True when `fetch(..., publish_delays=False)` hands a group delayed messages at once
+    (capability `delay-skip`); False where a delayed message waits for every group (a broker
+    that holds it until its time for the whole topic)."""
 
     seekable: bool = False
     """True when the back end keeps each group's position itself and can move it

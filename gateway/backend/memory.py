@@ -1,8 +1,7 @@
 """The in-memory back end: every `Backend` capability in plain dicts and heaps.
 
-Like dramatiq's stub broker it keeps everything in the process: no threads, no I/O, and time only
-from the engine's `Clock` (`gateway.engine.clock`), so engine tests run on a `ManualClock` in
-milliseconds. Its semantics are the embedded store's (`gateway.store.embedded`):
+Everything stays in the process: no threads, no I/O, time only from the engine's `Clock`, so
+engine tests run on a `ManualClock`. Its semantics are the embedded store's:
 
 * positions count from 1 per topic; message ids are 32 hex characters, time-ordered (publish ms,
   the instance's tag, a counter) unless the caller gives one;
@@ -16,8 +15,7 @@ milliseconds. Its semantics are the embedded store's (`gateway.store.embedded`):
   again at once, released messages keep their visible-at times and counters;
 * `trim()` forgets messages every group has acked (the embedded store does it periodically).
 
-Durability is the process's lifetime. `poke()` wakes `wait` callers whose delayed messages are
-due by the clock: tests call it after moving a manual clock (as they poke the engine's timers).
+Durability is the process's lifetime. `poke()` wakes `wait` callers (after a manual clock moved).
 """
 
 from __future__ import annotations
@@ -123,10 +121,10 @@ class InMemoryBackend(Backend):
     """Topics and groups in memory; see the module docstring."""
 
     name = "memory"
-    seekable = True
+    seekable = skips_delays = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
                               "oldest-ready-time", "backlog-view", "positions", "retry-reset",
-                              "purge-keeps-inflight"})
+                              "purge-keeps-inflight", "delay-skip"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
@@ -142,8 +140,7 @@ class InMemoryBackend(Backend):
 
     async def open(self) -> None:
         if not self._open:
-            self._session += 1
-            self._open = True
+            self._session, self._open = self._session + 1, True
 
     async def close(self) -> None:
         """Stop serving; leases are dropped: what was leased is visible again at its old time."""
@@ -276,6 +273,7 @@ class InMemoryBackend(Backend):
         *,
         exclude_keys: frozenset[str] = frozenset(),
         max_bytes: int | None = None,
+        publish_delays: bool = True,
     ) -> list[StoredMessage]:
         self._ready()
         if max_messages <= 0:
@@ -303,7 +301,9 @@ class InMemoryBackend(Backend):
         while not ready and len(out) < max_messages and state.cursor < index.next_pos:
             for pos, slot in self._look_at(index, state, state.cursor + 1):
                 message = index.messages[pos]
-                if message.deliver_at_ms > now_ms:
+                if not publish_delays:  # the group gets delayed messages at once
+                    slot.visible_at = 0
+                if slot.visible_at > now_ms:
                     self._delay(state, pos, slot)
                 elif message.key in exclude_keys:
                     state.held.setdefault(message.key, []).append(self._waiting(pos, slot))

@@ -89,6 +89,10 @@ class RetryPolicy:
     count_resets_unattended: bool = False
     """The product keeps the failure count only while the group has a consumer: when the last
     one leaves, the count of every message of the group starts from 0 again."""
+    honours_delays: bool = True
+    """Messages published with a delay (`deliver_at_ms`) wait for it in this group; False where
+    the product delivers them at once for this kind of subscription (its exclusive ones, say).
+    Other groups of the topic keep their own rule (`Backend.fetch`'s `publish_delays`)."""
     dispatch_run: int = 1
     """Shared consumption: messages dealt to one consumer in a row before the next consumer
     with room gets its turn. 1 is per-message round robin; a dialect whose product deals

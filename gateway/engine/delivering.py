@@ -219,7 +219,8 @@ class Delivering(Leaving):
             if len(got) >= want or budget <= 0:
                 break
             more = await self.backend.fetch(source, sub.group, want - len(got), now,
-                                            exclude_keys=exclude, max_bytes=budget)
+                                            exclude_keys=exclude, max_bytes=budget,
+                                            publish_delays=sub.policy.honours_delays)
             budget -= sum([len(s.body) for s in more])
             got.extend(more)
         return await self._filter(sub, got)

@@ -83,6 +83,7 @@ class EmbeddedStore(Backend):
 
     name = "embedded"
     seekable = True
+    skips_delays = True
 
     def __init__(
         self,
@@ -271,11 +272,12 @@ class EmbeddedStore(Backend):
         *,
         exclude_keys: frozenset[str] = frozenset(),
         max_bytes: int | None = None,
+        publish_delays: bool = True,
     ) -> list[StoredMessage]:
         """See `Backend.fetch` and `gateway.store.fetch`."""
         return await fetch(
             self._catalog, self._supervisor, topic, group, max_messages, now_ms,
-            exclude_keys=exclude_keys, max_bytes=max_bytes,
+            exclude_keys=exclude_keys, max_bytes=max_bytes, publish_delays=publish_delays,
         )
 
     async def wait(self, topic: str, group: str, timeout_s: float) -> None:

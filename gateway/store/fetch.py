@@ -42,9 +42,12 @@ async def fetch(
     *,
     exclude_keys: frozenset[str] = frozenset(),
     max_bytes: int | None = None,
+    publish_delays: bool = True,
 ) -> list[StoredMessage]:
     """`Backend.fetch` on the store's index (see the module docstring). `max_bytes` bounds the
-    bodies read from SQLite (the tail's are in memory already)."""
+    bodies read from SQLite (the tail's are in memory already). Without `publish_delays`,
+    positions the group has not seen are taken as due whatever their `deliver_at_ms` (their
+    rows say visible at 0)."""
     supervisor.ready()
     if max_messages <= 0:
         return []
@@ -61,7 +64,7 @@ async def fetch(
             state.advance(now_ms)
         state.unhold(exclude_keys)
         out, again = await _take(catalog, supervisor, state, max_messages, now_ms, exclude_keys,
-                                 max_bytes)
+                                 max_bytes, publish_delays)
         left = max_bytes
         if again and left is not None:
             left -= sum([len(m.body) for m in out])
@@ -69,7 +72,8 @@ async def fetch(
             # The tail's scan put messages due in the ready heap that it keeps without their
             # body (delayed when published): read them now, not in the next fetch.
             more, _ = await _take(
-                catalog, supervisor, state, max_messages - len(out), now_ms, exclude_keys, left
+                catalog, supervisor, state, max_messages - len(out), now_ms, exclude_keys, left,
+                publish_delays,
             )
             out += more
         return out
@@ -83,6 +87,7 @@ async def _take(
     now_ms: int,
     exclude_keys: frozenset[str],
     max_bytes: int | None = None,
+    publish_delays: bool = True,
 ) -> tuple[list[StoredMessage], bool]:
     """One pass of `fetch` under the group's lock: the ready heap first, then a scan. True
     with what it hands out when a scan of the tail made messages ready that it could not hand
@@ -102,7 +107,7 @@ async def _take(
     # Older visible entries not looked at yet go first: scan only once the heap is empty.
     need = 0 if state.ready else max_messages - len(candidates)
     if not candidates and TailCache.covers(index, state.cursor):
-        return _fetch_tail(catalog, writer, state, need, now_ms, exclude_keys)
+        return _fetch_tail(catalog, writer, state, need, now_ms, exclude_keys, publish_delays)
     args = (
         index.topic_id,
         state.gid,
@@ -114,6 +119,7 @@ async def _take(
         exclude_keys,
         SCAN_CAP,
         max_bytes,
+        publish_delays,
     )
     try:
         scan = await reader.run(lambda conn: rd.scan(conn, *args))
@@ -162,6 +168,7 @@ def _fetch_tail(
     need: int,
     now_ms: int,
     exclude_keys: frozenset[str],
+    publish_delays: bool = True,
 ) -> tuple[list[StoredMessage], bool]:
     """`fetch` of not yet scanned positions, all of them in the topic's tail (no SQLite
     read): the same choices as `reader.scan` makes over the message rows, except that a
@@ -179,9 +186,20 @@ def _fetch_tail(
     while pos < end and len(out) < need:
         entry = tail[pos]
         _, key, _, body, _, _, deliver_at, attempt, retries = entry
+        if not publish_delays:
+            deliver_at = 0
         if deliver_at > now_ms or key in exclude_keys:
             passed.append(rd.Meta(pos, key, deliver_at, attempt, retries))
         elif body is None:  # due now, delayed when published: `absorb` makes it ready
+            if not publish_delays:
+                # Due only for this group: it goes out in topic order, read from SQLite with
+                # what follows it (by the next take, or the next fetch when some went out).
+                if not out:
+                    passed.append(rd.Meta(pos, key, deliver_at, attempt, retries))
+                    bodiless = True
+                    pos += 1
+                state.dirty = True
+                break
             passed.append(rd.Meta(pos, key, deliver_at, attempt, retries))
             bodiless = True
         else:

@@ -254,6 +254,7 @@ def scan(
     exclude: frozenset[str],
     scan_cap: int,
     max_bytes: int | None = None,
+    publish_delays: bool = True,
 ) -> Scan:
     """Scan from `cursor` (below `until`) for up to `need` visible messages not in `exclude`.
 
@@ -261,7 +262,8 @@ def scan(
     scanned positions) are loaded in full together with the taken ones. With `max_bytes`, the
     candidates and then the taken ones are loaded only while their bodies stay within it (the
     one that passes it is the last): the rest of the candidates are `cut`, and the scan ends
-    before the first taken one left out (it is scanned again next time).
+    before the first taken one left out (it is scanned again next time). Without
+    `publish_delays` every scanned message counts as due (its meta says visible at 0).
     """
     base = topic_base(topic_id)
     taken: list[Meta] = []
@@ -278,6 +280,8 @@ def scan(
         seen = 0
         for rid, key, deliver_at, attempt, retries, size in rows:
             seen += 1
+            if not publish_delays:
+                deliver_at = 0
             meta = Meta(rid - base, key, deliver_at, attempt, retries)
             next_pos = meta.pos + 1
             if deliver_at > now_ms or key in exclude:

@@ -44,6 +44,7 @@ CAPABILITIES = frozenset(
         "positions",
         "retry-reset",
         "purge-keeps-inflight",
+        "delay-skip",
     }
 )
 """Every capability a contract test may require:
@@ -61,6 +62,9 @@ CAPABILITIES = frozenset(
 * purge-keeps-inflight: `purge` leaves leased messages leased, as durably as before (an ack
   commits one, a release brings it back, a restart delivers it again), and counts only what it
   removed.
+* delay-skip: `fetch(..., publish_delays=False)` hands one group messages published with a future
+  time at once while the topic's other groups wait (`Backend.skips_delays`; a broker that holds
+  a delayed message for the whole topic cannot).
 """
 
 REQUIRES: dict[str, str] = {

@@ -14,6 +14,7 @@ import pytest
 
 from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage
 from gateway.errors import NotFound
+from tests.contract.conftest import capabilities_of
 
 POLL_LIMIT_S = 10.0
 
@@ -40,13 +41,15 @@ async def fetch_until(
     *,
     limit_s: float = POLL_LIMIT_S,
     exclude_keys: frozenset[str] = frozenset(),
+    publish_delays: bool = True,
 ) -> list[StoredMessage]:
     """Fetch until `count` messages arrived or `limit_s` passed; return what arrived."""
     got: list[StoredMessage] = []
     end = time.monotonic() + limit_s
     while len(got) < count and time.monotonic() < end:
         got += await backend.fetch(
-            topic, group, count - len(got), now_ms(), exclude_keys=exclude_keys
+            topic, group, count - len(got), now_ms(), exclude_keys=exclude_keys,
+            publish_delays=publish_delays,
         )
         if len(got) < count:
             await backend.wait(topic, group, min(0.5, max(0.0, end - time.monotonic())))
@@ -389,3 +392,34 @@ async def test_reset_retries_counts_a_groups_failures_from_zero(backend: Backend
     assert sorted((m.body, m.attempt, m.retries) for m in again) == [(b"a", 3, 0), (b"b", 3, 0)]
     assert {m.retries for m in await fetch_until(backend, topic, other, 2)} == {2}
     assert await backend.reset_retries(topic, group + "-never") == 0
+
+
+@pytest.mark.requires("delay-skip", "independent-groups")
+async def test_a_group_that_skips_publish_delays_gets_delayed_messages_at_once(
+    backend: Backend,
+) -> None:
+    """`publish_delays=False` (Pulsar's Exclusive and Failover subscriptions): a message
+    published with a future time is handed out at once, in topic order, to that group only; a
+    message it releases still waits for its time."""
+    topic, group = names()
+    waits = group + "-waits"
+    far = now_ms() + 600_000
+    await backend.publish(topic, [msg("a"), msg("later-1", deliver_at_ms=far), msg("b"),
+                                  msg("later-2", deliver_at_ms=far), msg("c")])
+    got = await fetch_until(backend, topic, group, 5, publish_delays=False)
+    assert bodies(got) == [b"a", b"later-1", b"b", b"later-2", b"c"]
+    # Another group of the topic waits for the time.
+    assert bodies(await fetch_until(backend, topic, waits, 3)) == [b"a", b"b", b"c"]
+    assert await backend.fetch(topic, waits, 10, now_ms()) == []
+    assert (await backend.stats(topic, waits, now_ms())).delayed == 2
+    # What the skipping group releases to a later time waits for it.
+    await backend.release([Release(got[1].lease, far, attempt=1, retries=1)])
+    await backend.ack([m.lease for m in got if m is not got[1]])
+    assert await backend.fetch(topic, group, 10, now_ms(), publish_delays=False) == []
+    assert (await backend.stats(topic, group, now_ms())).delayed == 1
+
+
+async def test_skipping_publish_delays_is_declared_as_a_capability(backend: Backend) -> None:
+    """`Backend.skips_delays` and the contract capability `delay-skip` say the same: the engine
+    reads the one, this suite the other."""
+    assert backend.skips_delays is ("delay-skip" in capabilities_of(backend))

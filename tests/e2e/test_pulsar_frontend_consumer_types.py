@@ -132,3 +132,47 @@ async def test_key_shared_keeps_each_key_with_one_consumer_in_order(
         assert len({i for who in seen.values() for i in who}) > 1  # and spread out
     finally:
         await run(client.close)
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
+async def test_key_shared_routes_by_the_ordering_key_before_the_partition_key(
+    stack: Stack, batching: bool
+) -> None:
+    """Pulsar's Key_Shared dispatcher hashes a message's ordering key when it has one, its
+    partition key otherwise: messages of one ordering key go to one consumer, in order,
+    whatever partition keys they carry (they were routed by partition key and spread out)."""
+    client = client_for(stack.url)
+    topic = f"ordering-{batching}"
+    try:
+        consumers = [
+            await run(client.subscribe, topic, "sub", consumer_type=KEY_SHARED,
+                      consumer_name=f"c{n}")
+            for n in range(3)
+        ]
+        producer = await run(client.create_producer, topic, batching_enabled=batching,
+                             batching_max_publish_delay_ms=10)
+        orders = [f"order-{k}" for k in range(4)]
+        for n in range(12):
+            for order_key in orders:
+                producer.send_async(f"{order_key}/{n}".encode(), None,
+                                    partition_key=f"pk-{n}", ordering_key=order_key)
+        for n in range(12):  # no ordering key: by partition key, as before
+            producer.send_async(f"plain/{n}".encode(), None, partition_key="plain")
+        await run(producer.flush)
+        seen: dict[str, set[int]] = defaultdict(set)
+        order: dict[str, list[int]] = defaultdict(list)
+        for index, consumer in enumerate(consumers):
+            for msg in await receive_all(consumer):
+                name, n = msg.data().decode().split("/")
+                if name == "plain":
+                    assert (msg.partition_key(), msg.ordering_key()) == ("plain", "")
+                else:  # both keys reach the consumer as they were sent
+                    assert (msg.partition_key(), msg.ordering_key()) == (f"pk-{n}", name)
+                seen[name].add(index)
+                order[name].append(int(n))
+                await run(consumer.acknowledge, msg)
+        assert set(seen) == {*orders, "plain"}
+        assert all(len(who) == 1 for who in seen.values()), seen  # one consumer per key
+        assert all(got == list(range(12)) for got in order.values()), order  # in order
+    finally:
+        await run(client.close)

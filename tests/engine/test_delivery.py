@@ -4,7 +4,7 @@ broadcast consumer's own group outliving it for the idle period only."""
 from __future__ import annotations
 
 from gateway.backend.base import OutMessage
-from gateway.engine.api import SettleAction
+from gateway.engine.api import ConsumerType, SettleAction
 from gateway.engine.config import EngineConfig
 
 from .harness import T0, TOPIC, Harness, idle
@@ -23,6 +23,25 @@ async def test_delayed_publish_is_delivered_at_its_time(h: Harness) -> None:
     (pulled,) = await h.receive(spec)
     (got,) = h.pushed(pushed)
     assert pulled.deliver_at_ms == got.deliver_at_ms == T0 + 800
+
+
+async def test_a_policy_that_does_not_honour_delays_delivers_them_at_once(h: Harness) -> None:
+    """Pulsar delays delivery on Shared and Key_Shared subscriptions only: an Exclusive or
+    Failover group of the same topic gets a delayed message at once, the others at its time."""
+    exclusive = await h.open(h.spec("pulsar-nack", group="exclusive",
+                                    consumer_type=ConsumerType.EXCLUSIVE))
+    failover = await h.open(h.spec("pulsar-nack", group="failover",
+                                   consumer_type=ConsumerType.FAILOVER))
+    shared = await h.open(h.spec("pulsar-nack", group="shared"))
+    keyed = await h.open(h.spec("pulsar-nack", group="keyed",
+                                consumer_type=ConsumerType.KEY_SHARED))
+    await h.engine.publish(TOPIC, [OutMessage(b"later", deliver_at_ms=T0 + HOUR)])
+    await idle()
+    for consumer in (exclusive, failover):
+        assert [d.body for d in h.pushed(consumer)] == [b"later"]
+    assert h.pushed(shared) == h.pushed(keyed) == []
+    await h.advance(HOUR)
+    assert [d.body for d in h.pushed(shared)] == [d.body for d in h.pushed(keyed)] == [b"later"]
 
 
 async def test_a_tag_filter_passes_only_its_tags(h: Harness) -> None:

@@ -4,10 +4,12 @@ A message keeps one message id, its engine id (`ids`), as on a Pulsar broker, so
 own bookkeeping (duplicate filter for acks still in its grouping window, nack and ack-timeout
 trackers, dead-letter candidates, seek) works on redeliveries. The session keeps the id ->
 delivery map so that ACK and REDELIVER_UNACKNOWLEDGED_MESSAGES
-settle the right receipt. A cumulative ack acknowledges everything up to its id, including a
-message given back earlier and delivered again later (settled at once, never sent); on Shared
-and Key_Shared subscriptions, whose consumers share the id range, it is refused and changes
-nothing (a broker ignores it there).
+settle the right receipt; an individual ack of a message another consumer of the subscription
+holds settles it there (`peers`): acks are per subscription, as a broker's (it finds the
+consumer with the pending ack), and an ack of an id nobody holds changes nothing. A cumulative
+ack acknowledges everything up to its id, including a message given back earlier and delivered
+again later (settled at once, never sent); on Shared and Key_Shared subscriptions, whose
+consumers share the id range, it is refused and changes nothing (a broker ignores it there).
 
 FLOW permits become engine credit one for one (deliveries are never batched on the way out),
 but a consumer holds at most `max_unacked` unsettled deliveries (Pulsar's
@@ -25,13 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import structlog
 
 from adapters.pulsar.frontend import replies
 from adapters.pulsar.frontend.ids import ENTRY_LIMIT, U64, IdAllocator, MessageKey
 from adapters.pulsar.frontend.messages import delivery_metadata
+from adapters.pulsar.frontend.subscriptions import Holder
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import encode_payload_command
 from gateway.engine.api import ConsumerType, Delivery, SettleAction, Settlement
@@ -129,8 +132,12 @@ class ConsumerSession:
             self._credit += grant
             self._consumer.add_credit(grant)
 
-    async def ack(self, command: pb.CommandAck) -> tuple[int, str] | None:
-        """Settle acknowledged deliveries; returns an error for an ACK_RESPONSE, if any."""
+    async def ack(
+        self, command: pb.CommandAck, peers: Iterable[Holder] = ()
+    ) -> tuple[int, str] | None:
+        """Settle acknowledged deliveries, those of individual acks that `peers` (the other
+        consumers of the subscription) hold among them; returns an error for an ACK_RESPONSE,
+        if any."""
         cumulative = command.ack_type == pb.CommandAck.Cumulative
         if cumulative and self.consumer_type in SHARED_TYPES:
             log.info("pulsar cumulative ack refused", consumer=self.consumer_id,
@@ -144,7 +151,26 @@ class ConsumerSession:
             upto = min((mark.ledgerId, mark.entryId), self._sent_upto)
             self._acked_upto = max(self._acked_upto, upto)
             wanted = [key for key in self._held if key <= self._acked_upto]
-        return await self._settle(wanted, SettleAction.ACK)
+            return await self._settle(wanted, SettleAction.ACK)
+        receipts = [self._held.pop(key).receipt for key in wanted if key in self._held]
+        mine = set(wanted)
+        rest = [key for m in command.message_id if (key := (m.ledgerId, m.entryId)) not in mine]
+        for peer in peers:
+            if not rest:
+                break
+            if peer is not self:
+                receipts += peer.take(rest)
+        if receipts:
+            self._top_up()
+        return await self._send_settlements(receipts, SettleAction.ACK)
+
+    def take(self, keys: Sequence[MessageKey]) -> list[str]:
+        """Stop holding the deliveries of `keys` (another consumer of the subscription
+        acknowledged them); their receipts, to settle."""
+        done = [self._held.pop(key).receipt for key in keys if key in self._held]
+        if done:
+            self._top_up()
+        return done
 
     async def redeliver(self, command: pb.CommandRedeliverUnacknowledgedMessages) -> None:
         """Give back deliveries the client will not process (nack, ack timeout, queue reset)."""

@@ -88,6 +88,8 @@ class ConsumerCommands:
             start=starts.start_key(request),
         )
         self._topics[request.consumer_id] = (topic, request.subscription)
+        self._shared.subscriptions.hold(topic, request.subscription, member,
+                                        self._consumers[request.consumer_id])
         self.write(replies.success(request.request_id))
         if consumer_type is ConsumerType.FAILOVER:
             session = self._consumers[request.consumer_id]
@@ -122,7 +124,11 @@ class ConsumerCommands:
 
     async def _ack(self, request: pb.CommandAck) -> None:
         session = self._consumers.get(request.consumer_id)
-        problem = None if session is None else await session.ack(request)
+        problem = None
+        if session is not None:
+            topic, subscription = self._topics[request.consumer_id]
+            peers = self._shared.subscriptions.holders(topic, subscription)
+            problem = await session.ack(request, peers)
         if request.HasField("request_id"):
             code, text = problem if problem is not None else (None, "")
             self.write(replies.ack_response(request.consumer_id, request.request_id, code, text))

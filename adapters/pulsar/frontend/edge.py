@@ -18,7 +18,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from adapters.pulsar.frontend import access, ids
 from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID
-from adapters.pulsar.frontend.messages import RESERVED, carried, out_message
+from adapters.pulsar.frontend.messages import RESERVED, carried, out_message, sticky_key
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import Entry, entries
 from adapters.pulsar.wire.frames import Frame
@@ -332,7 +332,7 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
                 raise refused(f"messages[{i}].properties", key,
                               f"keys that do not start with {RESERVED} (reserved for the "
                               "Pulsar front end)")
-        size = len(entry.payload) + len(entry.partition_key.encode())
+        size = len(entry.payload) + len(sticky_key(entry).encode())
         for key, value in [*entry.properties.items(), *carried(entry).items()]:
             size += len(key.encode()) + len(value.encode())
         if size > limit:

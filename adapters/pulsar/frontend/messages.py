@@ -5,6 +5,11 @@ time, the ordering key, whether the partition key is base64 of a binary key, whe
 or the key is null) travels in
 properties under a reserved prefix and is taken off again on delivery; a client may not set
 properties of that prefix (`edge`).
+
+The engine's key is the one a Key_Shared subscription routes by and a back end keeps order by:
+Pulsar's sticky key, the ordering key when the message has one, else the partition key
+(`Commands.peekStickyKey`). A message with an ordering key keeps its partition key in a reserved
+property and gets it back on delivery.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ SEQUENCE = RESERVED + "sequence-id"
 EVENT_TIME = RESERVED + "event-time"
 ORDERING_KEY = RESERVED + "ordering-key"
 """The ordering key's bytes, in base64."""
+PARTITION_KEY = RESERVED + "partition-key"
+"""The partition key of a message with an ordering key (whose engine key is the ordering key)."""
 KEY_B64 = RESERVED + "key-b64"
 """Set ("true") when the partition key is the base64 of a binary key."""
 NULL_VALUE = RESERVED + "null-value"
@@ -45,7 +52,7 @@ def out_message(
     return OutMessage(
         body=entry.payload,
         properties=properties,
-        key=entry.partition_key,
+        key=sticky_key(entry),
         deliver_at_ms=max(deliver_at, 0),
     )
 
@@ -61,8 +68,10 @@ def delivery_metadata(delivery: Delivery) -> pb.MessageMetadata:
     for key, value in props.items():
         if not key.startswith(RESERVED):
             meta.properties.add(key=key, value=value)
-    if delivery.key:
-        meta.partition_key = delivery.key
+    ordering = props.get(ORDERING_KEY)
+    partition_key = props.get(PARTITION_KEY, "") if ordering else delivery.key
+    if partition_key:
+        meta.partition_key = partition_key
         if props.get(KEY_B64) == "true":
             meta.partition_key_b64_encoded = True
     event_time = _int(props.get(EVENT_TIME, "0"))
@@ -72,18 +81,31 @@ def delivery_metadata(delivery: Delivery) -> pb.MessageMetadata:
         meta.null_value = True
     if props.get(NULL_KEY) == "true":
         meta.null_partition_key = True
-    ordering = props.get(ORDERING_KEY)
     if ordering:
         with contextlib.suppress(ValueError):  # not written by this front end
             meta.ordering_key = base64.b64decode(ordering, validate=True)
     return meta
 
 
+def sticky_key(entry: Entry) -> str:
+    """The engine key of an entry: its ordering key when it has one (its text, or the base64
+    of bytes that are not UTF-8), else its partition key."""
+    if not entry.ordering_key:
+        return entry.partition_key
+    try:
+        return entry.ordering_key.decode()
+    except UnicodeDecodeError:
+        return base64.b64encode(entry.ordering_key).decode()
+
+
 def carried(entry: Entry) -> dict[str, str]:
-    """The reserved properties that carry an entry's ordering key and key encoding."""
+    """The reserved properties that carry an entry's ordering key (with its partition key then)
+    and key encoding."""
     out: dict[str, str] = {}
     if entry.ordering_key:
         out[ORDERING_KEY] = base64.b64encode(entry.ordering_key).decode()
+        if entry.partition_key:
+            out[PARTITION_KEY] = entry.partition_key
     if entry.key_b64 and entry.partition_key:
         out[KEY_B64] = "true"
     if entry.null_value:

@@ -1,5 +1,6 @@
 """Who is attached to which subscription, to enforce Pulsar's subscription types and to reach
-every consumer of a subscription (a seek that succeeds closes them all).
+every consumer of a subscription (a seek that succeeds closes them all; an ack of a message
+another consumer of the subscription holds settles it there).
 
 An Exclusive subscription takes one consumer; every subscription keeps the type its first consumer
 chose while it has consumers. A conflicting subscribe is refused with ConsumerBusy.
@@ -7,12 +8,12 @@ chose while it has consumers. A conflicting subscribe is refused with ConsumerBu
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
 import structlog
 
-from adapters.pulsar.frontend.ids import publish_ms
+from adapters.pulsar.frontend.ids import MessageKey, publish_ms
 from gateway.engine.api import ConsumerType
 from gateway.engine.port import EnginePort
 from gateway.errors import AlreadyExists, GatewayError, InvalidArgument, NotFound
@@ -21,6 +22,16 @@ log = structlog.get_logger(__name__)
 
 Kick = Callable[[], Awaitable[None]]
 """Closes one consumer from the server's side (the client subscribes again)."""
+
+
+
+
+class Holder(Protocol):
+    """A consumer that holds deliveries by message id (`ConsumerSession`)."""
+
+    def take(self, keys: Sequence[MessageKey]) -> list[str]:
+        """Stop holding the deliveries of `keys` it holds; their receipts, to settle."""
+        ...
 
 
 async def _nothing() -> None:
@@ -32,6 +43,7 @@ class SubscriptionRegistry:
 
     def __init__(self) -> None:
         self._members: dict[tuple[str, str], tuple[ConsumerType, dict[str, Kick]]] = {}
+        self._holders: dict[tuple[str, str], dict[str, Holder]] = {}
 
     def join(
         self, topic: str, subscription: str, kind: ConsumerType, member: str, kick: Kick = _nothing
@@ -50,8 +62,22 @@ class SubscriptionRegistry:
             raise AlreadyExists(f"exclusive subscription {subscription!r} on {topic!r} is in use")
         members[member] = kick
 
+    def hold(self, topic: str, subscription: str, member: str, holder: Holder) -> None:
+        """`member`, attached, holds its deliveries in `holder` (until it leaves)."""
+        if member in self._members.get((topic, subscription), (None, {}))[1]:
+            self._holders.setdefault((topic, subscription), {})[member] = holder
+
+    def holders(self, topic: str, subscription: str) -> list[Holder]:
+        """The holders of the subscription's attached consumers."""
+        return list(self._holders.get((topic, subscription), {}).values())
+
     def leave(self, topic: str, subscription: str, member: str) -> None:
         """Detach `member` (no-op when it is not attached)."""
+        holders = self._holders.get((topic, subscription))
+        if holders is not None:
+            holders.pop(member, None)
+            if not holders:
+                del self._holders[(topic, subscription)]
         current = self._members.get((topic, subscription))
         if current is None:
             return
