@@ -91,15 +91,18 @@ class _Replaced(logging.Filter):
 
 
 class _ChannelReopen(logging.Filter):
-    """aio-pika's robust channels try to reopen when the connection under them is lost, fail
-    (RuntimeError: the connection is closed) and log it as an error, each channel each time;
-    they are reopened when the connection comes back."""
+    """aio-pika's robust channels try to reopen at once when the connection under them is lost,
+    fail (the connection is closed: RuntimeError, or ChannelInvalidStateError "No active
+    transport") and log it as an error, each channel each time; the connection reopens them
+    when it comes back. Other failures of that callback are still logged."""
+
+    GONE = ("RuntimeError", "ChannelInvalidStateError")
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         return not (record.msg == "Callback %r error: %s: %s" and isinstance(args, tuple)
-                    and len(args) == 3 and args[1] == "RuntimeError"
-                    and "RobustChannel._on_close" in repr(args[0]) and "closed" in str(args[2]))
+                    and len(args) == 3 and args[1] in self.GONE
+                    and "RobustChannel._on_close" in repr(args[0]))
 
 
 def quiet_library_logs() -> None:

@@ -175,24 +175,28 @@ async def test_started_before_its_broker_it_serves_once_it_comes_and_heals_after
                 proxy.start()  # the broker comes
                 await until_status(stub, SERVING, 60)
                 confirmed = await client.publish(topic, [b"first%d" % i for i in range(5)])
-
-                proxy.cut()  # and goes away
-                await until_status(stub, NOT_SERVING, 30)
-                await refused(client, topic)
-                before = len(attempts(log))
-                await until_attempts(log, before + 3)
-                assert proc.poll() is None and await status(stub) == NOT_SERVING
-
-                proxy.start()  # and comes back
-                await until_status(stub, SERVING, 60)
-                confirmed += await client.publish(topic, [b"then%d" % i for i in range(5)])
                 got: set[str] = set()
                 async with client.consume(topic, "g", policy="rabbitmq", prefetch=20) as stream:
-                    while not set(confirmed) <= got:
-                        message = await stream.next(30)
-                        assert message is not None, f"missing {set(confirmed) - got}"
-                        got.add(message.message_id)
-                        assert (await message.ack()).ok
+
+                    async def drain() -> None:
+                        while not set(confirmed) <= got:
+                            message = await stream.next(30)
+                            assert message is not None, f"missing {set(confirmed) - got}"
+                            got.add(message.message_id)
+                            assert (await message.ack()).ok
+
+                    await drain()
+                    proxy.cut()  # and goes away, while a consumer waits for more
+                    await until_status(stub, NOT_SERVING, 30)
+                    await refused(client, topic)
+                    before = len(attempts(log))
+                    await until_attempts(log, before + 4)
+                    assert proc.poll() is None and await status(stub) == NOT_SERVING
+
+                    proxy.start()  # and comes back
+                    await until_status(stub, SERVING, 60)
+                    confirmed += await client.publish(topic, [b"then%d" % i for i in range(5)])
+                    await drain()
         assert proc.returncode == 0
     finally:
         proxy.cut()
@@ -211,4 +215,6 @@ async def test_started_before_its_broker_it_serves_once_it_comes_and_heals_after
     assert "Reconnecting after" not in text and "exited abnormally" not in text, text
     assert '"level": "error"' not in text, text
     assert text.count("RabbitMQ connection lost") == 1, text
+    # The consumer's fetches failed every 0.5 s meanwhile: said once, and once that they work.
+    assert text.count('"fetch failed"') == 1 and text.count('"fetch works again"') == 1, text
     assert text.count("RabbitMQ connected after") == 2, text
