@@ -86,6 +86,8 @@ class Link:
         docstring for a broker that cannot be reached or refuses the gateway."""
         if self._pending is not None:
             return
+        self.fatal = None
+        self._ended.clear()
         receiver.install()
         quiet_library_logs()
         connection = BackoffConnection(self._url, backoff=self._reconnect, watcher=self,

@@ -158,6 +158,18 @@ async def refused(client: GatewayClient, topic: str) -> None:
     assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
 
 
+async def test_waiting_for_its_broker_it_stops_at_once_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    with serving(tmp_path, f"amqp://guest:guest@127.0.0.1:{port}/") as (proc, target, log):
+        async with GatewayClient(target) as client:
+            stub = health_pb2_grpc.HealthStub(client.channel)
+            assert await status(stub) == NOT_SERVING
+            await until_attempts(log, 2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
+
+
 async def test_started_before_its_broker_it_serves_once_it_comes_and_heals_after_an_outage(
         tmp_path: Path) -> None:
     proxy = TcpProxy(BROKER_PORT)  # not started: nothing listens on its port yet
