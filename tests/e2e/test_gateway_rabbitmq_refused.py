@@ -16,7 +16,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -72,3 +74,50 @@ def test_credentials_refused_on_a_reconnect_exit_75(tmp_path: Path, node: AmqpNo
     assert (f"cannot connect to RabbitMQ at amqp://gw:***@127.0.0.1:{node.port}/: RabbitMQ "
             "refused the user's credentials (ACCESS_REFUSED" in exiting[0]), text
     assert "first-pw" not in text and "second-pw" not in text and "Traceback" not in text
+
+
+def test_a_virtual_host_refused_on_a_reconnect_is_tried_again(tmp_path: Path,
+                                                               node: AmqpNode) -> None:
+    """Unlike credentials: RabbitMQ refuses a virtual host that is restarting ("vhost is down")
+    too. Deleted under the gateway, it is refused on every attempt, each said in one line, with
+    health NOT_SERVING; created again, the gateway serves again by itself."""
+    ctl(node, "add_vhost", "gwv")
+    ctl(node, "set_permissions", "-p", "gwv", "guest", ".*", ".*", ".*")
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path / "data"),
+             "--listen", "127.0.0.1:0", "--backend", "rabbitmq",
+             "--rabbitmq-url", f"amqp://guest:guest@127.0.0.1:{node.port}/gwv"],
+            stderr=out, stdout=subprocess.DEVNULL, cwd=REPO,
+            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        deadline = time.monotonic() + 60
+        while not (match := re.search(r"gateway listening on ([^\s\"]+)", log.read_text())):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        channel = grpc.insecure_channel(match.group(1))
+        health = health_pb2_grpc.HealthStub(channel)
+
+        def status() -> int:
+            reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            return int(reply.status)
+
+        assert status() == health_pb2.HealthCheckResponse.SERVING
+        ctl(node, "delete_vhost", "gwv")
+        refused = "failed: RabbitMQ refused to open virtual host 'gwv'"
+        while log.read_text().count(refused) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline + 60, log.read_text()
+            time.sleep(0.1)
+        assert status() == health_pb2.HealthCheckResponse.NOT_SERVING
+        ctl(node, "add_vhost", "gwv")
+        ctl(node, "set_permissions", "-p", "gwv", "guest", ".*", ".*", ".*")
+        while status() != health_pb2.HealthCheckResponse.SERVING:
+            assert proc.poll() is None and time.monotonic() < deadline + 120, log.read_text()
+            time.sleep(0.1)
+        channel.close()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
