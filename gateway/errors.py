@@ -157,7 +157,15 @@ class Unavailable(GatewayError):
     reason = "UNAVAILABLE"
     retry_after_ms = 1000
     """How long a caller should wait before trying again (gRPC: `google.rpc.RetryInfo`): the
-    store's writer restarts, and a broker back end reconnects, within about a second."""
+    store's writer restarts, and a broker back end tries to reconnect, within about a second
+    (later in a long outage: both back off)."""
+
+
+class BackendUnreachable(Unavailable):
+    """The back end could not be reached, or refused the gateway (its credentials, say), while
+    the gateway started: `gateway serve` says why in one line and exits with status 75
+    (EX_TEMPFAIL), as when it loses its back end later (`Backend.fatal`), so that its supervisor
+    starts it again."""
 
 
 class Unauthenticated(GatewayError):

@@ -22,8 +22,9 @@ Mapping:
 
 What the model cannot give is declared in `capabilities` (the contract suite skips on it).
 
-Broker trouble: the connection is `connect_robust`; while it is down `healthy()` is False and
-`publish` raises `Unavailable`; consumers, prefetch and queues come back by themselves.
+Broker trouble: the connection is aio-pika's robust connection, reconnecting with back-off
+(`backend_link`); while it is down `healthy()` is False and `publish` raises `Unavailable`;
+consumers, prefetch and queues come back by themselves.
 
 Settling: every ack, requeue and retry or dead-letter copy goes out on the consuming channel in
 AMQP transactions (`backend_tx`), a copy in the same transaction as the ack of the delivery it
@@ -52,6 +53,7 @@ from adapters.amqp.backend_send import Publisher, Send
 from adapters.amqp.backend_tx import returned, write_frames, write_publishes
 from adapters.amqp.counters import DELIVERY_COUNT_HEADER
 from adapters.amqp.delays import DEFAULT_TEMPLATE, check_template
+from adapters.amqp.link_rules import RECONNECT, Backoff
 from adapters.amqp.naming import RABBITMQ
 from adapters.amqp.pipeline import Item, Written
 from gateway.backend.base import (
@@ -74,7 +76,9 @@ class RabbitMQBackend(Backend):
 
     `prefetch` bounds the unacked deliveries per queue (buffered plus leased); `quorum` declares
     topic queues as quorum queues; `delay_queue_template` names delay queues from `{queue}` and
-    `{ms}`; `confirm_timeout_s` bounds a publish including its confirms; `clock` is the engine's
+    `{ms}`; `confirm_timeout_s` bounds a publish including its confirms; `reconnect` spaces
+    connection attempts; `start_wait_s` is how long `open` lets a broker that cannot be reached
+    yet come (0: `BackendUnreachable` at once; see `backend_link`); `clock` is the engine's
     (delays are deliver-at times minus its now; default: the system clock); `naming` names the
     dead-letter exchanges; `wake_delay_s` gathers deliveries arriving close together into one
     wake-up of `wait` (fewer, fuller fetches).
@@ -96,7 +100,8 @@ class RabbitMQBackend(Backend):
         delay_queue_template: str = DEFAULT_TEMPLATE,
         confirm_timeout_s: float = 10.0,
         connect_timeout_s: float = 10.0,
-        reconnect_interval_s: float = 1.0,
+        reconnect: Backoff = RECONNECT,
+        start_wait_s: float = 0.0,
         clock: Clock | None = None,
         naming: NamingScheme = RABBITMQ,
         wake_delay_s: float = 0.002,
@@ -113,7 +118,8 @@ class RabbitMQBackend(Backend):
             url,
             prefetch=prefetch,
             connect_timeout_s=connect_timeout_s,
-            reconnect_interval_s=reconnect_interval_s,
+            reconnect=reconnect,
+            start_wait_s=start_wait_s,
         )
         self._publisher = Publisher(
             self._link,
@@ -145,6 +151,11 @@ class RabbitMQBackend(Backend):
 
     def healthy(self) -> bool:
         return self._link.healthy()
+
+    def fatal(self) -> str | None:
+        """Why no connection attempt can work (credentials refused; no broker within
+        `start_wait_s` of the start), or None."""
+        return self._link.fatal
 
     # -- publishing and consuming ----------------------------------------------------------
 

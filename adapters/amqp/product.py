@@ -42,6 +42,12 @@ class AMQPConfig:
     rabbitmq_url: str = setting("amqp://guest:guest@127.0.0.1:5672/", toml="rabbitmq.url",
                                 flag="--rabbitmq-url")
     """The broker of `--backend rabbitmq`."""
+    rabbitmq_start_wait_s: float = setting(
+        300.0, toml="rabbitmq.start_wait_s", flag="--rabbitmq-start-wait-s",
+        help="--backend rabbitmq: how long the gateway, started while the broker cannot be "
+        "reached, waits for it (not serving, trying again with back-off) before it exits with "
+        "status 75; 0 exits at once")
+    """0..86400 s."""
 
     def __post_init__(self) -> None:
         from gateway.errors import InvalidArgument
@@ -50,6 +56,9 @@ class AMQPConfig:
             raise InvalidArgument("amqp_frame_max", self.amqp_frame_max, "4096..1048576 bytes")
         if not 0 <= self.amqp_heartbeat_s <= 3600:
             raise InvalidArgument("amqp_heartbeat_s", self.amqp_heartbeat_s, "0..3600 s")
+        if not 0 <= self.rabbitmq_start_wait_s <= 86_400:
+            raise InvalidArgument("rabbitmq_start_wait_s", self.rabbitmq_start_wait_s,
+                                  "0..86400 s")
         if not 1 <= self.amqp_max_connections <= 100_000:
             raise InvalidArgument("amqp_max_connections", self.amqp_max_connections,
                                   "1..100000")
@@ -72,16 +81,6 @@ def _broker_url(url: str) -> bool:
     except ValueError:
         return False
     return parts.scheme in ("amqp", "amqps") and bool(parts.hostname) and port != 0
-
-
-def _masked(url: str) -> str:
-    """`url` with the password between `:` and `@` replaced by ***."""
-    head, at, tail = url.rpartition("@")
-    if not at:
-        return url
-    scheme, sep, credentials = head.partition("://")
-    user, colon, _ = credentials.partition(":")
-    return f"{scheme}{sep}{user}{':***' if colon else ''}@{tail}"
 
 
 class AMQP(Product[AMQPConfig]):
@@ -109,16 +108,18 @@ class AMQP(Product[AMQPConfig]):
     def open_backend(self, name: str, config: AMQPConfig, clock: Clock) -> Backend:
         self.require("rabbitmq back end", {"aio_pika": "aio-pika", "aiormq": "aiormq"})
         from adapters.amqp.backend import RabbitMQBackend
+        from adapters.amqp.link_rules import masked
         from gateway.errors import InvalidArgument
 
         if not _broker_url(config.rabbitmq_url):
             # Checked where it is used (a gateway on another back end may carry any value, a
             # manifest's placeholder say). Before, `foo` had the gateway retry a connection for
             # ever before it served, deaf to SIGTERM. The echo hides a password.
-            raise InvalidArgument("rabbitmq_url", _masked(config.rabbitmq_url),
+            raise InvalidArgument("rabbitmq_url", masked(config.rabbitmq_url),
                                   "amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://...")
 
-        return RabbitMQBackend(config.rabbitmq_url, clock=clock)
+        return RabbitMQBackend(config.rabbitmq_url, clock=clock,
+                               start_wait_s=config.rabbitmq_start_wait_s)
 
     def front_end(self, host: Host, config: AMQPConfig) -> FrontEnd | None:
         if not config.amqp_listen:

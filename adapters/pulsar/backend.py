@@ -55,7 +55,7 @@ from gateway.backend.base import (
     TopicStats,
 )
 from gateway.engine.clock import Clock, SystemClock
-from gateway.errors import InvalidArgument, Unavailable
+from gateway.errors import BackendUnreachable, InvalidArgument, Unavailable
 
 pulsar: Any = pulsar_client
 """pulsar-client ships no type information: its classes are used untyped."""
@@ -140,7 +140,7 @@ class PulsarBackend(Backend):
             await asyncio.to_thread(client.get_topic_partitions, self._probe_topic)
         except pulsar.PulsarException as exc:
             await asyncio.to_thread(_quietly, client.close)
-            raise Unavailable(f"cannot reach Pulsar at {self._url}: {exc}") from exc
+            raise BackendUnreachable(f"cannot reach Pulsar at {self._url}: {exc}") from exc
         self._client = client
         self._probe_ok = True
         self._probe_task = asyncio.create_task(self._probe(), name="pulsar-health-probe")

@@ -137,7 +137,10 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def open(self) -> None:
-        """Connect or load; after it returns the back end serves requests."""
+        """Connect or load; after it returns the back end serves requests, or says why not
+        with `healthy()` False until it can (a broker back end that waits for its broker at
+        start: the RabbitMQ one's `start_wait_s`). `gateway.errors.BackendUnreachable` when it
+        cannot start now: `gateway serve` exits with status 75."""
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -1,5 +1,6 @@
 """`gateway serve`: run the gateway until SIGTERM, SIGINT or SIGHUP, then drain; or until its back
-end cannot recover, then exit with EXIT_BACKEND_LOST so that a supervisor restarts it."""
+end cannot recover, then exit with EXIT_BACKEND_LOST so that a supervisor restarts it (also when
+the back end cannot be reached, or refuses the gateway, at start: `BackendUnreachable`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import gc
 import os
 import signal
 import ssl
+import sys
 from dataclasses import fields
 
 import structlog
 
 from gateway import logs
-from gateway.errors import GatewayError, InvalidArgument, Unavailable
+from gateway.errors import BackendUnreachable, GatewayError, InvalidArgument, Unavailable
 from gateway.product import installed, settings_of
 from gateway.server.config import ServeConfig, backends, env_name, load
 
@@ -240,6 +242,11 @@ def run(args: argparse.Namespace) -> int:
         if flags.get(exc.field) is None and variable in os.environ:
             raise InvalidArgument(variable, exc.value, exc.allowed) from None
         raise
+    except BackendUnreachable as exc:
+        # Not a usage error: the back end may come (or let the gateway in) later.
+        print(f"gateway: error: {exc.message} (exit status {EXIT_BACKEND_LOST})",
+              file=sys.stderr, flush=True)
+        return EXIT_BACKEND_LOST
     except GatewayError:
         raise  # a usage error (a missing extra, a bad setting): the CLI says it in one line
     except Exception:

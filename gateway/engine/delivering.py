@@ -253,6 +253,7 @@ class Delivering(Leaving):
     async def _dispatch_loop(self, sub: Subscription) -> None:
         """Move visible messages to push consumers as their credit allows."""
         backend = self.backend
+        failing = ""  # why fetches fail, said once per run of failures (a broker outage)
         while not sub.closed and self._accepting:
             sub.wake.clear()
             sub.unpark()
@@ -270,12 +271,18 @@ class Delivering(Leaving):
             except asyncio.CancelledError:
                 raise
             except GatewayError as exc:
-                log.warning("fetch failed", topic=sub.topic, group=sub.group, error=exc.message)
+                if exc.message != failing:
+                    log.warning("fetch failed", topic=sub.topic, group=sub.group,
+                                error=exc.message, retry="every 0.5 s, said once")
+                failing = exc.message
                 # Try again in 0.5 s, or at once when woken (a store that healed wakes it).
                 sub.wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(sub.wake.wait(), 0.5)
                 continue
+            if failing:
+                log.info("fetch works again", topic=sub.topic, group=sub.group)
+                failing = ""
             if not got:
                 waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
                     asyncio.ensure_future(backend.wait(s, sub.group, 1.0)) for s in sub.sources

@@ -45,7 +45,7 @@ async def until(condition: Callable[[], bool], timeout_s: float) -> bool:
 
 
 async def test_outage_refuses_publish_and_recovers_without_loss(node: AmqpNode) -> None:
-    backend = RabbitMQBackend(node.url, reconnect_interval_s=0.5, confirm_timeout_s=5)
+    backend = RabbitMQBackend(node.url, confirm_timeout_s=5)
     await backend.open()
     try:
         before = await backend.publish(

@@ -53,7 +53,7 @@ async def until(condition: Callable[[], Awaitable[bool]], timeout_s: float) -> b
 async def test_outage_unavailable_not_serving_then_recovers_without_loss(
     tmp_path: Path, node: AmqpNode
 ) -> None:
-    backend = RabbitMQBackend(node.url, reconnect_interval_s=0.5, confirm_timeout_s=5)
+    backend = RabbitMQBackend(node.url, confirm_timeout_s=5)
     async with running_gateway(tmp_path / "data", backend=backend) as app:
         target = f"127.0.0.1:{app.grpc_port}"
         channel = grpc.aio.insecure_channel(target)

@@ -99,7 +99,7 @@ def test_product_flags_parse_and_win_over_file_and_environment(tmp_path: Path) -
 
 @pytest.mark.parametrize(("text", "field", "allowed"), [
     ("[pulsar]\nurl = 'x'\n", "pulsar.url", "keys service_url, token"),
-    ("[rabbitmq]\nhost = 'x'\n", "rabbitmq.host", "keys url"),
+    ("[rabbitmq]\nhost = 'x'\n", "rabbitmq.host", "keys start_wait_s, url"),
     ("[rocketmq]\nfifo = []\n", "rocketmq.fifo",
      "keys access_key, advertised, fifo_groups, secret_key"),
     ("[server]\nrocketmq_advertised = 'x'\n", "server.rocketmq_advertised", "pulsar_listen"),

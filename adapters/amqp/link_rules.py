@@ -1,0 +1,103 @@
+"""The RabbitMQ back end's connection rules, without I/O: how long to wait between connection
+attempts, which failures no further attempt cures, and how a broker URL is shown.
+
+The wait after the n-th failed attempt in a row is `first_s` doubling per failure up to `cap_s`,
+less a random part of up to `jitter` of it, so that gateways that lost one broker together do
+not all come back at the same instant. A connection that works resets the count.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from aiormq.exceptions import ConnectionNotAllowed, InvalidFrameError, ProbableAuthenticationError
+
+from gateway.errors import InvalidArgument
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Waits between connection attempts (see the module docstring)."""
+
+    first_s: float = 0.5
+    cap_s: float = 15.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first_s <= self.cap_s:
+            raise InvalidArgument("reconnect first_s", self.first_s, f"0 < first_s <= cap_s "
+                                  f"({self.cap_s})")
+        if not 0 <= self.jitter < 1:
+            raise InvalidArgument("reconnect jitter", self.jitter, "0 <= jitter < 1")
+
+    def nominal_s(self, failures: int) -> float:
+        """The wait after `failures` failed attempts in a row (1, 2, ...), before the jitter."""
+        doublings = min(max(failures, 1) - 1, 64)
+        return float(min(self.cap_s, self.first_s * 2**doublings))
+
+    def delay_s(self, failures: int, draw: float) -> float:
+        """The wait after `failures` failed attempts in a row; `draw` in [0, 1) is the random
+        part (the caller's random source: `random.random()` in production)."""
+        return self.nominal_s(failures) * (1 - self.jitter * draw)
+
+
+RECONNECT = Backoff()
+"""The back end's waits: 0.5 s, doubling up to 15 s (each less up to half, at random)."""
+
+
+def masked(url: str) -> str:
+    """`url` with the password between `:` and `@` replaced by ***."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, sep, credentials = head.partition("://")
+    user, colon, _ = credentials.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{tail}"
+
+
+def vhost_of(url: str) -> str:
+    """The virtual host an amqp:// URL names (its path, percent-decoded; `/` when empty)."""
+    path = urlsplit(url).path
+    return unquote(path[1:]) if len(path) > 1 else "/"
+
+
+def refusal(exc: BaseException, url: str) -> str | None:
+    """Why the broker refused the gateway, when another attempt with the same settings would
+    be refused again (wrong credentials, a virtual host that does not exist or that the user
+    may not use); None for failures that may pass (refused or cut connections, timeouts)."""
+    if isinstance(exc, ProbableAuthenticationError):
+        return (f"RabbitMQ refused the user's credentials (ACCESS_REFUSED: "
+                f"{exc.args[0] if exc.args else exc})")
+    vhost = vhost_of(url)
+    if isinstance(exc, ConnectionNotAllowed):
+        return f"RabbitMQ refused virtual host {vhost!r} (NOT_ALLOWED: {exc})"
+    if isinstance(exc, InvalidFrameError) and "Connection.OpenOk" in str(exc) and (
+            "Connection.Close" in str(exc)):
+        # aiormq reports the broker's Connection.Close in reply to Connection.Open this way,
+        # without its text: RabbitMQ refuses a virtual host that does not exist, or that the
+        # user has no permissions on, so.
+        return (f"RabbitMQ refused to open virtual host {vhost!r}: it does not exist, or the "
+                "user has no permissions on it (the broker's log says which)")
+    return None
+
+
+def reason(exc: BaseException) -> str:
+    """A failure in a few words: the OS's text for a socket error ("Connection refused"), else
+    the exception's repr."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    cause = exc
+    if cause.args and isinstance(cause.args[0], OSError):
+        cause = cause.args[0]  # aiormq wraps the socket's error
+    if isinstance(cause, OSError):
+        if isinstance(cause.errno, int) and cause.errno > 0:
+            return os.strerror(cause.errno)
+        if cause.strerror:
+            return cause.strerror
+    if exc.args and isinstance(exc.args[0], int) and exc.args[0] > 0:  # aiormq: (errno, text)
+        return os.strerror(exc.args[0])
+    if len(exc.args) == 1 and isinstance(exc.args[0], str) and exc.args[0]:
+        return exc.args[0]  # aiormq's "Server connection unexpectedly closed. ..."
+    return repr(exc)

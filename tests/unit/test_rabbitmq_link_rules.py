@@ -1,0 +1,81 @@
+"""The RabbitMQ back end's connection rules (`adapters.amqp.link_rules`): the waits between
+connection attempts, which refusals are permanent, how a URL and a failure are shown. Pure
+functions: the random part is passed in, nothing waits."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import pytest
+from aiormq.exceptions import (
+    AMQPConnectionError,
+    ConnectionNotAllowed,
+    InvalidFrameError,
+    ProbableAuthenticationError,
+)
+
+from adapters.amqp.link_rules import RECONNECT, Backoff, masked, reason, refusal, vhost_of
+from gateway.errors import InvalidArgument
+
+URL = "amqp://gw:s3cret@broker:5672/orders"
+
+
+def test_the_waits_double_from_half_a_second_to_fifteen() -> None:
+    waits = [RECONNECT.delay_s(n, draw=0.0) for n in range(1, 10)]
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0, 15.0]
+    assert RECONNECT.delay_s(10_000, draw=0.0) == 15.0  # no overflow however long it lasts
+
+
+def test_the_jitter_takes_up_to_half_of_each_wait_off() -> None:
+    for n in range(1, 8):
+        nominal = RECONNECT.nominal_s(n)
+        assert RECONNECT.delay_s(n, draw=0.5) == pytest.approx(nominal * 0.75)
+        assert nominal / 2 < RECONNECT.delay_s(n, draw=0.999999) < nominal / 2 * 1.0001
+    assert Backoff(jitter=0.0).delay_s(3, draw=0.9) == 2.0
+
+
+def test_a_schedule_that_cannot_be_is_refused_naming_it() -> None:
+    with pytest.raises(InvalidArgument, match="first_s"):
+        Backoff(first_s=0)
+    with pytest.raises(InvalidArgument, match="first_s"):
+        Backoff(first_s=20, cap_s=15)
+    with pytest.raises(InvalidArgument, match="jitter"):
+        Backoff(jitter=1.0)
+
+
+def test_credentials_and_virtual_hosts_refused_are_permanent_the_rest_passes() -> None:
+    login = ProbableAuthenticationError("ACCESS_REFUSED - Login was refused")
+    assert "ACCESS_REFUSED" in (refusal(login, URL) or "")
+    not_allowed = ConnectionNotAllowed(530, "vhost orders not found")
+    assert "'orders'" in (refusal(not_allowed, URL) or "")
+    # aiormq's report of a Connection.Close in reply to Connection.Open
+    closed_on_open = InvalidFrameError(
+        "Expected one of ['Connection.OpenOk'], got <Connection.Close object at 0x7f>")
+    assert "virtual host 'orders'" in (refusal(closed_on_open, URL) or "")
+    for passing in (AMQPConnectionError(errno.ECONNREFUSED, "Connect call failed"),
+                    ConnectionResetError(errno.ECONNRESET, "reset"), TimeoutError(),
+                    InvalidFrameError("Expected Connection.Start, got <Heartbeat>")):
+        assert refusal(passing, URL) is None, passing
+
+
+def test_urls_are_shown_without_their_password() -> None:
+    assert masked(URL) == "amqp://gw:***@broker:5672/orders"
+    assert masked("amqp://gw@broker/") == "amqp://gw@broker/"
+    assert masked("amqp://broker/") == "amqp://broker/"
+    assert masked("amqps://u:p@ss:w@rd@h/") == "amqps://u:***@h/"
+    assert vhost_of("amqp://h/") == "/" and vhost_of("amqp://h") == "/"
+    assert vhost_of("amqp://h/%2F") == "/" and vhost_of("amqp://h/a%20b") == "a b"
+
+
+def test_failures_are_shown_in_a_few_words() -> None:
+    refused = AMQPConnectionError(ConnectionRefusedError(errno.ECONNREFUSED, "Connect call"))
+    assert reason(refused) == "Connection refused"
+    assert reason(AMQPConnectionError(errno.ECONNREFUSED, "Connect call failed")) == (
+        "Connection refused")
+    assert reason(socket.gaierror(-2, "Name or service not known")) == (
+        "Name or service not known")
+    assert reason(TimeoutError()) == "timed out"
+    assert reason(AMQPConnectionError("Server connection unexpectedly closed")) == (
+        "Server connection unexpectedly closed")
+    assert reason(RuntimeError("odd", 2)) == "RuntimeError('odd', 2)"
