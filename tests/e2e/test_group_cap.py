@@ -87,3 +87,37 @@ def test_the_cap_is_range_checked() -> None:
     with pytest.raises(InvalidArgument, match="max_groups"):
         ServeConfig(max_groups=10_000_001)
     assert ServeConfig(max_groups=7).max_groups == 7
+
+
+async def test_deleted_amqp_queues_give_their_groups_back(tmp_path: Path) -> None:
+    """An AMQP queue that goes (queue.delete, an auto-delete queue's last consumer leaving, an
+    exclusive queue's connection closing) drops its engine group: every RPC client's reply
+    queue would otherwise leave a dead group behind until `--max-groups` refused everyone.
+    (Each deleted queue's group stayed: the fourth queue below was refused 506.)"""
+    async with running_gateway(tmp_path / "data", max_groups=3,
+                               amqp_listen="127.0.0.1:0") as app:
+        url = f"amqp://guest:guest@127.0.0.1:{app.front_ends['amqp'].port}/"
+        for i in range(4):
+            async with await aio_pika.connect(url) as amqp:
+                channel = await amqp.channel()
+                exclusive = await channel.declare_queue("", exclusive=True)
+                await exclusive.consume(_ignore)
+                auto = await channel.declare_queue(f"auto-{i}", auto_delete=True)
+                tag = await auto.consume(_ignore)
+                await auto.cancel(tag)
+                named = await channel.declare_queue(f"named-{i}")
+                await channel.default_exchange.publish(aio_pika.Message(b"x"), f"named-{i}")
+                assert await named.get(timeout=5) is not None  # a basic.get leaves it unacked
+                await named.delete(if_unused=False, if_empty=False)
+        # The closing connections' exclusive queues go as the server sees them close.
+        for _ in range(100):
+            if not app.engine.subscriptions:
+                break
+            await asyncio.sleep(0.05)
+        assert list(app.engine.subscriptions) == []
+        async with await aio_pika.connect(url) as amqp:
+            channel = await amqp.channel()
+            for i in range(3):
+                queue = await channel.declare_queue(f"after-{i}")
+                await queue.consume(_ignore)
+            assert len(app.engine.subscriptions) == 3
