@@ -42,3 +42,22 @@ async def test_looks_at_made_up_names_make_nothing(tmp_path: pathlib.Path) -> No
         assert taken.body == b"a"
     finally:
         await store.close()
+
+
+async def test_a_look_at_a_made_up_group_does_not_hold_the_topic_back(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The group a look made sat at the topic's first message, so the topic kept every message
+    (trim deleted nothing) until a restart."""
+    store = EmbeddedStore(tmp_path, lambda: T0, fsync=False, trim_interval_s=0)
+    await store.open()
+    try:
+        await store.fetch("t", "a", 1, T0)
+        await store.publish("t", [OutMessage(b"m%d" % i) for i in range(5)])
+        got = await store.fetch("t", "a", 10, T0)
+        await store.stats("t", "looked-at", T0)
+        await store.peek("t", "peeked-at", 10)
+        await store.ack([m.lease for m in got])
+        assert await store.trim() == 4  # the newest message always stays
+    finally:
+        await store.close()
