@@ -30,8 +30,8 @@ async def stats(
     catalog: Catalog, supervisor: Supervisor, topic: str, group: str, now_ms: int
 ) -> TopicStats:
     guard.count("now_ms", now_ms)
-    index = catalog.topic(topic)
-    state = catalog.group(index, group)
+    state = catalog.look(topic, group)
+    index = state.topic
     async with state.lock:
         state.advance(now_ms)
         cursor, until, topic_id = state.cursor, index.next_pos, index.topic_id
@@ -74,8 +74,8 @@ async def peek(
     if limit <= 0:
         return []
     guard.count("limit", limit)
-    index = catalog.topic(topic)
-    state = catalog.group(index, group)
+    state = catalog.look(topic, group)
+    index = state.topic
     async with state.lock:
         await writer.submit(writes.BARRIER)
         start = max(state.cursor, after_position + 1)

@@ -58,6 +58,25 @@ class Catalog:
             topic.groups[name] = self.groups[group.gid] = group
         return group
 
+    def look(self, topic: str, group: str) -> GroupIndex:
+        """The group for a look that changes nothing (stats, peek): the known one, or a new one
+        that is not kept when the topic or the group is not known (of a new topic: with no
+        message), so that looks at made-up names make no topic and no group. (They made both,
+        in memory until a restart: an admin describe of a made-up name kept three of each.)"""
+        index = self.topics.get(topic)
+        if index is None:
+            if not topic:
+                raise InvalidArgument("topic", topic, "a non-empty topic name")
+            guard.text("topic", topic)
+            index = TopicIndex(0, topic, 1, 1, False)
+        found = index.groups.get(group)
+        if found is not None:
+            return found
+        if not group:
+            raise InvalidArgument("group", group, "a non-empty group name")
+        guard.text("group", group)
+        return GroupIndex(0, index, group, index.first_pos, TimerWheel(0))
+
     def known_group(self, topic: str, group: str) -> GroupIndex | None:
         """The group, or None when the topic or the group is not known (nothing is created)."""
         found = self.topics.get(topic)

@@ -6,6 +6,8 @@ already running go on, and a group that is dropped makes room again."""
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 from pathlib import Path
 
 import aio_pika
@@ -13,10 +15,14 @@ import grpc
 import pulsar
 import pytest
 
+from adapters.amqp.backend import RabbitMQBackend
 from gateway.client import GatewayClient
+from gateway.engine.clock import SystemClock
 from gateway.errors import InvalidArgument
 from gateway.server.app import running_gateway
 from gateway.server.config import ServeConfig
+
+RABBITMQ_URL = os.environ.get("GATEWAY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
 async def _in_thread(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -87,3 +93,42 @@ def test_the_cap_is_range_checked() -> None:
     with pytest.raises(InvalidArgument, match="max_groups"):
         ServeConfig(max_groups=10_000_001)
     assert ServeConfig(max_groups=7).max_groups == 7
+
+
+@pytest.mark.parametrize("backend", ["embedded", "rabbitmq"])
+async def test_deleted_amqp_queues_give_their_groups_back(tmp_path: Path, backend: str) -> None:
+    """An AMQP queue that goes (queue.delete, an auto-delete queue's last consumer leaving, an
+    exclusive queue's connection closing) drops its engine group: every RPC client's reply
+    queue would otherwise leave a dead group behind until `--max-groups` refused everyone.
+    (Each deleted queue's group stayed: the fourth queue below was refused 506.)"""
+    settings: dict[str, object] = {}
+    if backend == "rabbitmq":
+        settings["backend"] = RabbitMQBackend(RABBITMQ_URL, clock=SystemClock())
+    prefix = uuid.uuid4().hex[:8]
+    async with running_gateway(tmp_path / "data", max_groups=3, amqp_listen="127.0.0.1:0",
+                               **settings) as app:
+        url = f"amqp://guest:guest@127.0.0.1:{app.front_ends['amqp'].port}/"
+        for i in range(4):
+            async with await aio_pika.connect(url) as amqp:
+                channel = await amqp.channel()
+                exclusive = await channel.declare_queue("", exclusive=True)
+                await exclusive.consume(_ignore)
+                auto = await channel.declare_queue(f"{prefix}-auto-{i}", auto_delete=True)
+                tag = await auto.consume(_ignore)
+                await auto.cancel(tag)
+                named = await channel.declare_queue(f"{prefix}-named-{i}")
+                await channel.default_exchange.publish(aio_pika.Message(b"x"), named.name)
+                assert await named.get(timeout=5) is not None  # a basic.get leaves it unacked
+                await named.delete(if_unused=False, if_empty=False)
+        # The closing connections' exclusive queues go as the server sees them close.
+        for _ in range(100):
+            if not app.engine.subscriptions:
+                break
+            await asyncio.sleep(0.05)
+        assert list(app.engine.subscriptions) == []
+        async with await aio_pika.connect(url) as amqp:
+            channel = await amqp.channel()
+            for i in range(3):
+                queue = await channel.declare_queue(f"{prefix}-after-{i}", auto_delete=True)
+                await queue.consume(_ignore)
+            assert len(app.engine.subscriptions) == 3

@@ -137,8 +137,9 @@ async def delete(channel: ChannelState, m: commands.Queue.Delete) -> commands.Qu
 
 async def remove(ctx: Context, queue: Queue) -> int:
     """Delete a queue: its consumers are cancelled (with notice to clients that asked for it),
-    its messages purged (those delivered and unacknowledged too), its bindings and record
-    removed. The messages purged that were not delivered (RabbitMQ's delete-ok count)."""
+    its messages purged (those delivered and unacknowledged too), its engine group dropped,
+    its bindings and record removed. The messages purged that were not delivered (RabbitMQ's
+    delete-ok count)."""
     for session in list(ctx.consumers.pop(queue.name, set())):
         await session.server_cancel()
     changes = ctx.topology.delete_queue(queue.name)
@@ -150,6 +151,15 @@ async def remove(ctx: Context, queue: Queue) -> int:
     except GatewayError as exc:
         log.warning("amqp queue delete: purge failed", queue=queue.name, error=exc.message)
         count = 0
+    try:
+        # The queue's engine group goes too: deleted queues (exclusive and auto-delete ones
+        # every RPC client makes) would otherwise fill `--max-groups` with dead groups. Where
+        # the back end places groups, it is made again at the topic's end (dropped, a group
+        # starts at its first message): a queue declared again by the name starts empty.
+        if await ctx.engine.drop_group(queue.name, queue.settings.group):
+            await ctx.engine.create_group(queue.name, queue.settings.group, at_end=True)
+    except GatewayError as exc:
+        log.warning("amqp queue delete: group not dropped", queue=queue.name, error=exc.message)
     try:
         await ctx.record(changes)
     except OSError as exc:
