@@ -7,6 +7,7 @@ path, percent-decoded, so `gateway://127.0.0.1:50051/persistent://t/ns/orders?gr
   times and attempt counts) and its dead letters (`parts=ready,retry,dead-letter`, all by
   default; `naming=S` reads another scheme's destinations). Messages are read with
   ExportMessages and removed with RemoveExported once the destination confirmed their copies.
+  Each is known in the destination's ledger by its part, position and id (`source_key`).
   The group must have no consumers open meanwhile.
 * As a destination: ImportMessages, which stores each copy once (a ledger keyed by the source
   message). Ready copies go to the topic; retries and dead letters to the group's destinations
@@ -198,7 +199,15 @@ def _item(part: str, m: pb.MovedMessage) -> Item:
 
     message = OutMessage(m.body, dict(m.properties), m.key, m.tag, m.deliver_at_ms,
                          m.message_id, m.attempt, m.retries)
-    return Item(m.message_id, part, message, m.position, message_size(message))
+    return Item(source_key(part, m), part, message, m.position, message_size(message))
+
+
+def source_key(part: str, m: pb.MovedMessage) -> str:
+    """A source message's key in the destination's ledger: where it is stored (its part and
+    position, the same on every run), then its id. The id alone named two messages as one when
+    they shared it (two copies of RabbitMQ messages with one `message_id`, a ready message and
+    a dead letter with the same id): the second was taken for copied and removed uncopied."""
+    return f"{part}@{m.position}/{m.message_id}"
 
 
 class GatewayDestination(_Side):
