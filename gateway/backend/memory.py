@@ -124,6 +124,7 @@ class InMemoryBackend(Backend):
 
     name = "memory"
     seekable = True
+    removes_by_position = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
                               "oldest-ready-time", "backlog-view", "positions", "retry-reset"})
 

@@ -120,6 +120,16 @@ class MoveVerbs:
         return present
 
     # ----------------------------------------------------------------- copy: the source side
+    def _exportable(self) -> None:
+        """Refuse exports a back end could not remove by position afterwards: each copy would
+        stay at the source too (a broker back end's positions number a listing only)."""
+        if not self._backend.removes_by_position:
+            name = self._backend.name
+            raise FailedPrecondition(
+                f"the {name} back end cannot export a group's messages and remove them by "
+                f"position: copy from the broker directly (`gateway migrate copy --from` a "
+                f"{name} URL)")
+
     async def _part_topic(self, topic: str, group: str, part: str, naming: str = "") -> str:
         if part == READY:
             return topic
@@ -139,6 +149,7 @@ class MoveVerbs:
         waiting retries of this topic) or dead-letter."""
         if not 1 <= limit <= 1000:
             raise InvalidArgument("limit", limit, "1..1000")
+        self._exportable()
         self._no_consumers(topic, group)
         source = await self._part_topic(topic, group, part, naming)
         if part != READY and source == topic:
@@ -161,6 +172,7 @@ class MoveVerbs:
         self, topic: str, group: str, part: str, positions: Sequence[int], naming: str = "",
     ) -> int:
         """Remove exported messages by position, once their copies are stored elsewhere."""
+        self._exportable()
         source = await self._part_topic(topic, group, part, naming)
         return await self._backend.remove([Lease(source, group, p) for p in positions])
 
