@@ -131,10 +131,11 @@ class MoveVerbs:
                 f"{name} URL)")
 
     async def _part_topic(self, topic: str, group: str, part: str, naming: str = "") -> str:
+        # An unknown scheme is refused for every part, ready included (it has no use there).
+        chosen = self._engine.registry.scheme(naming) if naming else None
         if part == READY:
             return topic
-        scheme = (self._engine.registry.scheme(naming) if naming
-                  else await self.naming_of(topic, group))
+        scheme = chosen or await self.naming_of(topic, group)
         if part == RETRY:
             return scheme.retry_topic(topic, group)
         if part == DEAD_LETTER:
@@ -184,9 +185,9 @@ class MoveVerbs:
         """Store each copy once (the ledger records its source key in the same transaction):
         ready ones in the topic, retries and dead letters in the group's destinations."""
         retry_topic = dead_topic = ""
+        chosen = self._engine.registry.scheme(naming) if naming else None  # checked, group or not
         if group:
-            scheme = (self._engine.registry.scheme(naming) if naming
-                      else await self.naming_of(topic, group))
+            scheme = chosen or await self.naming_of(topic, group)
             retry_topic = scheme.retry_topic(topic, group)
             dead_topic = scheme.dead_letter_topic(topic, group)
         renames = {old: new for old, new in zip(source_names, (retry_topic, dead_topic),
