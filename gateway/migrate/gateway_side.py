@@ -220,6 +220,13 @@ class GatewayDestination(_Side):
         self.part = url.option("part")
         if self.part and self.part not in PARTS:
             raise InvalidArgument("to", url.shown, f"part one of {', '.join(PARTS)}")
+        # Refused before anything is taken (the gateway refused the first batch, exit 7).
+        if "group" in url.query and not self.group:
+            raise InvalidArgument("to", url.shown, "group=G with a non-empty G, or no group "
+                                                   "option (only ready messages arrive)")
+        if self.part in (RETRY, DEAD_LETTER) and not self.group:
+            raise InvalidArgument("to", url.shown, f"a group for part={self.part}: "
+                                                   "gateway://HOST:PORT/TOPIC?group=G&part=...")
 
     async def open(self) -> None:
         client = self._open_channel()
