@@ -36,6 +36,7 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 from aio_pika.exceptions import AMQPError, ChannelClosed, ProbableAuthenticationError
 from aiormq.abc import DeliveredMessage
+from aiormq.exceptions import InvalidFrameError
 
 from adapters.amqp.codec import decode
 from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
@@ -95,9 +96,21 @@ async def _connect(url: Url, side: str) -> AbstractConnection:
         return await aio_pika.connect(_broker_url(url), timeout=CONNECT_TIMEOUT_S)
     except ProbableAuthenticationError as exc:
         raise NotAllowed(f"{side} {url.shown}: RabbitMQ refused the credentials: {exc}") from None
+    except InvalidFrameError as exc:
+        if "Connection.Close" not in str(exc):
+            raise _unavailable(url, side, exc) from None
+        # RabbitMQ answers connection.open with a close (530 NOT_ALLOWED) for a virtual host
+        # that does not exist or that the user may not use; aiormq keeps only this text.
+        raise NotAllowed(f"{side} {url.shown}: RabbitMQ refused the virtual host "
+                         f"{_vhost(url)!r}: it does not exist, or the user may not use "
+                         "it") from None
     except BROKER_ERRORS as exc:
-        error = SourceUnavailable if side == "source" else DestinationUnavailable
-        raise error(f"{side} {url.shown}: cannot connect to RabbitMQ: {exc!r}") from None
+        raise _unavailable(url, side, exc) from None
+
+
+def _unavailable(url: Url, side: str, exc: BaseException) -> GatewayError:
+    error = SourceUnavailable if side == "source" else DestinationUnavailable
+    return error(f"{side} {url.shown}: cannot connect to RabbitMQ: {exc!r}")
 
 
 def item_of(message: DeliveredMessage) -> Item:

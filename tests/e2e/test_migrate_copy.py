@@ -159,6 +159,7 @@ async def test_gateway_group_to_another_gateway_killed_halfway(tmp_path: Path) -
 @pytest.mark.parametrize("url, status, text", [
     ("amqp://guest:guest@127.0.0.1:1/?queue=x", 5, "cannot connect"),
     ("amqp://guest:wrong@127.0.0.1:5672/?queue=x", 4, "credentials"),
+    ("amqp://guest:guest@127.0.0.1:5672/no-vhost-{uid}?queue=x", 4, "virtual host"),
     ("amqp://guest:guest@127.0.0.1:5672/?queue=migrate-none-{uid}", 2, "no queue"),
     ("amqp://guest:guest@127.0.0.1:5672/", 2, "queue=NAME"),
     ("ftp://127.0.0.1/x", 2, "a URL of scheme"),
