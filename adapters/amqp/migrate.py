@@ -36,7 +36,7 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 from aio_pika.exceptions import AMQPError, ChannelClosed, ProbableAuthenticationError
 from aiormq.abc import DeliveredMessage
-from aiormq.exceptions import InvalidFrameError
+from aiormq.exceptions import ChannelInvalidStateError, InvalidFrameError
 
 from adapters.amqp.codec import decode
 from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
@@ -66,7 +66,11 @@ drained (a passive declare on a channel of its own)."""
 FILL_S = 0.02
 """How long a short batch waits for more deliveries already on their way."""
 LEDGER_SUFFIX = ".migrate-ledger"
-BROKER_ERRORS = (AMQPError, ConnectionError, OSError, TimeoutError)
+CLOSE_WAIT_S = 2.0
+"""How long a failed batch waits for its channel's close reason (a refusal or not)."""
+BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
+"""What a broker call may raise; `ChannelInvalidStateError` (a RuntimeError) is aiormq's for a
+call on a channel the broker closed meanwhile."""
 
 
 class SourceRefused(GatewayError):
@@ -343,10 +347,37 @@ class QueueDestination:
                 self.ledger_queue)
             await self._channel.transaction().commit()
         except BROKER_ERRORS as exc:
+            refused = await self._refusal(exc)
+            if refused is not None:
+                raise DestinationRefused(f"destination {self.name}: RabbitMQ refused the batch "
+                                         f"({refused}); nothing of it was stored") from None
             raise DestinationUnavailable(f"destination {self.name}: the batch was not "
                                          f"committed ({exc!r})") from None
         self._known.update((ledger, i.key) for i in fresh)
         return Stored(len(fresh), len(items) - len(fresh))
+
+    async def _refusal(self, exc: BaseException) -> ChannelClosed | None:
+        """The broker's channel error that failed the batch, if it was one (a copy whose
+        `user_id` is not the connection's user, a queue deleted meanwhile): the copy is
+        refused, the broker is not away. aiormq raises it, or a `ChannelInvalidStateError` for
+        the call after it, with the error on the channel's `closing`."""
+        if isinstance(exc, ChannelClosed):
+            return exc
+        if self._channel is None:
+            return None
+        try:
+            underlay = await self._channel.get_underlay_channel()
+        except BROKER_ERRORS:
+            return None
+        closing = underlay.closing
+        # The broker's close frame may have been read and this call refused before the channel
+        # finished closing: its reason is on `closing` a moment later.
+        await asyncio.wait([closing], timeout=CLOSE_WAIT_S)
+        if closing.done() and not closing.cancelled():
+            reason = closing.exception()
+            if isinstance(reason, ChannelClosed):
+                return reason
+        return None
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None

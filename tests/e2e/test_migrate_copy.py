@@ -293,6 +293,37 @@ async def test_gateway_group_into_a_rabbitmq_queue_killed_halfway(tmp_path: Path
         await connection.close()
 
 
+@pytest.mark.parametrize("batch", ["1", "10"])
+async def test_a_copy_rabbitmq_refuses_stays_at_the_source(tmp_path: Path, batch: str) -> None:
+    """RabbitMQ refuses a copy whose user_id is not the connection's user (406, the channel
+    closed): exit 7, the destination refused it, and it and what follows stay at the source. It
+    was exit 6 ('cannot be reached') or a ChannelInvalidStateError traceback (exit 1)."""
+    queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True)
+    source = start_gateway(tmp_path / "a")
+    try:
+        async with GatewayClient(source.target) as client:
+            await client.publish("orders", [b"fine-1"])
+            await client.publish("orders", [b"not-mine"], properties={"amqp.user-id": "nobody"})
+            await client.publish("orders", [b"fine-2"])
+        done = migrate("copy", "--from", f"gateway://{source.target}/orders?group=billing",
+                       "--to", f"{URL}?queue={queue}", "--batch", batch)
+        assert done.returncode == 7, (done.stdout, done.stderr)
+        assert "refused" in done.stderr and "user_id" in done.stderr
+        assert "Traceback" not in done.stderr
+        left = [m.body for m in await read_part(source.target, "orders", "billing", "ready")]
+        copied = await _queue_depth(channel, queue)
+        assert b"not-mine" in left and b"fine-2" in left
+        assert copied == (1 if batch == "1" else 0) and len(left) == 3 - copied
+    finally:
+        stop(source)
+        await channel.queue_delete(queue)
+        await channel.queue_delete(queue + ".migrate-ledger")
+        await connection.close()
+
+
 async def test_a_gateway_with_tokens_takes_an_admin_token_only(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.toml"
     tokens.write_text('[[principal]]\nname = "ops"\ntoken = "ops-secret-1"\nadmin = true\n\n'
