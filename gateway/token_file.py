@@ -31,6 +31,20 @@ def read_token_file(field: str, path: str) -> str:
                                            "not)") from None
     if not token:
         raise InvalidArgument(field, path, "a file holding a bearer token (it is empty)")
-    if not all(" " <= c <= "~" for c in token):
+    if not printable_ascii(token):
         raise InvalidArgument(field, path, "one line of printable ASCII (a bearer token)")
+    return token
+
+
+def printable_ascii(token: str) -> bool:
+    """Whether a token can travel in a gRPC metadata value (`authorization: Bearer ...`)."""
+    return all(" " <= c <= "~" for c in token)
+
+
+def check_token(field: str, token: str) -> str:
+    """A token given as an argument or an environment variable ("" = none): one that gRPC
+    could not send (a line break, a non-ASCII character) is refused by name, where it failed
+    the first call with a traceback from gRPC's C core."""
+    if not printable_ascii(token):
+        raise InvalidArgument(field, "***", "one line of printable ASCII (a bearer token)")
     return token

@@ -25,7 +25,7 @@ from gateway.migrate.endpoint import (
     SourceUnavailable,
 )
 from gateway.migrate.progress import Progress
-from gateway.token_file import read_token_file
+from gateway.token_file import check_token, read_token_file
 
 EXIT_LEFT = 7
 """rename: some messages were held by consumers and stayed at the old names."""
@@ -176,7 +176,7 @@ def _token(path: str, *envs: str) -> str:
         return read_token_file("token_file", path)
     for name in envs:
         if os.environ.get(name):
-            return os.environ[name]
+            return check_token(name, os.environ[name])
     return ""
 
 

@@ -6,6 +6,7 @@ to be a token (`/dev/zero` was read until the memory ran out)."""
 
 from __future__ import annotations
 
+import os
 import resource
 import subprocess
 import sys
@@ -57,3 +58,35 @@ def test_a_file_without_a_token_is_refused_by_name(tmp_path: Path, command: str,
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr
     assert "token" in done.stderr and "is not allowed" in done.stderr
+
+
+@pytest.mark.parametrize("args, env", [
+    (["describe", "t", "g", "--target", "127.0.0.1:1", "--token", "a\nb"], {}),
+    (["describe", "t", "g", "--target", "127.0.0.1:1", "--token", "é"], {}),
+    (["describe", "t", "g", "--target", "127.0.0.1:1"], {"GATEWAY_TOKEN": "a\nb"}),
+    (["migrate", "copy", "--from", "gateway://127.0.0.1:1/t?group=g",
+      "--to", "gateway://127.0.0.1:1/u"], {"GATEWAY_TO_TOKEN": "a\nb"}),
+    (["migrate", "copy", "--from", "gateway://127.0.0.1:1/t?group=g",
+      "--to", "gateway://127.0.0.1:1/u"], {"GATEWAY_TOKEN": "tok\u00e9n"}),
+], ids=["arg-newline", "arg-non-ascii", "env-newline", "copy-env-newline", "copy-env-non-ascii"])
+def test_a_token_grpc_cannot_send_is_refused_by_name(args: list[str],
+                                                     env: dict[str, str]) -> None:
+    """It was a traceback from gRPC's C core (ExecuteBatchError) at the first call."""
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **env})
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert "printable ASCII" in done.stderr and "a\nb" not in done.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["describe", "t", "g", "--target", "127.0.0.1:1", "--tls-ca", "/dev/zero"],
+    ["migrate", "copy", "--from", "gateways://127.0.0.1:1/t?group=g",
+     "--to", "gateway://127.0.0.1:1/u", "--tls-ca", "/dev/zero"],
+], ids=["describe", "copy"])
+def test_a_pem_file_too_large_is_refused_by_name(args: list[str]) -> None:
+    """/dev/zero as --tls-ca was read until the memory ran out."""
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True,
+                          text=True, timeout=120, preexec_fn=_limited)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and "tls_ca" in done.stderr
