@@ -45,7 +45,7 @@ from adapters.amqp.frontend.values import as_text
 from gateway.backend.base import OutMessage
 from gateway.core.properties import ATTEMPT
 from gateway.engine.api import Delivery
-from gateway.errors import GatewayError, InvalidArgument
+from gateway.errors import FailedPrecondition, GatewayError, InvalidArgument
 from gateway.limits import message_size
 from gateway.migrate.endpoint import (
     READY,
@@ -66,6 +66,7 @@ drained (a passive declare on a channel of its own)."""
 FILL_S = 0.02
 """How long a short batch waits for more deliveries already on their way."""
 LEDGER_SUFFIX = ".migrate-ledger"
+LOCK_SUFFIX = ".migrate-lock"
 CLOSE_WAIT_S = 2.0
 """How long a failed batch waits for its channel's close reason (a refusal or not)."""
 BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
@@ -287,6 +288,7 @@ class QueueDestination:
         self._url = url
         self.queue_name = _queue(url, "to")
         self.ledger_queue = self.queue_name + LEDGER_SUFFIX
+        self.lock_queue = _suffixed(self.queue_name, LOCK_SUFFIX)
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._known: set[tuple[str, str]] = set()
@@ -305,6 +307,7 @@ class QueueDestination:
                 raise DestinationRefused(
                     f"destination {self.name}: no queue {self.queue_name!r}: declare it first, "
                     f"with its arguments ({exc})") from None
+            await self._lock()
             channel = await self._connection.channel(publisher_confirms=False)
             await channel.declare_queue(self.ledger_queue, durable=True)
             await self._read_ledger(channel)
@@ -317,6 +320,23 @@ class QueueDestination:
         except GatewayError:
             await self.close()
             raise
+
+    async def _lock(self) -> None:
+        """One copy into a queue at a time: the ledger is read once, when a copy starts, so two
+        at once each stored what the other had (a gateway group copied twice at once doubled
+        the queue). The lock is an exclusive queue of this connection: RabbitMQ refuses it to
+        another connection while this one is open and deletes it when it closes (`kill -9`
+        included)."""
+        assert self._connection is not None
+        channel = await self._connection.channel(publisher_confirms=False)
+        try:
+            await channel.declare_queue(self.lock_queue, exclusive=True)
+        except ChannelClosed as exc:
+            raise FailedPrecondition(
+                f"destination {self.name}: another gateway migrate copy into queue "
+                f"{self.queue_name!r} is running (it holds {self.lock_queue!r}): run one at a "
+                f"time ({exc})") from None
+        await channel.close()
 
     async def _read_ledger(self, channel: AbstractChannel) -> None:
         queue = await channel.declare_queue(self.ledger_queue, passive=True)
@@ -384,6 +404,14 @@ class QueueDestination:
         if connection is not None:
             with contextlib.suppress(*BROKER_ERRORS):
                 await connection.close()
+
+
+def _suffixed(name: str, suffix: str) -> str:
+    """`name` + `suffix`, within RabbitMQ's 255 bytes (a long name is cut and a digest added)."""
+    if len((name + suffix).encode()) <= 255:
+        return name + suffix
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return name.encode()[:200].decode("utf-8", "ignore") + "." + digest + suffix
 
 
 def _amqp_message(item: Item) -> aio_pika.Message:

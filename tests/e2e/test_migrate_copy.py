@@ -324,6 +324,46 @@ async def test_a_copy_rabbitmq_refuses_stays_at_the_source(tmp_path: Path, batch
         await connection.close()
 
 
+async def test_two_copies_into_one_rabbitmq_queue_at_once_store_each_message_once(
+        tmp_path: Path) -> None:
+    """Two runs of one copy into a queue at once: the second is refused while the first runs
+    (exit 2, naming the lock), and a run after it finishes the rest. Each read the ledger once
+    at its start, so both stored every message (5,900 copies of 3,000)."""
+    queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True)
+    source = start_gateway(tmp_path / "a")
+    total = 3000
+    try:
+        async with GatewayClient(source.target) as client:
+            for start in range(0, total, 1000):
+                await client.publish("orders", [f"m{start + i}".encode() for i in range(1000)])
+        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
+                "--to", f"{URL}?queue={queue}", "--batch", "10"]
+        procs = [await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.cli", "migrate", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE) for _ in range(2)]
+        ends = [await asyncio.wait_for(p.communicate(), 300) for p in procs]
+        codes = sorted(p.returncode or 0 for p in procs)
+        assert codes in ([0, 0], [0, 2]), ends
+        if codes == [0, 2]:
+            assert any(b"is running" in err for _, err in ends), ends
+        done = migrate(*args)
+        assert done.returncode == 0, done.stderr
+        bodies: Counter[bytes] = Counter()
+        declared = await channel.declare_queue(queue, passive=True)
+        while (message := await declared.get(no_ack=True, fail=False)) is not None:
+            bodies[message.body] += 1
+        assert bodies == Counter(f"m{i}".encode() for i in range(total))
+        assert await read_part(source.target, "orders", "billing", "ready") == []
+    finally:
+        stop(source)
+        await channel.queue_delete(queue)
+        await channel.queue_delete(queue + ".migrate-ledger")
+        await connection.close()
+
+
 async def test_a_gateway_with_tokens_takes_an_admin_token_only(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.toml"
     tokens.write_text('[[principal]]\nname = "ops"\ntoken = "ops-secret-1"\nadmin = true\n\n'
