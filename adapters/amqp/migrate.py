@@ -287,7 +287,9 @@ class QueueDestination:
     def __init__(self, url: Url) -> None:
         self._url = url
         self.queue_name = _queue(url, "to")
-        self.ledger_queue = self.queue_name + LEDGER_SUFFIX
+        # Within 255 bytes: a queue name over 240 bytes made `Q.migrate-ledger` one that
+        # RabbitMQ cannot have (a ValueError traceback before anything was copied).
+        self.ledger_queue = _suffixed(self.queue_name, LEDGER_SUFFIX)
         self.lock_queue = _suffixed(self.queue_name, LOCK_SUFFIX)
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None

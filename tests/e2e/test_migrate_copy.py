@@ -364,6 +364,40 @@ async def test_two_copies_into_one_rabbitmq_queue_at_once_store_each_message_onc
         await connection.close()
 
 
+async def test_a_queue_with_a_name_of_255_bytes_takes_copies(tmp_path: Path) -> None:
+    """Its ledger and lock queues get names within RabbitMQ's 255 bytes (cut, with a digest):
+    `Q.migrate-ledger` was too long, a ValueError traceback (exit 1)."""
+    queue = f"migrate-dst-{uuid.uuid4().hex[:10]}-".ljust(255, "q")
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True)
+    source = start_gateway(tmp_path / "a")
+    ledgers: list[str] = []
+    try:
+        async with GatewayClient(source.target) as client:
+            await client.publish("orders", [b"a", b"b"])
+        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
+                "--to", f"{URL}?queue={queue}"]
+        done = migrate(*args)
+        assert done.returncode == 0, done.stderr
+        assert await _queue_depth(channel, queue) == 2
+        again = migrate(*args)  # the ledger is found again: nothing twice
+        assert again.returncode == 0, again.stderr
+        assert await _queue_depth(channel, queue) == 2
+        from adapters.amqp.migrate import QueueDestination
+        from gateway.migrate.endpoint import parse_url
+        side = QueueDestination(parse_url("to", f"{URL}?queue={queue}"))
+        ledgers.append(side.ledger_queue)
+        assert len(side.ledger_queue.encode()) <= 255
+        assert await _queue_depth(channel, side.ledger_queue) == 1
+    finally:
+        stop(source)
+        await channel.queue_delete(queue)
+        for name in ledgers:
+            await channel.queue_delete(name)
+        await connection.close()
+
+
 async def test_a_gateway_with_tokens_takes_an_admin_token_only(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.toml"
     tokens.write_text('[[principal]]\nname = "ops"\ntoken = "ops-secret-1"\nadmin = true\n\n'
