@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import time
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from urllib.parse import unquote
@@ -342,16 +343,45 @@ class QueueDestination:
 
     async def _read_ledger(self, channel: AbstractChannel) -> None:
         queue = await channel.declare_queue(self.ledger_queue, passive=True)
+        batches: list[tuple[str, str, list[str]]] = []
+        void: set[str] = set()
         while True:
             message = await queue.get(no_ack=False, fail=False)
             if message is None:
-                return
+                break
             try:
                 entry = json.loads(message.body)
-                ledger = str(entry["ledger"])
-                self._known.update((ledger, str(key)) for key in entry["keys"])
-            except (ValueError, KeyError, TypeError):
+                if "void" in entry:
+                    void.add(str(entry["void"]))
+                    continue
+                batches.append((str(entry.get("batch", "")), str(entry["ledger"]),
+                                [str(key) for key in entry["keys"]]))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # not one of ours: left alone
+        for batch, ledger, keys in batches:
+            if not batch or batch not in void:
+                self._known.update((ledger, key) for key in keys)
+
+    async def _void(self, batch: str) -> None:
+        """Record that batch `batch` was refused: its ledger entry may have been committed
+        without all its copies (RabbitMQ's transactions are not atomic across queues: a queue
+        with `x-overflow: reject-publish` refuses some copies, commit fails with 406 'partial tx
+        completion', and the ledger queue has taken the entry). Its keys then count as not
+        copied: a second run stores them (again, for those the queue took), and none is taken
+        for copied and removed at the source uncopied."""
+        assert self._connection is not None
+        record = json.dumps({"void": batch}).encode()
+        try:
+            channel = await self._connection.channel(publisher_confirms=True)
+            await channel.default_exchange.publish(
+                aio_pika.Message(record, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                self.ledger_queue)
+            await channel.close()
+        except BROKER_ERRORS as exc:
+            raise DestinationUnavailable(
+                f"destination {self.name}: RabbitMQ refused a batch in part, and its ledger "
+                f"entry (batch {batch}) could not be voided ({exc!r}): before running again, "
+                f"remove that entry from {self.ledger_queue!r}") from None
 
     async def put(self, ledger: str, items: Sequence[Item],
                   source_destinations: tuple[str, str]) -> Stored:
@@ -360,10 +390,12 @@ class QueueDestination:
         if not fresh:
             return Stored(0, len(items))
         exchange = self._channel.default_exchange
+        batch = uuid.uuid4().hex
         try:
             for item in fresh:
                 await exchange.publish(_amqp_message(item), self.queue_name)
-            record = json.dumps({"ledger": ledger, "keys": [i.key for i in fresh]}).encode()
+            record = json.dumps({"ledger": ledger, "keys": [i.key for i in fresh],
+                                 "batch": batch}).encode()
             await exchange.publish(
                 aio_pika.Message(record, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
                 self.ledger_queue)
@@ -371,8 +403,11 @@ class QueueDestination:
         except BROKER_ERRORS as exc:
             refused = await self._refusal(exc)
             if refused is not None:
-                raise DestinationRefused(f"destination {self.name}: RabbitMQ refused the batch "
-                                         f"({refused}); nothing of it was stored") from None
+                await self._void(batch)
+                raise DestinationRefused(
+                    f"destination {self.name}: RabbitMQ refused the batch ({refused}); it stays "
+                    "at the source (copies the queue took before refusing may be stored again "
+                    "by a second run)") from None
             raise DestinationUnavailable(f"destination {self.name}: the batch was not "
                                          f"committed ({exc!r})") from None
         self._known.update((ledger, i.key) for i in fresh)

@@ -324,6 +324,44 @@ async def test_a_copy_rabbitmq_refuses_stays_at_the_source(tmp_path: Path, batch
         await connection.close()
 
 
+async def test_a_batch_a_queue_takes_in_part_is_not_recorded_as_copied(tmp_path: Path) -> None:
+    """A queue with x-max-length 10 and x-overflow reject-publish takes 10 copies of a batch of
+    50 and refuses the rest: commit fails (406 partial tx completion), but RabbitMQ committed
+    the ledger entry for all 50. The entry is voided: once the queue has room, a second run
+    copies all 50. It found them 'already there' and removed 40 uncopied at the source."""
+    queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True, arguments={
+        "x-max-length": 10, "x-overflow": "reject-publish"})
+    source = start_gateway(tmp_path / "a")
+    total = 50
+    try:
+        async with GatewayClient(source.target) as client:
+            await client.publish("orders", [f"m{i}".encode() for i in range(total)])
+        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
+                "--to", f"{URL}?queue={queue}", "--batch", str(total)]
+        refused = migrate(*args)
+        assert refused.returncode == 7, (refused.stdout, refused.stderr)
+        assert len(await read_part(source.target, "orders", "billing", "ready")) == total
+        # Room at the destination: the queue again, without its limit.
+        await channel.queue_delete(queue)
+        await channel.declare_queue(queue, durable=True)
+        done = migrate(*args)
+        assert done.returncode == 0, done.stderr
+        bodies: Counter[bytes] = Counter()
+        declared = await channel.declare_queue(queue, passive=True)
+        while (message := await declared.get(no_ack=True, fail=False)) is not None:
+            bodies[message.body] += 1
+        assert bodies == Counter(f"m{i}".encode() for i in range(total))
+        assert await read_part(source.target, "orders", "billing", "ready") == []
+    finally:
+        stop(source)
+        await channel.queue_delete(queue)
+        await channel.queue_delete(queue + ".migrate-ledger")
+        await connection.close()
+
+
 async def test_two_copies_into_one_rabbitmq_queue_at_once_store_each_message_once(
         tmp_path: Path) -> None:
     """Two runs of one copy into a queue at once: the second is refused while the first runs
