@@ -295,6 +295,7 @@ class QueueDestination:
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._known: set[tuple[str, str]] = set()
+        self._probe: AbstractChannel | None = None
 
     @property
     def name(self) -> str:
@@ -393,7 +394,9 @@ class QueueDestination:
         batch = uuid.uuid4().hex
         try:
             for item in fresh:
-                await exchange.publish(_amqp_message(item), self.queue_name)
+                # Not mandatory: a return is not seen without publisher confirms (aiormq logs
+                # each); a queue gone is found below.
+                await exchange.publish(_amqp_message(item), self.queue_name, mandatory=False)
             record = json.dumps({"ledger": ledger, "keys": [i.key for i in fresh],
                                  "batch": batch}).encode()
             await exchange.publish(
@@ -410,8 +413,29 @@ class QueueDestination:
                     "by a second run)") from None
             raise DestinationUnavailable(f"destination {self.name}: the batch was not "
                                          f"committed ({exc!r})") from None
+        if not await self._queue_exists():
+            await self._void(batch)
+            raise DestinationRefused(
+                f"destination {self.name}: queue {self.queue_name!r} no longer exists (deleted "
+                "during the copy): RabbitMQ dropped the last batch, which stays at the source; "
+                "declare the queue again and run the copy again")
         self._known.update((ledger, i.key) for i in fresh)
         return Stored(len(fresh), len(items) - len(fresh))
+
+    async def _queue_exists(self) -> bool:
+        """Whether the queue is still there after a commit: the default exchange drops a copy
+        for a queue deleted meanwhile, and the transaction commits without it (with the
+        ledger entry)."""
+        assert self._connection is not None
+        try:
+            if self._probe is None or self._probe.is_closed:
+                self._probe = await self._connection.channel(publisher_confirms=False)
+            await self._probe.declare_queue(self.queue_name, passive=True)
+        except ChannelClosed:
+            return False
+        except BROKER_ERRORS as exc:
+            raise DestinationUnavailable(f"destination {self.name}: {exc!r}") from None
+        return True
 
     async def _refusal(self, exc: BaseException) -> ChannelClosed | None:
         """The broker's channel error that failed the batch, if it was one (a copy whose

@@ -362,6 +362,46 @@ async def test_a_batch_a_queue_takes_in_part_is_not_recorded_as_copied(tmp_path:
         await connection.close()
 
 
+async def test_a_queue_deleted_during_the_copy_loses_nothing_more(tmp_path: Path) -> None:
+    """The default exchange drops copies for a queue deleted meanwhile and the transaction
+    commits without them: the command went on, removing every later message at the source
+    (exit 0, all of them gone). It stops at the first such batch (exit 7), which stays at the
+    source, and a run into the queue declared again copies the rest."""
+    queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True)
+    source = start_gateway(tmp_path / "a")
+    total = 3000
+    try:
+        async with GatewayClient(source.target) as client:
+            for start in range(0, total, 1000):
+                await client.publish("orders", [f"m{start + i}".encode() for i in range(1000)])
+        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
+                "--to", f"{URL}?queue={queue}", "--batch", "5"]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.cli", "migrate", *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        while await _queue_depth(channel, queue) < 100:
+            await asyncio.sleep(0.01)
+        deleted = int((await channel.queue_delete(queue)).message_count or 0)  # an operator
+        out, err = await asyncio.wait_for(proc.communicate(), 300)
+        assert proc.returncode == 7, (out, err)
+        assert b"no longer exists" in err
+        left = len(await read_part(source.target, "orders", "billing", "ready"))
+        assert left + deleted == total
+        await channel.declare_queue(queue, durable=True)
+        done = migrate(*args)
+        assert done.returncode == 0, done.stderr
+        assert await _queue_depth(channel, queue) == left
+        assert await read_part(source.target, "orders", "billing", "ready") == []
+    finally:
+        stop(source)
+        await channel.queue_delete(queue)
+        await channel.queue_delete(queue + ".migrate-ledger")
+        await connection.close()
+
+
 async def test_two_copies_into_one_rabbitmq_queue_at_once_store_each_message_once(
         tmp_path: Path) -> None:
     """Two runs of one copy into a queue at once: the second is refused while the first runs
