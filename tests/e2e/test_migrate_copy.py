@@ -389,7 +389,9 @@ async def test_a_queue_deleted_during_the_copy_loses_nothing_more(tmp_path: Path
         assert proc.returncode == 7, (out, err)
         assert b"no longer exists" in err
         left = len(await read_part(source.target, "orders", "billing", "ready"))
-        assert left + deleted == total
+        # Nothing lost; a batch stored just before the deletion may also stay at the source
+        # (the queue is found gone after its commit: whether it was routed is not known).
+        assert total <= left + deleted <= total + 5
         await channel.declare_queue(queue, durable=True)
         done = migrate(*args)
         assert done.returncode == 0, done.stderr
