@@ -120,6 +120,7 @@ class GatewaySource(_Side):
         self._part = 0
         self._token_of: dict[str, str] = {}
         self._names = ("", "")
+        self._scheme = self.naming
 
     @property
     def ledger(self) -> str:
@@ -137,6 +138,11 @@ class GatewaySource(_Side):
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
         self._names = (view.retry_topic, view.dead_letter_topic)
+        # The scheme the group has now, for every export and removal of this run: found again
+        # on each call it could change under the run (another topic's group of this name given
+        # a dead letter under another scheme), and positions exported from one scheme's
+        # destination were removed from the other's.
+        self._scheme = self.naming or view.naming
 
     async def count(self, exact: bool) -> dict[str, int] | None:
         assert self.client is not None
@@ -151,7 +157,7 @@ class GatewaySource(_Side):
                 token, found[part] = "", 0
                 while True:
                     page = await self.client.export(self.topic, self.group, PART_CODES[part],
-                                                    token, PAGE, self.naming)
+                                                    token, PAGE, self._scheme)
                     found[part] += len(page.messages)
                     token = page.next_page_token
                     if not token:
@@ -167,7 +173,7 @@ class GatewaySource(_Side):
             token = self._token_of.get(part, "")
             try:
                 page = await self.client.export(self.topic, self.group, PART_CODES[part], token,
-                                                min(max_items, PAGE), self.naming)
+                                                min(max_items, PAGE), self._scheme)
             except grpc.aio.AioRpcError as exc:
                 _raise(exc, "source", self.name)
             if page.next_page_token:
@@ -189,7 +195,7 @@ class GatewaySource(_Side):
                 for start in range(0, len(positions), MAX_IMPORT):
                     await self.client.remove_exported(self.topic, self.group, PART_CODES[part],
                                                       positions[start:start + MAX_IMPORT],
-                                                      self.naming)
+                                                      self._scheme)
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
 
