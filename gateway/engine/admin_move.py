@@ -120,15 +120,15 @@ class MoveVerbs:
         return present
 
     # ----------------------------------------------------------------- copy: the source side
-    def _exportable(self) -> None:
-        """Refuse exports a back end could not remove by position afterwards: each copy would
-        stay at the source too (a broker back end's positions number a listing only)."""
+    def _removable(self) -> None:
+        """Refuse to remove exported messages on a back end whose listing positions name no
+        message (a broker's: they number one listing only): it removed nothing, and a copy
+        from it left every message at the source too. Exporting stays a listing there."""
         if not self._backend.removes_by_position:
             name = self._backend.name
             raise FailedPrecondition(
-                f"the {name} back end cannot export a group's messages and remove them by "
-                f"position: copy from the broker directly (`gateway migrate copy --from` a "
-                f"{name} URL)")
+                f"the {name} back end cannot remove exported messages by position: copy from "
+                f"the broker directly (`gateway migrate copy --from` a {name} URL)")
 
     async def _part_topic(self, topic: str, group: str, part: str, naming: str = "") -> str:
         # An unknown scheme is refused for every part, ready included (it has no use there).
@@ -150,7 +150,6 @@ class MoveVerbs:
         waiting retries of this topic) or dead-letter."""
         if not 1 <= limit <= 1000:
             raise InvalidArgument("limit", limit, "1..1000")
-        self._exportable()
         self._no_consumers(topic, group)
         source = await self._part_topic(topic, group, part, naming)
         if part != READY and source == topic:
@@ -173,7 +172,7 @@ class MoveVerbs:
         self, topic: str, group: str, part: str, positions: Sequence[int], naming: str = "",
     ) -> int:
         """Remove exported messages by position, once their copies are stored elsewhere."""
-        self._exportable()
+        self._removable()
         source = await self._part_topic(topic, group, part, naming)
         return await self._backend.remove([Lease(source, group, p) for p in positions])
 
