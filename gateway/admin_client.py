@@ -8,7 +8,6 @@ calls the Admin service with a bearer token when one is given.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -51,13 +50,22 @@ class Target:
         return self.tls or bool(self.ca_file or self.cert_file)
 
 
+MAX_PEM_BYTES = 16 << 20
+"""The largest PEM file read (a CA bundle is a few hundred KiB): /dev/zero was read until the
+memory ran out."""
+
+
 def _read(field: str, path: str) -> bytes | None:
     if not path:
         return None
     try:
-        return Path(path).read_bytes()
+        with open(path, "rb") as f:
+            data = f.read(MAX_PEM_BYTES + 1)
     except OSError as exc:
         raise InvalidArgument(field, path, f"a readable PEM file ({exc.strerror})") from None
+    if len(data) > MAX_PEM_BYTES:
+        raise InvalidArgument(field, path, f"a PEM file of at most {MAX_PEM_BYTES} bytes")
+    return data
 
 
 def connect(target: Target) -> grpc.aio.Channel:

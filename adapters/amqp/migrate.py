@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import time
+import uuid
 from collections import deque
 from collections.abc import Sequence
 from urllib.parse import unquote
@@ -36,6 +37,7 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 from aio_pika.exceptions import AMQPError, ChannelClosed, ProbableAuthenticationError
 from aiormq.abc import DeliveredMessage
+from aiormq.exceptions import ChannelInvalidStateError, InvalidFrameError
 
 from adapters.amqp.codec import decode
 from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
@@ -44,7 +46,7 @@ from adapters.amqp.frontend.values import as_text
 from gateway.backend.base import OutMessage
 from gateway.core.properties import ATTEMPT
 from gateway.engine.api import Delivery
-from gateway.errors import GatewayError, InvalidArgument
+from gateway.errors import FailedPrecondition, GatewayError, InvalidArgument
 from gateway.limits import message_size
 from gateway.migrate.endpoint import (
     READY,
@@ -65,7 +67,12 @@ drained (a passive declare on a channel of its own)."""
 FILL_S = 0.02
 """How long a short batch waits for more deliveries already on their way."""
 LEDGER_SUFFIX = ".migrate-ledger"
-BROKER_ERRORS = (AMQPError, ConnectionError, OSError, TimeoutError)
+LOCK_SUFFIX = ".migrate-lock"
+CLOSE_WAIT_S = 2.0
+"""How long a failed batch waits for its channel's close reason (a refusal or not)."""
+BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
+"""What a broker call may raise; `ChannelInvalidStateError` (a RuntimeError) is aiormq's for a
+call on a channel the broker closed meanwhile."""
 
 
 class SourceRefused(GatewayError):
@@ -95,9 +102,21 @@ async def _connect(url: Url, side: str) -> AbstractConnection:
         return await aio_pika.connect(_broker_url(url), timeout=CONNECT_TIMEOUT_S)
     except ProbableAuthenticationError as exc:
         raise NotAllowed(f"{side} {url.shown}: RabbitMQ refused the credentials: {exc}") from None
+    except InvalidFrameError as exc:
+        if "Connection.Close" not in str(exc):
+            raise _unavailable(url, side, exc) from None
+        # RabbitMQ answers connection.open with a close (530 NOT_ALLOWED) for a virtual host
+        # that does not exist or that the user may not use; aiormq keeps only this text.
+        raise NotAllowed(f"{side} {url.shown}: RabbitMQ refused the virtual host "
+                         f"{_vhost(url)!r}: it does not exist, or the user may not use "
+                         "it") from None
     except BROKER_ERRORS as exc:
-        error = SourceUnavailable if side == "source" else DestinationUnavailable
-        raise error(f"{side} {url.shown}: cannot connect to RabbitMQ: {exc!r}") from None
+        raise _unavailable(url, side, exc) from None
+
+
+def _unavailable(url: Url, side: str, exc: BaseException) -> GatewayError:
+    error = SourceUnavailable if side == "source" else DestinationUnavailable
+    return error(f"{side} {url.shown}: cannot connect to RabbitMQ: {exc!r}")
 
 
 def item_of(message: DeliveredMessage) -> Item:
@@ -269,10 +288,14 @@ class QueueDestination:
     def __init__(self, url: Url) -> None:
         self._url = url
         self.queue_name = _queue(url, "to")
-        self.ledger_queue = self.queue_name + LEDGER_SUFFIX
+        # Within 255 bytes: a queue name over 240 bytes made `Q.migrate-ledger` one that
+        # RabbitMQ cannot have (a ValueError traceback before anything was copied).
+        self.ledger_queue = _suffixed(self.queue_name, LEDGER_SUFFIX)
+        self.lock_queue = _suffixed(self.queue_name, LOCK_SUFFIX)
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._known: set[tuple[str, str]] = set()
+        self._probe: AbstractChannel | None = None
 
     @property
     def name(self) -> str:
@@ -288,6 +311,7 @@ class QueueDestination:
                 raise DestinationRefused(
                     f"destination {self.name}: no queue {self.queue_name!r}: declare it first, "
                     f"with its arguments ({exc})") from None
+            await self._lock()
             channel = await self._connection.channel(publisher_confirms=False)
             await channel.declare_queue(self.ledger_queue, durable=True)
             await self._read_ledger(channel)
@@ -301,18 +325,64 @@ class QueueDestination:
             await self.close()
             raise
 
+    async def _lock(self) -> None:
+        """One copy into a queue at a time: the ledger is read once, when a copy starts, so two
+        at once each stored what the other had (a gateway group copied twice at once doubled
+        the queue). The lock is an exclusive queue of this connection: RabbitMQ refuses it to
+        another connection while this one is open and deletes it when it closes (`kill -9`
+        included)."""
+        assert self._connection is not None
+        channel = await self._connection.channel(publisher_confirms=False)
+        try:
+            await channel.declare_queue(self.lock_queue, exclusive=True)
+        except ChannelClosed as exc:
+            raise FailedPrecondition(
+                f"destination {self.name}: another gateway migrate copy into queue "
+                f"{self.queue_name!r} is running (it holds {self.lock_queue!r}): run one at a "
+                f"time ({exc})") from None
+        await channel.close()
+
     async def _read_ledger(self, channel: AbstractChannel) -> None:
         queue = await channel.declare_queue(self.ledger_queue, passive=True)
+        batches: list[tuple[str, str, list[str]]] = []
+        void: set[str] = set()
         while True:
             message = await queue.get(no_ack=False, fail=False)
             if message is None:
-                return
+                break
             try:
                 entry = json.loads(message.body)
-                ledger = str(entry["ledger"])
-                self._known.update((ledger, str(key)) for key in entry["keys"])
-            except (ValueError, KeyError, TypeError):
+                if "void" in entry:
+                    void.add(str(entry["void"]))
+                    continue
+                batches.append((str(entry.get("batch", "")), str(entry["ledger"]),
+                                [str(key) for key in entry["keys"]]))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # not one of ours: left alone
+        for batch, ledger, keys in batches:
+            if not batch or batch not in void:
+                self._known.update((ledger, key) for key in keys)
+
+    async def _void(self, batch: str) -> None:
+        """Record that batch `batch` was refused: its ledger entry may have been committed
+        without all its copies (RabbitMQ's transactions are not atomic across queues: a queue
+        with `x-overflow: reject-publish` refuses some copies, commit fails with 406 'partial tx
+        completion', and the ledger queue has taken the entry). Its keys then count as not
+        copied: a second run stores them (again, for those the queue took), and none is taken
+        for copied and removed at the source uncopied."""
+        assert self._connection is not None
+        record = json.dumps({"void": batch}).encode()
+        try:
+            channel = await self._connection.channel(publisher_confirms=True)
+            await channel.default_exchange.publish(
+                aio_pika.Message(record, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                self.ledger_queue)
+            await channel.close()
+        except BROKER_ERRORS as exc:
+            raise DestinationUnavailable(
+                f"destination {self.name}: RabbitMQ refused a batch in part, and its ledger "
+                f"entry (batch {batch}) could not be voided ({exc!r}): before running again, "
+                f"remove that entry from {self.ledger_queue!r}") from None
 
     async def put(self, ledger: str, items: Sequence[Item],
                   source_destinations: tuple[str, str]) -> Stored:
@@ -321,25 +391,88 @@ class QueueDestination:
         if not fresh:
             return Stored(0, len(items))
         exchange = self._channel.default_exchange
+        batch = uuid.uuid4().hex
         try:
             for item in fresh:
-                await exchange.publish(_amqp_message(item), self.queue_name)
-            record = json.dumps({"ledger": ledger, "keys": [i.key for i in fresh]}).encode()
+                # Not mandatory: a return is not seen without publisher confirms (aiormq logs
+                # each); a queue gone is found below.
+                await exchange.publish(_amqp_message(item), self.queue_name, mandatory=False)
+            record = json.dumps({"ledger": ledger, "keys": [i.key for i in fresh],
+                                 "batch": batch}).encode()
             await exchange.publish(
                 aio_pika.Message(record, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
                 self.ledger_queue)
             await self._channel.transaction().commit()
         except BROKER_ERRORS as exc:
+            refused = await self._refusal(exc)
+            if refused is not None:
+                await self._void(batch)
+                raise DestinationRefused(
+                    f"destination {self.name}: RabbitMQ refused the batch ({refused}); it stays "
+                    "at the source (copies the queue took before refusing may be stored again "
+                    "by a second run)") from None
             raise DestinationUnavailable(f"destination {self.name}: the batch was not "
                                          f"committed ({exc!r})") from None
+        if not await self._queue_exists():
+            await self._void(batch)
+            raise DestinationRefused(
+                f"destination {self.name}: queue {self.queue_name!r} no longer exists (deleted "
+                "during the copy): RabbitMQ dropped the last batch, which stays at the source; "
+                "declare the queue again and run the copy again")
         self._known.update((ledger, i.key) for i in fresh)
         return Stored(len(fresh), len(items) - len(fresh))
+
+    async def _queue_exists(self) -> bool:
+        """Whether the queue is still there after a commit: the default exchange drops a copy
+        for a queue deleted meanwhile, and the transaction commits without it (with the
+        ledger entry)."""
+        assert self._connection is not None
+        try:
+            if self._probe is None or self._probe.is_closed:
+                self._probe = await self._connection.channel(publisher_confirms=False)
+            await self._probe.declare_queue(self.queue_name, passive=True)
+        except ChannelClosed:
+            return False
+        except BROKER_ERRORS as exc:
+            raise DestinationUnavailable(f"destination {self.name}: {exc!r}") from None
+        return True
+
+    async def _refusal(self, exc: BaseException) -> ChannelClosed | None:
+        """The broker's channel error that failed the batch, if it was one (a copy whose
+        `user_id` is not the connection's user, a queue deleted meanwhile): the copy is
+        refused, the broker is not away. aiormq raises it, or a `ChannelInvalidStateError` for
+        the call after it, with the error on the channel's `closing`."""
+        if isinstance(exc, ChannelClosed):
+            return exc
+        if self._channel is None:
+            return None
+        try:
+            underlay = await self._channel.get_underlay_channel()
+        except BROKER_ERRORS:
+            return None
+        closing = underlay.closing
+        # The broker's close frame may have been read and this call refused before the channel
+        # finished closing: its reason is on `closing` a moment later.
+        await asyncio.wait([closing], timeout=CLOSE_WAIT_S)
+        if closing.done() and not closing.cancelled():
+            reason = closing.exception()
+            if isinstance(reason, ChannelClosed):
+                return reason
+        return None
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
             with contextlib.suppress(*BROKER_ERRORS):
                 await connection.close()
+
+
+def _suffixed(name: str, suffix: str) -> str:
+    """`name` + `suffix`, within RabbitMQ's 255 bytes (a long name is cut and a digest added)."""
+    if len((name + suffix).encode()) <= 255:
+        return name + suffix
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return name.encode()[:200].decode("utf-8", "ignore") + "." + digest + suffix
 
 
 def _amqp_message(item: Item) -> aio_pika.Message:

@@ -26,7 +26,6 @@ import json
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import pulsar
 
@@ -44,6 +43,7 @@ from gateway.migrate.endpoint import (
     Stored,
     Url,
 )
+from gateway.token_file import read_token_file
 
 SCHEMES = ("pulsar", "pulsar+ssl")
 IDLE_S = 2.0
@@ -61,11 +61,7 @@ def _client(url: Url) -> pulsar.Client:
     token_file = url.option("token-file")
     auth = None
     if token_file:
-        try:
-            auth = pulsar.AuthenticationToken(Path(token_file).read_text().strip())
-        except OSError as exc:
-            raise InvalidArgument("token-file", token_file, f"a readable file ({exc.strerror})"
-                                  ) from None
+        auth = pulsar.AuthenticationToken(read_token_file("token-file", token_file))
     return pulsar.Client(service, authentication=auth, logger=QUIET,
                          operation_timeout_seconds=OPERATION_TIMEOUT_S)
 

@@ -282,6 +282,11 @@ class Backend(abc.ABC):
     atomic_moves: bool = False
     """True when `move` commits every copy and removal at once (else copy, then remove)."""
 
+    removes_by_position: bool = False
+    """True when `remove` takes a lease `peek` listed by its position alone (no token), at any
+    later time: what `migrate copy` exports is removed by position once its copy is stored.
+    Back ends whose listing positions do not name a message (a broker's) set it False."""
+
     async def move(self, moves: Sequence[Move]) -> int:
         """Append each move's copy to its topic and remove its leased message; return how many
         were removed. Here (back ends without transactions over topics): every copy is

@@ -121,7 +121,7 @@ class InMemoryBackend(Backend):
     """Topics and groups in memory; see the module docstring."""
 
     name = "memory"
-    seekable = skips_delays = True
+    seekable = skips_delays = removes_by_position = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
                               "oldest-ready-time", "backlog-view", "positions", "retry-reset",
                               "purge-keeps-inflight", "delay-skip"})

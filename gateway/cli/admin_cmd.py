@@ -19,7 +19,6 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
@@ -28,6 +27,7 @@ from gateway.admin_client import DEFAULT_TIMEOUT_S, AdminClient, Target, connect
 from gateway.cli import render
 from gateway.errors import GatewayError
 from gateway.preview import duration, iso_ms
+from gateway.token_file import check_token, read_token_file
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -120,12 +120,12 @@ def target_of(args: argparse.Namespace) -> tuple[Target, str]:
     if port.isascii() and port.isdigit() and not 0 < int(port) < 65536:
         # gRPC takes the port modulo 65536: 99999 would reach port 34463.
         raise GatewayError(f"target {address!r}: HOST:PORT with a port in 1..65535")
-    token = args.token if args.token is not None else os.environ.get("GATEWAY_TOKEN", "")
+    if args.token is not None:
+        token = check_token("token", args.token)
+    else:
+        token = check_token("GATEWAY_TOKEN", os.environ.get("GATEWAY_TOKEN", ""))
     if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            raise GatewayError(f"token_file {args.token_file!r}: {exc.strerror}") from None
+        token = read_token_file("token_file", args.token_file)
     target = Target(address, tls=args.tls, ca_file=args.tls_ca, cert_file=args.tls_cert,
                     key_file=args.tls_key, server_name=args.tls_server_name)
     return target, token

@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import os
 import sys
-from pathlib import Path
 from typing import TextIO
 
 from gateway.admin_client import AdminClient
@@ -26,6 +25,7 @@ from gateway.migrate.endpoint import (
     SourceUnavailable,
 )
 from gateway.migrate.progress import Progress
+from gateway.token_file import check_token, read_token_file
 
 EXIT_LEFT = 7
 """rename: some messages were held by consumers and stayed at the old names."""
@@ -173,13 +173,10 @@ async def _rename(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
 
 def _token(path: str, *envs: str) -> str:
     if path:
-        try:
-            return Path(path).read_text().strip()
-        except OSError as exc:
-            raise GatewayError(f"token file {path!r}: {exc.strerror}") from None
+        return read_token_file("token_file", path)
     for name in envs:
         if os.environ.get(name):
-            return os.environ[name]
+            return check_token(name, os.environ[name])
     return ""
 
 

@@ -120,11 +120,22 @@ class MoveVerbs:
         return present
 
     # ----------------------------------------------------------------- copy: the source side
+    def _removable(self) -> None:
+        """Refuse to remove exported messages on a back end whose listing positions name no
+        message (a broker's: they number one listing only): it removed nothing, and a copy
+        from it left every message at the source too. Exporting stays a listing there."""
+        if not self._backend.removes_by_position:
+            name = self._backend.name
+            raise FailedPrecondition(
+                f"the {name} back end cannot remove exported messages by position: copy from "
+                f"the broker directly (`gateway migrate copy --from` a {name} URL)")
+
     async def _part_topic(self, topic: str, group: str, part: str, naming: str = "") -> str:
+        # An unknown scheme is refused for every part, ready included (it has no use there).
+        chosen = self._engine.registry.scheme(naming) if naming else None
         if part == READY:
             return topic
-        scheme = (self._engine.registry.scheme(naming) if naming
-                  else await self.naming_of(topic, group))
+        scheme = chosen or await self.naming_of(topic, group)
         if part == RETRY:
             return scheme.retry_topic(topic, group)
         if part == DEAD_LETTER:
@@ -161,6 +172,7 @@ class MoveVerbs:
         self, topic: str, group: str, part: str, positions: Sequence[int], naming: str = "",
     ) -> int:
         """Remove exported messages by position, once their copies are stored elsewhere."""
+        self._removable()
         source = await self._part_topic(topic, group, part, naming)
         return await self._backend.remove([Lease(source, group, p) for p in positions])
 
@@ -172,9 +184,9 @@ class MoveVerbs:
         """Store each copy once (the ledger records its source key in the same transaction):
         ready ones in the topic, retries and dead letters in the group's destinations."""
         retry_topic = dead_topic = ""
+        chosen = self._engine.registry.scheme(naming) if naming else None  # checked, group or not
         if group:
-            scheme = (self._engine.registry.scheme(naming) if naming
-                      else await self.naming_of(topic, group))
+            scheme = chosen or await self.naming_of(topic, group)
             retry_topic = scheme.retry_topic(topic, group)
             dead_topic = scheme.dead_letter_topic(topic, group)
         renames = {old: new for old, new in zip(source_names, (retry_topic, dead_topic),

@@ -7,6 +7,7 @@ path, percent-decoded, so `gateway://127.0.0.1:50051/persistent://t/ns/orders?gr
   times and attempt counts) and its dead letters (`parts=ready,retry,dead-letter`, all by
   default; `naming=S` reads another scheme's destinations). Messages are read with
   ExportMessages and removed with RemoveExported once the destination confirmed their copies.
+  Each is known in the destination's ledger by its part, position and id (`source_key`).
   The group must have no consumers open meanwhile.
 * As a destination: ImportMessages, which stores each copy once (a ledger keyed by the source
   message). Ready copies go to the topic; retries and dead letters to the group's destinations
@@ -119,6 +120,7 @@ class GatewaySource(_Side):
         self._part = 0
         self._token_of: dict[str, str] = {}
         self._names = ("", "")
+        self._scheme = self.naming
 
     @property
     def ledger(self) -> str:
@@ -136,6 +138,11 @@ class GatewaySource(_Side):
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
         self._names = (view.retry_topic, view.dead_letter_topic)
+        # The scheme the group has now, for every export and removal of this run: found again
+        # on each call it could change under the run (another topic's group of this name given
+        # a dead letter under another scheme), and positions exported from one scheme's
+        # destination were removed from the other's.
+        self._scheme = self.naming or view.naming
 
     async def count(self, exact: bool) -> dict[str, int] | None:
         assert self.client is not None
@@ -150,7 +157,7 @@ class GatewaySource(_Side):
                 token, found[part] = "", 0
                 while True:
                     page = await self.client.export(self.topic, self.group, PART_CODES[part],
-                                                    token, PAGE, self.naming)
+                                                    token, PAGE, self._scheme)
                     found[part] += len(page.messages)
                     token = page.next_page_token
                     if not token:
@@ -166,7 +173,7 @@ class GatewaySource(_Side):
             token = self._token_of.get(part, "")
             try:
                 page = await self.client.export(self.topic, self.group, PART_CODES[part], token,
-                                                min(max_items, PAGE), self.naming)
+                                                min(max_items, PAGE), self._scheme)
             except grpc.aio.AioRpcError as exc:
                 _raise(exc, "source", self.name)
             if page.next_page_token:
@@ -188,7 +195,7 @@ class GatewaySource(_Side):
                 for start in range(0, len(positions), MAX_IMPORT):
                     await self.client.remove_exported(self.topic, self.group, PART_CODES[part],
                                                       positions[start:start + MAX_IMPORT],
-                                                      self.naming)
+                                                      self._scheme)
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
 
@@ -198,7 +205,15 @@ def _item(part: str, m: pb.MovedMessage) -> Item:
 
     message = OutMessage(m.body, dict(m.properties), m.key, m.tag, m.deliver_at_ms,
                          m.message_id, m.attempt, m.retries)
-    return Item(m.message_id, part, message, m.position, message_size(message))
+    return Item(source_key(part, m), part, message, m.position, message_size(message))
+
+
+def source_key(part: str, m: pb.MovedMessage) -> str:
+    """A source message's key in the destination's ledger: where it is stored (its part and
+    position, the same on every run), then its id. The id alone named two messages as one when
+    they shared it (two copies of RabbitMQ messages with one `message_id`, a ready message and
+    a dead letter with the same id): the second was taken for copied and removed uncopied."""
+    return f"{part}@{m.position}/{m.message_id}"
 
 
 class GatewayDestination(_Side):
@@ -211,6 +226,13 @@ class GatewayDestination(_Side):
         self.part = url.option("part")
         if self.part and self.part not in PARTS:
             raise InvalidArgument("to", url.shown, f"part one of {', '.join(PARTS)}")
+        # Refused before anything is taken (the gateway refused the first batch, exit 7).
+        if "group" in url.query and not self.group:
+            raise InvalidArgument("to", url.shown, "group=G with a non-empty G, or no group "
+                                                   "option (only ready messages arrive)")
+        if self.part in (RETRY, DEAD_LETTER) and not self.group:
+            raise InvalidArgument("to", url.shown, f"a group for part={self.part}: "
+                                                   "gateway://HOST:PORT/TOPIC?group=G&part=...")
 
     async def open(self) -> None:
         client = self._open_channel()

@@ -421,6 +421,7 @@ class EmbeddedStore(Backend):
         return await admin.purge(self._catalog, writer, reader, topic, group, leased=leased)
 
     atomic_moves = True
+    removes_by_position = True
 
     async def move(self, items: Sequence[Move]) -> int:
         """See `Backend.move`: here every copy and removal commits in one transaction."""

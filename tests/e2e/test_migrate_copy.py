@@ -159,6 +159,7 @@ async def test_gateway_group_to_another_gateway_killed_halfway(tmp_path: Path) -
 @pytest.mark.parametrize("url, status, text", [
     ("amqp://guest:guest@127.0.0.1:1/?queue=x", 5, "cannot connect"),
     ("amqp://guest:wrong@127.0.0.1:5672/?queue=x", 4, "credentials"),
+    ("amqp://guest:guest@127.0.0.1:5672/no-vhost-{uid}?queue=x", 4, "virtual host"),
     ("amqp://guest:guest@127.0.0.1:5672/?queue=migrate-none-{uid}", 2, "no queue"),
     ("amqp://guest:guest@127.0.0.1:5672/", 2, "queue=NAME"),
     ("ftp://127.0.0.1/x", 2, "a URL of scheme"),
@@ -173,6 +174,20 @@ def test_clear_errors_and_exit_statuses(tmp_path: Path, url: str, status: int,
     assert result.returncode == status, (result.stdout, result.stderr)
     assert text in result.stderr
     assert "wrong" not in result.stderr  # a password is never echoed
+
+
+@pytest.mark.parametrize("to, text", [
+    ("gateway://127.0.0.1:1/elsewhere?part=retry", "a group for part=retry"),
+    ("gateway://127.0.0.1:1/elsewhere?part=dead-letter", "a group for part=dead-letter"),
+    ("gateway://127.0.0.1:1/elsewhere?group=", "non-empty"),
+])
+def test_a_destination_url_that_cannot_take_the_copies_is_bad_usage(to: str, text: str) -> None:
+    """Refused before either side is reached (it was found only when the destination refused
+    the first batch, exit 7, or not at all when nothing was to be copied)."""
+    result = migrate("copy", "--from", "gateway://127.0.0.1:1/orders?group=g", "--to", to,
+                     timeout_s=60)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert text in result.stderr and "to=" in result.stderr
 
 
 async def test_unreachable_destination_takes_nothing_from_the_source(tmp_path: Path) -> None:

@@ -1,0 +1,50 @@
+"""Reading a bearer token from a file (`--token-file`, `--from-token-file`, `--to-token-file`,
+a Pulsar URL's `token-file=`): one line of printable ASCII, read with a bound.
+
+A path to the wrong file (a log, a binary, `/dev/zero`) is refused by name: it used to be read
+whole (`/dev/zero` until the machine ran out of memory) or fail with a UnicodeDecodeError
+traceback, and an empty file sent no token at all.
+"""
+
+from __future__ import annotations
+
+from gateway.errors import InvalidArgument
+
+MAX_TOKEN_FILE_BYTES = 64 * 1024
+"""The largest token file read (a bearer token is a line; a JWT a few KiB)."""
+
+
+def read_token_file(field: str, path: str) -> str:
+    """The token in `path`, without surrounding whitespace; `InvalidArgument` naming `field`."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_TOKEN_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InvalidArgument(field, path, f"a readable file ({exc.strerror})") from None
+    if len(data) > MAX_TOKEN_FILE_BYTES:
+        raise InvalidArgument(field, path, f"a file of at most {MAX_TOKEN_FILE_BYTES} bytes "
+                                           "holding a bearer token")
+    try:
+        token = data.decode("ascii").strip()
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(field, path, f"a bearer token in ASCII (byte {exc.start} is "
+                                           "not)") from None
+    if not token:
+        raise InvalidArgument(field, path, "a file holding a bearer token (it is empty)")
+    if not printable_ascii(token):
+        raise InvalidArgument(field, path, "one line of printable ASCII (a bearer token)")
+    return token
+
+
+def printable_ascii(token: str) -> bool:
+    """Whether a token can travel in a gRPC metadata value (`authorization: Bearer ...`)."""
+    return all(" " <= c <= "~" for c in token)
+
+
+def check_token(field: str, token: str) -> str:
+    """A token given as an argument or an environment variable ("" = none): one that gRPC
+    could not send (a line break, a non-ASCII character) is refused by name, where it failed
+    the first call with a traceback from gRPC's C core."""
+    if not printable_ascii(token):
+        raise InvalidArgument(field, "***", "one line of printable ASCII (a bearer token)")
+    return token
