@@ -82,8 +82,7 @@ class EmbeddedStore(Backend):
     """Durable topics in one SQLite file under `data_dir`; see the module docstring."""
 
     name = "embedded"
-    seekable = True
-    skips_delays = True
+    seekable = skips_delays = True
 
     def __init__(
         self,
