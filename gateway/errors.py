@@ -145,8 +145,9 @@ class TooManyGroups(GatewayError):
 
     def __init__(self, limit: int) -> None:
         super().__init__(f"the gateway runs its maximum of {limit} groups (max_groups, "
-                         f"--max-groups): a new group is refused; use an existing one, or "
-                         "drop (unsubscribe, delete) groups no longer used")
+                         f"--max-groups), each in use (a consumer, a receive or unsettled "
+                         "deliveries): a new group is refused; use an existing one, or drop "
+                         "(unsubscribe, delete) groups no longer used")
         self.limit = limit
 
 

@@ -67,7 +67,7 @@ class Delivering(Leaving):
         key = (spec.topic, group)
         sub = self.subscriptions.get(key)
         if sub is None:
-            if len(self.subscriptions) >= self._config.max_groups:
+            if len(self.subscriptions) >= self._config.max_groups and not self._make_room():
                 raise TooManyGroups(self._config.max_groups)
             sub = Subscription(spec=spec, policy=policy, group=group, own_group=own,
                                anonymous=anonymous)
@@ -434,24 +434,29 @@ class Delivering(Leaving):
             self._drop_later(sub)  # a pull consumer's own group lasts while it keeps receiving
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ms / 1000
-        while True:
-            if sub.held and not sub.consumers:
-                # Ordered retries due again go out first, before anything behind them.
-                return [self._redeliver_held(sub, None, policy)
-                        for _ in range(min(max_messages, len(sub.held)))]
-            got = await self._fetch(sub, max_messages, self._config.max_unacked_bytes)
-            if got:
-                now, real = self._time.both()
-                if self._plain(sub):
-                    with self._counted():
-                        return self._deliver_all(sub, got, None, now, real, policy,
-                                                 invisible_ms)
-                return [self._deliver(sub, s, None, invisible_ms, now, real, policy)
-                        for s in got]
-            left = give_up - loop.time()
-            if left <= 0 or not self._accepting:
-                return []
-            waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
-                asyncio.ensure_future(self.backend.wait(s, sub.group, left)) for s in sub.sources
-            ]
-            await wait_any(waiters)
+        sub.pulls += 1  # in use: not forgotten at `max_groups` while it waits
+        try:
+            while True:
+                if sub.held and not sub.consumers:
+                    # Ordered retries due again go out first, before anything behind them.
+                    return [self._redeliver_held(sub, None, policy)
+                            for _ in range(min(max_messages, len(sub.held)))]
+                got = await self._fetch(sub, max_messages, self._config.max_unacked_bytes)
+                if got:
+                    now, real = self._time.both()
+                    if self._plain(sub):
+                        with self._counted():
+                            return self._deliver_all(sub, got, None, now, real, policy,
+                                                     invisible_ms)
+                    return [self._deliver(sub, s, None, invisible_ms, now, real, policy)
+                            for s in got]
+                left = give_up - loop.time()
+                if left <= 0 or not self._accepting:
+                    return []
+                waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
+                    asyncio.ensure_future(self.backend.wait(s, sub.group, left))
+                    for s in sub.sources
+                ]
+                await wait_any(waiters)
+        finally:
+            sub.pulls -= 1

@@ -225,6 +225,8 @@ class Subscription:
     counts_forgotten: bool = False
     """Its last consumer left under a policy whose product then forgets the failure counts
     (`RetryPolicy.count_resets_unattended`); the next consumer settles what that means."""
+    pulls: int = 0
+    """Pull receives of the group going on now (the group is in use, not idle)."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)
     _turn: int = 0
     """Where `share` goes on dealing (an index into the consumers with room)."""

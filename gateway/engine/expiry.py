@@ -1,4 +1,5 @@
-"""What the engine's timers carry out: deadlines that passed, and broadcast groups left idle.
+"""What the engine's timers carry out: deadlines that passed, and broadcast groups left idle;
+and, at `max_groups`, forgetting the subscriptions nobody uses.
 
 Every delivery deadline (ack timeout, invisible duration, an ordered retry's interval) is a key
 in the one `TimerService`; keys from `GROUP_KEYS` up stand for broadcast consumers' own groups
@@ -30,6 +31,9 @@ log = structlog.get_logger("gateway.engine")
 
 GROUP_KEYS = 1 << 61
 """Timer keys from here up drop idle broadcast groups; the ones below are delivery numbers."""
+ROOM_SCAN_MS = 1000
+"""At `max_groups`, the subscriptions are looked over for idle ones at most this often: a
+client asking for new groups one after another at the cap costs one scan a second."""
 
 
 class Expiring(Settling):
@@ -45,6 +49,7 @@ class Expiring(Settling):
     ) -> None:
         super().__init__(backend, registry, clock, config, observers)
         self._expiry_keys = itertools.count(GROUP_KEYS)
+        self._next_room_scan_ms = 0
 
     def _on_due(self, keys: list[int]) -> None:
         if self._expiring:
@@ -81,6 +86,28 @@ class Expiring(Settling):
             await self._flush(batch)
         except GatewayError as exc:
             log.error("timeout handling failed", error=exc.message)
+
+    # ------------------------------------------------------- room for groups
+    def _make_room(self) -> bool:
+        """At `max_groups`: forget every subscription nobody uses now (no consumer, no pull
+        going on, nothing delivered and unsettled or held for an ordered retry, no failure
+        counts waiting to be forgotten, not a broadcast consumer's own group, which has its own
+        expiry). The back end keeps their positions and messages, and the next consumer or
+        receive of such a group makes its subscription again. True when there is room."""
+        now = self.clock.now_ms()
+        if now < self._next_room_scan_ms:
+            return False
+        self._next_room_scan_ms = now + ROOM_SCAN_MS
+        busy = {id(inf.sub) for inf in self.inflight.values()}
+        for key, sub in list(self.subscriptions.items()):
+            if (sub.consumers or sub.pulls or sub.held or sub.own_group or sub.counts_forgotten
+                    or id(sub) in busy):
+                continue
+            del self.subscriptions[key]
+            sub.closed = True
+            sub.wake.set()  # its dispatcher, if any, ends after what it is doing (not cancelled:
+            # a fetch it made is then given back)
+        return len(self.subscriptions) < self._config.max_groups
 
     # ------------------------------------------------- idle broadcast groups
     def _drop_later(self, sub: Subscription) -> None:
