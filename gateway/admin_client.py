@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from gateway.errors import InvalidArgument
+from gateway.token_file import read_bounded
 from gateway.v1 import admin_pb2 as pb
 from gateway.v1 import admin_pb2_grpc
 
@@ -58,14 +59,7 @@ memory ran out."""
 def _read(field: str, path: str) -> bytes | None:
     if not path:
         return None
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PEM_BYTES + 1)
-    except OSError as exc:
-        raise InvalidArgument(field, path, f"a readable PEM file ({exc.strerror})") from None
-    if len(data) > MAX_PEM_BYTES:
-        raise InvalidArgument(field, path, f"a PEM file of at most {MAX_PEM_BYTES} bytes")
-    return data
+    return read_bounded(field, path, MAX_PEM_BYTES, "", kind="PEM file")
 
 
 def connect(target: Target) -> grpc.aio.Channel:

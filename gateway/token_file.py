@@ -14,16 +14,22 @@ MAX_TOKEN_FILE_BYTES = 64 * 1024
 """The largest token file read (a bearer token is a line; a JWT a few KiB)."""
 
 
-def read_token_file(field: str, path: str) -> str:
-    """The token in `path`, without surrounding whitespace; `InvalidArgument` naming `field`."""
+def read_bounded(field: str, path: str, limit: int, what: str, kind: str = "file") -> bytes:
+    """The bytes of the file at `path`, at most `limit` of them (a bigger one is refused, not
+    read whole); `InvalidArgument` naming `field`, `kind` and `what` it should hold."""
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_TOKEN_FILE_BYTES + 1)
+            data = f.read(limit + 1)
     except OSError as exc:
-        raise InvalidArgument(field, path, f"a readable file ({exc.strerror})") from None
-    if len(data) > MAX_TOKEN_FILE_BYTES:
-        raise InvalidArgument(field, path, f"a file of at most {MAX_TOKEN_FILE_BYTES} bytes "
-                                           "holding a bearer token")
+        raise InvalidArgument(field, path, f"a readable {kind} ({exc.strerror})") from None
+    if len(data) > limit:
+        raise InvalidArgument(field, path, f"a {kind} of at most {limit} bytes{what}")
+    return data
+
+
+def read_token_file(field: str, path: str) -> str:
+    """The token in `path`, without surrounding whitespace; `InvalidArgument` naming `field`."""
+    data = read_bounded(field, path, MAX_TOKEN_FILE_BYTES, " holding a bearer token")
     try:
         token = data.decode("ascii").strip()
     except UnicodeDecodeError as exc:
