@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pulsar
+import pytest
 
 from adapters.pulsar.frontend import PulsarFrontEnd
 from gateway.engine.clock import SystemClock
@@ -56,6 +57,16 @@ class Stack:
         if self._exit is not None:
             await self._exit.aclose()
             self._exit = None
+
+
+@pytest.fixture(name="stack")
+async def stack_fixture(tmp_path: Path) -> AsyncIterator[Stack]:
+    """The `stack` fixture: a started `Stack` on `tmp_path / "data"`, stopped after the test.
+    A test module imports `stack_fixture` to have it."""
+    instance = Stack(tmp_path / "data")
+    await instance.start()
+    yield instance
+    await instance.stop()
 
 
 def client_for(url: str, timeout_s: int = 10) -> pulsar.Client:

@@ -5,14 +5,12 @@ client writes it (LZ4's raw block, a zstd frame, raw snappy)."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
 
-from tests.e2e.pulsar_stack import Stack, client_for, receive_all, run
+from tests.e2e.pulsar_stack import Stack, client_for, receive_all, run, stack_fixture  # noqa: F401  (fixture `stack`)
 
 CODECS = {
     "lz4": pulsar.CompressionType.LZ4,
@@ -20,14 +18,6 @@ CODECS = {
     "snappy": pulsar.CompressionType.SNAPPY,
     "zlib": pulsar.CompressionType.ZLib,
 }
-
-
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    instance = Stack(tmp_path / "data")
-    await instance.start()
-    yield instance
-    await instance.stop()
 
 
 def bodies(count: int) -> list[bytes]:

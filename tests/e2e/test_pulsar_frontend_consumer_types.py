@@ -7,27 +7,17 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pulsar
 import pytest
 
 import tests.pulsar_raw as raw
 from adapters.pulsar.wire import wire_pb2 as pb
-from tests.e2e.pulsar_stack import Stack, client_for, receive_all, run
+from tests.e2e.pulsar_stack import Stack, client_for, receive_all, run, stack_fixture  # noqa: F401  (fixture `stack`)
 from tests.pulsar_raw import Cmd, RawClient
 
 FAILOVER = pulsar.ConsumerType.Failover
 KEY_SHARED = pulsar.ConsumerType.KeyShared
-
-
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    instance = Stack(tmp_path / "data")
-    await instance.start()
-    yield instance
-    await instance.stop()
 
 
 async def test_failover_switches_to_the_next_consumer_when_the_active_one_leaves(

@@ -8,23 +8,13 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pulsar
 import pytest
 
-from tests.e2e.pulsar_stack import Stack, client_for, receive_all, run
+from tests.e2e.pulsar_stack import Stack, client_for, receive_all, run, stack_fixture  # noqa: F401  (fixture `stack`)
 
 HOUR = datetime.timedelta(hours=1)
-
-
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    instance = Stack(tmp_path / "data")
-    await instance.start()
-    yield instance
-    await instance.stop()
 
 
 @pytest.mark.parametrize("kind", [pulsar.ConsumerType.Exclusive, pulsar.ConsumerType.Failover],

@@ -10,27 +10,16 @@ they were while the reader was attached."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import readers
 from adapters.pulsar.wire import wire_pb2 as pb
-from tests.e2e.pulsar_stack import Stack
+from tests.e2e.pulsar_stack import Stack, stack_fixture  # noqa: F401  (fixture `stack`)
 from tests.pulsar_raw import Cmd, RawClient
 
 SHARED = pb.CommandSubscribe.Shared
 TOPIC = "raw"  # what tests.pulsar_raw's commands name
-
-
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    instance = Stack(tmp_path / "data")
-    await instance.start()
-    yield instance
-    await instance.stop()
 
 
 def reader(consumer_id: int, request_id: int, *, durable: bool = False) -> pb.BaseCommand:

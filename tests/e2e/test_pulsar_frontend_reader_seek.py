@@ -6,7 +6,6 @@ completes its seek and rereads from the target; another reader of the same group
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pulsar
@@ -16,19 +15,11 @@ import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd, readers
 from adapters.pulsar.wire import wire_pb2 as pb
 from gateway.engine.engine import Engine
-from tests.e2e.pulsar_stack import Stack, client_for, run
+from tests.e2e.pulsar_stack import Stack, client_for, run, stack_fixture  # noqa: F401  (fixture `stack`)
 from tests.pulsar_raw import Cmd, RawClient
 
 TOPIC = "reader-seek"
 SHARED = pb.CommandSubscribe.Shared
-
-
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    instance = Stack(tmp_path / "data")
-    await instance.start()
-    yield instance
-    await instance.stop()
 
 
 def scenario(url: str) -> dict[str, list[bytes]]:

@@ -9,25 +9,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import grpc
 import pulsar
 import pytest
 
 from gateway.v1 import admin_pb2, admin_pb2_grpc, gateway_pb2, gateway_pb2_grpc
-from tests.e2e.pulsar_stack import Stack, client_for, run
+from tests.e2e.pulsar_stack import Stack, client_for, run, stack_fixture  # noqa: F401  (fixture `stack`)
 
 TOPIC = "reader-close"
-
-
-@pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    instance = Stack(tmp_path / "data")
-    await instance.start()
-    yield instance
-    await instance.stop()
 
 
 async def publish(stack: Stack, *bodies: bytes) -> None:
