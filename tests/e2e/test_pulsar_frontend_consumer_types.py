@@ -88,6 +88,31 @@ def _shared(consumer_id: int) -> pb.BaseCommand:
     return cmd
 
 
+async def _key_shared_trio(
+    client: pulsar.Client, topic: str, batching: bool
+) -> tuple[list[pulsar.Consumer], pulsar.Producer]:
+    """Consumers c0, c1, c2 of one Key_Shared subscription of `topic`, and a producer to it."""
+    consumers = [
+        await run(client.subscribe, topic, "sub", consumer_type=KEY_SHARED,
+                  consumer_name=f"c{n}")
+        for n in range(3)
+    ]
+    producer = await run(client.create_producer, topic, batching_enabled=batching,
+                         batching_max_publish_delay_ms=10)
+    return consumers, producer
+
+
+async def _receive_and_ack(consumers: list[pulsar.Consumer]) -> list[tuple[int, pulsar.Message]]:
+    """Every message each consumer receives (until it is quiet), acknowledged, with the
+    consumer's index."""
+    out: list[tuple[int, pulsar.Message]] = []
+    for index, consumer in enumerate(consumers):
+        for msg in await receive_all(consumer):
+            out.append((index, msg))
+            await run(consumer.acknowledge, msg)
+    return out
+
+
 @pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
 async def test_key_shared_keeps_each_key_with_one_consumer_in_order(
     stack: Stack, batching: bool
@@ -95,13 +120,7 @@ async def test_key_shared_keeps_each_key_with_one_consumer_in_order(
     client = client_for(stack.url)
     topic = f"keyed-{batching}"
     try:
-        consumers = [
-            await run(client.subscribe, topic, "sub", consumer_type=KEY_SHARED,
-                      consumer_name=f"c{n}")
-            for n in range(3)
-        ]
-        producer = await run(client.create_producer, topic, batching_enabled=batching,
-                             batching_max_publish_delay_ms=10)
+        consumers, producer = await _key_shared_trio(client, topic, batching)
         keys = [f"key-{k}" for k in range(12)]
         for n in range(5):
             for key in keys:
@@ -109,13 +128,11 @@ async def test_key_shared_keeps_each_key_with_one_consumer_in_order(
         await run(producer.flush)
         seen: dict[str, set[int]] = defaultdict(set)
         order: dict[str, list[int]] = defaultdict(list)
-        for index, consumer in enumerate(consumers):
-            for msg in await receive_all(consumer):
-                key, n = msg.data().decode().split("/")
-                assert msg.partition_key() == key
-                seen[key].add(index)
-                order[key].append(int(n))
-                await run(consumer.acknowledge, msg)
+        for index, msg in await _receive_and_ack(consumers):
+            key, n = msg.data().decode().split("/")
+            assert msg.partition_key() == key
+            seen[key].add(index)
+            order[key].append(int(n))
         assert set(seen) == set(keys)
         assert all(len(who) == 1 for who in seen.values()), seen  # one consumer per key
         assert all(order[key] == list(range(5)) for key in keys), order  # in order per key
@@ -134,13 +151,7 @@ async def test_key_shared_routes_by_the_ordering_key_before_the_partition_key(
     client = client_for(stack.url)
     topic = f"ordering-{batching}"
     try:
-        consumers = [
-            await run(client.subscribe, topic, "sub", consumer_type=KEY_SHARED,
-                      consumer_name=f"c{n}")
-            for n in range(3)
-        ]
-        producer = await run(client.create_producer, topic, batching_enabled=batching,
-                             batching_max_publish_delay_ms=10)
+        consumers, producer = await _key_shared_trio(client, topic, batching)
         orders = [f"order-{k}" for k in range(4)]
         for n in range(12):
             for order_key in orders:
@@ -151,16 +162,14 @@ async def test_key_shared_routes_by_the_ordering_key_before_the_partition_key(
         await run(producer.flush)
         seen: dict[str, set[int]] = defaultdict(set)
         order: dict[str, list[int]] = defaultdict(list)
-        for index, consumer in enumerate(consumers):
-            for msg in await receive_all(consumer):
-                name, n = msg.data().decode().split("/")
-                if name == "plain":
-                    assert (msg.partition_key(), msg.ordering_key()) == ("plain", "")
-                else:  # both keys reach the consumer as they were sent
-                    assert (msg.partition_key(), msg.ordering_key()) == (f"pk-{n}", name)
-                seen[name].add(index)
-                order[name].append(int(n))
-                await run(consumer.acknowledge, msg)
+        for index, msg in await _receive_and_ack(consumers):
+            name, n = msg.data().decode().split("/")
+            if name == "plain":
+                assert (msg.partition_key(), msg.ordering_key()) == ("plain", "")
+            else:  # both keys reach the consumer as they were sent
+                assert (msg.partition_key(), msg.ordering_key()) == (f"pk-{n}", name)
+            seen[name].add(index)
+            order[name].append(int(n))
         assert set(seen) == {*orders, "plain"}
         assert all(len(who) == 1 for who in seen.values()), seen  # one consumer per key
         assert all(got == list(range(12)) for got in order.values()), order  # in order
