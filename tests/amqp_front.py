@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
 import uuid
@@ -14,10 +15,13 @@ from typing import Any
 
 from pamqp import commands, frame, header
 
+from adapters.amqp.backend import RabbitMQBackend
 from adapters.amqp.frontend.framing import method_frame, reply
+from gateway.engine.clock import SystemClock
 from gateway.server.app import GatewayApp, running_gateway
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+RABBITMQ_URL = os.environ.get("GATEWAY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
 def unique(prefix: str = "q") -> str:
@@ -73,6 +77,17 @@ async def amqp_gateway(data_dir: Path, **settings: Any) -> AsyncIterator[AmqpGat
         yield gw
     finally:
         await gw.stop()
+
+
+@contextlib.asynccontextmanager
+async def amqp_gateway_on(store: str, data_dir: Path,
+                          **settings: Any) -> AsyncIterator[AmqpGateway]:
+    """`amqp_gateway` on its embedded store (`store` "embedded") or on the real RabbitMQ at
+    RABBITMQ_URL behind the gateway ("rabbitmq")."""
+    if store == "rabbitmq":
+        settings["backend"] = RabbitMQBackend(RABBITMQ_URL, clock=SystemClock())
+    async with amqp_gateway(data_dir, **settings) as gw:
+        yield gw
 
 
 def raw_frame(kind: int, channel: int, payload: bytes, end: int = 0xCE) -> bytes:

@@ -13,7 +13,6 @@ acknowledgement timeout 6 s.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,31 +20,21 @@ import aio_pika
 import pytest
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from adapters.amqp.backend import RabbitMQBackend
-from gateway.engine.clock import SystemClock
-from tests.amqp_front import AmqpGateway, amqp_gateway, unique
+from tests.amqp_front import AmqpGateway, amqp_gateway_on, unique
+from tests.e2e import test_amqp_frontend_retry
 
 SCALE = 0.1
 INTERVAL_S = 10
-RABBITMQ_URL = os.environ.get("GATEWAY_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
 @pytest.fixture(params=["embedded", "rabbitmq"])
 async def gw(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[AmqpGateway]:
-    settings: dict[str, object] = {}
-    if request.param == "rabbitmq":
-        settings["backend"] = RabbitMQBackend(RABBITMQ_URL, clock=SystemClock())
-    async with amqp_gateway(tmp_path / "data", time_scale=SCALE, **settings) as gateway:
+    async with amqp_gateway_on(request.param, tmp_path / "data", time_scale=SCALE) as gateway:
         yield gateway
 
 
-@pytest.fixture
-async def conn(gw: AmqpGateway) -> AsyncIterator[AbstractRobustConnection]:
-    connection = await aio_pika.connect_robust(gw.url)
-    try:
-        yield connection
-    finally:
-        await connection.close()
+# The aio-pika connection fixture of the retry tests, here on this module's `gw`.
+conn = test_amqp_frontend_retry.conn
 
 
 async def test_queue_purge_keeps_unacked_deliveries(conn: AbstractRobustConnection) -> None:
