@@ -7,10 +7,13 @@ most, the one batch whose fate RabbitMQ does not tell."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 import pytest
@@ -19,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from amqp_node import URL
-from migrate_procs import migrate, read_part, start_gateway, stop
+from migrate_procs import Proc, migrate, read_part, start_gateway, stop
 
 from gateway.client import GatewayClient
 
@@ -29,17 +32,48 @@ async def _queue_depth(channel: aio_pika.abc.AbstractChannel, queue: str) -> int
     return int(declared.declaration_result.message_count or 0)
 
 
+@contextlib.asynccontextmanager
+async def _queue_and_source(
+    tmp_path: Path, queue: str, arguments: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[aio_pika.abc.AbstractChannel, Proc]]:
+    """A durable queue on the real RabbitMQ and a source gateway on `tmp_path / "a"`; after
+    the test, the gateway stopped and the queue and its ledger queue deleted."""
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    await channel.declare_queue(queue, durable=True, arguments=arguments)
+    source = start_gateway(tmp_path / "a")
+    try:
+        yield channel, source
+    finally:
+        stop(source)
+        await channel.queue_delete(queue)
+        await channel.queue_delete(queue + ".migrate-ledger")
+        await connection.close()
+
+
+async def _publish_numbered(target: str, total: int) -> None:
+    """Publish m0 .. m{total - 1} to "orders", 1,000 a call."""
+    async with GatewayClient(target) as client:
+        for start in range(0, total, 1000):
+            await client.publish("orders", [f"m{start + i}".encode() for i in range(1000)])
+
+
+async def _drained(channel: aio_pika.abc.AbstractChannel, queue: str) -> Counter[bytes]:
+    """The bodies a queue holds, each with its number of copies, taken off the queue."""
+    bodies: Counter[bytes] = Counter()
+    declared = await channel.declare_queue(queue, passive=True)
+    while (message := await declared.get(no_ack=True, fail=False)) is not None:
+        bodies[message.body] += 1
+    return bodies
+
+
 @pytest.mark.parametrize("batch", ["1", "10"])
 async def test_a_copy_rabbitmq_refuses_stays_at_the_source(tmp_path: Path, batch: str) -> None:
     """RabbitMQ refuses a copy whose user_id is not the connection's user (406, the channel
     closed): exit 7, the destination refused it, and it and what follows stay at the source. It
     was exit 6 ('cannot be reached') or a ChannelInvalidStateError traceback (exit 1)."""
     queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
-    connection = await aio_pika.connect(URL)
-    channel = await connection.channel()
-    await channel.declare_queue(queue, durable=True)
-    source = start_gateway(tmp_path / "a")
-    try:
+    async with _queue_and_source(tmp_path, queue) as (channel, source):
         async with GatewayClient(source.target) as client:
             await client.publish("orders", [b"fine-1"])
             await client.publish("orders", [b"not-mine"], properties={"amqp.user-id": "nobody"})
@@ -53,11 +87,6 @@ async def test_a_copy_rabbitmq_refuses_stays_at_the_source(tmp_path: Path, batch
         copied = await _queue_depth(channel, queue)
         assert b"not-mine" in left and b"fine-2" in left
         assert copied == (1 if batch == "1" else 0) and len(left) == 3 - copied
-    finally:
-        stop(source)
-        await channel.queue_delete(queue)
-        await channel.queue_delete(queue + ".migrate-ledger")
-        await connection.close()
 
 
 async def test_a_batch_a_queue_takes_in_part_is_not_recorded_as_copied(tmp_path: Path) -> None:
@@ -66,13 +95,9 @@ async def test_a_batch_a_queue_takes_in_part_is_not_recorded_as_copied(tmp_path:
     the ledger entry for all 50. The entry is voided: once the queue has room, a second run
     copies all 50. It found them 'already there' and removed 40 uncopied at the source."""
     queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
-    connection = await aio_pika.connect(URL)
-    channel = await connection.channel()
-    await channel.declare_queue(queue, durable=True, arguments={
-        "x-max-length": 10, "x-overflow": "reject-publish"})
-    source = start_gateway(tmp_path / "a")
     total = 50
-    try:
+    async with _queue_and_source(tmp_path, queue, {
+            "x-max-length": 10, "x-overflow": "reject-publish"}) as (channel, source):
         async with GatewayClient(source.target) as client:
             await client.publish("orders", [f"m{i}".encode() for i in range(total)])
         args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
@@ -85,17 +110,8 @@ async def test_a_batch_a_queue_takes_in_part_is_not_recorded_as_copied(tmp_path:
         await channel.declare_queue(queue, durable=True)
         done = migrate(*args)
         assert done.returncode == 0, done.stderr
-        bodies: Counter[bytes] = Counter()
-        declared = await channel.declare_queue(queue, passive=True)
-        while (message := await declared.get(no_ack=True, fail=False)) is not None:
-            bodies[message.body] += 1
-        assert bodies == Counter(f"m{i}".encode() for i in range(total))
+        assert await _drained(channel, queue) == Counter(f"m{i}".encode() for i in range(total))
         assert await read_part(source.target, "orders", "billing", "ready") == []
-    finally:
-        stop(source)
-        await channel.queue_delete(queue)
-        await channel.queue_delete(queue + ".migrate-ledger")
-        await connection.close()
 
 
 async def test_a_queue_deleted_during_the_copy_loses_nothing_more(tmp_path: Path) -> None:
@@ -104,15 +120,9 @@ async def test_a_queue_deleted_during_the_copy_loses_nothing_more(tmp_path: Path
     (exit 0, all of them gone). It stops at the first such batch (exit 7), which stays at the
     source, and a run into the queue declared again copies the rest."""
     queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
-    connection = await aio_pika.connect(URL)
-    channel = await connection.channel()
-    await channel.declare_queue(queue, durable=True)
-    source = start_gateway(tmp_path / "a")
     total = 3000
-    try:
-        async with GatewayClient(source.target) as client:
-            for start in range(0, total, 1000):
-                await client.publish("orders", [f"m{start + i}".encode() for i in range(1000)])
+    async with _queue_and_source(tmp_path, queue) as (channel, source):
+        await _publish_numbered(source.target, total)
         args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
                 "--to", f"{URL}?queue={queue}", "--batch", "5"]
         proc = await asyncio.create_subprocess_exec(
@@ -133,11 +143,6 @@ async def test_a_queue_deleted_during_the_copy_loses_nothing_more(tmp_path: Path
         assert done.returncode == 0, done.stderr
         assert await _queue_depth(channel, queue) == left
         assert await read_part(source.target, "orders", "billing", "ready") == []
-    finally:
-        stop(source)
-        await channel.queue_delete(queue)
-        await channel.queue_delete(queue + ".migrate-ledger")
-        await connection.close()
 
 
 async def test_two_copies_into_one_rabbitmq_queue_at_once_store_each_message_once(
@@ -146,15 +151,9 @@ async def test_two_copies_into_one_rabbitmq_queue_at_once_store_each_message_onc
     (exit 2, naming the lock), and a run after it finishes the rest. Each read the ledger once
     at its start, so both stored every message (5,900 copies of 3,000)."""
     queue = f"migrate-dst-{uuid.uuid4().hex[:10]}"
-    connection = await aio_pika.connect(URL)
-    channel = await connection.channel()
-    await channel.declare_queue(queue, durable=True)
-    source = start_gateway(tmp_path / "a")
     total = 3000
-    try:
-        async with GatewayClient(source.target) as client:
-            for start in range(0, total, 1000):
-                await client.publish("orders", [f"m{start + i}".encode() for i in range(1000)])
+    async with _queue_and_source(tmp_path, queue) as (channel, source):
+        await _publish_numbered(source.target, total)
         args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
                 "--to", f"{URL}?queue={queue}", "--batch", "10"]
         procs = [await asyncio.create_subprocess_exec(
@@ -167,17 +166,8 @@ async def test_two_copies_into_one_rabbitmq_queue_at_once_store_each_message_onc
             assert any(b"is running" in err for _, err in ends), ends
         done = migrate(*args)
         assert done.returncode == 0, done.stderr
-        bodies: Counter[bytes] = Counter()
-        declared = await channel.declare_queue(queue, passive=True)
-        while (message := await declared.get(no_ack=True, fail=False)) is not None:
-            bodies[message.body] += 1
-        assert bodies == Counter(f"m{i}".encode() for i in range(total))
+        assert await _drained(channel, queue) == Counter(f"m{i}".encode() for i in range(total))
         assert await read_part(source.target, "orders", "billing", "ready") == []
-    finally:
-        stop(source)
-        await channel.queue_delete(queue)
-        await channel.queue_delete(queue + ".migrate-ledger")
-        await connection.close()
 
 
 async def test_a_queue_with_a_name_of_255_bytes_takes_copies(tmp_path: Path) -> None:
