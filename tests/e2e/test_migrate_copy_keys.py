@@ -5,12 +5,14 @@ arrives once, none is taken for another and removed at the source uncopied."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from migrate_procs import migrate, migrate_killed, read_part, start_gateway, stop
+from migrate_procs import Proc, migrate, migrate_killed, read_part, start_gateway, stop
 
 from gateway.admin_client import AdminClient, Target, connect
 from gateway.v1 import admin_pb2 as pb
@@ -27,20 +29,40 @@ async def _seed(target: str, topic: str, group: str, copies: list[pb.MovedMessag
         await channel.close()
 
 
-async def test_messages_that_share_an_id_are_each_copied_once(tmp_path: Path) -> None:
+def _ready(count: int, ids: int) -> list[pb.MovedMessage]:
+    """`count` ready messages "ready {i}" whose message ids repeat: order-0 .. order-{ids - 1}."""
+    return [pb.MovedMessage(source_key=f"r{i}", part=pb.MESSAGE_PART_READY,
+                            body=f"ready {i}".encode(), message_id=f"order-{i % ids}")
+            for i in range(count)]
+
+
+@contextlib.contextmanager
+def _two_gateways(tmp_path: Path) -> Iterator[tuple[Proc, Proc]]:
+    """A source gateway on tmp_path/a and a destination on tmp_path/b, stopped afterwards."""
     source = start_gateway(tmp_path / "a")
     destination = start_gateway(tmp_path / "b")
-    ready = [pb.MovedMessage(source_key=f"r{i}", part=pb.MESSAGE_PART_READY,
-                             body=f"ready {i}".encode(), message_id=f"order-{i % 3}")
-             for i in range(300)]
+    try:
+        yield source, destination
+    finally:
+        stop(source)
+        stop(destination)
+
+
+def _copy_args(source: Proc, destination: Proc, batch: int) -> list[str]:
+    """`migrate copy` of orders/billing from one gateway to the other."""
+    url_a = f"gateway://{source.target}/orders?group=billing"
+    url_b = f"gateway://{destination.target}/orders?group=billing"
+    return ["copy", "--from", url_a, "--to", url_b, "--batch", str(batch)]
+
+
+async def test_messages_that_share_an_id_are_each_copied_once(tmp_path: Path) -> None:
+    ready = _ready(300, ids=3)
     dead = [pb.MovedMessage(source_key=f"d{i}", part=pb.MESSAGE_PART_DEAD_LETTER,
                             body=f"dead {i}".encode(), message_id="order-0")
             for i in range(40)]
-    try:
+    with _two_gateways(tmp_path) as (source, destination):
         await _seed(source.target, "orders", "billing", ready + dead)
-        url_a = f"gateway://{source.target}/orders?group=billing"
-        url_b = f"gateway://{destination.target}/orders?group=billing"
-        args = ["copy", "--from", url_a, "--to", url_b, "--batch", "7"]
+        args = _copy_args(source, destination, batch=7)
         done = migrate(*args)
         assert done.returncode == 0, done.stderr
 
@@ -51,22 +73,13 @@ async def test_messages_that_share_an_id_are_each_copied_once(tmp_path: Path) ->
         assert got["dead-letter"] == sorted(m.body for m in dead)
         for part in ("ready", "retry", "dead-letter"):
             assert await read_part(source.target, "orders", "billing", part) == []
-    finally:
-        stop(source)
-        stop(destination)
 
 
 async def test_a_run_killed_halfway_still_copies_shared_ids_once(tmp_path: Path) -> None:
-    source = start_gateway(tmp_path / "a")
-    destination = start_gateway(tmp_path / "b")
-    ready = [pb.MovedMessage(source_key=f"r{i}", part=pb.MESSAGE_PART_READY,
-                             body=f"ready {i}".encode(), message_id=f"order-{i % 5}")
-             for i in range(3000)]
-    try:
+    ready = _ready(3000, ids=5)
+    with _two_gateways(tmp_path) as (source, destination):
         await _seed(source.target, "orders", "billing", ready)
-        url_a = f"gateway://{source.target}/orders?group=billing"
-        url_b = f"gateway://{destination.target}/orders?group=billing"
-        args = ["copy", "--from", url_a, "--to", url_b, "--batch", "10"]
+        args = _copy_args(source, destination, batch=10)
 
         def halfway() -> bool:
             import grpc
@@ -84,6 +97,3 @@ async def test_a_run_killed_halfway_still_copies_shared_ids_once(tmp_path: Path)
                                                      "ready"))
         assert got == sorted(m.body for m in ready)
         assert await read_part(source.target, "orders", "billing", "ready") == []
-    finally:
-        stop(source)
-        stop(destination)
