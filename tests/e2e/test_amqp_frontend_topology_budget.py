@@ -59,6 +59,16 @@ async def works(raw: RawAmqp, channel: int = 1) -> None:
     assert isinstance(got, commands.Basic.GetOk), got
 
 
+async def delete_and_declare_again(raw: RawAmqp, channel: int, name: str) -> None:
+    """On a new channel, delete queue `name`: a heavy queue is declared in the room it freed."""
+    raw.send(channel, commands.Channel.Open())
+    await raw.expect(commands.Channel.OpenOk)
+    raw.send(channel, commands.Queue.Delete(queue=name))
+    await raw.expect(commands.Queue.DeleteOk)
+    assert isinstance(await declare(raw, unique(), channel, arguments=HEAVY),
+                      commands.Queue.DeclareOk)
+
+
 async def test_one_connection_is_bounded_and_the_others_go_on(gw: AmqpGateway) -> None:
     other = await RawAmqp.connect(gw.port)
     heavy = await RawAmqp.connect(gw.port)
@@ -72,12 +82,7 @@ async def test_one_connection_is_bounded_and_the_others_go_on(gw: AmqpGateway) -
         assert "1 MiB (amqp.max_topology_mb_per_connection)" in refused.reply_text
         await works(other)
         # Only the channel closed; what the connection deletes frees its budget.
-        heavy.send(2, commands.Channel.Open())
-        await heavy.expect(commands.Channel.OpenOk)
-        heavy.send(2, commands.Queue.Delete(queue=names[0]))
-        await heavy.expect(commands.Queue.DeleteOk)
-        assert isinstance(await declare(heavy, unique(), 2, arguments=HEAVY),
-                          commands.Queue.DeclareOk)
+        await delete_and_declare_again(heavy, 2, names[0])
         await works(heavy, 2)
     finally:
         heavy.close()
@@ -111,12 +116,7 @@ async def test_every_connection_together_is_bounded(gw: AmqpGateway) -> None:
         assert (channel, close.reply_code) == (3, 406)
         assert "cannot declare a binding of queue" in close.reply_text
         # Deleting frees room for everyone.
-        second.send(4, commands.Channel.Open())
-        await second.expect(commands.Channel.OpenOk)
-        second.send(4, commands.Queue.Delete(queue=names[0]))
-        await second.expect(commands.Queue.DeleteOk)
-        assert isinstance(await declare(second, unique(), 4, arguments=HEAVY),
-                          commands.Queue.DeclareOk)
+        await delete_and_declare_again(second, 4, names[0])
     finally:
         second.close()
 
