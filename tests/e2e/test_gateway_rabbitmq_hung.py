@@ -69,13 +69,18 @@ def gateway(tmp_path: Path, url: str) -> Iterator[tuple[subprocess.Popen[bytes],
         assert metrics is not None, log.read_text()
         yield proc, match.group(1), metrics.group(1)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc)
+
+
+def terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to a process still running, and SIGKILL if it has not ended within 60 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def serving_metric(metrics: str) -> str:

@@ -7,13 +7,9 @@ for ever, NOT_SERVING, three log lines each time."""
 
 from __future__ import annotations
 
-import os
-import re
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -24,20 +20,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from amqp_node import AmqpNode
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.e2e import test_gateway_rabbitmq_hung
+from tests.e2e.test_gateway_rabbitmq_start import serving
+
 EX_TEMPFAIL = 75
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[AmqpNode]:
-    private = AmqpNode(tmp_path / "rabbit")
-    private.start()
-    try:
-        yield private
-    finally:
-        private.stop()
+# A private RabbitMQ node, started and stopped around each test: the hung-broker tests' fixture
+# (its SIGCONT at teardown, for a node they stopped with SIGSTOP, does nothing here).
+node = test_gateway_rabbitmq_hung.node
 
 
 def ctl(node: AmqpNode, *args: str) -> None:
@@ -48,26 +41,11 @@ def ctl(node: AmqpNode, *args: str) -> None:
 def test_credentials_refused_on_a_reconnect_exit_75(tmp_path: Path, node: AmqpNode) -> None:
     ctl(node, "add_user", "gw", "first-pw")
     ctl(node, "set_permissions", "-p", "/", "gw", ".*", ".*", ".*")
-    log = tmp_path / "gateway.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path / "data"),
-             "--listen", "127.0.0.1:0", "--backend", "rabbitmq",
-             "--rabbitmq-url", f"amqp://gw:first-pw@127.0.0.1:{node.port}/"],
-            stderr=out, stdout=subprocess.DEVNULL, cwd=REPO,
-            env=dict(os.environ, PYTHONPATH=str(REPO)))
-    try:
-        deadline = time.monotonic() + 60
-        while not re.search(r"gateway listening on", log.read_text()):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
+    url = f"amqp://gw:first-pw@127.0.0.1:{node.port}/"
+    with serving(tmp_path, url) as (proc, _, log):
         ctl(node, "change_password", "gw", "second-pw")
         ctl(node, "close_all_connections", "password changed")
         assert proc.wait(60) == EX_TEMPFAIL, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
     text = log.read_text()
     exiting = [line for line in text.splitlines() if "exiting with status 75" in line]
     assert len(exiting) == 1, text
@@ -83,20 +61,9 @@ def test_a_virtual_host_refused_on_a_reconnect_is_tried_again(tmp_path: Path,
     health NOT_SERVING; created again, the gateway serves again by itself."""
     ctl(node, "add_vhost", "gwv")
     ctl(node, "set_permissions", "-p", "gwv", "guest", ".*", ".*", ".*")
-    log = tmp_path / "gateway.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path / "data"),
-             "--listen", "127.0.0.1:0", "--backend", "rabbitmq",
-             "--rabbitmq-url", f"amqp://guest:guest@127.0.0.1:{node.port}/gwv"],
-            stderr=out, stdout=subprocess.DEVNULL, cwd=REPO,
-            env=dict(os.environ, PYTHONPATH=str(REPO)))
-    try:
-        deadline = time.monotonic() + 60
-        while not (match := re.search(r"gateway listening on ([^\s\"]+)", log.read_text())):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        channel = grpc.insecure_channel(match.group(1))
+    deadline = time.monotonic() + 60
+    with serving(tmp_path, f"amqp://guest:guest@127.0.0.1:{node.port}/gwv") as (proc, target, log):
+        channel = grpc.insecure_channel(target)
         health = health_pb2_grpc.HealthStub(channel)
 
         def status() -> int:
@@ -116,8 +83,6 @@ def test_a_virtual_host_refused_on_a_reconnect_is_tried_again(tmp_path: Path,
             assert proc.poll() is None and time.monotonic() < deadline + 120, log.read_text()
             time.sleep(0.1)
         channel.close()
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log.read_text()
     assert "Traceback" not in log.read_text()

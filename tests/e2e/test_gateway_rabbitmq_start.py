@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -34,10 +34,15 @@ from amqp_node import URL, free_port
 from tcp_proxy import TcpProxy
 
 from gateway.client import GatewayClient
+from tests.e2e.test_gateway_rabbitmq_hung import (
+    NOT_SERVING,
+    SERVING,
+    status,
+    terminate,
+    until_status,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 EX_TEMPFAIL = 75
 BROKER_PORT = urlsplit(URL).port or 5672
 
@@ -118,25 +123,7 @@ def serving(tmp_path: Path, url: str) -> Iterator[tuple[subprocess.Popen[bytes],
             time.sleep(0.05)
         yield proc, match.group(1), log
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-async def status(stub: health_pb2_grpc.HealthStub) -> int:
-    reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
-    return int(reply.status)
-
-
-async def until_status(stub: health_pb2_grpc.HealthStub, wanted: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while await status(stub) != wanted:
-        assert time.monotonic() < deadline, f"health never became {wanted}"
-        await asyncio.sleep(0.1)
+        terminate(proc)
 
 
 def attempts(log: Path) -> list[int]:
