@@ -51,6 +51,19 @@ async def _queue_and_source(
         await connection.close()
 
 
+def _copy_args(source: Proc, queue: str, *more: str) -> list[str]:
+    """`migrate copy` of the source gateway's orders/billing into `queue` on RabbitMQ."""
+    return ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
+            "--to", f"{URL}?queue={queue}", *more]
+
+
+async def _migrate_started(args: list[str]) -> asyncio.subprocess.Process:
+    """A `gateway migrate` process started, its output piped, not waited for."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "migrate", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
 async def _publish_numbered(target: str, total: int) -> None:
     """Publish m0 .. m{total - 1} to "orders", 1,000 a call."""
     async with GatewayClient(target) as client:
@@ -78,8 +91,7 @@ async def test_a_copy_rabbitmq_refuses_stays_at_the_source(tmp_path: Path, batch
             await client.publish("orders", [b"fine-1"])
             await client.publish("orders", [b"not-mine"], properties={"amqp.user-id": "nobody"})
             await client.publish("orders", [b"fine-2"])
-        done = migrate("copy", "--from", f"gateway://{source.target}/orders?group=billing",
-                       "--to", f"{URL}?queue={queue}", "--batch", batch)
+        done = migrate(*_copy_args(source, queue, "--batch", batch))
         assert done.returncode == 7, (done.stdout, done.stderr)
         assert "refused" in done.stderr and "user_id" in done.stderr
         assert "Traceback" not in done.stderr
@@ -100,8 +112,7 @@ async def test_a_batch_a_queue_takes_in_part_is_not_recorded_as_copied(tmp_path:
             "x-max-length": 10, "x-overflow": "reject-publish"}) as (channel, source):
         async with GatewayClient(source.target) as client:
             await client.publish("orders", [f"m{i}".encode() for i in range(total)])
-        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
-                "--to", f"{URL}?queue={queue}", "--batch", str(total)]
+        args = _copy_args(source, queue, "--batch", str(total))
         refused = migrate(*args)
         assert refused.returncode == 7, (refused.stdout, refused.stderr)
         assert len(await read_part(source.target, "orders", "billing", "ready")) == total
@@ -123,11 +134,8 @@ async def test_a_queue_deleted_during_the_copy_loses_nothing_more(tmp_path: Path
     total = 3000
     async with _queue_and_source(tmp_path, queue) as (channel, source):
         await _publish_numbered(source.target, total)
-        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
-                "--to", f"{URL}?queue={queue}", "--batch", "5"]
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli", "migrate", *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        args = _copy_args(source, queue, "--batch", "5")
+        proc = await _migrate_started(args)
         while await _queue_depth(channel, queue) < 100:
             await asyncio.sleep(0.01)
         deleted = int((await channel.queue_delete(queue)).message_count or 0)  # an operator
@@ -154,11 +162,8 @@ async def test_two_copies_into_one_rabbitmq_queue_at_once_store_each_message_onc
     total = 3000
     async with _queue_and_source(tmp_path, queue) as (channel, source):
         await _publish_numbered(source.target, total)
-        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
-                "--to", f"{URL}?queue={queue}", "--batch", "10"]
-        procs = [await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli", "migrate", *args,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE) for _ in range(2)]
+        args = _copy_args(source, queue, "--batch", "10")
+        procs = [await _migrate_started(args) for _ in range(2)]
         ends = [await asyncio.wait_for(p.communicate(), 300) for p in procs]
         codes = sorted(p.returncode or 0 for p in procs)
         assert codes in ([0, 0], [0, 2]), ends
@@ -182,8 +187,7 @@ async def test_a_queue_with_a_name_of_255_bytes_takes_copies(tmp_path: Path) -> 
     try:
         async with GatewayClient(source.target) as client:
             await client.publish("orders", [b"a", b"b"])
-        args = ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
-                "--to", f"{URL}?queue={queue}"]
+        args = _copy_args(source, queue)
         done = migrate(*args)
         assert done.returncode == 0, done.stderr
         assert await _queue_depth(channel, queue) == 2
