@@ -43,6 +43,16 @@ async def wait_until(condition: Callable[[], object], timeout_s: float) -> bool:
     return bool(condition())
 
 
+async def until_stopped(stop: asyncio.Event, consume: Callable[[], Awaitable[None]]) -> None:
+    """Run a consumer again, 0.2 s after it ended, until `stop`: the one that rejoins the
+    restarted replica. Its first calls may be refused: gRPC shares one connection per address
+    across a process's channels, and the one to the killed replica may still report its last
+    failure ("Connection refused") for a moment after the new process listens."""
+    while not stop.is_set():
+        await consume()
+        await asyncio.sleep(0.2)
+
+
 async def run_group(ledger: Ledger, procs: list[GatewayProcess], topic: str, messages: int,
                     bad_every: int, consumers: list[asyncio.Future[None]],
                     rejoin: Callable[[], Awaitable[None]], linger_s: float,

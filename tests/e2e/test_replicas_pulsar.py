@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from amqp_node import free_port
 from client_gateway import GatewayProcess
 from replicas_ledger import Ledger, Letter
-from replicas_parts import check, run_group
+from replicas_parts import check, run_group, until_stopped
 
 from adapters.pulsar.backend_codec import decode, pulsar_topic
 from adapters.pulsar.naming import DEFAULT
@@ -179,7 +179,8 @@ async def test_three_replicas_one_killed_serve_one_group_exactly(tmp_path: Path)
             ]
             finished = await run_group(
                 ledger, procs, topic, MESSAGES, BAD_EVERY, consumers,
-                lambda: grpc_consumer(ledger, procs[0].target, 0, "grpc-0.rejoined", topic, stop),
+                lambda: until_stopped(stop, lambda: grpc_consumer(
+                    ledger, procs[0].target, 0, "grpc-0.rejoined", topic, stop)),
                 linger_s=2.0, deadline_s=DEADLINE_S)  # late duplicates would show meanwhile
             stop.set()
             await asyncio.gather(*consumers)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from amqp_node import URL, delete_exchanges, delete_queues, free_port, plain_connection
 from client_gateway import GatewayProcess
 from replicas_ledger import Ledger, Letter
-from replicas_parts import check, run_group
+from replicas_parts import check, run_group, until_stopped
 
 from adapters.amqp.codec import decode
 from adapters.amqp.delays import DEFAULT_TEMPLATE, delay_queue
@@ -239,8 +239,8 @@ async def test_three_replicas_one_killed_serve_one_group_exactly(
                 ]
                 finished = await run_group(
                     ledger, procs, group.topic, MESSAGES, BAD_EVERY, consumers,
-                    lambda: grpc_consumer(ledger, procs[0].target, 0, "grpc-0.rejoined", group,
-                                          stop),
+                    lambda: until_stopped(stop, lambda: grpc_consumer(
+                        ledger, procs[0].target, 0, "grpc-0.rejoined", group, stop)),
                     # Late duplicates would show up meanwhile; then nothing may be left.
                     linger_s=2 * INTERVAL_S * SCALE + 1.0, deadline_s=DEADLINE_S)
                 stop.set()
