@@ -152,16 +152,12 @@ class ConsumerSession:
             self._acked_upto = max(self._acked_upto, upto)
             wanted = [key for key in self._held if key <= self._acked_upto]
             return await self._settle(wanted, SettleAction.ACK)
-        receipts = [self._held.pop(key).receipt for key in wanted if key in self._held]
+        receipts = self.take(wanted)
         mine = set(wanted)
         rest = [key for m in command.message_id if (key := (m.ledgerId, m.entryId)) not in mine]
         for peer in peers:
-            if not rest:
-                break
-            if peer is not self:
+            if rest and peer is not self:
                 receipts += peer.take(rest)
-        if receipts:
-            self._top_up()
         return await self._send_settlements(receipts, SettleAction.ACK)
 
     def take(self, keys: Sequence[MessageKey]) -> list[str]:
@@ -236,10 +232,7 @@ class ConsumerSession:
     async def _settle(
         self, keys: list[MessageKey], action: SettleAction
     ) -> tuple[int, str] | None:
-        done = [self._held.pop(key) for key in keys if key in self._held]
-        if done:
-            self._top_up()
-        return await self._send_settlements([d.receipt for d in done], action)
+        return await self._send_settlements(self.take(keys), action)
 
     async def _send_settlements(
         self, receipts: list[str], action: SettleAction

@@ -24,8 +24,6 @@ Kick = Callable[[], Awaitable[None]]
 """Closes one consumer from the server's side (the client subscribes again)."""
 
 
-
-
 class Holder(Protocol):
     """A consumer that holds deliveries by message id (`ConsumerSession`)."""
 
