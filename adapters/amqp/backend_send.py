@@ -6,12 +6,18 @@ to a delay queue (`delays`) that dead-letters it into the topic queue on time; a
 from the RabbitMQ dialect (marked with the original queue as routing key) goes through that queue's
 dead-letter exchange, to which the dead-letter queue is bound with binding key = the original
 queue.
+
+A batch's messages are routed and written CHUNK at a time (`pipeline`), each chunk in a turn of
+the event loop of its own; the batches of one topic are written one after another, in the order
+their publishes came (`Turns`), while other topics' chunks go between theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from functools import partial
 
 import aio_pika
 from aio_pika.abc import AbstractRobustChannel
@@ -20,7 +26,7 @@ from adapters.amqp.backend_link import Link, guard
 from adapters.amqp.codec import encode
 from adapters.amqp.delays import DelayQueue, delay_queue
 from adapters.amqp.naming import dead_letter_exchange
-from adapters.amqp.pipeline import Item, publish_batch
+from adapters.amqp.pipeline import CHUNK, Item, write_batch
 from adapters.amqp.queues import queue_name
 from gateway.backend.base import OutMessage
 from gateway.core.naming import NamingScheme
@@ -30,6 +36,36 @@ from gateway.errors import InvalidArgument, Unavailable
 
 Send = tuple[OutMessage, str, int]
 """A message to publish with its id and first publish time (ms)."""
+
+
+class Turns:
+    """The batches of one topic written in the order their publishes started: a batch writes
+    once every earlier batch of its topic has written (not: been confirmed)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, asyncio.Future[None]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, topic: str) -> AsyncIterator[None]:
+        before = self._last.get(topic)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last[topic] = mine
+        try:
+            if before is not None and not before.done():
+                await asyncio.shield(before)
+            yield
+        finally:
+            if before is not None and not before.done():
+                # Given up while waiting: the next batch still waits for the one before.
+                before.add_done_callback(partial(self._done, topic, mine))
+            else:
+                self._done(topic, mine)
+
+    def _done(self, topic: str, mine: asyncio.Future[None], _: object = None) -> None:
+        if not mine.done():
+            mine.set_result(None)
+        if self._last.get(topic) is mine:
+            del self._last[topic]
 
 
 class Publisher:
@@ -57,6 +93,7 @@ class Publisher:
         """Delay queues declared while open, by name: (queue, when it was last declared)."""
         self._routes: set[tuple[str, str, str]] = set()
         """Dead-letter routes declared while open: (exchange, queue, routing key)."""
+        self._turns = Turns()
 
     def clear(self) -> None:
         """Forget every declaration (the back end closes)."""
@@ -161,13 +198,25 @@ class Publisher:
     async def send(self, topic: str, items: Sequence[Send]) -> None:
         """Publish (message, id, publish_ms) to `topic`, its delay queues or, for dead-letter
         copies, through the dead-letter exchange bound to `topic` (`route`); await all
-        confirms."""
-        routed = await self.route(topic, items)
-        channel = self._link.channel(self._link.publisher)
+        confirms. Routed and written CHUNK at a time, after the earlier batches of `topic`."""
+        deadline = asyncio.get_running_loop().time() + self._confirm_timeout_s
+        async with self._turns.turn(topic):
+            routed: list[Item] = []
+            for start in range(0, len(items), CHUNK):
+                if start:
+                    await asyncio.sleep(0)  # others' work between two chunks
+                routed.extend(await self.route(topic, items[start : start + CHUNK]))
+            channel = self._link.channel(self._link.publisher)
+            try:
+                async with guard("publish", topic), asyncio.timeout_at(deadline):
+                    raw = await channel.get_underlay_channel()
+                    confirmed = await write_batch(raw, routed)
+            except (Unavailable, InvalidArgument):
+                self.forget(topic)
+                raise
         try:
-            async with guard("publish", topic), asyncio.timeout(self._confirm_timeout_s):
-                raw = await channel.get_underlay_channel()
-                await publish_batch(raw, routed)
+            async with guard("publish", topic), asyncio.timeout_at(deadline):
+                await confirmed()
         except (Unavailable, InvalidArgument):
             self.forget(topic)
             raise
