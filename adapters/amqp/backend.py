@@ -327,8 +327,11 @@ class RabbitMQBackend(Backend):
 
     # -- admin -----------------------------------------------------------------------------
 
-    async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
-        """See `backend_admin.stats`."""
+    async def stats(
+        self, topic: str, group: str, now_ms: int, *, publish_delays: bool = True
+    ) -> TopicStats:
+        """See `backend_admin.stats` (`publish_delays` changes nothing: `skips_delays` is
+        False)."""
         connection = self._link.up()
         return await backend_admin.stats(
             connection, self._consumer, self._publisher, self._clock, topic

@@ -378,9 +378,12 @@ class PulsarBackend(Backend):
 
     # -- admin -----------------------------------------------------------------------------
 
-    async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
+    async def stats(
+        self, topic: str, group: str, now_ms: int, *, publish_delays: bool = True
+    ) -> TopicStats:
         """Counts of what this back end holds for the group, plus delayed messages it published
-        (the broker's backlog is not visible to a client)."""
+        (the broker's backlog is not visible to a client); `publish_delays` changes nothing
+        (`skips_delays` is False)."""
         sub = self._subs.get((topic, group))
         buffered = list(sub.buffer) if sub is not None else []
         ready = [h for h in buffered if h.envelope.deliver_at_ms <= now_ms]

@@ -244,8 +244,12 @@ class Backend(abc.ABC):
             await self.release(releases)
 
     @abc.abstractmethod
-    async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
-        """Counts for (topic, group)."""
+    async def stats(
+        self, topic: str, group: str, now_ms: int, *, publish_delays: bool = True
+    ) -> TopicStats:
+        """Counts for (topic, group). `publish_delays` is the group's rule as `fetch` takes it:
+        False counts a message published with a future `deliver_at_ms` that the group has not
+        looked at yet as ready (it is handed out at once), where the back end `skips_delays`."""
 
     async def outstanding(self, topic: str, group: str, now_ms: int) -> int:
         """Messages of (topic, group) not acknowledged and not waiting for their time: visible

@@ -359,10 +359,11 @@ class InMemoryBackend(Backend):
             self._delay(group, lease.position, slot)
             group.wake()
 
-    async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
+    async def stats(
+        self, topic: str, group: str, now_ms: int, *, publish_delays: bool = True
+    ) -> TopicStats:
         self._ready()
-        index = self._topic(topic)
-        state = self._group(index, group)
+        state = self._group(index := self._topic(topic), group)
         ready = delayed = leased = 0
         oldest: int | None = None
         next_visible: int | None = None
@@ -382,10 +383,9 @@ class InMemoryBackend(Backend):
                 leased += 1
             else:
                 count(pos, slot.visible_at)
-        for pos in range(state.cursor, index.next_pos):
-            message = index.messages.get(pos)
-            if message is not None:
-                count(pos, message.deliver_at_ms)
+        for pos in range(state.cursor, index.next_pos):  # not looked at: due as `fetch` says
+            if (message := index.messages.get(pos)) is not None:
+                count(pos, message.deliver_at_ms if publish_delays else 0)
         return TopicStats(ready, delayed, leased, oldest, next_visible)
 
     async def peek(

@@ -111,8 +111,11 @@ class GroupAdmin(MoveVerbs):
         dlq_topic = scheme.dead_letter_topic(topic, group)
         now = self._now_ms()
         backend = self._backend
-        main = await backend.stats(topic, group, now)
-        retry = await backend.stats(retry_topic, group, now)
+        state = self._engine.group_state(topic, group)
+        # A group that gets messages published with a delay at once counts them as ready.
+        delays = state is None or state.policy.honours_delays
+        main = await backend.stats(topic, group, now, publish_delays=delays)
+        retry = await backend.stats(retry_topic, group, now, publish_delays=delays)
         dead = await backend.stats(dlq_topic, group, now)
         dead_letters = dead.ready + dead.delayed + dead.leased
         if dead_letters and _shared(scheme.dead_letter_topic, topic, group):
@@ -125,7 +128,6 @@ class GroupAdmin(MoveVerbs):
                                                  {u.message_id for u in unsettled},
                                                  scans) or retry
         next_times = [t for t in (main.next_visible_ms, retry.next_visible_ms) if t]
-        state = self._engine.group_state(topic, group)
         consumers: tuple[ConsumerView, ...] = ()
         policy, max_retries = "", -1
         if state is not None:

@@ -24,12 +24,20 @@ TRIM_ROWS = 50_000
 """Most message rows one topic's trim deletes in one transaction."""
 TRIM_BATCH = 16
 """Topics whose trims are submitted together (and so share a transaction)."""
+MAX_MS = 2**63 - 1
+"""A time every `deliver_at_ms` is at or before (SQLite's largest integer)."""
 
 
 async def stats(
-    catalog: Catalog, supervisor: Supervisor, topic: str, group: str, now_ms: int
+    catalog: Catalog, supervisor: Supervisor, topic: str, group: str, now_ms: int,
+    *, publish_delays: bool = True,
 ) -> TopicStats:
+    """See `Backend.stats`."""
+    supervisor.ready()
     guard.count("now_ms", now_ms)
+    # Positions the group has not scanned yet are all due for a group that skips publish
+    # delays (`fetch` hands them out at once); scanned ones keep the time the scan gave them.
+    due_by = now_ms if publish_delays else MAX_MS
     state = catalog.look(topic, group)
     index = state.topic
     async with state.lock:
@@ -39,7 +47,7 @@ async def stats(
         first_ready = min((entry[1] for entry in visible), default=None)
 
         def query(conn: sqlite3.Connection) -> tuple[rd.Backlog, int | None]:
-            backlog = rd.backlog(conn, topic_id, cursor, until, now_ms)
+            backlog = rd.backlog(conn, topic_id, cursor, until, due_by)
             firsts = [p for p in (first_ready, backlog.first_visible_pos) if p is not None]
             oldest = rd.publish_ms_of(conn, topic_id, min(firsts)) if firsts else None
             return backlog, oldest

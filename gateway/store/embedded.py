@@ -56,7 +56,6 @@ TAIL_BYTES = 64 << 20
 TRIM_INTERVAL_S = 5.0
 """How often messages every group has acked are deleted (`EmbeddedStore.trim`)."""
 
-
 _log = logging.getLogger(__name__)
 
 
@@ -98,9 +97,8 @@ class EmbeddedStore(Backend):
         commit_timeout_s: float = COMMIT_TIMEOUT_S,
     ) -> None:
         """`clock`: the engine's `Clock` (default: the system clock); its `now_ms` function is
-        taken too. `restart_backoff_s`, `give_up_after`, `stable_s`: see
-        `gateway.store.recovery` (None: its defaults); `commit_timeout_s`: see
-        `gateway.store.writer.COMMIT_TIMEOUT_S`."""
+        taken too. `restart_backoff_s`, `give_up_after`, `stable_s`: see `gateway.store.recovery`
+        (None: its defaults); `commit_timeout_s`: see `gateway.store.writer.COMMIT_TIMEOUT_S`."""
         self._dir = pathlib.Path(data_dir)
         self._tail = TailCache(tail_bytes)
         self._trim_interval_s = trim_interval_s
@@ -388,9 +386,11 @@ class EmbeddedStore(Backend):
         for future in pending:
             await asyncio.shield(future)
 
-    async def stats(self, topic: str, group: str, now_ms: int) -> TopicStats:
-        self._supervisor.ready()
-        return await admin.stats(self._catalog, self._supervisor, topic, group, now_ms)
+    async def stats(
+        self, topic: str, group: str, now_ms: int, *, publish_delays: bool = True
+    ) -> TopicStats:
+        return await admin.stats(self._catalog, self._supervisor, topic, group, now_ms,
+                                 publish_delays=publish_delays)
 
     async def outstanding(self, topic: str, group: str, now_ms: int) -> int:
         """See `Backend.outstanding`: from the index alone, never the disk (positions the group

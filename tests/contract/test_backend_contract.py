@@ -419,6 +419,28 @@ async def test_a_group_that_skips_publish_delays_gets_delayed_messages_at_once(
     assert (await backend.stats(topic, group, now_ms())).delayed == 1
 
 
+@pytest.mark.requires("delay-skip", "independent-groups")
+async def test_a_group_that_skips_publish_delays_counts_delayed_messages_as_ready(
+    backend: Backend,
+) -> None:
+    """`stats(..., publish_delays=False)` counts as `fetch(..., publish_delays=False)` hands
+    out: a message published with a future time is ready for that group (it counted as
+    delayed); one the group released to a later time is delayed; another group waits."""
+    topic, group = names()
+    far = now_ms() + 600_000
+    await backend.publish(topic, [msg("a"), msg("later", deliver_at_ms=far)])
+    skips = await backend.stats(topic, group, now_ms(), publish_delays=False)
+    assert (skips.ready, skips.delayed, skips.next_visible_ms) == (2, 0, None)
+    waits = await backend.stats(topic, group + "-waits", now_ms())
+    assert (waits.ready, waits.delayed, waits.next_visible_ms) == (1, 1, far)
+    got = await fetch_until(backend, topic, group, 2, publish_delays=False)
+    assert bodies(got) == [b"a", b"later"]
+    await backend.release([Release(got[1].lease, far, attempt=1, retries=1)])
+    await backend.ack([got[0].lease])
+    released = await backend.stats(topic, group, now_ms(), publish_delays=False)
+    assert (released.ready, released.delayed, released.leased) == (0, 1, 0)
+
+
 async def test_skipping_publish_delays_is_declared_as_a_capability(backend: Backend) -> None:
     """`Backend.skips_delays` and the contract capability `delay-skip` say the same: the engine
     reads the one, this suite the other."""

@@ -18,7 +18,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from adapters.pulsar.frontend import access, ids
 from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID
-from adapters.pulsar.frontend.messages import RESERVED, carried, out_message, sticky_key
+from adapters.pulsar.frontend.messages import RESERVED, carried, key_bytes, out_message, sticky_key
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import Entry, entries
 from adapters.pulsar.wire.frames import Frame
@@ -346,10 +346,17 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
 
 def _check_entry_text(entry: Entry, path: str) -> None:
     """A message's texts (a batch entry's come from its SingleMessageMetadata, which
-    `check_text` on the outer metadata does not reach) must be valid UTF-8."""
+    `check_text` on the outer metadata does not reach) must be valid UTF-8, and a partition key
+    flagged as base64 base64 (the broker would fail to route it)."""
     texts: list[tuple[str, object]] = [("partition_key", entry.partition_key)]
     for key, value in entry.properties.items():
         texts += [("properties.key", key), ("properties.value", value)]
     for field, text in texts:
         if not isinstance(text, str):
             raise refused(f"{path}.{field}", text, "valid UTF-8")
+    if entry.key_b64 and entry.partition_key:
+        try:
+            key_bytes(entry.partition_key)
+        except ValueError:
+            raise refused(f"{path}.partition_key", entry.partition_key,
+                          "base64 (partition_key_b64_encoded is set)") from None

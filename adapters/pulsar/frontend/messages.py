@@ -7,14 +7,18 @@ properties under a reserved prefix and is taken off again on delivery; a client 
 properties of that prefix (`edge`).
 
 The engine's key is the one a Key_Shared subscription routes by and a back end keeps order by:
-Pulsar's sticky key, the ordering key when the message has one, else the partition key
-(`Commands.peekStickyKey`). A message with an ordering key keeps its partition key in a reserved
+Pulsar's sticky key, the bytes `Commands.peekStickyKey` hashes: the ordering key when the message
+has one, else the partition key, decoded when it is the base64 of a binary key
+(`partition_key_b64_encoded`); as text, or as base64 when the bytes are not UTF-8. So a binary key
+and the text key of the same bytes are one key. A message whose partition key is not its engine
+key (it has an ordering key, or its key is binary) keeps the partition key as sent in a reserved
 property and gets it back on delivery.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 
 from adapters.pulsar.wire import wire_pb2 as pb
@@ -69,7 +73,10 @@ def delivery_metadata(delivery: Delivery) -> pb.MessageMetadata:
         if not key.startswith(RESERVED):
             meta.properties.add(key=key, value=value)
     ordering = props.get(ORDERING_KEY)
-    partition_key = props.get(PARTITION_KEY, "") if ordering else delivery.key
+    if PARTITION_KEY in props:
+        partition_key = props[PARTITION_KEY]
+    else:  # none, or the engine key (stored before binary keys were decoded, too)
+        partition_key = "" if ordering else delivery.key
     if partition_key:
         meta.partition_key = partition_key
         if props.get(KEY_B64) == "true":
@@ -88,24 +95,43 @@ def delivery_metadata(delivery: Delivery) -> pb.MessageMetadata:
 
 
 def sticky_key(entry: Entry) -> str:
-    """The engine key of an entry: its ordering key when it has one (its text, or the base64
-    of bytes that are not UTF-8), else its partition key."""
-    if not entry.ordering_key:
-        return entry.partition_key
+    """The engine key of an entry: its ordering key when it has one, else its partition key
+    (the bytes of a binary one); bytes as their text, or their base64 when not UTF-8."""
+    if entry.ordering_key:
+        return _as_text(entry.ordering_key)
+    if entry.key_b64 and entry.partition_key:
+        with contextlib.suppress(ValueError):  # the edge refuses such a key
+            return _as_text(key_bytes(entry.partition_key))
+    return entry.partition_key
+
+
+def key_bytes(text: str) -> bytes:
+    """The bytes of a partition key sent as base64, decoded as the broker decodes it (Java's
+    basic decoder: the standard alphabet, padding optional but complete when present);
+    ValueError when it is not base64."""
+    if "=" not in text:
+        text += "=" * (-len(text) % 4)
     try:
-        return entry.ordering_key.decode()
+        return base64.b64decode(text, validate=True)
+    except binascii.Error as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _as_text(key: bytes) -> str:
+    try:
+        return key.decode()
     except UnicodeDecodeError:
-        return base64.b64encode(entry.ordering_key).decode()
+        return base64.b64encode(key).decode()
 
 
 def carried(entry: Entry) -> dict[str, str]:
-    """The reserved properties that carry an entry's ordering key (with its partition key then)
-    and key encoding."""
+    """The reserved properties that carry an entry's ordering key, its partition key as sent
+    when that is not the engine key (with an ordering key, or a binary key) and key encoding."""
     out: dict[str, str] = {}
     if entry.ordering_key:
         out[ORDERING_KEY] = base64.b64encode(entry.ordering_key).decode()
-        if entry.partition_key:
-            out[PARTITION_KEY] = entry.partition_key
+    if entry.partition_key and (entry.ordering_key or entry.key_b64):
+        out[PARTITION_KEY] = entry.partition_key
     if entry.key_b64 and entry.partition_key:
         out[KEY_B64] = "true"
     if entry.null_value:
