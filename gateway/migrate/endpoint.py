@@ -43,6 +43,13 @@ class DestinationRefused(GatewayError):
     code = "FAILED_PRECONDITION"
 
 
+class SourceKeepsCopies(GatewayError):
+    """The source cannot remove what it hands out (a gateway whose back end cannot remove by
+    position): refused before anything is copied, else every copy would stay at both ends."""
+
+    code = "FAILED_PRECONDITION"
+
+
 class NotAllowed(GatewayError):
     """A side refused the credentials."""
 

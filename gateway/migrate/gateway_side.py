@@ -34,6 +34,7 @@ from gateway.migrate.endpoint import (
     DestinationUnavailable,
     Item,
     NotAllowed,
+    SourceKeepsCopies,
     SourceUnavailable,
     Stored,
     Url,
@@ -137,6 +138,14 @@ class GatewaySource(_Side):
             view = await client.describe(self.topic, self.group)
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
+        if view.cannot_remove_exported:
+            # RemoveExported would be refused after the first batch was stored at the
+            # destination, leaving it at both ends: refused before anything is taken.
+            raise SourceKeepsCopies(
+                f"source {self.name}: this gateway's back end cannot remove exported messages "
+                "by position, so a copy would leave every copied message at the source too: "
+                "copy from the broker directly (`gateway migrate copy --from` a URL of the "
+                "broker the gateway runs on); nothing was copied")
         self._names = (view.retry_topic, view.dead_letter_topic)
         # The scheme the group has now, for every export and removal of this run: found again
         # on each call it could change under the run (another topic's group of this name given
