@@ -42,6 +42,7 @@ from gateway.migrate.endpoint import (
 from gateway.v1 import admin_pb2 as pb
 
 SCHEMES = ("gateway", "gateways")
+DEFAULT_PORT = 50051
 PART_CODES = {
     READY: pb.MESSAGE_PART_READY,
     RETRY: pb.MESSAGE_PART_RETRY,
@@ -82,8 +83,8 @@ class _Side:
         self.group = url.option("group")
         self.naming = url.option("naming")
         host = url.parts.hostname or ""
-        self.address = f"[{host}]:{url.parts.port or 50051}" if ":" in host else (
-            f"{host}:{url.parts.port or 50051}")
+        self.address = f"[{host}]:{url.parts.port or DEFAULT_PORT}" if ":" in host else (
+            f"{host}:{url.parts.port or DEFAULT_PORT}")
         self._target = Target(self.address, tls=url.scheme == "gateways", ca_file=ca_file)
         self._token = token
         self._timeout_s = timeout_s
@@ -126,7 +127,8 @@ class GatewaySource(_Side):
     @property
     def ledger(self) -> str:
         naming = f"&naming={self.naming}" if self.naming else ""
-        return f"gateway://{self.address}/{self.topic}?group={self.group}{naming}"
+        return (f"gateway://{self.url.endpoint(DEFAULT_PORT)}/{self.topic}?group={self.group}"
+                f"{naming}")
 
     @property
     def destinations(self) -> tuple[str, str]:
