@@ -73,9 +73,20 @@ def one_line(text: str, width: int) -> str:
     return out if len(out) <= width else out[:max(0, width - 1)] + "…"
 
 
+def escaped(text: str) -> str:
+    """`text` as Python's repr spells it, without the quotes: a backslash doubled, control
+    characters escaped. Unlike `one_line` two texts never look alike: an id with a line break
+    shows as `a\\nb`, one with a backslash and an n as `a\\\\nb`."""
+    return "".join("\\\\" if c == "\\" else c if c.isprintable() else _escape(c) for c in text)
+
+
 def _escape(c: str) -> str:
-    return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c, f"\\x{ord(c):02x}" if ord(c) < 256
-                                                      else f"\\u{ord(c):04x}")
+    code = ord(c)
+    if c in "\n\r\t":
+        return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}[c]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def iso_ms(ms: int) -> str:

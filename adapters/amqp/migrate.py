@@ -177,10 +177,9 @@ class QueueSource:
 
     @property
     def ledger(self) -> str:
-        p = self._url.parts
-        port = p.port or (5671 if self._url.scheme == "amqps" else 5672)
-        return (f"{self._url.scheme}://{(p.hostname or '').lower()}:{port}/"
-                f"{_vhost(self._url)}?queue={self.queue_name}")
+        port = 5671 if self._url.scheme == "amqps" else 5672
+        return (f"{self._url.scheme}://{self._url.endpoint(port)}/{_vhost(self._url)}"
+                f"?queue={self.queue_name}")
 
     @property
     def destinations(self) -> tuple[str, str]:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import pulsar
 
+from adapters.pulsar.backend_codec import pulsar_topic
 from gateway.backend.base import OutMessage
 from gateway.core.properties import RESERVED_PREFIX
 from gateway.errors import InvalidArgument
@@ -92,9 +93,9 @@ class TopicSource:
 
     @property
     def ledger(self) -> str:
-        p = self._url.parts
-        return (f"{self._url.scheme}://{(p.hostname or '').lower()}:{p.port or 6650}/"
-                f"{self.topic}?subscription={self.subscription}")
+        port = 6651 if self._url.scheme == "pulsar+ssl" else 6650
+        return (f"{self._url.scheme}://{self._url.endpoint(port)}/{pulsar_topic(self.topic)}"
+                f"?subscription={self.subscription}")
 
     @property
     def destinations(self) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from gateway.cli.admin_cmd import (
     run_admin,
 )
 from gateway.errors import InvalidArgument
-from gateway.preview import duration, iso_ms, one_line, preview
+from gateway.preview import duration, escaped, iso_ms, one_line, preview
 from gateway.v1 import admin_pb2 as pb
 
 _AGO = re.compile(r"(\d+)\s*(s|m|min|h|d)")
@@ -154,7 +154,7 @@ async def list_(client: AdminClient, args: argparse.Namespace, out: TextIO) -> i
         render.emit_json({"dead_letters": [render.to_dict(d) for d in found],
                           "next_page_token": token}, out)
         return EXIT_OK
-    rows = [[d.message_id, d.attempt, iso_ms(d.dead_lettered_ms) or "-", d.reason or "-",
+    rows = [[escaped(d.message_id), d.attempt, iso_ms(d.dead_lettered_ms) or "-", d.reason or "-",
              _body_line(d.body)] for d in found]
     render.table(rows, ["MESSAGE ID", "ATTEMPT", "DEAD-LETTERED", "REASON", "BODY"], out)
     if token:
@@ -177,10 +177,10 @@ async def show(client: AdminClient, args: argparse.Namespace, out: TextIO) -> in
                           "timeline": render.to_dict(timeline)}, out)
         return EXIT_OK
     render.pairs([
-        ("message id", letter.message_id), ("original topic", letter.original_topic),
+        ("message id", escaped(letter.message_id)), ("original topic", letter.original_topic),
         ("attempt", letter.attempt), ("reason", letter.reason or "-"),
         ("dead-lettered", iso_ms(letter.dead_lettered_ms) or "-"),
-        ("key", letter.key or "-"), ("tag", letter.tag or "-"),
+        ("key", escaped(letter.key) or "-"), ("tag", escaped(letter.tag) or "-"),
     ], out)
     shown = preview(letter.body)
     out.write(f"\nbody ({shown.kind}, {shown.size} bytes"

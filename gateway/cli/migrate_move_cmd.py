@@ -22,6 +22,7 @@ from gateway.migrate.endpoint import (
     DestinationRefused,
     DestinationUnavailable,
     NotAllowed,
+    SourceKeepsCopies,
     SourceUnavailable,
 )
 from gateway.migrate.progress import Progress
@@ -36,6 +37,7 @@ COPY_EXIT_DENIED = 4
 COPY_EXIT_SOURCE = 5
 COPY_EXIT_DESTINATION = 6
 COPY_EXIT_REFUSED = 7
+COPY_EXIT_KEEPS = 8
 COPY_EXIT_INTERRUPTED = 130
 
 RENAME_ABOUT = """Move a group's waiting retries and dead letters from the destinations of one
@@ -72,6 +74,8 @@ exit statuses:
   5  the source cannot be reached (or went away); nothing unconfirmed was removed
   6  the destination cannot be reached; nothing unconfirmed was removed at the source
   7  the destination refused a copy; it and the messages after it stay at the source
+  8  the source gateway cannot remove what it hands out (its back end is a broker):
+     nothing was copied; copy from the broker directly
   130  interrupted; run it again to go on (nothing is copied twice)"""
 
 
@@ -237,6 +241,8 @@ def _copy_exit(exc: GatewayError) -> int:
         return COPY_EXIT_REFUSED
     if isinstance(exc, NotAllowed):
         return COPY_EXIT_DENIED
+    if isinstance(exc, SourceKeepsCopies):
+        return COPY_EXIT_KEEPS
     if exc.code in ("INVALID_ARGUMENT", "FAILED_PRECONDITION", "NOT_FOUND"):
         return COPY_EXIT_USAGE
     return COPY_EXIT_FAILED

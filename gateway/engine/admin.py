@@ -156,6 +156,7 @@ class GroupAdmin(MoveVerbs):
             naming=scheme.name,
             max_retries=max_retries,
             consumers=consumers,
+            removes_exported=self._backend.removes_by_position,
         )
 
     async def _scan(self, name: str, group: str, scans: Scans | None) -> Scanned:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from gateway.backend import Backend, KeyedCopy, Lease, Move, OutMessage, StoredMessage
 from gateway.core.naming import NamingScheme
 from gateway.core.properties import DEAD_AT, DEAD_REASON, ORIGIN_TOPIC, RESERVED_PREFIX
-from gateway.engine.admin_scan import pages
+from gateway.engine.admin_scan import PEEK_CHUNK, pages
 from gateway.engine.api import Copy, ExportPage, ImportResult
 from gateway.engine.port import EngineQueries
 from gateway.errors import FailedPrecondition, InvalidArgument
@@ -171,10 +171,45 @@ class MoveVerbs:
     async def remove_exported(
         self, topic: str, group: str, part: str, positions: Sequence[int], naming: str = "",
     ) -> int:
-        """Remove exported messages by position, once their copies are stored elsewhere."""
+        """Remove exported messages by position, once their copies are stored elsewhere. A
+        position must hold a message of this part of `topic`: a retry or dead-letter
+        destination may be shared by the group's topics (`%DLQ%{group}`), and the position of
+        another topic's message there would remove that message (refused, nothing removed)."""
         self._removable()
         source = await self._part_topic(topic, group, part, naming)
+        if part != READY:
+            await self._check_owned(topic, group, part, source, positions)
         return await self._backend.remove([Lease(source, group, p) for p in positions])
+
+    async def _check_owned(self, topic: str, group: str, part: str, source: str,
+                           positions: Sequence[int]) -> None:
+        """Refuse a position that holds a message of another topic (or, where the group
+        keeps its retries in the topic itself, a ready message); positions no message holds
+        are left to `remove`, which skips them. Reads from each wanted position on, a chunk at
+        a time, jumping over the gaps between wanted positions."""
+        wanted = sorted(set(positions))
+        origin_of: dict[int, str] = {}
+        i = 0
+        while i < len(wanted):
+            page = await self._backend.peek(source, group, PEEK_CHUNK, wanted[i] - 1)
+            for m in page:
+                origin_of[m.lease.position] = m.properties.get(ORIGIN_TOPIC, topic)
+            if len(page) < PEEK_CHUNK:
+                break
+            last = page[-1].lease.position
+            while i < len(wanted) and wanted[i] <= last:
+                i += 1
+        for index, position in enumerate(positions):
+            origin = origin_of.get(position)
+            if origin is None:
+                continue
+            if source == topic or origin != topic:
+                holds = ("a message of the topic itself (the group keeps its retries there)"
+                         if source == topic else f"a message of topic {origin!r}")
+                raise InvalidArgument(
+                    f"positions[{index}]", position,
+                    f"a position ExportMessages gave for the {part} part of topic {topic!r} "
+                    f"of group {group!r}; it holds {holds}: nothing was removed")
 
     # ----------------------------------------------------------------- copy: the destination
     async def import_copies(

@@ -153,6 +153,9 @@ class GroupView:
     max_retries: int = -1
     """The policy's retry limit (-1: unlimited, or no subscription runs)."""
     consumers: tuple[ConsumerView, ...] = ()
+    removes_exported: bool = True
+    """The back end removes exported messages by position (`Backend.removes_by_position`): the
+    gateway can be the source of `migrate copy`."""
 
 
 @dataclass(frozen=True, slots=True)

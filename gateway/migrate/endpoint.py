@@ -8,6 +8,7 @@ package: `gateway.migrate.gateway_side`), or a scheme a product offers
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,6 +40,13 @@ class DestinationUnavailable(GatewayError):
 class DestinationRefused(GatewayError):
     """The destination refused a copy (too large, a bad value, no ledger): that message and the
     ones after it stay at the source."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class SourceKeepsCopies(GatewayError):
+    """The source cannot remove what it hands out (a gateway whose back end cannot remove by
+    position): refused before anything is copied, else every copy would stay at both ends."""
 
     code = "FAILED_PRECONDITION"
 
@@ -168,6 +176,13 @@ class Url:
         shown = self.parts._replace(netloc=netloc)
         return shown.geturl()
 
+    def endpoint(self, default_port: int) -> str:
+        """`HOST:PORT` spelled one way, for a copy ledger's name: a run from `localhost` finds
+        what a run from `127.0.0.1:PORT` stored (`canonical_host`; the port always written)."""
+        host = canonical_host(self.parts.hostname or "")
+        port = self.parts.port or default_port
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
     def option(self, name: str, default: str = "") -> str:
         return self.query.get(name, default)
 
@@ -200,14 +215,31 @@ def parse_url(field: str, text: str) -> Url:
     return Url(text, parts.scheme.lower(), parts, single)
 
 
+LOOPBACK = "127.0.0.1"
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+"""Spellings of this machine's loopback host, written as `LOOPBACK` (no name is resolved)."""
+
+
+def canonical_host(hostname: str) -> str:
+    """A host spelled one way, without resolving it: lower case, no trailing dot, an address
+    in its shortest form (`0:0::1` is `::1`), and the loopback names as 127.0.0.1."""
+    host = hostname.lower().rstrip(".")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        mapped = getattr(address, "ipv4_mapped", None)
+        host = str(mapped or address)
+    return LOOPBACK if host in LOOPBACK_NAMES else host
+
+
 def same_place(a: Url, b: Url) -> bool:
     """Whether two URLs name the same topic or queue (same scheme family, host, port, path and
     `queue`): copying a place onto itself would find its own copies in the ledger and remove
     them."""
     def place(url: Url) -> tuple[str, str, int | None, str, str]:
-        host = (url.parts.hostname or "").lower()
-        if host in ("localhost", "::1"):
-            host = "127.0.0.1"
+        host = canonical_host(url.parts.hostname or "")
         family = url.scheme.split("+")[0].rstrip("s")
         return family, host, url.parts.port, url.path, url.option("queue")
 

@@ -34,6 +34,7 @@ from gateway.migrate.endpoint import (
     DestinationUnavailable,
     Item,
     NotAllowed,
+    SourceKeepsCopies,
     SourceUnavailable,
     Stored,
     Url,
@@ -41,6 +42,7 @@ from gateway.migrate.endpoint import (
 from gateway.v1 import admin_pb2 as pb
 
 SCHEMES = ("gateway", "gateways")
+DEFAULT_PORT = 50051
 PART_CODES = {
     READY: pb.MESSAGE_PART_READY,
     RETRY: pb.MESSAGE_PART_RETRY,
@@ -81,8 +83,8 @@ class _Side:
         self.group = url.option("group")
         self.naming = url.option("naming")
         host = url.parts.hostname or ""
-        self.address = f"[{host}]:{url.parts.port or 50051}" if ":" in host else (
-            f"{host}:{url.parts.port or 50051}")
+        self.address = f"[{host}]:{url.parts.port or DEFAULT_PORT}" if ":" in host else (
+            f"{host}:{url.parts.port or DEFAULT_PORT}")
         self._target = Target(self.address, tls=url.scheme == "gateways", ca_file=ca_file)
         self._token = token
         self._timeout_s = timeout_s
@@ -125,7 +127,8 @@ class GatewaySource(_Side):
     @property
     def ledger(self) -> str:
         naming = f"&naming={self.naming}" if self.naming else ""
-        return f"gateway://{self.address}/{self.topic}?group={self.group}{naming}"
+        return (f"gateway://{self.url.endpoint(DEFAULT_PORT)}/{self.topic}?group={self.group}"
+                f"{naming}")
 
     @property
     def destinations(self) -> tuple[str, str]:
@@ -137,6 +140,14 @@ class GatewaySource(_Side):
             view = await client.describe(self.topic, self.group)
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
+        if view.cannot_remove_exported:
+            # RemoveExported would be refused after the first batch was stored at the
+            # destination, leaving it at both ends: refused before anything is taken.
+            raise SourceKeepsCopies(
+                f"source {self.name}: this gateway's back end cannot remove exported messages "
+                "by position, so a copy would leave every copied message at the source too: "
+                "copy from the broker directly (`gateway migrate copy --from` a URL of the "
+                "broker the gateway runs on); nothing was copied")
         self._names = (view.retry_topic, view.dead_letter_topic)
         # The scheme the group has now, for every export and removal of this run: found again
         # on each call it could change under the run (another topic's group of this name given

@@ -51,6 +51,7 @@ class AdminService(MoveCalls, admin_pb2_grpc.AdminServicer):
             policy=view.policy,
             naming=view.naming,
             max_retries=view.max_retries,
+            cannot_remove_exported=not view.removes_exported,
             consumers=[admin_pb2.GroupConsumer(consumer_id=c.consumer_id, unsettled=c.unsettled)
                        for c in view.consumers],
             totals=admin_pb2.GroupTotals(

@@ -49,7 +49,7 @@ class GroupTotals(_message.Message):
     def __init__(self, delivered: _Optional[int] = ..., committed: _Optional[int] = ..., retried: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., discarded: _Optional[int] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
-    __slots__ = ("ready", "delayed", "inflight", "waiting_retry", "dead_letters", "oldest_ready_ms", "next_retry_ms", "retry_topic", "dead_letter_topic", "policy", "naming", "consumers", "totals", "max_retries")
+    __slots__ = ("ready", "delayed", "inflight", "waiting_retry", "dead_letters", "oldest_ready_ms", "next_retry_ms", "retry_topic", "dead_letter_topic", "policy", "naming", "consumers", "totals", "max_retries", "cannot_remove_exported")
     READY_FIELD_NUMBER: _ClassVar[int]
     DELAYED_FIELD_NUMBER: _ClassVar[int]
     INFLIGHT_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class DescribeGroupResponse(_message.Message):
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     TOTALS_FIELD_NUMBER: _ClassVar[int]
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    CANNOT_REMOVE_EXPORTED_FIELD_NUMBER: _ClassVar[int]
     ready: int
     delayed: int
     inflight: int
@@ -78,7 +79,8 @@ class DescribeGroupResponse(_message.Message):
     consumers: _containers.RepeatedCompositeFieldContainer[GroupConsumer]
     totals: GroupTotals
     max_retries: int
-    def __init__(self, ready: _Optional[int] = ..., delayed: _Optional[int] = ..., inflight: _Optional[int] = ..., waiting_retry: _Optional[int] = ..., dead_letters: _Optional[int] = ..., oldest_ready_ms: _Optional[int] = ..., next_retry_ms: _Optional[int] = ..., retry_topic: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ..., policy: _Optional[str] = ..., naming: _Optional[str] = ..., consumers: _Optional[_Iterable[_Union[GroupConsumer, _Mapping]]] = ..., totals: _Optional[_Union[GroupTotals, _Mapping]] = ..., max_retries: _Optional[int] = ...) -> None: ...
+    cannot_remove_exported: bool
+    def __init__(self, ready: _Optional[int] = ..., delayed: _Optional[int] = ..., inflight: _Optional[int] = ..., waiting_retry: _Optional[int] = ..., dead_letters: _Optional[int] = ..., oldest_ready_ms: _Optional[int] = ..., next_retry_ms: _Optional[int] = ..., retry_topic: _Optional[str] = ..., dead_letter_topic: _Optional[str] = ..., policy: _Optional[str] = ..., naming: _Optional[str] = ..., consumers: _Optional[_Iterable[_Union[GroupConsumer, _Mapping]]] = ..., totals: _Optional[_Union[GroupTotals, _Mapping]] = ..., max_retries: _Optional[int] = ..., cannot_remove_exported: _Optional[bool] = ...) -> None: ...
 
 class DeadLetterFilter(_message.Message):
     __slots__ = ("reason", "min_attempt", "max_attempt", "since_ms", "until_ms", "text")

@@ -206,7 +206,11 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RemoveExported(self, request, context):
-        """Removes exported messages (by position) once their copies are stored elsewhere.
+        """Removes exported messages (by position) once their copies are stored elsewhere. A retry or
+        dead-letter destination may be shared by a group's topics (`%DLQ%{group}`): each position
+        must hold a message of `topic` (INVALID_ARGUMENT naming `positions[i]` otherwise, and nothing
+        is removed). FAILED_PRECONDITION on a back end that cannot remove by position
+        (DescribeGroupResponse.cannot_remove_exported).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,9 +1,10 @@
 """A gateway on a broker back end (RabbitMQ here) cannot be the source of `gateway migrate copy`:
 its listing positions number one listing only, so what it exported cannot be removed by
 position. RemoveExported refuses with FAILED_PRECONDITION (ExportMessages stays a listing), and
-the command stops at its first batch, exit 2, saying to copy from the broker directly. It used
-to copy every message, remove none, and exit 0 ("the source keeps nothing") with the whole
-backlog still there."""
+DescribeGroup says so (`cannot_remove_exported`): the command refuses before it copies anything,
+exit 8, saying to copy from the broker directly. It used to copy every message, remove none, and
+exit 0 ("the source keeps nothing") with the whole backlog still there; then it stopped after
+its first batch (exit 2), which it left at both ends."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ async def test_a_rabbitmq_backed_gateway_refuses_to_remove_exported(tmp_path: Pa
                 page = await stub.ExportMessages(pb.ExportMessagesRequest(
                     topic=topic, group=group, part=pb.MESSAGE_PART_READY), timeout=30)
                 assert len(page.messages) == 20  # a listing
+                view = await stub.DescribeGroup(pb.DescribeGroupRequest(
+                    topic=topic, group=group), timeout=30)
+                assert view.cannot_remove_exported
                 with pytest.raises(grpc.aio.AioRpcError) as caught:
                     await stub.RemoveExported(pb.RemoveExportedRequest(
                         topic=topic, group=group, part=pb.MESSAGE_PART_READY,
@@ -52,8 +56,16 @@ async def test_a_rabbitmq_backed_gateway_refuses_to_remove_exported(tmp_path: Pa
                 "--to", f"gateway://127.0.0.1:{destination.grpc_port}/{topic}?group={group}",
                 "--batch", "5", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
             out, err = await asyncio.wait_for(proc.communicate(), 120)
-            assert proc.returncode == 2, (out, err)
+            assert proc.returncode == 8, (out, err)
             assert b"copy from the broker directly" in err
+            assert b"nothing was copied" in err
+            dry = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gateway.cli", "migrate", "copy", "--dry-run",
+                "--from", f"gateway://{target}/{topic}?group={group}",
+                "--to", f"gateway://127.0.0.1:{destination.grpc_port}/{topic}?group={group}",
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            _, err = await asyncio.wait_for(dry.communicate(), 120)
+            assert dry.returncode == 8, err  # the dry run says what the run would say
             async with grpc.aio.insecure_channel(target) as channel:
                 view = await admin_pb2_grpc.AdminStub(channel).DescribeGroup(
                     pb.DescribeGroupRequest(topic=topic, group=group), timeout=30)
@@ -62,7 +74,7 @@ async def test_a_rabbitmq_backed_gateway_refuses_to_remove_exported(tmp_path: Pa
                     f"127.0.0.1:{destination.grpc_port}") as channel:
                 view = await admin_pb2_grpc.AdminStub(channel).DescribeGroup(
                     pb.DescribeGroupRequest(topic=topic, group=group), timeout=30)
-            assert view.ready <= 5  # the first batch at most
+            assert view.ready == 0  # nothing was copied
         finally:
             async with plain_connection() as connection:
                 await delete_queues(connection, queue_name(topic))
