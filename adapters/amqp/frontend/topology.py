@@ -128,6 +128,9 @@ class Topology:
         self.tombstones: dict[str, None] = {}
         """Queues deleted over AMQP (oldest first): their topics may still hold messages for
         other groups, but they are no queue to AMQP clients until declared again."""
+        self.stale: dict[str, str] = {}
+        """Non-durable queues of an earlier run, by name: their groups (`transient` records),
+        which kept their messages while they were there, are dropped at start."""
 
     # ------------------------------------------------------------------ lookups
     def exchange(self, name: str) -> Exchange:
@@ -380,9 +383,16 @@ class Topology:
                                       edge.queue_settings(name, arguments),
                                       declared_by=change.get("principal", ""), cost=cost)
             self.tombstones.pop(name, None)
+            self.stale.pop(name, None)
         elif op == "unqueue":
             self.drop_queue(change["name"])
             self._bury(change["name"])
+            self.stale.pop(change["name"], None)
+        elif op == "transient":
+            self.stale[change["name"]] = change["group"]
+        elif op == "forget":  # a declaration undone, or a stale group dropped: no tombstone
+            self.drop_queue(change["name"])
+            self.stale.pop(change["name"], None)
         elif op == "bind":
             binding = _binding_of(change)
             source = self.exchanges.get(binding.source)
@@ -407,7 +417,8 @@ class Topology:
             raise ValueError(f"unknown journal record {op!r}")
 
     def snapshot(self) -> list[Change]:
-        """Records that rebuild every durable entity (for compacting the journal)."""
+        """Records that rebuild every durable entity (for compacting the journal), and those of
+        the queues that do not outlive the server (`transient`)."""
         out: list[Change] = []
         for e in self.exchanges.values():
             if e.durable and not e.builtin:
@@ -424,6 +435,10 @@ class Topology:
                 if self._durable_binding(b):
                     out.append({"op": "bind", **_binding_record(b)})
         out.extend({"op": "unqueue", "name": name} for name in self.tombstones)
+        out.extend(transient(q) for q in self.queues.values()
+                   if not q.durable or q.owner is not None)
+        out.extend({"op": "transient", "name": name, "group": group}
+                   for name, group in self.stale.items())
         return out
 
     def _durable_binding(self, b: Binding) -> bool:
@@ -435,6 +450,12 @@ class Topology:
             return queue is not None and queue.durable and queue.owner is None
         target = self.exchanges.get(b.destination)
         return target is not None and target.durable
+
+
+def transient(queue: Queue) -> Change:
+    """The record of a queue that does not outlive the server (non-durable or exclusive): its
+    group, created at declare, is dropped at the next start unless the queue was deleted."""
+    return {"op": "transient", "name": queue.name, "group": queue.settings.group}
 
 
 def _shown(settings: QueueSettings) -> dict[str, object]:
