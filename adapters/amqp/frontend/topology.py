@@ -24,7 +24,6 @@ from adapters.amqp.frontend.errors import (
     COMMAND_INVALID,
     NOT_FOUND,
     PRECONDITION_FAILED,
-    RESOURCE_ERROR,
     RESOURCE_LOCKED,
     AMQPError,
     short,
@@ -107,6 +106,13 @@ class Exchange:
     holder: int | None = None
 
 
+def _limit(what: str, kind: str, limit: int) -> AMQPError:
+    """A count limit reached: 406 PRECONDITION_FAILED, the channel closes, as RabbitMQ refuses a
+    queue past its virtual host's `max-queues` ("queue limit in vhost '/' (N) is reached")."""
+    return AMQPError(PRECONDITION_FAILED, f"cannot {what}: {kind} limit in vhost '/' ({limit}) "
+                                          f"is reached (the gateway's limit on declared {kind}s)")
+
+
 def _inequivalent(kind: str, name: str, what: str, got: object, have: object) -> AMQPError:
     return AMQPError(PRECONDITION_FAILED, f"inequivalent arg '{what}' for {kind} {short(name)} "
                                           f"in vhost '/': received {got!r} but current is "
@@ -178,7 +184,7 @@ class Topology:
         edge.check_declarable("exchange", name)
         alternate = edge.exchange_alternate(arguments)
         if len(self.exchanges) >= MAX_EXCHANGES + len(BUILTIN) + 1:
-            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_EXCHANGES} exchanges", hard=False)
+            raise _limit(f"declare exchange {short(name)}", "exchange", MAX_EXCHANGES)
         cost = entity_cost((name, kind), arguments)
         self.budget.charge(connection, cost, f"exchange {short(name)}")
         self.exchanges[name] = Exchange(name, kind, durable, auto_delete, internal,
@@ -233,7 +239,7 @@ class Topology:
                                     _shown(existing.settings))
             return existing, None
         if len(self.queues) >= MAX_QUEUES:
-            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_QUEUES} queues", hard=False)
+            raise _limit(f"declare queue {short(name)}", "queue", MAX_QUEUES)
         cost = entity_cost((name,), arguments)
         self.budget.charge(connection, cost, f"queue {short(name)}")
         queue = Queue(name, durable, auto_delete, dict(arguments), settings,
@@ -288,7 +294,8 @@ class Topology:
         if any(b.same(binding) for b in source.bindings):
             return None
         if self.binding_count >= MAX_BINDINGS:
-            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_BINDINGS} bindings", hard=False)
+            raise _limit(f"bind {short(binding.destination)} to exchange "
+                         f"{short(binding.source)}", "binding", MAX_BINDINGS)
         kind = "queue" if binding.to_queue else "exchange"
         cost = entity_cost((binding.source, binding.destination, binding.key),
                            binding.arguments)
