@@ -104,7 +104,8 @@ class RawAmqp:
 
     @classmethod
     async def connect(cls, port: int, *, user: str = "guest", password: str = "guest",
-                      open_channel: int | None = 1, frame_max: int | None = None) -> RawAmqp:
+                      open_channel: int | None = 1, frame_max: int | None = None,
+                      vhost: str = "/") -> RawAmqp:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         conn = cls(reader, writer)
         writer.write(PROTOCOL_HEADER)
@@ -117,7 +118,7 @@ class RawAmqp:
         conn.send(0, commands.Connection.TuneOk(channel_max=tune.channel_max,
                                                 frame_max=frame_max or tune.frame_max,
                                                 heartbeat=0))
-        conn.send(0, commands.Connection.Open(virtual_host="/"))
+        conn.send(0, commands.Connection.Open(virtual_host=vhost))
         await conn.expect(commands.Connection.OpenOk)
         if open_channel is not None:
             conn.send(open_channel, commands.Channel.Open())

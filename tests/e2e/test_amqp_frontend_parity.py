@@ -2,10 +2,12 @@
 the same raw frames, with the gateway and with the real broker on 127.0.0.1:5672, and both must
 answer alike (acknowledging an unknown delivery tag with multiple=true, `basic.qos` with
 global=false and the consumers already started, a `channel.open` on a channel that is open or
-closing)."""
+closing, a queue past the queue limit)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 from pamqp import commands
 
+from adapters.amqp.frontend import topology
 from adapters.amqp.frontend.framing import method_frame
 from tests.amqp_front import RawAmqp, amqp_gateway, unique
 
@@ -191,3 +194,112 @@ async def test_channel_open_on_an_open_or_closing_channel(raw: RawAmqp, steps: l
             got += await answers(raw, 1)
     got += await answers(raw, len(expected) - len(got))
     assert got == expected
+
+
+# ---------------------------------------------------------------------- count limits
+LIMIT = 2
+
+
+def rabbitmqctl(*args: str) -> None:
+    tool = shutil.which("rabbitmqctl")
+    if tool is None:
+        pytest.skip("rabbitmqctl is not installed")
+    done = subprocess.run([tool, *args], capture_output=True, text=True, timeout=60,
+                          check=False)
+    if done.returncode != 0:
+        pytest.skip(f"rabbitmqctl {args[0]} failed: {done.stderr.strip()[:200]}")
+
+
+@pytest.fixture(params=["gateway", "rabbitmq"])
+async def limited(request: pytest.FixtureRequest, tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RawAmqp]:
+    """A connection to a server that keeps at most LIMIT queues: the gateway with its queue
+    limit lowered, or the real broker on a throwaway virtual host with `max-queues` LIMIT."""
+    if request.param == "gateway":
+        monkeypatch.setattr(topology, "MAX_QUEUES", LIMIT)
+        async with amqp_gateway(tmp_path / "data") as gateway:
+            conn = await RawAmqp.connect(gateway.port)
+            try:
+                yield conn
+            finally:
+                conn.close()
+        return
+    vhost = unique("gw-limits")
+    rabbitmqctl("add_vhost", vhost)
+    try:
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        rabbitmqctl("set_vhost_limits", "-p", vhost, f'{{"max-queues": {LIMIT}}}')
+        conn = await RawAmqp.connect(RABBITMQ_PORT, vhost=vhost)
+        try:
+            yield conn
+        finally:
+            conn.close()
+    finally:
+        rabbitmqctl("delete_vhost", vhost)
+
+
+async def test_a_queue_past_the_queue_limit_closes_the_channel_only(limited: RawAmqp) -> None:
+    """Before, the gateway answered 506 RESOURCE_ERROR; RabbitMQ answers 406
+    PRECONDITION_FAILED ("queue limit in vhost ... is reached") and closes the channel: the
+    connection goes on, queues already there may be declared again, and one deleted makes
+    room."""
+    raw = limited
+    first, second, third = unique("lim"), unique("lim"), unique("lim")
+    for name in (first, second):
+        raw.send(1, commands.Queue.Declare(queue=name))
+        await raw.expect(commands.Queue.DeclareOk)
+    raw.send(1, commands.Queue.Declare(queue=third))
+    channel, refused = await raw.answer()
+    assert (channel, type(refused).__name__, refused.reply_code) == (1, "Close", 406)
+    assert "queue limit in vhost" in refused.reply_text
+    assert refused.reply_text.endswith(") is reached") or "is reached (" in refused.reply_text
+    assert (refused.class_id, refused.method_id) == (50, 10)
+    raw.send(1, commands.Channel.CloseOk())
+    raw.send(2, commands.Channel.Open())
+    raw.send(2, commands.Queue.Declare(queue=first))  # there already: fine at the limit
+    raw.send(2, commands.Queue.Declare(queue="", exclusive=True))  # server-named: counted too
+    assert await answers(raw, 3) == [(2, "OpenOk", None), (2, "DeclareOk", None),
+                                     (2, "Close", 406)]
+    raw.send(2, commands.Channel.CloseOk())
+    raw.send(3, commands.Channel.Open())
+    raw.send(3, commands.Queue.Delete(queue=first))
+    raw.send(3, commands.Queue.Declare(queue=third))  # room again
+    assert await answers(raw, 3) == [(3, "OpenOk", None), (3, "DeleteOk", None),
+                                     (3, "DeclareOk", None)]
+
+
+@pytest.mark.parametrize("kind", ["exchange", "binding"])
+async def test_the_exchange_and_binding_limits_answer_as_the_queue_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """RabbitMQ has no count limit of exchanges or bindings to compare with: the gateway's
+    answer as at its queue limit (before: 506 RESOURCE_ERROR), naming the limit; the channel
+    closes, the connection goes on."""
+    monkeypatch.setattr(topology, "MAX_EXCHANGES", 1)
+    monkeypatch.setattr(topology, "MAX_BINDINGS", 1)
+    exchange, queue = unique("lim-x"), unique("lim-q")
+    async with amqp_gateway(tmp_path / "data") as gateway:
+        raw = await RawAmqp.connect(gateway.port)
+        try:
+            raw.send(1, commands.Exchange.Declare(exchange=exchange, exchange_type="fanout"))
+            await raw.expect(commands.Exchange.DeclareOk)
+            raw.send(1, commands.Queue.Declare(queue=queue))
+            await raw.expect(commands.Queue.DeclareOk)
+            raw.send(1, commands.Queue.Bind(queue=queue, exchange=exchange, routing_key="a"))
+            await raw.expect(commands.Queue.BindOk)
+            if kind == "exchange":
+                raw.send(1, commands.Exchange.Declare(exchange=unique("lim-x"),
+                                                      exchange_type="fanout"))
+                ids = (40, 10)
+            else:
+                raw.send(1, commands.Queue.Bind(queue=queue, exchange=exchange, routing_key="b"))
+                ids = (50, 20)
+            channel, refused = await raw.answer()
+            assert (channel, type(refused).__name__, refused.reply_code) == (1, "Close", 406)
+            assert f"{kind} limit in vhost '/' (1) is reached" in refused.reply_text
+            assert (refused.class_id, refused.method_id) == ids
+            raw.send(1, commands.Channel.CloseOk())
+            raw.send(2, commands.Channel.Open())
+            assert await answers(raw, 1) == [(2, "OpenOk", None)]
+        finally:
+            raw.close()

@@ -13,11 +13,12 @@ from adapters.amqp.frontend.errors import (
     PRECONDITION_FAILED,
     RESOURCE_ERROR,
     AMQPError,
+    from_gateway,
     short,
 )
 from adapters.amqp.frontend.state import ChannelState
-from adapters.amqp.frontend.topology import Binding, Queue
-from gateway.errors import GatewayError
+from adapters.amqp.frontend.topology import Binding, Queue, transient
+from gateway.errors import GatewayError, NotFound
 
 log = structlog.get_logger(__name__)
 
@@ -72,6 +73,8 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
             name, connection=conn.id, durable=m.durable, exclusive=m.exclusive,
             auto_delete=m.auto_delete, arguments=m.arguments or {},
             principal=getattr(conn.principal, "name", ""))
+        if not known and change is None:
+            change = transient(queue)  # its group is dropped at the next start
         try:
             await ctx.record(change)
         except OSError as exc:
@@ -79,12 +82,66 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
                 ctx.topology.drop_queue(name)
             raise AMQPError(RESOURCE_ERROR, f"cannot keep queue {short(name)}: {exc.strerror}",
                             DECLARE, hard=False) from None
+        if not known:
+            await keep_group(ctx, queue)
         if ctx.router is not None:
             ctx.router.ensure(queue)
     channel.last_queue = queue.name
     return framing.reply(commands.Queue.DeclareOk, queue=queue.name,
                                     message_count=await ready_count(ctx, queue),
                                     consumer_count=ctx.consumer_count(queue.name))
+
+
+async def keep_group(ctx: Context, queue: Queue) -> None:
+    """Make a new queue's group in the back end now, where it starts when a consumer comes
+    (the earliest message kept): until then the topic's messages are kept for it, though
+    other groups settle them. No engine subscription is made: the queue takes no room under
+    `--max-groups` until it is consumed. Refused by the back end, the declaration is undone."""
+    try:
+        await ctx.engine.create_group(queue.name, queue.settings.group)
+    except NotFound:
+        return  # the topic does not exist and is not created on demand: nothing to keep
+    except GatewayError as exc:
+        ctx.topology.drop_queue(queue.name)
+        try:
+            await ctx.record({"op": "forget", "name": queue.name})
+        except OSError as err:
+            log.error("amqp queue declare not undone", queue=queue.name, error=err.strerror)
+        raise from_gateway(exc, DECLARE) from None
+
+
+async def drop_group(ctx: Context, topic: str, group: str) -> None:
+    """Drop a queue's group. Where the back end places groups, it is made again at the
+    topic's end (dropped, a group starts at its first message): a queue declared again by the
+    name starts empty."""
+    try:
+        if await ctx.engine.drop_group(topic, group):
+            await ctx.engine.create_group(topic, group, at_end=True)
+    except GatewayError as exc:
+        log.warning("amqp queue group not dropped", queue=topic, error=exc.message)
+
+
+async def restore(ctx: Context) -> None:
+    """At start, after the journal is loaded: the durable queues' groups exist (made again if
+    lost, at the earliest message kept), and the non-durable queues of the last run are
+    deleted (their groups dropped)."""
+    for queue in list(ctx.topology.queues.values()):
+        try:
+            await ctx.engine.create_group(queue.name, queue.settings.group)
+        except NotFound:
+            continue
+        except GatewayError as exc:
+            log.warning("amqp queue group not made", queue=queue.name, error=exc.message)
+    for name, group in list(ctx.topology.stale.items()):
+        # Gone with the last run, as if deleted: no queue to AMQP clients (a passive declare
+        # finds none), though its group made its topic.
+        await drop_group(ctx, name, group)
+        gone = {"op": "unqueue", "name": name}
+        ctx.topology.apply(gone)
+        try:
+            await ctx.record(gone)
+        except OSError as exc:
+            log.warning("amqp stale queue group not recorded", queue=name, error=exc.strerror)
 
 
 async def bind(channel: ChannelState, m: commands.Queue.Bind | commands.Queue.Unbind,
@@ -151,15 +208,9 @@ async def remove(ctx: Context, queue: Queue) -> int:
     except GatewayError as exc:
         log.warning("amqp queue delete: purge failed", queue=queue.name, error=exc.message)
         count = 0
-    try:
-        # The queue's engine group goes too: deleted queues (exclusive and auto-delete ones
-        # every RPC client makes) would otherwise fill `--max-groups` with dead groups. Where
-        # the back end places groups, it is made again at the topic's end (dropped, a group
-        # starts at its first message): a queue declared again by the name starts empty.
-        if await ctx.engine.drop_group(queue.name, queue.settings.group):
-            await ctx.engine.create_group(queue.name, queue.settings.group, at_end=True)
-    except GatewayError as exc:
-        log.warning("amqp queue delete: group not dropped", queue=queue.name, error=exc.message)
+    # The queue's engine group goes too: deleted queues (exclusive and auto-delete ones every
+    # RPC client makes) would otherwise fill `--max-groups` with dead groups.
+    await drop_group(ctx, queue.name, queue.settings.group)
     try:
         await ctx.record(changes)
     except OSError as exc:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import structlog
 
+from adapters.amqp.frontend import queues
 from adapters.amqp.frontend.connection import Connection
 from adapters.amqp.frontend.context import AuthorizerPort, Context, Limits
 from adapters.amqp.frontend.deadletters import DeadLetterRouter
@@ -53,6 +54,7 @@ class AMQPFrontEnd:
         assert ctx.router is not None
         for queue in ctx.topology.queues.values():
             ctx.router.ensure(queue)
+        await queues.restore(ctx)
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(

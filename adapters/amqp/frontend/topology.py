@@ -24,7 +24,6 @@ from adapters.amqp.frontend.errors import (
     COMMAND_INVALID,
     NOT_FOUND,
     PRECONDITION_FAILED,
-    RESOURCE_ERROR,
     RESOURCE_LOCKED,
     AMQPError,
     short,
@@ -107,6 +106,13 @@ class Exchange:
     holder: int | None = None
 
 
+def _limit(what: str, kind: str, limit: int) -> AMQPError:
+    """A count limit reached: 406 PRECONDITION_FAILED, the channel closes, as RabbitMQ refuses a
+    queue past its virtual host's `max-queues` ("queue limit in vhost '/' (N) is reached")."""
+    return AMQPError(PRECONDITION_FAILED, f"cannot {what}: {kind} limit in vhost '/' ({limit}) "
+                                          f"is reached (the gateway's limit on declared {kind}s)")
+
+
 def _inequivalent(kind: str, name: str, what: str, got: object, have: object) -> AMQPError:
     return AMQPError(PRECONDITION_FAILED, f"inequivalent arg '{what}' for {kind} {short(name)} "
                                           f"in vhost '/': received {got!r} but current is "
@@ -128,6 +134,9 @@ class Topology:
         self.tombstones: dict[str, None] = {}
         """Queues deleted over AMQP (oldest first): their topics may still hold messages for
         other groups, but they are no queue to AMQP clients until declared again."""
+        self.stale: dict[str, str] = {}
+        """Non-durable queues of an earlier run, by name: their groups (`transient` records),
+        which kept their messages while they were there, are dropped at start."""
 
     # ------------------------------------------------------------------ lookups
     def exchange(self, name: str) -> Exchange:
@@ -175,7 +184,7 @@ class Topology:
         edge.check_declarable("exchange", name)
         alternate = edge.exchange_alternate(arguments)
         if len(self.exchanges) >= MAX_EXCHANGES + len(BUILTIN) + 1:
-            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_EXCHANGES} exchanges", hard=False)
+            raise _limit(f"declare exchange {short(name)}", "exchange", MAX_EXCHANGES)
         cost = entity_cost((name, kind), arguments)
         self.budget.charge(connection, cost, f"exchange {short(name)}")
         self.exchanges[name] = Exchange(name, kind, durable, auto_delete, internal,
@@ -230,7 +239,7 @@ class Topology:
                                     _shown(existing.settings))
             return existing, None
         if len(self.queues) >= MAX_QUEUES:
-            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_QUEUES} queues", hard=False)
+            raise _limit(f"declare queue {short(name)}", "queue", MAX_QUEUES)
         cost = entity_cost((name,), arguments)
         self.budget.charge(connection, cost, f"queue {short(name)}")
         queue = Queue(name, durable, auto_delete, dict(arguments), settings,
@@ -285,7 +294,8 @@ class Topology:
         if any(b.same(binding) for b in source.bindings):
             return None
         if self.binding_count >= MAX_BINDINGS:
-            raise AMQPError(RESOURCE_ERROR, f"at most {MAX_BINDINGS} bindings", hard=False)
+            raise _limit(f"bind {short(binding.destination)} to exchange "
+                         f"{short(binding.source)}", "binding", MAX_BINDINGS)
         kind = "queue" if binding.to_queue else "exchange"
         cost = entity_cost((binding.source, binding.destination, binding.key),
                            binding.arguments)
@@ -380,9 +390,16 @@ class Topology:
                                       edge.queue_settings(name, arguments),
                                       declared_by=change.get("principal", ""), cost=cost)
             self.tombstones.pop(name, None)
+            self.stale.pop(name, None)
         elif op == "unqueue":
             self.drop_queue(change["name"])
             self._bury(change["name"])
+            self.stale.pop(change["name"], None)
+        elif op == "transient":
+            self.stale[change["name"]] = change["group"]
+        elif op == "forget":  # a declaration undone, or a stale group dropped: no tombstone
+            self.drop_queue(change["name"])
+            self.stale.pop(change["name"], None)
         elif op == "bind":
             binding = _binding_of(change)
             source = self.exchanges.get(binding.source)
@@ -407,7 +424,8 @@ class Topology:
             raise ValueError(f"unknown journal record {op!r}")
 
     def snapshot(self) -> list[Change]:
-        """Records that rebuild every durable entity (for compacting the journal)."""
+        """Records that rebuild every durable entity (for compacting the journal), and those of
+        the queues that do not outlive the server (`transient`)."""
         out: list[Change] = []
         for e in self.exchanges.values():
             if e.durable and not e.builtin:
@@ -424,6 +442,10 @@ class Topology:
                 if self._durable_binding(b):
                     out.append({"op": "bind", **_binding_record(b)})
         out.extend({"op": "unqueue", "name": name} for name in self.tombstones)
+        out.extend(transient(q) for q in self.queues.values()
+                   if not q.durable or q.owner is not None)
+        out.extend({"op": "transient", "name": name, "group": group}
+                   for name, group in self.stale.items())
         return out
 
     def _durable_binding(self, b: Binding) -> bool:
@@ -435,6 +457,12 @@ class Topology:
             return queue is not None and queue.durable and queue.owner is None
         target = self.exchanges.get(b.destination)
         return target is not None and target.durable
+
+
+def transient(queue: Queue) -> Change:
+    """The record of a queue that does not outlive the server (non-durable or exclusive): its
+    group, created at declare, is dropped at the next start unless the queue was deleted."""
+    return {"op": "transient", "name": queue.name, "group": queue.settings.group}
 
 
 def _shown(settings: QueueSettings) -> dict[str, object]:
