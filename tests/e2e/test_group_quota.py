@@ -10,12 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import aio_pika
 import grpc
 import pytest
+from rocketmq.grpc_protocol import service_pb2_grpc
 
+from adapters.pulsar.wire import wire_pb2 as pb
 from gateway.client import GatewayClient
 from gateway.client_errors import GatewayRpcError
 from gateway.server.app import running_gateway
+from tests.e2e.auth_clients import PulsarRaw, rmq_receive_handles, signed
 
 TOKENS = """
 [[principal]]
@@ -24,6 +28,8 @@ token = "greedy-secret"
 publish = ["quota"]
 consume = ["quota"]
 groups = ["*"]
+rocketmq_access_key = "greedy-ak"
+rocketmq_secret_key = "greedy-sk"
 
 [[principal]]
 name = "other"
@@ -62,6 +68,46 @@ async def test_one_principal_holding_its_groups_leaves_the_others_theirs(tmp_pat
                 assert message is not None and message.body == b"m"
                 assert (await message.ack()).ok
             assert len(app.engine.subscriptions) == 4
+
+
+async def test_every_front_end_counts_a_group_for_the_principal_that_made_it(
+        tmp_path: Path) -> None:
+    """AMQP (the login), Pulsar (the CONNECT token) and RocketMQ (the access key) pass their
+    principal with the subscriptions they make, as gRPC does (the bearer token)."""
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS)
+    async with running_gateway(tmp_path / "data", tokens_file=str(tokens),
+                               pulsar_listen="127.0.0.1:0", amqp_listen="127.0.0.1:0") as app:
+        target = f"127.0.0.1:{app.grpc_port}"
+        async with GatewayClient(target, token="other-secret") as other:
+            await other.receive("quota", "by-grpc", policy="rocketmq", wait_ms=0)
+        amqp = await aio_pika.connect(
+            f"amqp://greedy:greedy-secret@127.0.0.1:{app.front_ends['amqp'].port}/")
+        async with amqp:
+            channel = await amqp.channel()
+            queue = await channel.declare_queue("quota", passive=False, durable=True)
+            await queue.consume(_ignore)
+            pulsar, connected = await PulsarRaw.connect(app.front_ends["pulsar"].port,
+                                                        "greedy-secret")
+            try:
+                assert connected.command.type == pb.BaseCommand.CONNECTED
+                _, subscribed = await pulsar.subscribe("quota", "by-pulsar")
+                assert subscribed.command.type == pb.BaseCommand.SUCCESS, subscribed.command
+                async with grpc.aio.insecure_channel(target) as rmq_channel:
+                    stub = service_pb2_grpc.MessagingServiceStub(rmq_channel)
+                    await rmq_receive_handles(stub, signed("greedy-ak", "greedy-sk"), "quota",
+                                              "by-rocketmq")
+                owners = {group: sub.owner for (_, group), sub in app.engine.subscriptions.items()}
+            finally:
+                await pulsar.close()
+    by_amqp = [g for g in owners if g not in ("by-grpc", "by-pulsar", "by-rocketmq")]
+    assert owners == {"by-grpc": "other", "by-pulsar": "greedy", "by-rocketmq": "greedy",
+                      **{g: "greedy" for g in by_amqp}}, owners
+    assert len(by_amqp) == 1, owners
+
+
+async def _ignore(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+    pass
 
 
 def test_a_share_beyond_the_pool_is_one_line_naming_it(tmp_path: Path) -> None:
