@@ -151,6 +151,21 @@ class TooManyGroups(GatewayError):
         self.limit = limit
 
 
+class TooManyOwnGroups(TooManyGroups):
+    """One principal runs as many groups as each may (`--max-groups-per-principal`): a new one
+    of its own is refused; other principals' are not."""
+
+    def __init__(self, limit: int, owner: str) -> None:
+        who = f"principal {owner[:200]!r}" if owner else "the anonymous principal"
+        GatewayError.__init__(
+            self, f"{who} runs its maximum of {limit} groups (max_groups_per_principal, "
+            "--max-groups-per-principal), each in use (a consumer, a receive or unsettled "
+            "deliveries): a new group of its own is refused; use an existing one, or drop "
+            "(unsubscribe, delete) groups no longer used")
+        self.limit = limit
+        self.owner = owner
+
+
 class Unavailable(GatewayError):
     """The back end cannot take the request now (broker down, shutting down)."""
 

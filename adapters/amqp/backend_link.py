@@ -5,14 +5,15 @@ The connection (`backend_reconnect.BackoffConnection`, aio-pika's robust connect
 itself, its channels, the consuming channel's prefetch and its consumers back after broker
 trouble, waiting 0.5 s doubling to 15 s with jitter between attempts (`link_rules.RECONNECT`),
 with one warning per attempt; while it is down `healthy()` is False and `up()` raises
-`Unavailable`. Credentials refused on a reconnect (ACCESS_REFUSED) make `fatal` say so: no
+`Unavailable`. Credentials refused on a reconnect (ACCESS_REFUSED), or a broker TLS certificate
+the gateway does not trust (unknown CA, wrong host name, expired), make `fatal` say so: no
 attempt with them can work, and the gateway exits for its supervisor to start it again (with
-the credentials of now, a rotated Secret say).
+the credentials or CA bundle of now, a rotated Secret say).
 
-At start (`open`) a broker that refuses the gateway (credentials, virtual host) raises
-`BackendUnreachable` at once; one that cannot be reached raises it too with `start_wait_s` 0,
-and otherwise `open` returns not connected and the link keeps trying in the background as after
-an outage: `fatal` is set if it has not connected within `start_wait_s`.
+At start (`open`) a broker that refuses the gateway (credentials, virtual host, TLS certificate)
+raises `BackendUnreachable` at once; one that cannot be reached raises it too with `start_wait_s`
+0, and otherwise `open` returns not connected and the link keeps trying in the background as
+after an outage: `fatal` is set if it has not connected within `start_wait_s`.
 
 A broker that stops answering (hung, stopped) keeps the connection open until heartbeats time
 out, three minutes by default, while every publish times out: a probe (a channel opened and
@@ -31,11 +32,17 @@ from typing import Any
 
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError, ChannelPreconditionFailed
-from aiormq.exceptions import ProbableAuthenticationError
 
 from adapters.amqp import receiver
 from adapters.amqp.backend_reconnect import BackoffConnection, quiet_library_logs
-from adapters.amqp.link_rules import RECONNECT, Backoff, masked, reason, refusal
+from adapters.amqp.link_rules import (
+    RECONNECT,
+    Backoff,
+    masked,
+    reason,
+    refusal,
+    refused_always,
+)
 from gateway.errors import BackendUnreachable, InvalidArgument, Unavailable
 
 BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
@@ -176,11 +183,12 @@ class Link:
             if not self._first.done():
                 self._first.set_result(exc)
             return
-        # Refused before the link ever served (a late start), or credentials refused at any
-        # time: no attempt with these settings can work. A virtual host refused to a link that
-        # served is tried again: RabbitMQ refuses one that is restarting ("vhost is down").
+        # Refused before the link ever served (a late start), or credentials or the broker's
+        # TLS certificate refused at any time: no attempt with these settings can work. A
+        # virtual host refused to a link that served is tried again: RabbitMQ refuses one that
+        # is restarting ("vhost is down").
         if refused is not None and self.fatal is None and (
-                self.connection is None or isinstance(exc, ProbableAuthenticationError)):
+                self.connection is None or (exc is not None and refused_always(exc))):
             self.fatal = f"cannot connect to RabbitMQ at {self._shown}: {refused}"
             self._ended.set()
             return

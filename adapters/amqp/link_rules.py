@@ -9,6 +9,7 @@ not all come back at the same instant. A connection that works resets the count.
 from __future__ import annotations
 
 import os
+import ssl
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -63,13 +64,51 @@ def vhost_of(url: str) -> str:
     return unquote(path[1:]) if len(path) > 1 else "/"
 
 
+def certificate_error(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The TLS certificate check that failed under `exc` (aiormq wraps it in an
+    `AMQPConnectionError` whose first argument is the errno 1 and whose cause it is), if any."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo and len(seen) < 8:
+        cause = todo.pop(0)
+        if cause is None or any(cause is s for s in seen):
+            continue
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause
+        seen.append(cause)
+        todo += [cause.__cause__, cause.__context__]
+        todo += [a for a in cause.args if isinstance(a, BaseException)]
+    return None
+
+
+def certificate_text(error: ssl.SSLCertVerificationError) -> str:
+    """What the certificate check said ("unable to get local issuer certificate", "IP address
+    mismatch, certificate is not valid for '10.0.0.5'.")."""
+    said = getattr(error, "verify_message", None) or error.reason or str(error)
+    return f"CERTIFICATE_VERIFY_FAILED: {said}"
+
+
+def refused_always(exc: BaseException) -> bool:
+    """A refusal that settings of the gateway's own cause and no attempt with them cures, even
+    on a reconnect of a link that served: credentials refused, or the broker's TLS certificate
+    not trusted (an unknown CA, a name it is not valid for, expired): the gateway exits for its
+    supervisor to start it again with the settings of now (a rotated Secret, a new CA bundle).
+    A virtual host refused is not: RabbitMQ refuses one that is restarting."""
+    return isinstance(exc, ProbableAuthenticationError) or certificate_error(exc) is not None
+
+
 def refusal(exc: BaseException, url: str) -> str | None:
     """Why the broker refused the gateway, when another attempt with the same settings would
     be refused again (wrong credentials, a virtual host that does not exist or that the user
-    may not use); None for failures that may pass (refused or cut connections, timeouts)."""
+    may not use, a TLS certificate the gateway does not trust); None for failures that may pass
+    (refused or cut connections, timeouts)."""
     if isinstance(exc, ProbableAuthenticationError):
         return (f"RabbitMQ refused the user's credentials (ACCESS_REFUSED: "
                 f"{exc.args[0] if exc.args else exc})")
+    certificate = certificate_error(exc)
+    if certificate is not None:
+        return (f"the broker's TLS certificate is not trusted ({certificate_text(certificate)}"
+                "; trusted CAs: the system's, or ?cafile=PATH in the URL)")
     vhost = vhost_of(url)
     if isinstance(exc, ConnectionNotAllowed):
         return f"RabbitMQ refused virtual host {vhost!r} (NOT_ALLOWED: {exc})"
@@ -88,6 +127,9 @@ def reason(exc: BaseException) -> str:
     the exception's repr."""
     if isinstance(exc, TimeoutError):
         return "timed out"
+    certificate = certificate_error(exc)
+    if certificate is not None:  # aiormq's args are (1, text): not "Operation not permitted"
+        return certificate_text(certificate)
     cause = exc
     if cause.args and isinstance(cause.args[0], OSError):
         cause = cause.args[0]  # aiormq wraps the socket's error

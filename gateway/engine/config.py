@@ -29,6 +29,11 @@ class EngineConfig:
     """Most (topic, group) subscriptions the engine runs at once, broadcast consumers' own
     groups included: each costs about 8 KB, so names a client makes up cannot grow memory
     without bound; a new one beyond it is refused (RESOURCE_EXHAUSTED)."""
+    max_groups_per_principal: int = 0
+    """Most of those one principal (`SubscriptionSpec.owner`, the caller that made the group)
+    runs at once, so that one client cannot take every group there is; 0 means `max_groups`
+    (no share of its own). A principal at it is refused a new group (RESOURCE_EXHAUSTED)
+    after its own idle groups are forgotten; other principals go on."""
     auto_create: bool = True
     """Create topics and groups on first use; when False only `topics` and existing ones work."""
     topics: tuple[str, ...] = ()
@@ -38,6 +43,11 @@ class EngineConfig:
     """How long a broadcast consumer's own group (`group#consumer`) outlives the consumer, so
     the same consumer id resumes where it stopped; then the group is dropped and holds no
     messages back. A consumer that gave no id cannot come back: its group goes at once."""
+
+    @property
+    def groups_per_principal(self) -> int:
+        """`max_groups_per_principal`, 0 read as `max_groups`."""
+        return self.max_groups_per_principal or self.max_groups
 
     def __post_init__(self) -> None:
         if not 1024 <= self.max_message_bytes <= 1024 * 1024 * 1024:
@@ -53,6 +63,9 @@ class EngineConfig:
                                   "1 MiB..64 GiB")
         if not 1 <= self.max_groups <= 10_000_000:
             raise InvalidArgument("max_groups", self.max_groups, "1..10000000")
+        if not 0 <= self.max_groups_per_principal <= self.max_groups:
+            raise InvalidArgument("max_groups_per_principal", self.max_groups_per_principal,
+                                  f"0..max_groups ({self.max_groups}); 0: max_groups")
         if not 0 <= self.broadcast_idle_ms <= MAX_BROADCAST_IDLE_MS:
             raise InvalidArgument("broadcast_idle_ms", self.broadcast_idle_ms,
                                   f"0..{MAX_BROADCAST_IDLE_MS} ms")

@@ -31,7 +31,6 @@ from gateway.errors import (
     AlreadyExists,
     GatewayError,
     InvalidArgument,
-    TooManyGroups,
     Unavailable,
 )
 from gateway.limits import MAX_RECEIVE, MAX_WAIT_MS
@@ -67,13 +66,12 @@ class Delivering(Leaving):
         key = (spec.topic, group)
         sub = self.subscriptions.get(key)
         if sub is None:
-            if len(self.subscriptions) >= self._config.max_groups and not self._make_room():
-                raise TooManyGroups(self._config.max_groups)
+            self._check_room(spec.owner)
             sub = Subscription(spec=spec, policy=policy, group=group, own_group=own,
-                               anonymous=anonymous)
+                               anonymous=anonymous, owner=spec.owner)
             if not own:
                 sub.retry_sources.extend(self._existing_retry_sources(spec.topic, group))
-            self.subscriptions[key] = sub
+            self._run_group(key, sub)
         else:
             # The last consumer to subscribe sets the group's settings (document 000); each
             # delivery is still settled under the policy of the consumer that took it.

@@ -154,7 +154,7 @@ class Engine(Delivering):
             return False
         dropped = await self.backend.drop_group(topic, group)  # may fail: then nothing changed
         if sub is not None and not sub.consumers and self.subscriptions.get((topic, group)) is sub:
-            del self.subscriptions[(topic, group)]
+            self._forget_group((topic, group))
             sub.closed = True
             sub.wake.set()
             if sub.task is not None:

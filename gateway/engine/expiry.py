@@ -1,5 +1,6 @@
 """What the engine's timers carry out: deadlines that passed, and broadcast groups left idle;
-and, at `max_groups`, forgetting the subscriptions nobody uses.
+and, at `max_groups` (or a principal at its `max_groups_per_principal`), forgetting the
+subscriptions nobody uses (the principal's own).
 
 Every delivery deadline (ack timeout, invisible duration, an ordered retry's interval) is a key
 in the one `TimerService`; keys from `GROUP_KEYS` up stand for broadcast consumers' own groups
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -25,7 +27,7 @@ from gateway.engine.config import EngineConfig
 from gateway.engine.dispatch import Subscription
 from gateway.engine.observe import Observer
 from gateway.engine.settling import Settling
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, TooManyGroups, TooManyOwnGroups
 
 log = structlog.get_logger("gateway.engine")
 
@@ -33,7 +35,8 @@ GROUP_KEYS = 1 << 61
 """Timer keys from here up drop idle broadcast groups; the ones below are delivery numbers."""
 ROOM_SCAN_MS = 1000
 """At `max_groups`, the subscriptions are looked over for idle ones at most this often: a
-client asking for new groups one after another at the cap costs one scan a second."""
+client asking for new groups one after another at the cap costs one scan a second (a principal
+at its own cap: one scan of its groups a second, whatever the others do)."""
 
 
 class Expiring(Settling):
@@ -49,7 +52,12 @@ class Expiring(Settling):
     ) -> None:
         super().__init__(backend, registry, clock, config, observers)
         self._expiry_keys = itertools.count(GROUP_KEYS)
-        self._next_room_scan_ms = 0
+        self._next_room_scan_ms: dict[str | None, int] = {}
+        """When the subscriptions may next be looked over for idle ones, by principal (None: all
+        of them, at `max_groups`); as many keys as principals have been at their cap."""
+        self._owned: Counter[str] = Counter()
+        """Subscriptions the engine runs by the principal that made them (`Subscription.owner`):
+        kept with `subscriptions` by `_run_group` and `_forget_group`."""
 
     def _on_due(self, keys: list[int]) -> None:
         if self._expiring:
@@ -88,25 +96,53 @@ class Expiring(Settling):
             log.error("timeout handling failed", error=exc.message)
 
     # ------------------------------------------------------- room for groups
-    def _make_room(self) -> bool:
-        """At `max_groups`: forget every subscription nobody uses now (no consumer, no pull
-        going on, nothing delivered and unsettled or held for an ordered retry, no failure
-        counts waiting to be forgotten, not a broadcast consumer's own group, which has its own
-        expiry). The back end keeps their positions and messages, and the next consumer or
-        receive of such a group makes its subscription again. True when there is room."""
+    def _run_group(self, key: tuple[str, str], sub: Subscription) -> None:
+        """Add a new subscription to the engine's table, counted for its owner."""
+        self.subscriptions[key] = sub
+        self._owned[sub.owner] += 1
+
+    def _forget_group(self, key: tuple[str, str]) -> Subscription:
+        """Take a subscription out of the engine's table (and its owner's count)."""
+        sub = self.subscriptions.pop(key)
+        left = self._owned[sub.owner] - 1
+        if left > 0:
+            self._owned[sub.owner] = left
+        else:
+            del self._owned[sub.owner]
+        return sub
+
+    def _check_room(self, owner: str) -> None:
+        """Raise unless a new group of `owner`'s may run: its own count below
+        `max_groups_per_principal` and the total below `max_groups`, each after making room."""
+        per_principal = self._config.groups_per_principal
+        if per_principal < self._config.max_groups and self._owned[owner] >= per_principal and (
+                not self._make_room(owner)):
+            raise TooManyOwnGroups(per_principal, owner)
+        if len(self.subscriptions) >= self._config.max_groups and not self._make_room(None):
+            raise TooManyGroups(self._config.max_groups)
+
+    def _make_room(self, owner: str | None = None) -> bool:
+        """At `max_groups` (`owner` None), or `owner` at `max_groups_per_principal` (only its
+        groups): forget every subscription nobody uses now (no consumer, no pull going on,
+        nothing delivered and unsettled or held for an ordered retry, no failure counts waiting
+        to be forgotten, not a broadcast consumer's own group, which has its own expiry). The
+        back end keeps their positions and messages, and the next consumer or receive of such a
+        group makes its subscription again. True when there is room."""
         now = self.clock.now_ms()
-        if now < self._next_room_scan_ms:
+        if now < self._next_room_scan_ms.get(owner, 0):
             return False
-        self._next_room_scan_ms = now + ROOM_SCAN_MS
+        self._next_room_scan_ms[owner] = now + ROOM_SCAN_MS
         busy = {id(inf.sub) for inf in self.inflight.values()}
         for key, sub in list(self.subscriptions.items()):
             if (sub.consumers or sub.pulls or sub.held or sub.own_group or sub.counts_forgotten
-                    or id(sub) in busy):
+                    or id(sub) in busy or (owner is not None and sub.owner != owner)):
                 continue
-            del self.subscriptions[key]
+            self._forget_group(key)
             sub.closed = True
             sub.wake.set()  # its dispatcher, if any, ends after what it is doing (not cancelled:
             # a fetch it made is then given back)
+        if owner is not None:
+            return self._owned[owner] < self._config.groups_per_principal
         return len(self.subscriptions) < self._config.max_groups
 
     # ------------------------------------------------- idle broadcast groups
@@ -131,7 +167,7 @@ class Expiring(Settling):
         key = (sub.topic, sub.group)
         if sub.consumers or self.subscriptions.get(key) is not sub:
             return
-        del self.subscriptions[key]
+        self._forget_group(key)
         try:
             await self.backend.drop_group(sub.topic, sub.group)
         except GatewayError as exc:

@@ -13,7 +13,7 @@ from gateway.engine.port import ConsumerPort, EnginePort
 from gateway.errors import FailedPrecondition, InvalidArgument, Unavailable
 from gateway.limits import MAX_CREDIT, properties_size, utf8_len
 from gateway.server import convert, publish_stream, validate
-from gateway.server.auth import current_settle_guard
+from gateway.server.auth import current_owner, current_settle_guard
 from gateway.tracing.context import from_metadata, with_carrier
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -52,7 +52,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
 
     async def Receive(self, request: gateway_pb2.ReceiveRequest, context: Ctx) -> Any:
         validate.receive(request)
-        spec = convert.subscription(request)
+        spec = convert.subscription(request, current_owner())
         invisible = request.invisible_ms if request.invisible_ms else None
         try:
             deliveries = await self.engine.receive(spec, request.max_messages, invisible,
@@ -88,7 +88,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             raise InvalidArgument("subscribe", None, "the first message of the stream")
         sub = first.subscribe
         validate.subscribe(sub)
-        spec = convert.subscription(sub)
+        spec = convert.subscription(sub, current_owner())
         try:
             consumer = await self.engine.open_consumer(spec, sub.prefetch)
         except InvalidArgument as exc:  # the policy's checks: name the request's field

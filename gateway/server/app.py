@@ -117,6 +117,7 @@ class GatewayApp:
             max_unacked=config.max_unacked,
             max_unacked_bytes=config.max_unacked_mb << 20,
             max_groups=config.max_groups,
+            max_groups_per_principal=config.groups_per_principal,
         )
         from gateway.server.metrics import Metrics
 

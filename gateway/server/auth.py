@@ -56,12 +56,19 @@ ECHO_CHARS = 200
 MAX_DEPTH = 3
 """How deep destinations of destinations are followed (`orders-g-RETRY-g-DLQ`)."""
 _SETTLE_GUARD: ContextVar[SettleGuard | None] = ContextVar("settle_guard", default=None)
+_OWNER: ContextVar[str] = ContextVar("owner", default="")
 
 
 def current_settle_guard() -> SettleGuard | None:
     """The settle check of the gRPC call being served (None when auth is off): the gateway.v1
     handlers pass it to the engine with every settlement."""
     return _SETTLE_GUARD.get()
+
+
+def current_owner() -> str:
+    """The name of the principal of the gRPC call being served ("" when auth is off): the
+    groups it makes count against its `max_groups_per_principal`."""
+    return _OWNER.get()
 
 
 def _match(patterns: Iterable[str], value: str) -> bool:
@@ -236,7 +243,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return rebuild(handler, *self._refuse(exc))
         check = self._check_for(method, principal)
         guard = self.authorizer.settle_guard(principal) if method in SETTLING_METHODS else None
-        return rebuild(handler, *_guarded(handler, check, guard))
+        return rebuild(handler, *_guarded(handler, check, guard, principal.name))
 
     def _counted(self, handler: grpc.RpcMethodHandler) -> Behaviour:
         inner = inner_behaviour(handler)
@@ -365,10 +372,11 @@ async def _first_of(request: Any) -> Undecodable | None:
 
 
 def _guarded(
-    handler: grpc.RpcMethodHandler, check: Callable[[Any], None], guard: SettleGuard | None
+    handler: grpc.RpcMethodHandler, check: Callable[[Any], None], guard: SettleGuard | None,
+    owner: str,
 ) -> tuple[Behaviour, Behaviour]:
-    """The handler with its permission check first and the call's settle guard in context
-    (tasks the handler starts inherit it)."""
+    """The handler with its permission check first and the call's settle guard and principal
+    (`current_owner`) in context (tasks the handler starts inherit them)."""
     inner = inner_behaviour(handler)
 
     async def denied(context: Any, exc: GatewayError) -> None:
@@ -376,6 +384,7 @@ def _guarded(
 
     async def unary(request: Any, context: Any) -> Any:
         _SETTLE_GUARD.set(guard)
+        _OWNER.set(owner)
         if handler.stream_unary:
             request = _checked_stream(request, check)
         else:
@@ -387,6 +396,7 @@ def _guarded(
 
     async def stream(request: Any, context: Any) -> Any:
         _SETTLE_GUARD.set(guard)
+        _OWNER.set(owner)
         if handler.stream_stream:
             request = _checked_stream(request, check)
         else:

@@ -47,6 +47,10 @@ class ServeConfig:
     max_groups: int = 20_000
     """Most (topic, group) subscriptions the engine runs at once (1..10000000; see
     EngineConfig)."""
+    max_groups_per_principal: int = 0
+    """Most of them one principal runs at once (0..max_groups; see EngineConfig). 0, the
+    default, takes `groups_per_principal`: half of `max_groups` with a tokens file, all of it
+    without (every caller is then the one anonymous principal)."""
     max_rpcs: int = 10_000
     """Calls (open streams included) the gRPC listener serves at once; more get
     RESOURCE_EXHAUSTED (1..1000000)."""
@@ -94,6 +98,10 @@ class ServeConfig:
             raise InvalidArgument("max_rpcs", self.max_rpcs, "1..1000000")
         if not 1 <= self.max_groups <= 10_000_000:
             raise InvalidArgument("max_groups", self.max_groups, "1..10000000")
+        if not 0 <= self.max_groups_per_principal <= self.max_groups:
+            raise InvalidArgument("max_groups_per_principal", self.max_groups_per_principal,
+                                  f"0..max_groups ({self.max_groups}); 0: half of max_groups "
+                                  "with a tokens_file, max_groups without")
         if not 1 <= self.max_unacked_mb <= 65536:
             raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
         taken: list[tuple[str, str, str, int]] = []
@@ -131,6 +139,15 @@ class ServeConfig:
                                   "1..255 characters")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise InvalidArgument("log_level", self.log_level, "debug, info, warning, error")
+
+    @property
+    def groups_per_principal(self) -> int:
+        """`max_groups_per_principal`, or for 0 its default: half of `max_groups` (rounded up)
+        with a tokens file, so one client holding its groups in use leaves the other half to the
+        rest; `max_groups` without one, where every caller is the one anonymous principal."""
+        if self.max_groups_per_principal:
+            return self.max_groups_per_principal
+        return (self.max_groups + 1) // 2 if self.tokens_file else self.max_groups
 
     def listeners(self) -> Iterator[tuple[str, str]]:
         """(setting key, address) of every listener, the products' included ("" when off)."""
@@ -222,7 +239,8 @@ def join_host_port(host: str, port: int) -> str:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
-               "max_unacked", "max_unacked_mb", "max_groups", "max_rpcs", "metrics_label_cap"},
+               "max_unacked", "max_unacked_mb", "max_groups", "max_groups_per_principal",
+               "max_rpcs", "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb", "commit_timeout_s"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},

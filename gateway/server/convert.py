@@ -45,8 +45,9 @@ def consumer_type(value: int) -> ConsumerType:
     return CONSUMER_TYPES[value]
 
 
-def subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> SubscriptionSpec:
-    """The engine's spec for a checked subscription (see `validate`)."""
+def subscription(msg: pb.Subscribe | pb.ReceiveRequest, owner: str = "") -> SubscriptionSpec:
+    """The engine's spec for a checked subscription (see `validate`), made by principal
+    `owner` ("": anonymous)."""
     broadcast = bool(getattr(msg, "broadcast", False))
     return SubscriptionSpec(
         topic=msg.topic,
@@ -58,6 +59,7 @@ def subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> SubscriptionSpec:
         naming=msg.naming,
         consumer_id=getattr(msg, "consumer_id", ""),
         tag_filter=msg.tag_filter,
+        owner=owner,
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import socket
+import ssl
+from typing import Any
 
 import pytest
 from aiormq.exceptions import (
@@ -15,7 +17,16 @@ from aiormq.exceptions import (
     ProbableAuthenticationError,
 )
 
-from adapters.amqp.link_rules import RECONNECT, Backoff, masked, reason, refusal, vhost_of
+from adapters.amqp.backend_link import Link
+from adapters.amqp.link_rules import (
+    RECONNECT,
+    Backoff,
+    masked,
+    reason,
+    refusal,
+    refused_always,
+    vhost_of,
+)
 from gateway.errors import InvalidArgument
 
 URL = "amqp://gw:s3cret@broker:5672/orders"
@@ -79,3 +90,49 @@ def test_failures_are_shown_in_a_few_words() -> None:
     assert reason(AMQPConnectionError("Server connection unexpectedly closed")) == (
         "Server connection unexpectedly closed")
     assert reason(RuntimeError("odd", 2)) == "RuntimeError('odd', 2)"
+
+
+def _untrusted(text: str) -> AMQPConnectionError:
+    """What aiormq raises for a certificate the TLS handshake refused: (1, text), its cause the
+    `SSLCertVerificationError` (errno 1 is no EPERM here)."""
+    cert = ssl.SSLCertVerificationError(1, f"[SSL: CERTIFICATE_VERIFY_FAILED] certificate "
+                                           f"verify failed: {text} (_ssl.c:1006)")
+    cert.verify_message = text
+    wrapped = AMQPConnectionError(*cert.args)
+    wrapped.__cause__ = cert
+    return wrapped
+
+
+def test_a_broker_certificate_not_trusted_is_permanent_and_said_as_such() -> None:
+    """Before, it passed as a failure that may pass (retried for `start_wait_s`, 300 s) and was
+    shown as 'Operation not permitted' (aiormq's errno 1)."""
+    for text in ("unable to get local issuer certificate",
+                 "IP address mismatch, certificate is not valid for '10.0.0.5'.",
+                 "certificate has expired"):
+        exc = _untrusted(text)
+        said = refusal(exc, "amqps://gw:s3cret@broker:5671/")
+        assert said is not None and f"CERTIFICATE_VERIFY_FAILED: {text}" in said, said
+        assert refused_always(exc)
+        assert reason(exc) == f"CERTIFICATE_VERIFY_FAILED: {text}"
+    assert refused_always(ProbableAuthenticationError("ACCESS_REFUSED"))
+    assert not refused_always(ConnectionNotAllowed(530, "vhost orders not found"))
+    assert not refused_always(AMQPConnectionError(errno.ECONNREFUSED, "Connect call failed"))
+    assert not refused_always(ssl.SSLError(1, "[SSL] record layer failure"))
+
+
+def test_a_reconnect_of_a_serving_link_refused_a_certificate_is_fatal_as_credentials() -> None:
+    """A link that served and loses its connection: credentials or a certificate refused on a
+    reconnect end it (`fatal`); a virtual host refused, or a connection refused, do not."""
+    url = "amqps://gw:s3cret@broker:5671/"
+    for exc, fatal in ((_untrusted("unable to get local issuer certificate"), True),
+                       (ProbableAuthenticationError("ACCESS_REFUSED - Login was refused"), True),
+                       (ConnectionNotAllowed(530, "vhost / is down"), False),
+                       (AMQPConnectionError(errno.ECONNREFUSED, "Connect call failed"), False)):
+        link = Link(url, prefetch=10, connect_timeout_s=5)
+        serving: Any = object()
+        link.connection = serving
+        link.failed(exc, 1, 0.5)
+        assert (link.fatal is not None) is fatal, (exc, link.fatal)
+        if fatal:
+            assert link.fatal is not None and "amqps://gw:***@broker:5671/" in link.fatal
+            assert "s3cret" not in link.fatal

@@ -83,12 +83,13 @@ class Limits:
         return min(self.partial_messages * self.max_message_bytes, self.pending_publish_bytes)
 
 
-def queue_spec(queue: Queue) -> SubscriptionSpec:
-    """The engine subscription an AMQP queue consumes through."""
-    return spec_for(queue.name, queue.settings)
+def queue_spec(queue: Queue, owner: str = "") -> SubscriptionSpec:
+    """The engine subscription an AMQP queue consumes through, for principal `owner` ("":
+    anonymous; a group it makes counts against its `max_groups_per_principal`)."""
+    return spec_for(queue.name, queue.settings, owner)
 
 
-def spec_for(name: str, settings: QueueSettings) -> SubscriptionSpec:
+def spec_for(name: str, settings: QueueSettings, owner: str = "") -> SubscriptionSpec:
     options: dict[str, str] = {}
     if settings.retry_interval_s is not None:
         options["x_retry_interval_s"] = str(settings.retry_interval_s)
@@ -98,6 +99,7 @@ def spec_for(name: str, settings: QueueSettings) -> SubscriptionSpec:
     return SubscriptionSpec(
         topic=name, group=settings.group, policy=POLICY, options=options, naming=NAMING,
         consumer_type=ConsumerType.FAILOVER if settings.single_active else ConsumerType.SHARED,
+        owner=owner,
     )
 
 

@@ -135,6 +135,11 @@ def qos(channel: ChannelState, m: commands.Basic.Qos) -> Any:
     return commands.Basic.QosOk()
 
 
+def owner(channel: ChannelState) -> str:
+    """The principal the channel's connection logged in as ("" without authentication)."""
+    return str(getattr(channel.conn.principal, "name", ""))
+
+
 async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
     ctx = channel.ctx
     queue = await queues.find(channel, m.queue, CONSUME)
@@ -155,7 +160,7 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
         raise AMQPError(ACCESS_REFUSED, f"queue {short(queue.name)} in vhost '/' in exclusive "
                                         "use", CONSUME)
     try:
-        consumer = await ctx.engine.open_consumer(queue_spec(queue), 0)
+        consumer = await ctx.engine.open_consumer(queue_spec(queue, owner(channel)), 0)
     except GatewayError as exc:
         raise from_gateway(exc, CONSUME) from None
     session = ConsumerSession(channel, tag, queue, consumer, no_ack=m.no_ack,
@@ -186,7 +191,7 @@ async def get(channel: ChannelState, m: commands.Basic.Get) -> None:
     ctx = channel.ctx
     queue = await queues.find(channel, m.queue, GET)
     access.consume(channel, queue, GET)
-    spec = queue_spec(queue)
+    spec = queue_spec(queue, owner(channel))
     for _ in range(MAX_EXPIRED_SKIPS):
         try:
             got = await ctx.engine.receive(spec, 1, None, 0)

@@ -10,6 +10,7 @@ SEEK.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import structlog
 
@@ -30,6 +31,8 @@ class ConsumerCommands:
     _shared: Shared
     _consumers: dict[int, ConsumerSession]
     _topics: dict[int, tuple[str, str]]
+    _principal: Any
+    """The connection's authenticated principal (None without authentication)."""
 
     def write(self, data: bytes) -> None:
         raise NotImplementedError
@@ -70,6 +73,7 @@ class ConsumerCommands:
                     self._shared, request, topic, member,
                     functools.partial(self._kick, request.consumer_id),
                     f"pulsar-{self.id}-{request.consumer_id}",
+                    str(getattr(self._principal, "name", "")),
                 )
         except Exception as exc:
             self._refuse(request.request_id, exc, "SUBSCRIBE")

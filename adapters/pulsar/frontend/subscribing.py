@@ -30,10 +30,12 @@ own ack timeout; so the engine redelivers at once and sets no deadline of its ow
 
 async def attach(
     shared: Shared, request: pb.CommandSubscribe, topic: str, member: str, kick: Kick,
-    consumer_id: str,
+    consumer_id: str, owner: str = "",
 ) -> ConsumerPort:
     """The engine consumer `consumer_id` of the SUBSCRIBE `request` on `topic`, attached to
-    the subscription as `member`; raises (having changed nothing) when it is refused."""
+    the subscription as `member`, for principal `owner` ("": anonymous; a group it makes
+    counts against its `max_groups_per_principal`); raises (having changed nothing) when it is
+    refused."""
     name = request.subscription
     kind = SUB_TYPES[request.subType]
     registry, readers, engine = shared.subscriptions, shared.readers, shared.engine
@@ -61,6 +63,7 @@ async def attach(
             consumer_type=kind,
             consumer_id=consumer_id,
             initial_position=position,
+            owner=owner,
         )
         return await engine.open_consumer(spec)
     except BaseException:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -136,10 +137,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if permissions is not None:
             permissions.checks.check_publish(self._principal(context), topic)
 
-    def _check_consume(self, context: Any, topic: str, group: str) -> None:
+    def _check_consume(self, context: Any, topic: str, group: str) -> str:
+        """Raise unless the caller may consume; the name of its principal ("" when permissions
+        are off), whose `max_groups_per_principal` a group it makes counts against."""
         permissions = self._settings.permissions
-        if permissions is not None:
-            permissions.checks.check_consume(self._principal(context), topic, group)
+        if permissions is None:
+            return ""
+        principal = self._principal(context)
+        permissions.checks.check_consume(principal, topic, group)
+        return str(getattr(principal, "name", ""))
 
     def _settle_guard(self, context: Any) -> SettleGuard | None:
         """The caller's check for settling a delivery (None when permissions are off)."""
@@ -259,7 +265,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         try:
             client_id = await self._admit(request, context)
             spec = self._spec(request, kind, client_id)
-            self._check_consume(context, spec.topic, spec.group)
+            spec = replace(spec, owner=self._check_consume(context, spec.topic, spec.group))
             if kind == codec.PUSH:
                 # Push policies have a fixed delivery timeout; the gateway renews it.
                 invisible_ms = None

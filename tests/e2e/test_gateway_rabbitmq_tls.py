@@ -1,0 +1,89 @@
+"""`gateway serve --backend rabbitmq --rabbitmq-url amqps://...` whose broker shows a TLS
+certificate the gateway does not trust: no attempt with these settings can work, so the gateway
+exits with status 75 (EX_TEMPFAIL) at once, in one line naming the URL without its password and
+what the certificate check said. Before, the verification failure counted as a failure that may
+pass: the gateway tried again with back-off for `--rabbitmq-start-wait-s` (300 s by default),
+each attempt logged as "Operation not permitted".
+
+The broker is a TLS listener in the test (a certificate for 127.0.0.1 and localhost from a CA of
+its own): it completes handshakes, and a client that goes on gets nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from client_gateway import make_ca
+
+from tests.e2e.test_gateway_rabbitmq_start import one_line, run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return make_ca(tmp_path_factory.mktemp("ca"))
+
+
+@contextlib.contextmanager
+def tls_listener(certs: dict[str, Path], host: str) -> Iterator[int]:
+    """A TLS server on `host` showing the test CA's certificate; yields its port."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs["server.crt"], certs["server.key"])
+    server = socket.create_server((host, 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(5)
+                with context.wrap_socket(conn, server_side=True) as tls:
+                    tls.recv(8)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        server.close()
+        thread.join(5)
+
+
+def test_a_certificate_from_an_unknown_ca_exits_75_at_once(certs: dict[str, Path],
+                                                           tmp_path: Path) -> None:
+    with tls_listener(certs, "127.0.0.1") as port:
+        url = f"amqps://gw:s3cret@127.0.0.1:{port}/"
+        started = time.monotonic()
+        line = one_line(run(tmp_path, url))  # the default start wait is 300 s
+    assert time.monotonic() - started < 30, line
+    assert f"amqps://gw:***@127.0.0.1:{port}/" in line and "s3cret" not in line
+    assert ("the broker's TLS certificate is not trusted (CERTIFICATE_VERIFY_FAILED: unable to "
+            "get local issuer certificate" in line), line
+
+
+def test_a_certificate_for_another_host_exits_75_at_once(certs: dict[str, Path],
+                                                         tmp_path: Path) -> None:
+    """The CA is trusted (`?cafile=`), but the certificate is for 127.0.0.1 and localhost."""
+    with tls_listener(certs, "127.0.0.2") as port:
+        url = f"amqps://gw:s3cret@127.0.0.2:{port}/?cafile={certs['ca.crt']}"
+        line = one_line(run(tmp_path, url))
+    assert f"amqps://gw:***@127.0.0.2:{port}/" in line and "s3cret" not in line
+    assert "certificate is not valid for '127.0.0.2'" in line, line
