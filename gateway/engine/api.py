@@ -71,9 +71,10 @@ class SubscriptionSpec:
     initial_position: InitialPosition = InitialPosition.EARLIEST
     """Where the group starts when the back end does not know it yet (on back ends that keep
     groups' positions, `Backend.seekable`; others start groups where they do)."""
-    owner: str = ""
+    owner: str | None = ""
     """The principal subscribing ("": anonymous, as every caller is without auth): a group it
-    makes counts against its `max_groups_per_principal` for as long as the engine runs it."""
+    makes counts against its `max_groups_per_principal` for as long as the engine runs it.
+    None: the gateway's own (a front end's internal routing), counted in `max_groups` only."""
 
 
 @value

@@ -227,7 +227,7 @@ class Subscription:
     (`RetryPolicy.count_resets_unattended`); the next consumer settles what that means."""
     pulls: int = 0
     """Pull receives of the group going on now (the group is in use, not idle)."""
-    owner: str = ""
+    owner: str | None = ""
     """The principal that made the subscription (`SubscriptionSpec.owner` of the first): it
     counts against that one's `max_groups_per_principal`, whoever joins later."""
     _rr: itertools.count[int] = field(default_factory=itertools.count)

@@ -55,7 +55,7 @@ class Expiring(Settling):
         self._next_room_scan_ms: dict[str | None, int] = {}
         """When the subscriptions may next be looked over for idle ones, by principal (None: all
         of them, at `max_groups`); as many keys as principals have been at their cap."""
-        self._owned: Counter[str] = Counter()
+        self._owned: Counter[str | None] = Counter()
         """Subscriptions the engine runs by the principal that made them (`Subscription.owner`):
         kept with `subscriptions` by `_run_group` and `_forget_group`."""
 
@@ -111,12 +111,13 @@ class Expiring(Settling):
             del self._owned[sub.owner]
         return sub
 
-    def _check_room(self, owner: str) -> None:
+    def _check_room(self, owner: str | None) -> None:
         """Raise unless a new group of `owner`'s may run: its own count below
-        `max_groups_per_principal` and the total below `max_groups`, each after making room."""
+        `max_groups_per_principal` (the gateway's own groups, owner None: no share) and the
+        total below `max_groups`, each after making room."""
         per_principal = self._config.groups_per_principal
-        if per_principal < self._config.max_groups and self._owned[owner] >= per_principal and (
-                not self._make_room(owner)):
+        if owner is not None and per_principal < self._config.max_groups and (
+                self._owned[owner] >= per_principal and not self._make_room(owner)):
             raise TooManyOwnGroups(per_principal, owner)
         if len(self.subscriptions) >= self._config.max_groups and not self._make_room(None):
             raise TooManyGroups(self._config.max_groups)

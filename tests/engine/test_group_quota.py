@@ -30,7 +30,7 @@ async def shared() -> AsyncIterator[Harness]:
         await harness.engine.close()
 
 
-def of(h: Harness, owner: str, group: str) -> SubscriptionSpec:
+def of(h: Harness, owner: str | None, group: str) -> SubscriptionSpec:
     return replace(h.spec("rocketmq-simple", group=group), owner=owner)
 
 
@@ -106,3 +106,20 @@ def test_a_share_out_of_range_is_refused_naming_it() -> None:
             EngineConfig(max_groups=6, max_groups_per_principal=bad)
     assert EngineConfig(max_groups=6).groups_per_principal == 6
     assert EngineConfig(max_groups=6, max_groups_per_principal=2).groups_per_principal == 2
+
+
+async def test_the_gateways_own_groups_take_no_share_but_count_in_the_pool(
+    shared: Harness,
+) -> None:
+    """Owner None (a front end's internal routing, e.g. AMQP dead-letter exchanges): with a
+    tokens file the anonymous share is half the pool, and internal groups counted there refused
+    dead-letter routing beyond it; they count in `max_groups` only."""
+    h = shared
+    await h.publish(b"a")
+    for group in ("i1", "i2", "i3", "i4"):  # more than a principal's share of 3
+        assert [d.body for d in await h.receive(of(h, None, group))] == [b"a"]  # in use
+    assert [d.body for d in await h.receive(of(h, "", "anon"))] == [b"a"]
+    assert [d.body for d in await h.receive(of(h, "p", "p1"))] == [b"a"]
+    with pytest.raises(TooManyGroups) as refused:  # the pool is full, all of it in use
+        await h.receive(of(h, None, "i5"))
+    assert not isinstance(refused.value, TooManyOwnGroups)

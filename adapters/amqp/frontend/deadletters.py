@@ -97,7 +97,7 @@ class DeadLetterRouter:
             consumer: ConsumerPort | None = None
             try:
                 consumer = await self.ctx.engine.open_consumer(
-                    SubscriptionSpec(topic=topic, group=GROUP, policy=POLICY), CREDIT)
+                    SubscriptionSpec(topic=topic, group=GROUP, policy=POLICY, owner=None), CREDIT)
                 while True:
                     batch = await consumer.next_batch(CREDIT)
                     await self._route(name, batch)
