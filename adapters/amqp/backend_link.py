@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
@@ -55,8 +56,14 @@ their confirms)."""
 log = logging.getLogger(__name__)
 
 
+PUBLISH_CHANNELS = 4
+"""Channels publishes go through, a topic always on the same one (`Link.publishing`): the
+broker confirms a channel's publishes in order, so one topic's flood holds back only the topics
+that share its channel."""
+
+
 class Link:
-    """The connection and its two channels: publishing (with confirms) and consuming."""
+    """The connection and its channels: publishing (with confirms) and consuming."""
 
     def __init__(
         self, url: str, *, prefetch: int, connect_timeout_s: float,
@@ -73,7 +80,9 @@ class Link:
         self.connection: AbstractRobustConnection | None = None
         """The connection once it was made and its channels opened (None before)."""
         self.publisher: AbstractRobustChannel | None = None
-        """The channel publishes go through, with publisher confirms."""
+        """The first publishing channel (with publisher confirms): declarations go through it."""
+        self.publishers: tuple[AbstractRobustChannel, ...] = ()
+        """Every publishing channel (the first is `publisher`)."""
         self.consumer: AbstractRobustChannel | None = None
         """The channel every topic queue is consumed on, with the prefetch."""
         self.stalled: str | None = None
@@ -157,15 +166,17 @@ class Link:
     async def _open_channels(self, connection: BackoffConnection) -> None:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                publisher = await connection.channel(publisher_confirms=True,
-                                                     on_return_raises=True)
+                publishers = tuple([await connection.channel(publisher_confirms=True,
+                                                             on_return_raises=True)
+                                    for _ in range(PUBLISH_CHANNELS)])
                 consumer = await connection.channel(publisher_confirms=False)
                 await consumer.set_qos(prefetch_count=self._prefetch)
         except BROKER_ERRORS as exc:
             raise BackendUnreachable(
                 f"cannot open RabbitMQ channels at {self._shown}: {reason(exc)}") from exc
         self.connection = connection
-        self.publisher = publisher
+        self.publisher = publishers[0]
+        self.publishers = publishers
         self.consumer = consumer
         self._probe = asyncio.ensure_future(self._probing())
 
@@ -236,12 +247,18 @@ class Link:
         self._starting = self._probe = None
         self.connection = None
         self.publisher = self.consumer = None
+        self.publishers = ()
         await self._discard()
 
     def healthy(self) -> bool:
+        """Connected, answering, and every channel open again after a reconnect (the
+        connection is up a moment before its channels are restored: a publish then found its
+        channel closed)."""
         connection = self.connection
         return (connection is not None and not connection.is_closed
-                and connection.connected.is_set() and self.stalled is None)
+                and connection.connected.is_set() and self.stalled is None
+                and not any(channel.is_closed for channel in self.publishers)
+                and (self.consumer is None or not self.consumer.is_closed))
 
     def up(self) -> AbstractRobustConnection:
         """The connection, or `Unavailable` while it is closed or reconnecting."""
@@ -251,6 +268,14 @@ class Link:
             raise Unavailable("RabbitMQ is not connected" if self.connection is None
                               else "RabbitMQ connection is down")
         return self.connection
+
+    def publishing(self, topic: str) -> AbstractRobustChannel:
+        """The publishing channel of `topic` (always the same one while open)."""
+        publishers = self.publishers
+        if not publishers:
+            return self.channel(None)
+        return self.channel(publishers[zlib.crc32(topic.encode("utf-8", "surrogatepass"))
+                                       % len(publishers)])
 
     def channel(self, which: AbstractRobustChannel | None) -> AbstractRobustChannel:
         """`which` of the two channels once the connection is up, else `Unavailable`."""

@@ -206,7 +206,7 @@ class Publisher:
                 if start:
                     await asyncio.sleep(0)  # others' work between two chunks
                 routed.extend(await self.route(topic, items[start : start + CHUNK]))
-            channel = self._link.channel(self._link.publisher)
+            channel = self._link.publishing(topic)
             try:
                 async with guard("publish", topic), asyncio.timeout_at(deadline):
                     raw = await channel.get_underlay_channel()
