@@ -127,7 +127,7 @@ async def test_dead_letters_filter_page_get_delete_resend(h: Harness) -> None:
         (DeadLetterFilter(min_attempt=3), []),
         (DeadLetterFilter(since_ms=h.now() - 1), ids),
         (DeadLetterFilter(until_ms=h.now() - 1), []),
-        (DeadLetterFilter(text=ids[1][-6:]), [ids[1]]),
+        (DeadLetterFilter(text=ids[1]), [ids[1]]),  # whole: its tail may be in the others
     ]:
         got = await admin.dead_letters(TOPIC, GROUP, 10, -1, where)
         assert [v.message.message_id for v in got.views] == expected, where
