@@ -214,3 +214,26 @@ class RawAmqp:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.writer.close()
+
+
+class PerTurn:
+    """A count (`total`, raised by the test's hook) and the most it grew in one turn of the
+    event loop (`most`): a callback that schedules itself again each turn looks at it."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.most = 0
+        self._at_tick = 0
+        self._stopped = False
+
+    def start(self) -> None:
+        asyncio.get_running_loop().call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self.most = max(self.most, self.total - self._at_tick)
+        self._at_tick = self.total
+        if not self._stopped:
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self) -> None:
+        self._stopped = True

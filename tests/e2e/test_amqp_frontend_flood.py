@@ -23,7 +23,7 @@ from pamqp import commands
 from adapters.amqp.frontend import framing
 from adapters.amqp.frontend.connection import READ_TURN
 from adapters.amqp.frontend.framing import method_frame, reply
-from tests.amqp_front import AmqpGateway, RawAmqp, amqp_gateway, raw_frame, unique
+from tests.amqp_front import AmqpGateway, PerTurn, RawAmqp, amqp_gateway, raw_frame, unique
 
 HEADERS_FLAG = 0x2000
 
@@ -48,34 +48,24 @@ def message(queue: str, headers: int) -> bytes:
             + raw_frame(2, 1, content) + raw_frame(3, 1, b"x"))
 
 
-class Turns:
-    """Counts the content headers the gateway decodes, and how many in each event-loop turn."""
+class Turns(PerTurn):
+    """Counts the content headers the gateway decodes (`decoded`), and how many in each
+    event-loop turn."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.decoded = 0
-        self.most = 0
-        self._at_tick = 0
-        self._stopped = False
+        super().__init__()
         decode = framing.decode
 
         def counting(kind: int, channel: int, payload: bytes) -> Any:
             if kind == framing.HEADER:
-                self.decoded += 1
+                self.total += 1
             return decode(kind, channel, payload)
 
         monkeypatch.setattr(framing, "decode", counting)
 
-    def start(self) -> None:
-        asyncio.get_running_loop().call_soon(self._tick)
-
-    def _tick(self) -> None:
-        self.most = max(self.most, self.decoded - self._at_tick)
-        self._at_tick = self.decoded
-        if not self._stopped:
-            asyncio.get_running_loop().call_soon(self._tick)
-
-    def stop(self) -> None:
-        self._stopped = True
+    @property
+    def decoded(self) -> int:
+        return self.total
 
 
 @pytest.mark.parametrize(("headers", "count"), [(1000, 400), (0, 40_000)],

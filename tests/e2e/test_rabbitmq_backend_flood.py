@@ -22,7 +22,14 @@ from adapters.amqp.backend import RabbitMQBackend
 from adapters.amqp.pipeline import CHUNK, WINDOW
 from gateway.client import GatewayClient
 from gateway.server.app import running_gateway
-from tests.amqp_front import RABBITMQ_URL, AmqpGateway, RawAmqp, amqp_gateway_on, unique
+from tests.amqp_front import (
+    RABBITMQ_URL,
+    AmqpGateway,
+    PerTurn,
+    RawAmqp,
+    amqp_gateway_on,
+    unique,
+)
 from tests.e2e.test_amqp_frontend_flood import message
 
 FLOOD = 30_000
@@ -34,16 +41,13 @@ async def gw(tmp_path: Path) -> AsyncIterator[AmqpGateway]:
         yield gateway
 
 
-class Written:
+class Written(PerTurn):
     """Publishes the back end marshals, most in one turn of the event loop, and most awaiting
     their confirms on one channel."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.total = 0
-        self.most = 0
+        super().__init__()
         self.outstanding = 0
-        self._at_tick = 0
-        self._stopped = False
         marshal = wire.publish_payload
         write = pipeline._write
 
@@ -58,18 +62,6 @@ class Written:
 
         monkeypatch.setattr(wire, "publish_payload", counting)
         monkeypatch.setattr(pipeline, "_write", writing)
-
-    def start(self) -> None:
-        asyncio.get_running_loop().call_soon(self._tick)
-
-    def _tick(self) -> None:
-        self.most = max(self.most, self.total - self._at_tick)
-        self._at_tick = self.total
-        if not self._stopped:
-            asyncio.get_running_loop().call_soon(self._tick)
-
-    def stop(self) -> None:
-        self._stopped = True
 
 
 async def stored(raw: RawAmqp, queue: str, count: int) -> int:
