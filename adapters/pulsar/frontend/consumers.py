@@ -239,11 +239,14 @@ class ConsumerSession:
     ) -> tuple[int, str] | None:
         if not receipts:
             return None
-        delay = 0 if action is SettleAction.FAIL else None
         try:
-            results = await self._engine.settle(
-                [Settlement(receipt=r, action=action, delay_ms=delay) for r in receipts]
-            )
+            if action is SettleAction.ACK:
+                # By receipt alone: no settlement or result object per message.
+                results = list((await self._engine.ack(receipts)).values())
+            else:
+                results = await self._engine.settle(
+                    [Settlement(receipt=r, action=action, delay_ms=0) for r in receipts]
+                )
         except Exception as exc:
             log.warning("pulsar settle failed", action=action.value, error=str(exc))
             return replies.server_error(exc), replies.error_text(exc)
