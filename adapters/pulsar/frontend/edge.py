@@ -125,16 +125,32 @@ def _absent(message: Message, prefix: str, path: str) -> InvalidArgument:
 
 
 def check_text(message: Message, path: str) -> None:
-    """Every string field of `message`, nested ones too, must be valid UTF-8."""
+    """Every string field of `message`, nested ones too, must be valid UTF-8 (messages of a
+    type with no string field anywhere inside, such as an ACK's message ids, are not read)."""
     for field, value in message.ListFields():
         values = value if field.is_repeated else (value,)
         if field.type == FieldDescriptor.TYPE_STRING:
             for item in values:
                 if not isinstance(item, str):
                     raise refused(f"{path}.{field.name}", item, "valid UTF-8")
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+        elif field.type == FieldDescriptor.TYPE_MESSAGE and _has_text(field.message_type):
             for item in values:
                 check_text(item, f"{path}.{field.name}")
+
+
+_TEXT: dict[Any, bool] = {}
+"""Per message type: whether it holds a string field, itself or in a message inside."""
+
+
+def _has_text(descriptor: Any) -> bool:
+    found = _TEXT.get(descriptor)
+    if found is None:
+        _TEXT[descriptor] = False  # while looking (a type that contains itself)
+        found = _TEXT[descriptor] = any(
+            field.type == FieldDescriptor.TYPE_STRING
+            or (field.type == FieldDescriptor.TYPE_MESSAGE and _has_text(field.message_type))
+            for field in descriptor.fields)
+    return found
 
 
 def check_name(field: str, value: str, *, required: bool = True) -> None:
