@@ -237,3 +237,29 @@ class PerTurn:
 
     def stop(self) -> None:
         self._stopped = True
+
+
+async def flood_and_victim(port: int) -> tuple[RawAmqp, str, RawAmqp, str]:
+    """Two connections to the gateway on `port`, each with a queue of its own declared: an
+    attacker and a victim whose channel confirms its publishes."""
+    flood_queue, victim_queue = unique("flood"), unique("victim")
+    attacker = await RawAmqp.connect(port)
+    victim = await RawAmqp.connect(port)
+    for raw, queue in ((attacker, flood_queue), (victim, victim_queue)):
+        raw.send(1, commands.Queue.Declare(queue=queue))
+        await raw.expect(commands.Queue.DeclareOk)
+    victim.send(1, commands.Confirm.Select())
+    await victim.expect(commands.Confirm.SelectOk)
+    return attacker, flood_queue, victim, victim_queue
+
+
+async def stored(raw: RawAmqp, queue: str, count: int, tries: int = 1200) -> int:
+    """The queue's message count once it reached `count` (asked every 50 ms), or the last one
+    asked."""
+    for _ in range(tries):
+        raw.send(1, commands.Queue.Declare(queue=queue, passive=True))
+        ok = await raw.expect(commands.Queue.DeclareOk, timeout=30)
+        if ok.message_count >= count:
+            break
+        await asyncio.sleep(0.05)
+    return int(ok.message_count)

@@ -23,7 +23,16 @@ from pamqp import commands
 from adapters.amqp.frontend import framing
 from adapters.amqp.frontend.connection import READ_TURN
 from adapters.amqp.frontend.framing import method_frame, reply
-from tests.amqp_front import AmqpGateway, PerTurn, RawAmqp, amqp_gateway, raw_frame, unique
+from tests.amqp_front import (
+    AmqpGateway,
+    PerTurn,
+    RawAmqp,
+    amqp_gateway,
+    flood_and_victim,
+    raw_frame,
+    stored,
+    unique,
+)
 
 HEADERS_FLAG = 0x2000
 
@@ -73,16 +82,8 @@ class Turns(PerTurn):
 async def test_a_flood_is_read_a_turn_at_a_time_and_others_are_served_meanwhile(
     gw: AmqpGateway, monkeypatch: pytest.MonkeyPatch, headers: int, count: int
 ) -> None:
-    flood_queue, victim_queue = unique("flood"), unique("victim")
-    attacker = await RawAmqp.connect(gw.port)
-    victim = await RawAmqp.connect(gw.port)
+    attacker, flood_queue, victim, victim_queue = await flood_and_victim(gw.port)
     try:
-        for raw, queue in ((attacker, flood_queue), (victim, victim_queue)):
-            raw.send(1, commands.Queue.Declare(queue=queue))
-            await raw.expect(commands.Queue.DeclareOk)
-        victim.send(1, commands.Confirm.Select())
-        await victim.expect(commands.Confirm.SelectOk)
-
         one = message(flood_queue, headers)
         turns = Turns(monkeypatch)
         turns.start()
@@ -106,13 +107,7 @@ async def test_a_flood_is_read_a_turn_at_a_time_and_others_are_served_meanwhile(
             f"{turns.most} content headers decoded in one turn of the event loop")
 
         # Nothing was lost: every flood message is stored.
-        for _ in range(600):
-            attacker.send(1, commands.Queue.Declare(queue=flood_queue, passive=True))
-            ok = await attacker.expect(commands.Queue.DeclareOk, timeout=30)
-            if ok.message_count == count:
-                break
-            await asyncio.sleep(0.05)
-        assert ok.message_count == count
+        assert await stored(attacker, flood_queue, count, tries=600) == count
     finally:
         attacker.close()
         victim.close()

@@ -26,8 +26,9 @@ from tests.amqp_front import (
     RABBITMQ_URL,
     AmqpGateway,
     PerTurn,
-    RawAmqp,
     amqp_gateway_on,
+    flood_and_victim,
+    stored,
     unique,
 )
 from tests.e2e.test_amqp_frontend_flood import message
@@ -64,29 +65,11 @@ class Written(PerTurn):
         monkeypatch.setattr(pipeline, "_write", writing)
 
 
-async def stored(raw: RawAmqp, queue: str, count: int) -> int:
-    for _ in range(1200):
-        raw.send(1, commands.Queue.Declare(queue=queue, passive=True))
-        ok = await raw.expect(commands.Queue.DeclareOk, timeout=30)
-        if ok.message_count >= count:
-            break
-        await asyncio.sleep(0.05)
-    return int(ok.message_count)
-
-
 async def test_a_flood_is_written_a_chunk_at_a_time_within_a_window(
     gw: AmqpGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    flood_queue, victim_queue = unique("flood"), unique("victim")
-    attacker = await RawAmqp.connect(gw.port)
-    victim = await RawAmqp.connect(gw.port)
+    attacker, flood_queue, victim, victim_queue = await flood_and_victim(gw.port)
     try:
-        for raw, queue in ((attacker, flood_queue), (victim, victim_queue)):
-            raw.send(1, commands.Queue.Declare(queue=queue))
-            await raw.expect(commands.Queue.DeclareOk)
-        victim.send(1, commands.Confirm.Select())
-        await victim.expect(commands.Confirm.SelectOk)
-
         written = Written(monkeypatch)
         written.start()
         attacker.send_raw(message(flood_queue, 0) * FLOOD)
