@@ -19,8 +19,9 @@ What a product offers (everything but `name`, `extra` and `register` is optional
 * `principal_fields`: extra keys a `[[principal]]` of the tokens file may carry, read back with
   `Principal.extra(key)`;
 * `plan_flags`: `gateway plan` flags that set one of its policies' options;
-* `migration_schemes` and `migration_side()`: the URL schemes of the brokers `gateway migrate
-  copy` can copy from and to through it (a queue, a topic and subscription).
+* `migration_schemes`, `migration_ports` and `migration_side()`: the URL schemes (and their
+  default ports) of the brokers `gateway migrate copy` can copy from and to through it (a
+  queue, a topic and subscription).
 
 The product module must import without the product's optional dependencies (the pip extra
 `extra`): it imports them where it uses them, after `require()` has named what is missing.
@@ -34,6 +35,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from importlib.metadata import entry_points
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from gateway.core.naming import custom_scheme
@@ -231,6 +233,9 @@ class Product(ABC, Generic[S]):
     plan_flags: tuple[OptionFlag, ...] = ()
     migration_schemes: tuple[str, ...] = ()
     """URL schemes of the `gateway migrate copy` sides it offers (`migration_side`)."""
+    migration_ports: Mapping[str, int] = MappingProxyType({})
+    """The port a URL of each of its `migration_schemes` means when it names none: its side's
+    ledger name writes it, and `migrate copy` uses it to refuse a copy onto itself."""
 
     @abstractmethod
     def register(self, registry: Registry) -> None:

@@ -43,6 +43,7 @@ from adapters.amqp.codec import decode
 from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
 from adapters.amqp.frontend.messages import delivery_properties, out_message
 from adapters.amqp.frontend.values import as_text
+from adapters.amqp.product import MIGRATION_PORTS
 from gateway.backend.base import OutMessage
 from gateway.core.properties import ATTEMPT
 from gateway.engine.api import Delivery
@@ -177,7 +178,7 @@ class QueueSource:
 
     @property
     def ledger(self) -> str:
-        port = 5671 if self._url.scheme == "amqps" else 5672
+        port = MIGRATION_PORTS[self._url.scheme]
         return (f"{self._url.scheme}://{self._url.endpoint(port)}/{_vhost(self._url)}"
                 f"?queue={self.queue_name}")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from adapters.amqp import dialect
@@ -83,6 +84,10 @@ def _broker_url(url: str) -> bool:
     return parts.scheme in ("amqp", "amqps") and bool(parts.hostname) and port != 0
 
 
+MIGRATION_PORTS = MappingProxyType({"amqp": 5672, "amqps": 5671})
+"""The port an `amqp://` or `amqps://` URL without one means."""
+
+
 class AMQP(Product[AMQPConfig]):
     name = "amqp"
     extra = "rabbitmq"
@@ -94,6 +99,7 @@ class AMQP(Product[AMQPConfig]):
                    "rabbitmq dead-letter exchange (exhausted messages go there)"),
     )
     migration_schemes = ("amqp", "amqps")
+    migration_ports = MIGRATION_PORTS
 
     def migration_side(self, url: Url, role: str) -> Source | Destination:
         self.require("rabbitmq queue side of migrate copy",

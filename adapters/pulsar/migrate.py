@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import pulsar
 
 from adapters.pulsar.backend_codec import pulsar_topic
+from adapters.pulsar.product import MIGRATION_PORTS
 from gateway.backend.base import OutMessage
 from gateway.core.properties import RESERVED_PREFIX
 from gateway.errors import InvalidArgument
@@ -93,7 +94,7 @@ class TopicSource:
 
     @property
     def ledger(self) -> str:
-        port = 6651 if self._url.scheme == "pulsar+ssl" else 6650
+        port = MIGRATION_PORTS[self._url.scheme]
         return (f"{self._url.scheme}://{self._url.endpoint(port)}/{pulsar_topic(self.topic)}"
                 f"?subscription={self.subscription}")
 

@@ -9,6 +9,7 @@ imports without them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from adapters.pulsar import dialect
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
     from gateway.backend import Backend
     from gateway.engine.clock import Clock
     from gateway.migrate.endpoint import Destination, Source, Url
+
+
+MIGRATION_PORTS = MappingProxyType({"pulsar": 6650, "pulsar+ssl": 6651})
+"""The port a `pulsar://` or `pulsar+ssl://` URL without one means."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,7 @@ class Pulsar(Product[PulsarConfig]):
         OptionFlag("--ack-timeout-ms", "ack_timeout_ms", "pulsar ack timeout"),
     )
     migration_schemes = ("pulsar", "pulsar+ssl")
+    migration_ports = MIGRATION_PORTS
 
     def migration_side(self, url: Url, role: str) -> Source | Destination:
         self.require("pulsar topic side of migrate copy", {"pulsar": "pulsar-client"})

@@ -194,6 +194,16 @@ def _products() -> dict[str, cp.SideFactory]:
     return found
 
 
+def _ports() -> dict[str, int]:
+    """Each product scheme's default port (`Product.migration_ports`)."""
+    from gateway.product import installed
+
+    found: dict[str, int] = {}
+    for product in installed():
+        found.update(product.migration_ports)
+    return found
+
+
 def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """`gateway migrate copy`; its exit status (COPY_EXITS)."""
     stream = sys.stdout if out is None else out
@@ -205,7 +215,7 @@ def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
             to_token=_token(args.to_token_file, "GATEWAY_TO_TOKEN", "GATEWAY_TOKEN"),
             ca_file=args.tls_ca, timeout_s=args.timeout_s)
         products = _products()
-        cp.check_apart(args.source, args.destination)
+        cp.check_apart(args.source, args.destination, _ports())
         source = cp.open_side(args.source, "source", credentials, products)
         destination = cp.open_side(args.destination, "destination", credentials, products)
     except (GatewayError, MissingExtra) as exc:

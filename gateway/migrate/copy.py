@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.errors import InvalidArgument
@@ -24,7 +24,12 @@ from gateway.migrate.endpoint import (
     parse_url,
     same_place,
 )
-from gateway.migrate.gateway_side import SCHEMES, GatewayDestination, GatewaySource
+from gateway.migrate.gateway_side import (
+    DEFAULT_PORT,
+    SCHEMES,
+    GatewayDestination,
+    GatewaySource,
+)
 from gateway.migrate.progress import Progress
 
 DEFAULT_BATCH = 500
@@ -82,9 +87,17 @@ SideFactory = Callable[[Url, str], object]
 """(url, role "source" / "destination") -> a Source or Destination (a product's)."""
 
 
-def check_apart(source: str, destination: str) -> None:
-    """Refuse a destination that is the source itself."""
-    if same_place(parse_url("from", source), parse_url("to", destination)):
+def default_ports(products: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Each scheme's default port: the gateway's own and the products' (`migration_ports`)."""
+    return {**dict.fromkeys(SCHEMES, DEFAULT_PORT), **(products or {})}
+
+
+def check_apart(source: str, destination: str,
+                ports: Mapping[str, int] | None = None) -> None:
+    """Refuse a destination that is the source itself; `ports`: the products' default port of
+    each scheme (the gateway's own are known here)."""
+    if same_place(parse_url("from", source), parse_url("to", destination),
+                  default_ports(ports)):
         raise InvalidArgument("to", destination, "another topic or queue than --from: a "
                               "place copied onto itself would lose the copies")
 

@@ -9,7 +9,7 @@ package: `gateway.migrate.gateway_side`), or a scheme a product offers
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
@@ -234,13 +234,25 @@ def canonical_host(hostname: str) -> str:
     return LOOPBACK if host in LOOPBACK_NAMES else host
 
 
-def same_place(a: Url, b: Url) -> bool:
+def same_place(a: Url, b: Url, ports: Mapping[str, int] | None = None) -> bool:
     """Whether two URLs name the same topic or queue (same scheme family, host, port, path and
     `queue`): copying a place onto itself would find its own copies in the ledger and remove
-    them."""
-    def place(url: Url) -> tuple[str, str, int | None, str, str]:
+    them. `ports` holds each scheme's default port (a product's `migration_ports`): a URL
+    without a port means it. Two ports are the same when they are equal or both their schemes'
+    defaults (`amqp://h` and `amqps://h` reach one broker)."""
+    defaults = ports or {}
+
+    def place(url: Url) -> tuple[str, str, str, str]:
         host = canonical_host(url.parts.hostname or "")
         family = url.scheme.split("+")[0].rstrip("s")
-        return family, host, url.parts.port, url.path, url.option("queue")
+        return family, host, url.path, url.option("queue")
 
-    return place(a) == place(b)
+    def port(url: Url) -> tuple[int | None, bool]:
+        default = defaults.get(url.scheme)
+        given = url.parts.port
+        return (default if given is None else given), given is None or given == default
+
+    if place(a) != place(b):
+        return False
+    (port_a, default_a), (port_b, default_b) = port(a), port(b)
+    return port_a == port_b or (default_a and default_b)
