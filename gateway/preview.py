@@ -4,6 +4,7 @@ and times as people read them."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -78,6 +79,34 @@ def escaped(text: str) -> str:
     characters escaped. Unlike `one_line` two texts never look alike: an id with a line break
     shows as `a\\nb`, one with a backslash and an n as `a\\\\nb`."""
     return "".join("\\\\" if c == "\\" else c if c.isprintable() else _escape(c) for c in text)
+
+
+_UNESCAPE = re.compile(r"\\(?:([\\nrt])|x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
+_SIMPLE = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def unescaped(shown: str) -> str | None:
+    """The text `escaped` prints as `shown`; None when `shown` has no backslash or is not
+    something `escaped` prints (an unknown escape, `\\x41` for a printable `A`, a lone
+    surrogate that UTF-8 cannot carry)."""
+    if "\\" not in shown:
+        return None
+
+    def one(m: re.Match[str]) -> str:
+        simple, *codes = m.groups()
+        if simple:
+            return _SIMPLE[simple]
+        code = int(next(c for c in codes if c), 16)
+        return chr(code) if code <= 0x10FFFF else "\\"  # "\\" alone: no round trip below
+
+    text = _UNESCAPE.sub(one, shown)
+    if escaped(text) != shown:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return text
 
 
 def _escape(c: str) -> str:

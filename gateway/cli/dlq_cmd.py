@@ -8,6 +8,8 @@ import time
 from datetime import UTC, datetime
 from typing import TextIO
 
+import grpc
+
 from gateway.admin_client import AdminClient
 from gateway.cli import render
 from gateway.cli.admin_cmd import (
@@ -20,9 +22,12 @@ from gateway.cli.admin_cmd import (
     run_admin,
 )
 from gateway.errors import InvalidArgument
-from gateway.preview import duration, escaped, iso_ms, one_line, preview
+from gateway.preview import duration, escaped, iso_ms, one_line, preview, unescaped
 from gateway.v1 import admin_pb2 as pb
 
+ID_HELP = ("a dead letter's id, or the id as `dlq list` prints it (a backslash as \\\\, a line "
+           "break as \\n, other control characters as \\xHH, \\uHHHH): the id itself is "
+           "looked for first, then the one printed so")
 _AGO = re.compile(r"(\d+)\s*(s|m|min|h|d)")
 _UNITS_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
@@ -48,15 +53,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="the token a previous page printed, for the next page")
     p.add_argument("--all", action="store_true", help="follow every page")
     p = verb("show", "one dead letter: its body, properties, reason and timeline", show)
-    p.add_argument("message_id")
+    p.add_argument("message_id", help=ID_HELP)
     p = verb("resend", "publish dead letters again to their original topic", resend)
-    p.add_argument("message_ids", nargs="*", metavar="MESSAGE_ID")
+    p.add_argument("message_ids", nargs="*", metavar="MESSAGE_ID", help=ID_HELP)
     p.add_argument("--all", action="store_true",
                    help="every dead letter of the group (that matches the filter flags)")
     _filter_flags(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p = verb("delete", "delete dead letters without resending them", delete)
-    p.add_argument("message_ids", nargs="*", metavar="MESSAGE_ID")
+    p.add_argument("message_ids", nargs="*", metavar="MESSAGE_ID", help=ID_HELP)
     _filter_flags(p)
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p = verb("purge", "delete every dead letter of the group (that matches the filter flags)",
@@ -169,9 +174,34 @@ def _body_line(body: bytes) -> str:
     return one_line(" ".join(body[:400].decode("utf-8", "replace").split()), 40)
 
 
+async def _letter(client: AdminClient, topic: str, group: str,
+                  given: str) -> tuple[str, pb.DeadLetterMessage | None]:
+    """The dead letter `given` names, and its id: the one with id `given`, else the one `dlq
+    list` prints as `given` (escaped); None (and `given`) when neither is a dead letter."""
+    for message_id in dict.fromkeys((given, unescaped(given) or given)):
+        try:
+            return message_id, await client.dead_letter(topic, group, message_id)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+    return given, None
+
+
+async def _ids(client: AdminClient, topic: str, group: str, given: list[str]) -> list[str]:
+    """Each id as `_letter` finds it (one look-up for each id with a backslash only)."""
+    found = []
+    for message_id in given:
+        if unescaped(message_id) is not None:
+            message_id, _ = await _letter(client, topic, group, message_id)
+        found.append(message_id)
+    return found
+
+
 async def show(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
-    letter = await client.dead_letter(args.topic, args.group, args.message_id)
-    timeline = await client.timeline(args.topic, args.group, args.message_id)
+    message_id, letter = await _letter(client, args.topic, args.group, args.message_id)
+    if letter is None:  # the id itself, for its NOT_FOUND
+        letter = await client.dead_letter(args.topic, args.group, message_id)
+    timeline = await client.timeline(args.topic, args.group, message_id)
     if args.json:
         render.emit_json({"dead_letter": render.to_dict(letter),
                           "timeline": render.to_dict(timeline)}, out)
@@ -216,6 +246,7 @@ def _which(args: argparse.Namespace, verb: str) -> tuple[list[str], pb.DeadLette
 
 async def resend(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     ids, where = _which(args, "resend")
+    ids = await _ids(client, args.topic, args.group, ids)
     what = f"{len(ids)} dead letter(s)" if ids else "every dead letter"
     confirm(args, f"Resend {what}{_describe_filter(where)} of group {args.group!r} on topic "
                   f"{args.topic!r} to the original topic?")
@@ -225,6 +256,7 @@ async def resend(client: AdminClient, args: argparse.Namespace, out: TextIO) -> 
 
 async def delete(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     ids, where = _which(args, "delete")
+    ids = await _ids(client, args.topic, args.group, ids)
     what = f"{len(ids)} dead letter(s)" if ids else "every dead letter"
     confirm(args, f"Delete {what}{_describe_filter(where)} of group {args.group!r} on topic "
                   f"{args.topic!r}? They cannot be resent afterwards.")
