@@ -7,6 +7,7 @@ another (`migrate rename`), and export, remove and import messages (`migrate cop
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ from gateway.core.naming import NamingScheme
 from gateway.core.properties import DEAD_AT, DEAD_REASON, ORIGIN_TOPIC, RESERVED_PREFIX
 from gateway.engine.admin_scan import PEEK_CHUNK, pages
 from gateway.engine.api import Copy, ExportPage, ImportResult
-from gateway.engine.port import EngineQueries
+from gateway.engine.port import EngineQueries, Unsettled
 from gateway.errors import FailedPrecondition, InvalidArgument
 from gateway.limits import check_deliver_at
 from gateway.migrate import rename as rn
@@ -155,6 +156,7 @@ class MoveVerbs:
         if part != READY and source == topic:
             return ExportPage(source, (), -1)
         taken: list[StoredMessage] = []
+        held = self._held(topic, group) if part == READY else {}
         last, more = after, False
         async for chunk in pages(self._backend, source, group, after):
             for m in chunk:
@@ -163,10 +165,19 @@ class MoveVerbs:
                     break
                 last = m.lease.position
                 if part == READY or m.properties.get(ORIGIN_TOPIC, topic) == topic:
-                    taken.append(m)
+                    waiting = held.get(m.lease.position)
+                    taken.append(m if waiting is None else dataclasses.replace(
+                        m, deliver_at_ms=max(m.deliver_at_ms, waiting.due_ms),
+                        attempt=waiting.attempt, retries=waiting.retries))
             if more:
                 break
         return ExportPage(source, tuple(taken), last if more else -1)
+
+    def _held(self, topic: str, group: str) -> dict[int, Unsettled]:
+        """The group's ordered retries the engine holds for their in-place retry, by position:
+        the back end lists them as the plain messages it keeps (leased), without their due time
+        and counts, which the engine alone knows."""
+        return {u.position: u for u in self._engine.unsettled(topic, group) if u.held}
 
     async def remove_exported(
         self, topic: str, group: str, part: str, positions: Sequence[int], naming: str = "",
@@ -179,6 +190,10 @@ class MoveVerbs:
         source = await self._part_topic(topic, group, part, naming)
         if part != READY:
             await self._check_owned(topic, group, part, source, positions)
+        else:
+            # An ordered retry the engine holds goes from the engine too: else it stayed a
+            # waiting retry there (its key blocked) and came again, removed, when due.
+            self._engine.drop_held(topic, group, positions)
         return await self._backend.remove([Lease(source, group, p) for p in positions])
 
     async def _check_owned(self, topic: str, group: str, part: str, source: str,

@@ -42,6 +42,8 @@ class InFlight:
     blocks: bool = False
     """Its key is blocked on its account (it was fetched while the group consumed in order):
     settling it frees the key, whichever policy it is settled under."""
+    due_ms: int = 0
+    """Held: the clock time its retry is due."""
 
 
 class Consumer:

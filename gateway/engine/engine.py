@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import structlog
 
@@ -196,14 +196,18 @@ class Engine(Delivering):
             consumer.credit += len(consumer.outbox)
             consumer.outbox.clear()
 
-    def drop_held(self, topic: str, group: str) -> list[Lease]:
+    def drop_held(self, topic: str, group: str,
+                  positions: Collection[int] | None = None) -> list[Lease]:
         """Forget the group's ordered retries held in the engine for their in-place retry (a
-        purge takes them with the other waiting retries): their keys are free again. Returns
-        their leases, which the caller removes from the back end."""
+        purge takes them with the other waiting retries; `migrate copy` those at `positions`,
+        once their copies are stored elsewhere): their keys are free again. Returns their
+        leases, which the caller removes from the back end."""
         sub = self.subscriptions.get((topic, group))
         if sub is None:
             return []
-        held = [inf for inf in self.inflight.values() if inf.held and inf.sub is sub]
+        wanted = None if positions is None else set(positions)
+        held = [inf for inf in self.inflight.values() if inf.held and inf.sub is sub
+                and (wanted is None or inf.stored.lease.position in wanted)]
         for inf in held:
             del self.inflight[inf.receipt]
             self._disarm(inf)
@@ -231,7 +235,8 @@ class Engine(Delivering):
         return [
             Unsettled(inf.receipt, inf.stored.message_id,
                       inf.consumer.id if inf.consumer is not None else "", inf.held,
-                      inf.record.attempt)
+                      inf.record.attempt, inf.record.retries, inf.stored.lease.position,
+                      inf.due_ms)
             for inf in list(self.inflight.values())
             if inf.sub.spec.topic == topic and inf.sub.group == group
         ]

@@ -16,7 +16,7 @@ touch the back end or the state machine. Errors are `gateway.errors` exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Protocol
 
 from gateway.backend.base import Lease, OutMessage
@@ -218,6 +218,12 @@ class Unsettled:
     """An ordered retry the engine holds until its interval passes (not with a consumer)."""
     attempt: int = 0
     """Deliveries the message had (a held retry waits for delivery number attempt + 1)."""
+    retries: int = 0
+    """Failures counted so far."""
+    position: int = -1
+    """Its lease's position (where the back end numbers messages)."""
+    due_ms: int = 0
+    """A held retry: the clock time it is delivered again (0 for others)."""
 
 
 @value
@@ -342,8 +348,10 @@ class EngineQueries(Protocol):
         """The deliveries of a subscription the engine waits on."""
         ...
 
-    def drop_held(self, topic: str, group: str) -> list[Lease]:
-        """Forget the group's ordered retries held in the engine; return their leases."""
+    def drop_held(self, topic: str, group: str,
+                  positions: Collection[int] | None = None) -> list[Lease]:
+        """Forget the group's ordered retries held in the engine (those at `positions` only,
+        when given); return their leases."""
         ...
 
     def group_state(self, topic: str, group: str) -> GroupState | None:

@@ -376,7 +376,7 @@ class Settling(EngineBase):
             batch.held[n] = (due, [])
         _, receipt = self._new_receipt()
         held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, inf.policy,
-                        held=True, timer=n, blocks=inf.blocks)
+                        held=True, due_ms=due, timer=n, blocks=inf.blocks)
         self.inflight[receipt] = held
         batch.held[n][1].append(receipt)
 
