@@ -19,9 +19,9 @@ What a product offers (everything but `name`, `extra` and `register` is optional
 * `principal_fields`: extra keys a `[[principal]]` of the tokens file may carry, read back with
   `Principal.extra(key)`;
 * `plan_flags`: `gateway plan` flags that set one of its policies' options;
-* `migration_schemes`, `migration_ports` and `migration_side()`: the URL schemes (and their
-  default ports) of the brokers `gateway migrate copy` can copy from and to through it (a
-  queue, a topic and subscription).
+* `migration_schemes`, `migration_ports`, `migration_path()` and `migration_side()`: the URL
+  schemes (their default ports, their paths spelled one way) of the brokers `gateway migrate
+  copy` can copy from and to through it (a queue, a topic and subscription).
 
 The product module must import without the product's optional dependencies (the pip extra
 `extra`): it imports them where it uses them, after `require()` has named what is missing.
@@ -256,6 +256,12 @@ class Product(ABC, Generic[S]):
         of its `migration_schemes`, names; not opened yet. `require()` its dependencies first;
         refuse a URL it cannot use with `InvalidArgument`."""
         raise NotImplementedError(f"{self.name} offers no migration side {url.scheme!r}")
+
+    def migration_path(self, url: Url) -> str:
+        """What the path of a URL of one of its `migration_schemes` names, spelled one way (a
+        virtual host, a full topic name), for refusing a copy onto itself. Default: the path,
+        percent-decoded."""
+        return url.path
 
     def require(self, what: str, modules: Mapping[str, str]) -> None:
         """Raise MissingExtra naming the extra to install unless every module (import name ->

@@ -31,7 +31,6 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from urllib.parse import unquote
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
@@ -43,7 +42,7 @@ from adapters.amqp.codec import decode
 from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
 from adapters.amqp.frontend.messages import delivery_properties, out_message
 from adapters.amqp.frontend.values import as_text
-from adapters.amqp.product import MIGRATION_PORTS
+from adapters.amqp.product import MIGRATION_PORTS, vhost
 from gateway.backend.base import OutMessage
 from gateway.core.properties import ATTEMPT
 from gateway.engine.api import Delivery
@@ -80,11 +79,6 @@ class SourceRefused(GatewayError):
     code = "FAILED_PRECONDITION"
 
 
-def _vhost(url: Url) -> str:
-    path = url.parts.path
-    return "/" if path in ("", "/") else unquote(path[1:])
-
-
 def _broker_url(url: Url) -> str:
     """The URL aio-pika connects to: ours without the `queue` option."""
     return url.parts._replace(query="", fragment="").geturl()
@@ -109,7 +103,7 @@ async def _connect(url: Url, side: str) -> AbstractConnection:
         # RabbitMQ answers connection.open with a close (530 NOT_ALLOWED) for a virtual host
         # that does not exist or that the user may not use; aiormq keeps only this text.
         raise NotAllowed(f"{side} {url.shown}: RabbitMQ refused the virtual host "
-                         f"{_vhost(url)!r}: it does not exist, or the user may not use "
+                         f"{vhost(url)!r}: it does not exist, or the user may not use "
                          "it") from None
     except BROKER_ERRORS as exc:
         raise _unavailable(url, side, exc) from None
@@ -179,7 +173,7 @@ class QueueSource:
     @property
     def ledger(self) -> str:
         port = MIGRATION_PORTS[self._url.scheme]
-        return (f"{self._url.scheme}://{self._url.endpoint(port)}/{_vhost(self._url)}"
+        return (f"{self._url.scheme}://{self._url.endpoint(port)}/{vhost(self._url)}"
                 f"?queue={self.queue_name}")
 
     @property

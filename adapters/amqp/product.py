@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from adapters.amqp import dialect
 from gateway.core.registry import Registry
@@ -88,6 +89,13 @@ MIGRATION_PORTS = MappingProxyType({"amqp": 5672, "amqps": 5671})
 """The port an `amqp://` or `amqps://` URL without one means."""
 
 
+def vhost(url: Url) -> str:
+    """The virtual host an `amqp://` URL names: its path, percent-decoded (`%2F` is `/`); no
+    path is `/`."""
+    path = url.parts.path
+    return "/" if path in ("", "/") else unquote(path[1:])
+
+
 class AMQP(Product[AMQPConfig]):
     name = "amqp"
     extra = "rabbitmq"
@@ -107,6 +115,9 @@ class AMQP(Product[AMQPConfig]):
         from adapters.amqp.migrate import side
 
         return side(url, role)
+
+    def migration_path(self, url: Url) -> str:
+        return vhost(url)
 
     def register(self, registry: Registry) -> None:
         dialect.register(registry)

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from adapters.pulsar import dialect
+from adapters.pulsar.backend_codec import pulsar_topic
 from gateway.core.registry import Registry
 from gateway.product import FrontEnd, Host, OptionFlag, OwnListener, Product, setting
 
@@ -60,6 +61,9 @@ class Pulsar(Product[PulsarConfig]):
         from adapters.pulsar.migrate import side
 
         return side(url, role)
+
+    def migration_path(self, url: Url) -> str:
+        return pulsar_topic(url.path)  # `orders` is persistent://public/default/orders
 
     def register(self, registry: Registry) -> None:
         dialect.register(registry)

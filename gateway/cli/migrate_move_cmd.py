@@ -22,6 +22,7 @@ from gateway.migrate.endpoint import (
     DestinationRefused,
     DestinationUnavailable,
     NotAllowed,
+    PathOf,
     SourceKeepsCopies,
     SourceUnavailable,
 )
@@ -194,14 +195,17 @@ def _products() -> dict[str, cp.SideFactory]:
     return found
 
 
-def _ports() -> dict[str, int]:
-    """Each product scheme's default port (`Product.migration_ports`)."""
+def _spellings() -> tuple[dict[str, int], dict[str, PathOf]]:
+    """Each product scheme's default port and path spelling (`Product.migration_ports`,
+    `migration_path`), for refusing a copy onto itself."""
     from gateway.product import installed
 
-    found: dict[str, int] = {}
+    ports: dict[str, int] = {}
+    paths: dict[str, PathOf] = {}
     for product in installed():
-        found.update(product.migration_ports)
-    return found
+        ports.update(product.migration_ports)
+        paths.update(dict.fromkeys(product.migration_schemes, product.migration_path))
+    return ports, paths
 
 
 def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -215,7 +219,7 @@ def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
             to_token=_token(args.to_token_file, "GATEWAY_TO_TOKEN", "GATEWAY_TOKEN"),
             ca_file=args.tls_ca, timeout_s=args.timeout_s)
         products = _products()
-        cp.check_apart(args.source, args.destination, _ports())
+        cp.check_apart(args.source, args.destination, *_spellings())
         source = cp.open_side(args.source, "source", credentials, products)
         destination = cp.open_side(args.destination, "destination", credentials, products)
     except (GatewayError, MissingExtra) as exc:

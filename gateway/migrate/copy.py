@@ -19,6 +19,7 @@ from gateway.errors import InvalidArgument
 from gateway.migrate.endpoint import (
     Destination,
     Item,
+    PathOf,
     Source,
     Url,
     parse_url,
@@ -92,12 +93,13 @@ def default_ports(products: Mapping[str, int] | None = None) -> dict[str, int]:
     return {**dict.fromkeys(SCHEMES, DEFAULT_PORT), **(products or {})}
 
 
-def check_apart(source: str, destination: str,
-                ports: Mapping[str, int] | None = None) -> None:
-    """Refuse a destination that is the source itself; `ports`: the products' default port of
-    each scheme (the gateway's own are known here)."""
+def check_apart(source: str, destination: str, ports: Mapping[str, int] | None = None,
+                paths: Mapping[str, PathOf] | None = None) -> None:
+    """Refuse a destination that is the source itself; `ports` and `paths`: the products'
+    default port of each scheme and how they spell a path (`same_place`; the gateway's own
+    port is known here)."""
     if same_place(parse_url("from", source), parse_url("to", destination),
-                  default_ports(ports)):
+                  default_ports(ports), paths):
         raise InvalidArgument("to", destination, "another topic or queue than --from: a "
                               "place copied onto itself would lose the copies")
 

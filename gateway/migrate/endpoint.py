@@ -9,7 +9,7 @@ package: `gateway.migrate.gateway_side`), or a scheme a product offers
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
@@ -234,18 +234,27 @@ def canonical_host(hostname: str) -> str:
     return LOOPBACK if host in LOOPBACK_NAMES else host
 
 
-def same_place(a: Url, b: Url, ports: Mapping[str, int] | None = None) -> bool:
+PathOf = Callable[[Url], str]
+"""What a URL's path names, spelled one way (a product's `migration_path`)."""
+
+
+def same_place(a: Url, b: Url, ports: Mapping[str, int] | None = None,
+               paths: Mapping[str, PathOf] | None = None) -> bool:
     """Whether two URLs name the same topic or queue (same scheme family, host, port, path and
     `queue`): copying a place onto itself would find its own copies in the ledger and remove
     them. `ports` holds each scheme's default port (a product's `migration_ports`): a URL
     without a port means it. Two ports are the same when they are equal or both their schemes'
-    defaults (`amqp://h` and `amqps://h` reach one broker)."""
+    defaults (`amqp://h` and `amqps://h` reach one broker). `paths` spells each scheme's path
+    one way (`migration_path`: `amqp://h` and `amqp://h/%2F` name one virtual host); by
+    default the path as given."""
     defaults = ports or {}
+    spellings = paths or {}
 
     def place(url: Url) -> tuple[str, str, str, str]:
         host = canonical_host(url.parts.hostname or "")
         family = url.scheme.split("+")[0].rstrip("s")
-        return family, host, url.path, url.option("queue")
+        path_of = spellings.get(url.scheme)
+        return family, host, url.path if path_of is None else path_of(url), url.option("queue")
 
     def port(url: Url) -> tuple[int | None, bool]:
         default = defaults.get(url.scheme)

@@ -1,8 +1,10 @@
 """`gateway migrate copy` refuses to copy a place onto itself however its URLs spell the port: a
 URL without a port means its scheme's default (the product's `migration_ports`, the gateway's
-own 50051), so `amqp://127.0.0.1:5672/?queue=q` and `amqp://localhost/?queue=q` are one queue.
-Only the explicit same port was recognised before: the copy started, found its own copies in
-the ledger and removed them. Refused with the usual INVALID_ARGUMENT for `to`, exit 2."""
+own 50051), so `amqp://127.0.0.1:5672/?queue=q` and `amqp://localhost/?queue=q` are one queue;
+and its path as the product spells it (`migration_path`: no virtual host is `/`, `%2F`; a short
+Pulsar topic name is its full name). Only the same port and path as written were recognised:
+the copy started, found its own copies in the ledger and removed them. Refused with the usual
+INVALID_ARGUMENT for `to`, exit 2."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from gateway.cli import main
 from gateway.errors import InvalidArgument
 from gateway.migrate import copy as cp
+from gateway.migrate.endpoint import PathOf
 from gateway.product import installed
 
 SAME = [
@@ -25,6 +28,13 @@ SAME = [
     ("pulsar+ssl://host:6651/orders?subscription=s", "pulsar://host/orders?subscription=s"),
     ("gateway://127.0.0.1:50051/orders?group=g", "gateway://localhost/orders?group=h"),
     ("gateways://LOCALHOST./orders?group=g", "gateway://[::1]:50051/orders"),
+    # The path as the product spells it: the virtual host / and a full topic name.
+    ("amqp://h/%2F?queue=q", "amqp://h?queue=q"),
+    ("amqp://h/?queue=q", "amqp://h:5672/%2f?queue=q"),
+    ("pulsar://h/orders?subscription=s",
+     "pulsar://h:6650/persistent://public/default/orders?subscription=s"),
+    ("pulsar://h/t/ns/orders?subscription=s",
+     "pulsar://h/persistent%3A%2F%2Ft%2Fns%2Forders?subscription=s"),
 ]
 
 APART = [
@@ -34,14 +44,21 @@ APART = [
     ("gateway://h:50052/orders?group=g", "gateway://h/orders?group=g"),
     ("amqp://h/?queue=q", "amqp://h/?queue=r"),
     ("pulsar://a/orders?subscription=s", "pulsar://b/orders?subscription=s"),
+    ("amqp://h/vh?queue=q", "amqp://h/?queue=q"),
+    ("amqp://h/%2Fvh?queue=q", "amqp://h/vh?queue=q"),
+    ("pulsar://h/orders?subscription=s",
+     "pulsar://h/non-persistent://public/default/orders?subscription=s"),
+    ("gateway://h/orders?group=g", "gateway://h/persistent://public/default/orders?group=g"),
 ]
 
 
-def _ports() -> dict[str, int]:
-    found: dict[str, int] = {}
+def _spellings() -> tuple[dict[str, int], dict[str, PathOf]]:
+    ports: dict[str, int] = {}
+    paths: dict[str, PathOf] = {}
     for product in installed():
-        found.update(product.migration_ports)
-    return found
+        ports.update(product.migration_ports)
+        paths.update(dict.fromkeys(product.migration_schemes, product.migration_path))
+    return ports, paths
 
 
 @pytest.mark.parametrize("source, destination", SAME)
@@ -56,8 +73,8 @@ def test_a_default_port_is_the_same_place(source: str, destination: str,
 
 @pytest.mark.parametrize("source, destination", APART)
 def test_other_ports_are_other_places(source: str, destination: str) -> None:
-    cp.check_apart(source, destination, _ports())
-    cp.check_apart(destination, source, _ports())
+    cp.check_apart(source, destination, *_spellings())
+    cp.check_apart(destination, source, *_spellings())
 
 
 def test_every_product_scheme_has_a_default_port() -> None:
