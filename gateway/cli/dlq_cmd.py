@@ -197,7 +197,18 @@ async def _ids(client: AdminClient, topic: str, group: str, given: list[str]) ->
     return found
 
 
+def _text(field: str, value: str) -> str:
+    """A command-line id that UTF-8 can carry (bytes that are not UTF-8 arrive as lone
+    surrogates, which the request could not encode: a traceback)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(field, value, "UTF-8 text") from None
+    return value
+
+
 async def show(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
+    _text("message_id", args.message_id)
     message_id, letter = await _letter(client, args.topic, args.group, args.message_id)
     if letter is None:  # the id itself, for its NOT_FOUND
         letter = await client.dead_letter(args.topic, args.group, message_id)
@@ -235,7 +246,8 @@ def _which(args: argparse.Namespace, verb: str) -> tuple[list[str], pb.DeadLette
     """The ids and filter a verb acts on; neither is refused before anything is asked (`delete`
     has no --all: `purge` deletes every dead letter)."""
     where = filter_of(args)
-    ids = list(args.message_ids) if hasattr(args, "message_ids") else []
+    ids = [_text(f"message_ids[{i}]", m)
+           for i, m in enumerate(getattr(args, "message_ids", []))]
     if ids and getattr(args, "all", False):
         raise InvalidArgument("all", "--all", "either message ids or --all, not both")
     if not ids and where is None and not getattr(args, "all", False):

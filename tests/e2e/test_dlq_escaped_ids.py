@@ -65,6 +65,12 @@ async def test_ids_as_listed_are_found(tmp_path: Path) -> None:
             assert code == 3, (absent, err)
             assert "NOT_FOUND" in err, err
 
+        # Bytes that are not UTF-8 (they arrive as lone surrogates): refused, no traceback.
+        for verb in (["show", "orders", "g", "a\udcff"],
+                     ["delete", "orders", "g", "plain", "a\udcff", "--yes"]):
+            code, _, err = await _cli(target, *verb)
+            assert code == 2 and "UTF-8 text" in err and "Traceback" not in err, err
+
         code, out, err = await _cli(target, "delete", "orders", "g", "tab\\tnul\\x00",
                                     "esc\\x1b[0m", "--yes")
         assert (code, out) == (0, "deleted 2 dead letter(s)\n"), err
