@@ -36,10 +36,15 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @contextlib.contextmanager
-def tls_listener(certs: dict[str, Path], host: str) -> Iterator[int]:
-    """A TLS server on `host` showing the test CA's certificate; yields its port."""
+def tls_listener(certs: dict[str, Path], host: str, *,
+                 client_certs: bool = False) -> Iterator[int]:
+    """A TLS server on `host` showing the test CA's certificate (requiring clients to show one
+    the CA signed, with `client_certs`); yields its port."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(certs["server.crt"], certs["server.key"])
+    if client_certs:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(certs["ca.crt"])
     server = socket.create_server((host, 0))
     server.settimeout(0.2)
     stop = threading.Event()
@@ -131,6 +136,16 @@ def test_a_tls_url_for_the_brokers_plain_port_exits_75_at_once(tmp_path: Path) -
     assert "amqps://guest:***@127.0.0.1:5672/" in line and "s3cret" not in line
     assert "the server did not answer TLS (WRONG_VERSION_NUMBER): is this a TLS port?" in line, (
         line)
+
+
+def test_a_broker_that_requires_a_client_certificate_exits_75_at_once(
+        certs: dict[str, Path], tmp_path: Path) -> None:
+    with tls_listener(certs, "127.0.0.1", client_certs=True) as port:
+        url = f"amqps://gw:s3cret@127.0.0.1:{port}/?cafile={certs['ca.crt']}"
+        line = one_line(run(tmp_path, url))
+    assert f"amqps://gw:***@127.0.0.1:{port}/" in line and "s3cret" not in line
+    assert "the TLS handshake with the broker failed (TLSV13_ALERT_CERTIFICATE_REQUIRED)" in (
+        line), line
 
 
 def ipv6_loopback() -> bool:
