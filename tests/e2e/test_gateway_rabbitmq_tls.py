@@ -140,12 +140,20 @@ def test_a_tls_url_for_the_brokers_plain_port_exits_75_at_once(tmp_path: Path) -
 
 def test_a_broker_that_requires_a_client_certificate_exits_75_at_once(
         certs: dict[str, Path], tmp_path: Path) -> None:
+    """TLS 1.3: the broker's alert comes after the client's side of the handshake, and may be
+    overtaken by the connection's reset (the listener closes with the client's bytes unread):
+    that first attempt counts as one that may pass, the next one ends the gateway."""
     with tls_listener(certs, "127.0.0.1", client_certs=True) as port:
         url = f"amqps://gw:s3cret@127.0.0.1:{port}/?cafile={certs['ca.crt']}"
-        line = one_line(run(tmp_path, url))
-    assert f"amqps://gw:***@127.0.0.1:{port}/" in line and "s3cret" not in line
+        started = time.monotonic()
+        done = run(tmp_path, url)  # the default start wait is 300 s
+    assert done.returncode == 75, done.stderr
+    assert time.monotonic() - started < 30, done.stderr
+    said = done.stderr.strip().splitlines()[-1] if done.stderr.startswith("gateway: error") else (
+        done.stderr)
+    assert f"amqps://gw:***@127.0.0.1:{port}/" in said and "s3cret" not in done.stderr
     assert "the TLS handshake with the broker failed (TLSV13_ALERT_CERTIFICATE_REQUIRED)" in (
-        line), line
+        said), done.stderr
 
 
 def ipv6_loopback() -> bool:
