@@ -117,7 +117,47 @@ def test_a_broker_certificate_not_trusted_is_permanent_and_said_as_such() -> Non
     assert refused_always(ProbableAuthenticationError("ACCESS_REFUSED"))
     assert not refused_always(ConnectionNotAllowed(530, "vhost orders not found"))
     assert not refused_always(AMQPConnectionError(errno.ECONNREFUSED, "Connect call failed"))
-    assert not refused_always(ssl.SSLError(1, "[SSL] record layer failure"))
+    assert not refused_always(_tls_failed("DECRYPTION_FAILED_OR_BAD_RECORD_MAC"))
+
+
+def _tls_failed(name: str) -> AMQPConnectionError:
+    """What aiormq raises for a TLS handshake OpenSSL gave up with reason `name`: (1, text),
+    its cause the `SSLError`."""
+    failed = ssl.SSLError(1, f"[SSL: {name}] {name.lower().replace('_', ' ')} (_ssl.c:1006)")
+    wrapped = AMQPConnectionError(*failed.args)
+    wrapped.__cause__ = failed
+    return wrapped
+
+
+def test_a_peer_that_does_not_speak_tls_is_permanent_and_said_as_such() -> None:
+    """A TLS URL for a plain port (the peer answers the hello with bytes that are no TLS
+    record). Before, it passed as a failure that may pass, shown as 'Operation not permitted'."""
+    for name in ("WRONG_VERSION_NUMBER", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"):
+        exc = _tls_failed(name)
+        said = refusal(exc, "amqps://gw:s3cret@broker:5672/")
+        assert said is not None and said.startswith(
+            f"the server did not answer TLS ({name}): is this a TLS port?"), said
+        assert refused_always(exc)
+        assert reason(exc) == f"TLS: {name}"
+
+
+def test_a_tls_handshake_the_ends_cannot_agree_on_is_permanent() -> None:
+    for name in ("TLSV1_ALERT_PROTOCOL_VERSION", "SSLV3_ALERT_HANDSHAKE_FAILURE",
+                 "TLSV13_ALERT_CERTIFICATE_REQUIRED"):
+        exc = _tls_failed(name)
+        assert refusal(exc, URL) == f"the TLS handshake with the broker failed ({name})"
+        assert refused_always(exc)
+
+
+def test_a_connection_closed_during_the_handshake_may_pass() -> None:
+    """asyncio reports a peer that closes during the handshake as a reset (a broker or a proxy
+    going down does the same); an SSL error of no known kind, and an EOF, may pass too."""
+    for passing in (AMQPConnectionError(ConnectionResetError()),
+                    AMQPConnectionError(errno.ECONNRESET, "Connection reset by peer"),
+                    _tls_failed("DECRYPTION_FAILED_OR_BAD_RECORD_MAC"),
+                    ssl.SSLEOFError(8, "[SSL: UNEXPECTED_EOF_WHILE_READING] EOF")):
+        assert refusal(passing, URL) is None, passing
+        assert not refused_always(passing), passing
 
 
 def test_a_reconnect_of_a_serving_link_refused_a_certificate_is_fatal_as_credentials() -> None:
@@ -125,6 +165,7 @@ def test_a_reconnect_of_a_serving_link_refused_a_certificate_is_fatal_as_credent
     reconnect end it (`fatal`); a virtual host refused, or a connection refused, do not."""
     url = "amqps://gw:s3cret@broker:5671/"
     for exc, fatal in ((_untrusted("unable to get local issuer certificate"), True),
+                       (_tls_failed("WRONG_VERSION_NUMBER"), True),
                        (ProbableAuthenticationError("ACCESS_REFUSED - Login was refused"), True),
                        (ConnectionNotAllowed(530, "vhost / is down"), False),
                        (AMQPConnectionError(errno.ECONNREFUSED, "Connect call failed"), False)):

@@ -3,6 +3,7 @@ and its journal, the consumers of each queue, the limits."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -115,8 +116,16 @@ class Context:
     """The AMQP consumers of each queue, on every connection."""
     router: RouterPort | None = None
     connection_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    declaring: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    """New queues whose declaration waits for the back end (their groups made), by name:
+    resolved once it is kept or undone. Other methods on the name wait for it (`settled`)."""
     _topics: set[str] = field(default_factory=set)
     _topics_at: float = 0.0
+
+    async def settled(self, name: str) -> None:
+        """Wait until no declaration of queue `name` is under way (not cancelling it)."""
+        while (pending := self.declaring.get(name)) is not None:
+            await asyncio.wait([pending])
 
     async def record(self, changes: Change | list[Change] | None) -> None:
         """Keep topology changes durably (the journal), before they are answered."""

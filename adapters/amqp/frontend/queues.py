@@ -3,6 +3,8 @@ consumer goes (exclusive, auto-delete)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import structlog
 from pamqp import commands
 
@@ -17,7 +19,7 @@ from adapters.amqp.frontend.errors import (
     short,
 )
 from adapters.amqp.frontend.state import ChannelState
-from adapters.amqp.frontend.topology import Binding, Queue, transient
+from adapters.amqp.frontend.topology import Binding, Change, Queue, transient
 from gateway.errors import GatewayError, NotFound
 
 log = structlog.get_logger(__name__)
@@ -33,6 +35,7 @@ async def find(channel: ChannelState, name: str, method: tuple[int, int]) -> Que
         raise AMQPError(NOT_FOUND, "no queue named and none declared on this channel", method)
     edge.check_name("queue", name)
     ctx = channel.ctx
+    await ctx.settled(name)  # a declaration under way: its queue is kept or undone
     queue = ctx.topology.queues.get(name)
     if queue is None:
         if not await ctx.is_topic(name):
@@ -63,6 +66,7 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
             name = ctx.topology.server_name()
         else:
             edge.check_name("queue", name)
+            await ctx.settled(name)  # not told DeclareOk for a queue the back end may refuse
             existing = ctx.topology.queues.get(name)
             if existing is None or existing.owner != conn.id:
                 edge.check_declarable("queue", name)
@@ -73,23 +77,50 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
             name, connection=conn.id, durable=m.durable, exclusive=m.exclusive,
             auto_delete=m.auto_delete, arguments=m.arguments or {},
             principal=getattr(conn.principal, "name", ""))
-        if not known and change is None:
-            change = transient(queue)  # its group is dropped at the next start
-        try:
-            await ctx.record(change)
-        except OSError as exc:
-            if not known:
-                ctx.topology.drop_queue(name)
-            raise AMQPError(RESOURCE_ERROR, f"cannot keep queue {short(name)}: {exc.strerror}",
-                            DECLARE, hard=False) from None
         if not known:
-            await keep_group(ctx, queue)
+            if change is None:
+                change = transient(queue)  # its group is dropped at the next start
+            pending = ctx.declaring[name] = asyncio.get_running_loop().create_future()
+            try:
+                await keep(ctx, queue, change)
+            finally:
+                del ctx.declaring[name]
+                pending.set_result(None)
         if ctx.router is not None:
             ctx.router.ensure(queue)
     channel.last_queue = queue.name
     return framing.reply(commands.Queue.DeclareOk, queue=queue.name,
                                     message_count=await ready_count(ctx, queue),
                                     consumer_count=ctx.consumer_count(queue.name))
+
+
+async def keep(ctx: Context, queue: Queue, change: Change) -> None:
+    """Keep a new queue: its record, then its group (`keep_group`); undone if either fails,
+    or if the declaration is cancelled on the way (its connection gone)."""
+    try:
+        await ctx.record(change)
+    except OSError as exc:
+        ctx.topology.drop_queue(queue.name)
+        raise AMQPError(RESOURCE_ERROR, f"cannot keep queue {short(queue.name)}: "
+                                        f"{exc.strerror}", DECLARE, hard=False) from None
+    except BaseException:
+        await undo(ctx, queue)
+        raise
+    try:
+        await keep_group(ctx, queue)
+    except asyncio.CancelledError:
+        await undo(ctx, queue)
+        raise
+
+
+async def undo(ctx: Context, queue: Queue) -> None:
+    """Forget a new queue whose declaration failed after its record was kept."""
+    if ctx.topology.queues.get(queue.name) is queue:
+        ctx.topology.drop_queue(queue.name)
+    try:
+        await ctx.record({"op": "forget", "name": queue.name})
+    except OSError as err:
+        log.error("amqp queue declare not undone", queue=queue.name, error=err.strerror)
 
 
 async def keep_group(ctx: Context, queue: Queue) -> None:
@@ -102,11 +133,7 @@ async def keep_group(ctx: Context, queue: Queue) -> None:
     except NotFound:
         return  # the topic does not exist and is not created on demand: nothing to keep
     except GatewayError as exc:
-        ctx.topology.drop_queue(queue.name)
-        try:
-            await ctx.record({"op": "forget", "name": queue.name})
-        except OSError as err:
-            log.error("amqp queue declare not undone", queue=queue.name, error=err.strerror)
+        await undo(ctx, queue)
         raise from_gateway(exc, DECLARE) from None
 
 
@@ -178,6 +205,7 @@ async def delete(channel: ChannelState, m: commands.Queue.Delete) -> commands.Qu
     ctx = channel.ctx
     name = m.queue or channel.last_queue
     edge.check_name("queue", name)
+    await ctx.settled(name)
     queue = ctx.topology.queues.get(name)
     if queue is None:
         return commands.Queue.DeleteOk(message_count=0)  # as RabbitMQ: nothing to delete
