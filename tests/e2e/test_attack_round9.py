@@ -1,0 +1,54 @@
+"""Attack round 9: admin commands given odd arguments answer with exit status 2 and one line
+naming the argument, never a traceback, a silent default or "cannot be reached" (5).
+
+* `dlq list --since/--until` with a number of ms past what a filter holds (an int64 and the
+  gateway's end of year 9999) was a ValueError traceback from protobuf, exit 1.
+* `--tls-ca` (or `--tls-cert`/`--tls-key`) naming a file that holds no PEM block (a text file)
+  failed the call with UNAVAILABLE (exit 5) after gRPC's C core logged four lines of its own.
+* `--target ''` silently meant the default 127.0.0.1:50051; a target with no host or no port
+  (`:50051`, `host:`) was tried and answered UNAVAILABLE (exit 5).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _gateway(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def _usage_error(done: subprocess.CompletedProcess[str], field: str) -> None:
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert field in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("flag", ["--since", "--until"])
+@pytest.mark.parametrize("value", ["99999999999999999999999", "253402300800000"])
+def test_a_filter_time_beyond_year_9999_is_refused_by_name(flag: str, value: str) -> None:
+    done = _gateway("dlq", "list", "t", "g", flag, value, "--target", "127.0.0.1:1")
+    _usage_error(done, flag.lstrip("-"))
+
+
+@pytest.mark.parametrize("flag", ["--tls-ca", "--tls-cert"])
+def test_a_file_without_a_pem_block_is_refused_by_name(tmp_path: Path, flag: str) -> None:
+    text = tmp_path / "not-pem.txt"
+    text.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    extra = ["--tls-key", str(text)] if flag == "--tls-cert" else []
+    done = _gateway("topics", "--target", "127.0.0.1:1", flag, str(text), *extra,
+                    "--timeout-s", "5")
+    _usage_error(done, flag.lstrip("-").replace("-", "_"))
+
+
+@pytest.mark.parametrize("target", ["", ":50051", "127.0.0.1:", " "])
+def test_a_target_without_host_or_port_is_refused(target: str) -> None:
+    done = _gateway("topics", "--target", target, "--timeout-s", "5")
+    _usage_error(done, "target")
