@@ -11,6 +11,7 @@ naming the argument, never a traceback, a silent default or "cannot be reached" 
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,23 @@ def test_a_file_without_a_pem_block_is_refused_by_name(tmp_path: Path, flag: str
 def test_a_target_without_host_or_port_is_refused(target: str) -> None:
     done = _gateway("topics", "--target", target, "--timeout-s", "5")
     _usage_error(done, "target")
+
+
+LIMIT_BYTES = 2 << 30
+"""Address space `serve` may use here: an unbounded read of /dev/zero fails fast under it
+(without it, the read took the machine's memory until the kernel killed the process)."""
+
+
+def _limited() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
+
+
+@pytest.mark.parametrize("flag", ["--tokens-file", "--config"])
+def test_serve_refuses_a_settings_file_without_end_by_name(tmp_path: Path, flag: str) -> None:
+    """`serve --tokens-file /dev/zero` (or `--config`) read the file whole: a MemoryError
+    traceback and exit 1, or with no memory limit the kernel's OOM killer."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path / "data"),
+         "--listen", "127.0.0.1:0", flag, "/dev/zero"],
+        capture_output=True, text=True, timeout=120, preexec_fn=_limited)
+    _usage_error(done, flag.lstrip("-").replace("-", "_"))
