@@ -11,7 +11,9 @@ naming the argument, never a traceback, a silent default or "cannot be reached" 
 
 from __future__ import annotations
 
+import os
 import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +75,22 @@ def test_serve_refuses_a_settings_file_without_end_by_name(tmp_path: Path, flag:
          "--listen", "127.0.0.1:0", flag, "/dev/zero"],
         capture_output=True, text=True, timeout=120, preexec_fn=_limited)
     _usage_error(done, flag.lstrip("-").replace("-", "_"))
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--policy", "rocketmq"],
+    ["plan", "--policy", "pulsar", "--json"],
+])
+def test_a_reader_that_goes_away_ends_the_command_quietly(args: list[str]) -> None:
+    """`gateway ... | head -1`: the reader closed the pipe and every command ended with a
+    BrokenPipeError traceback; it ends as Unix tools do, with the status of SIGPIPE."""
+    read, write = os.pipe()
+    os.close(read)  # before the command writes: its first write finds no reader
+    try:
+        done = subprocess.run([sys.executable, "-m", "gateway.cli", *args], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.stderr == ""
+    assert done.returncode == 128 + signal.SIGPIPE
