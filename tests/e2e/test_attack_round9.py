@@ -94,3 +94,26 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(args: list[str]) -> No
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.stderr == ""
     assert done.returncode == 128 + signal.SIGPIPE
+
+
+@pytest.mark.parametrize("args, field", [
+    # A policy that retries without limit listed 10^11 attempts: it ran on (memory growing)
+    # until killed.
+    (["--policy", "pulsar-nack", "--limit", "99999999999"], "limit"),
+    (["--policy", "pulsar", "--limit", "100001"], "limit"),
+    # Times past any wait printed a timeline in the year 3e12 and JSON numbers past an int64.
+    (["--policy", "rocketmq", "--processing-ms", "99999999999999999999999"], "processing_ms"),
+    (["--policy", "pulsar", "--pickup-ms", "34560000001"], "pickup_ms"),
+])
+def test_plan_refuses_a_timeline_past_its_bounds(args: list[str], field: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", "plan", *args],
+                          capture_output=True, text=True, timeout=60)
+    _usage_error(done, field)
+    assert done.stdout == ""
+
+
+def test_plan_lists_up_to_its_bound() -> None:
+    done = _gateway("plan", "--policy", "pulsar-nack", "--limit", "100000", "--pickup-ms",
+                    "34560000000", "--json")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count('"attempt"') == 100_000
