@@ -89,9 +89,10 @@ def add_timing_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"attempts listed at most, 1..{MAX_LIMIT} (default 200)")
 
 
-MAX_LIMIT = 100_000
-"""The most attempts `--limit` lists (under a second): a policy that retries without limit was
-listed up to any number asked, 10^11 rows running on until killed."""
+MAX_LIMIT = 10_000
+"""The most attempts `--limit` lists (`gateway plan`, and per timeline `gateway migrate plan`):
+a policy that retries without limit was listed up to any number asked, 10^11 rows running on
+until killed."""
 
 
 def policy_options(args: argparse.Namespace) -> dict[str, str]:
