@@ -117,3 +117,12 @@ def test_plan_lists_up_to_its_bound() -> None:
                     "34560000000", "--json")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count('"attempt"') == 10_000
+
+
+def test_copy_from_a_broker_that_cannot_be_reached_says_so_in_one_line() -> None:
+    """aiormq's own "error when creating transport: ..." line came before the command's."""
+    done = _gateway("migrate", "copy", "--from", "amqp://guest:guest@127.0.0.1:1/?queue=q",
+                    "--to", "gateway://127.0.0.1:1/u")
+    assert done.returncode == 5, (done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot connect to RabbitMQ" in lines[0], done.stderr
