@@ -96,7 +96,10 @@ def parse_time(field: str, text: str, now_ms: int | None = None) -> int:
         if int(text) > MAX_TIME_MS:
             raise InvalidArgument(field, text, f"ms since the epoch up to {MAX_TIME_MS} "
                                                "(the end of year 9999)")
-        return int(text)
+        # 0 is "no bound" in a filter: `--until 0` dropped the bound (and `dlq delete` with it
+        # deleted every match of the other flags); the epoch's first ms bounds it as the ISO
+        # form of the same instant does.
+        return max(1, int(text))
     m = _AGO.fullmatch(text)
     if m:
         return max(1, now - int(m.group(1)) * _UNITS_S[m.group(2)] * 1000)

@@ -126,3 +126,21 @@ def test_copy_from_a_broker_that_cannot_be_reached_says_so_in_one_line() -> None
     assert done.returncode == 5, (done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot connect to RabbitMQ" in lines[0], done.stderr
+
+
+def test_until_epoch_ms_0_bounds_the_filter(tmp_path: Path) -> None:
+    """`--until 0` (dead-lettered before the epoch's first ms) was sent as 0, "no bound", so
+    `dlq delete ... --reason r --until 0 --yes` deleted every dead letter with that reason
+    instead of none; the ISO form of the same instant was bounded already."""
+    from tests.console.gateway_proc import ADMIN_TOKEN, fill_dead_letters, running
+
+    with running(tmp_path / "data") as gw:
+        fill_dead_letters(gw, "r9-orders", "r9", [(b"one", {}), (b"two", {})], reason="bad")
+        common = ["--target", gw.target, "--token", ADMIN_TOKEN]
+        for until in ("1970-01-01T00:00:00Z", "0"):
+            done = _gateway("dlq", "delete", "r9-orders", "r9", "--reason", "bad", "--until",
+                            until, "--yes", *common)
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip() == "deleted 0 dead letter(s)", (until, done.stdout)
+        done = _gateway("dlq", "list", "r9-orders", "r9", "--json", *common)
+        assert done.stdout.count('"message_id"') == 2, done.stdout
