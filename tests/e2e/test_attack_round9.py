@@ -11,7 +11,9 @@ naming the argument, never a traceback, a silent default or "cannot be reached" 
 
 from __future__ import annotations
 
+import asyncio
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -144,3 +146,27 @@ def test_until_epoch_ms_0_bounds_the_filter(tmp_path: Path) -> None:
             assert done.stdout.strip() == "deleted 0 dead letter(s)", (until, done.stdout)
         done = _gateway("dlq", "list", "r9-orders", "r9", "--json", *common)
         assert done.stdout.count('"message_id"') == 2, done.stdout
+        # The console's filter (a browser's datetime-local value) had the same hole.
+        listed = asyncio.run(_console_rows(gw.console, ADMIN_TOKEN, "/dead-letters?topic="
+                                           "r9-orders&group=r9&until=1970-01-01T00:00"))
+        assert listed == 0
+
+
+async def _console_rows(base: str, token: str, page: str) -> int:
+    """How many dead letters a console page lists, logged in with `token`."""
+    import aiohttp
+
+    def csrf(html: str) -> str:
+        found = re.search(r'name="csrf" value="([^"]+)"', html)
+        assert found, html[:300]
+        return found.group(1)
+
+    async with aiohttp.ClientSession(base_url=base,
+                                     cookie_jar=aiohttp.CookieJar(unsafe=True)) as client:
+        async with client.get("/login") as r:
+            form = {"csrf": csrf(await r.text()), "token": token, "next": "/"}
+        async with client.post("/login", data=form, allow_redirects=False) as r:
+            assert r.status == 303
+        async with client.get(page) as r:
+            assert r.status == 200, await r.text()
+            return (await r.text()).count('name="id"')
