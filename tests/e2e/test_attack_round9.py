@@ -7,6 +7,12 @@ naming the argument, never a traceback, a silent default or "cannot be reached" 
   failed the call with UNAVAILABLE (exit 5) after gRPC's C core logged four lines of its own.
 * `--target ''` silently meant the default 127.0.0.1:50051; a target with no host or no port
   (`:50051`, `host:`) was tried and answered UNAVAILABLE (exit 5).
+
+And more found by the same round: `serve` read `--tokens-file`/`--config` whole (/dev/zero:
+MemoryError or the OOM killer); every command ended with a BrokenPipeError traceback under
+`| head`; `plan` listed any `--limit` (10^11 rows ran on) and took any processing time;
+`migrate copy` printed aiormq's own line before its own; `--until 0` (CLI) and
+`until=1970-01-01T00:00` (console) went out as "no bound", so a delete took every other match.
 """
 
 from __future__ import annotations
