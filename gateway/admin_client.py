@@ -57,9 +57,14 @@ memory ran out."""
 
 
 def _read(field: str, path: str) -> bytes | None:
+    """The PEM file's bytes; one without a PEM block (a text file given by mistake) is refused
+    by name: gRPC's C core logged lines of its own and the call failed UNAVAILABLE."""
     if not path:
         return None
-    return read_bounded(field, path, MAX_PEM_BYTES, "", kind="PEM file")
+    data = read_bounded(field, path, MAX_PEM_BYTES, "", kind="PEM file")
+    if b"-----BEGIN " not in data:
+        raise InvalidArgument(field, path, "a PEM file (it holds no -----BEGIN block)")
+    return data
 
 
 def connect(target: Target) -> grpc.aio.Channel:
@@ -69,10 +74,11 @@ def connect(target: Target) -> grpc.aio.Channel:
         return grpc.aio.insecure_channel(target.address, options=options)
     if target.server_name:
         options.append(("grpc.ssl_target_name_override", target.server_name))
+    roots = _read("tls_ca", target.ca_file)
+    chain = _read("tls_cert", target.cert_file)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read("tls_ca", target.ca_file),
-        private_key=_read("tls_key", target.key_file),
-        certificate_chain=_read("tls_cert", target.cert_file),
+        root_certificates=roots, private_key=_read("tls_key", target.key_file),
+        certificate_chain=chain,
     )
     return grpc.aio.secure_channel(target.address, credentials, options=options)
 

@@ -3,10 +3,14 @@ a Pulsar URL's `token-file=`): one line of printable ASCII, read with a bound.
 
 A path to the wrong file (a log, a binary, `/dev/zero`) is refused by name: it used to be read
 whole (`/dev/zero` until the machine ran out of memory) or fail with a UnicodeDecodeError
-traceback, and an empty file sent no token at all.
+traceback, and an empty file sent no token at all. `serve`'s TOML files (`--tokens-file`,
+`--config`) are read with a bound too (`read_toml`).
 """
 
 from __future__ import annotations
+
+import tomllib
+from typing import Any
 
 from gateway.errors import InvalidArgument
 
@@ -25,6 +29,25 @@ def read_bounded(field: str, path: str, limit: int, what: str, kind: str = "file
     if len(data) > limit:
         raise InvalidArgument(field, path, f"a {kind} of at most {limit} bytes{what}")
     return data
+
+
+MAX_TOML_BYTES = 16 << 20
+"""The largest settings file `serve` reads (`--tokens-file`, `--config`): tens of thousands of
+principals fit; `/dev/zero` was read until the kernel killed the gateway for its memory."""
+
+
+def read_toml(field: str, path: str, kind: str) -> dict[str, Any]:
+    """The TOML document at `path`, read with a bound; `InvalidArgument` naming `field` for a
+    file that cannot be read, is too large, is not UTF-8 or not TOML (`kind`: the file's kind
+    as the errors call it, e.g. "file" or "TOML file")."""
+    data = read_bounded(field, path, MAX_TOML_BYTES, "", kind=kind)
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(field, path, f"a UTF-8 TOML file (byte {exc.start} is not "
+                                           "UTF-8)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidArgument(field, path, f"valid TOML ({exc})") from None
 
 
 def read_token_file(field: str, path: str) -> str:

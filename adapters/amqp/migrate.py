@@ -38,6 +38,7 @@ from aio_pika.exceptions import AMQPError, ChannelClosed, ProbableAuthentication
 from aiormq.abc import DeliveredMessage
 from aiormq.exceptions import ChannelInvalidStateError, InvalidFrameError
 
+from adapters.amqp.backend_reconnect import quiet_library_logs
 from adapters.amqp.codec import decode
 from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
 from adapters.amqp.frontend.messages import delivery_properties, out_message
@@ -93,6 +94,7 @@ def _queue(url: Url, field: str) -> str:
 
 
 async def _connect(url: Url, side: str) -> AbstractConnection:
+    quiet_library_logs()  # the error below says it in one line; aiormq said it first
     try:
         return await aio_pika.connect(_broker_url(url), timeout=CONNECT_TIMEOUT_S)
     except ProbableAuthenticationError as exc:

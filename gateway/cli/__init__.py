@@ -5,6 +5,7 @@ admin commands (`topics`, `groups`, `describe`, `retries`, `purge`, `dlq`; see
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping, Sequence
 
@@ -52,6 +53,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GatewayError as exc:
         print(f"gateway: error: {exc.message}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+EXIT_READER_GONE = 128 + 13
+"""The status of a command whose output's reader went away (`gateway dlq list ... | head`):
+a shell's status for a Unix tool killed by SIGPIPE (13)."""
+
+
+def _reader_gone() -> int:
+    """Stop quietly once stdout's reader has gone: what is still buffered goes nowhere, where
+    each command ended with a BrokenPipeError traceback (and another at the exit's flush)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_READER_GONE
 
 
 def _telemetry(command: str, argv: list[str]) -> int:

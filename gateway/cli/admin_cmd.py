@@ -115,11 +115,17 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def target_of(args: argparse.Namespace) -> tuple[Target, str]:
-    address = args.target or os.environ.get("GATEWAY_TARGET") or "127.0.0.1:50051"
-    port = address.rpartition(":")[2]
-    if port.isascii() and port.isdigit() and not 0 < int(port) < 65536:
-        # gRPC takes the port modulo 65536: 99999 would reach port 34463.
-        raise GatewayError(f"target {address!r}: HOST:PORT with a port in 1..65535")
+    address = args.target
+    if address is None:  # an empty --target is refused, not taken for the default
+        address = os.environ.get("GATEWAY_TARGET") or "127.0.0.1:50051"
+    if not address.startswith("unix:"):
+        host, _, port = address.rpartition(":")
+        # gRPC takes the port modulo 65536: 99999 would reach port 34463; a target without a
+        # host or a port was tried and answered UNAVAILABLE, as if the gateway were down.
+        if not (host.strip() and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise GatewayError(f"target {address!r}: HOST:PORT with a port in 1..65535")
+    elif not address.removeprefix("unix:"):
+        raise GatewayError(f"target {address!r}: HOST:PORT, or unix:PATH")
     if args.token is not None:
         token = check_token("token", args.token)
     else:

@@ -86,14 +86,25 @@ def _filter_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--until", default="", help="dead-lettered before (same forms as --since)")
 
 
+MAX_TIME_MS = 253_402_300_799_999
+"""The latest instant a filter may name: the end of year 9999 UTC, as the gateway checks it
+(`gateway.server.validate.MAX_TIME_MS`); more did not fit the request's int64 (a traceback)."""
+
+
 def parse_time(field: str, text: str, now_ms: int | None = None) -> int:
     """ISO 8601 (UTC unless it says otherwise), epoch ms, or an age such as `2h`; 0 for ""."""
     text = text.strip()
     if not text:
         return 0
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-    if text.isdigit():
-        return int(text)
+    if text.isascii() and text.isdigit():
+        if int(text) > MAX_TIME_MS:
+            raise InvalidArgument(field, text, f"ms since the epoch up to {MAX_TIME_MS} "
+                                               "(the end of year 9999)")
+        # 0 is "no bound" in a filter: `--until 0` dropped the bound (and `dlq delete` with it
+        # deleted every match of the other flags); the epoch's first ms bounds it as the ISO
+        # form of the same instant does.
+        return max(1, int(text))
     m = _AGO.fullmatch(text)
     if m:
         return max(1, now - int(m.group(1)) * _UNITS_S[m.group(2)] * 1000)
@@ -104,7 +115,10 @@ def parse_time(field: str, text: str, now_ms: int | None = None) -> int:
                                            "epoch, or an age (30m, 2h, 1d)") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return max(1, int(moment.timestamp() * 1000))
+    ms = int(moment.timestamp() * 1000)
+    if ms > MAX_TIME_MS:
+        raise InvalidArgument(field, text, "a time up to the end of year 9999 UTC")
+    return max(1, ms)
 
 
 MAX_ATTEMPT = 2**32 - 1

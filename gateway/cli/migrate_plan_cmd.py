@@ -27,7 +27,7 @@ from gateway.product import build_registry, installed
 FORMAT = "gateway.migrate.plan/1"
 """The JSON layout's name and version; a change that breaks readers changes the version."""
 SIDES = {"--from": "from", "--to": "to"}
-MAX_LIMIT = 10_000
+MAX_LIMIT = plan_cmd.MAX_LIMIT
 """Most deliveries listed per timeline (each side is planned several times for the
 suggestion)."""
 

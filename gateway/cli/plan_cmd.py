@@ -11,7 +11,7 @@ from gateway.core.plan import Plan, plan
 from gateway.core.policy import RetryPolicy
 from gateway.core.registry import Registry
 from gateway.errors import InvalidArgument
-from gateway.limits import check_name
+from gateway.limits import MAX_DELAY_MS, check_name
 from gateway.product import OptionFlag, build_registry, installed
 
 DEFAULT_INVISIBLE_S = 30
@@ -85,7 +85,14 @@ def add_timing_arguments(p: argparse.ArgumentParser) -> None:
                    help="time each attempt takes to fail (default 0)")
     p.add_argument("--pickup-ms", type=int, default=0,
                    help="time a READY message waits before a consumer takes it (default 0)")
-    p.add_argument("--limit", type=int, default=200, help="attempts listed at most (default 200)")
+    p.add_argument("--limit", type=int, default=200,
+                   help=f"attempts listed at most, 1..{MAX_LIMIT} (default 200)")
+
+
+MAX_LIMIT = 10_000
+"""The most attempts `--limit` lists (`gateway plan`, and per timeline `gateway migrate plan`):
+a policy that retries without limit was listed up to any number asked, 10^11 rows running on
+until killed."""
 
 
 def policy_options(args: argparse.Namespace) -> dict[str, str]:
@@ -151,10 +158,10 @@ def invisible_ms(args: argparse.Namespace, policy: RetryPolicy, registry: Regist
         raise InvalidArgument("invisible_s", args.invisible_s, f"only for {names}, "
                               f"not {policy.name}")
     for name in ("processing_ms", "pickup_ms"):
-        if getattr(args, name) < 0:
-            raise InvalidArgument(name, getattr(args, name), "0 or more ms")
-    if args.limit < 1:
-        raise InvalidArgument("limit", args.limit, "1 or more")
+        if not 0 <= getattr(args, name) <= MAX_DELAY_MS:
+            raise InvalidArgument(name, getattr(args, name), f"0..{MAX_DELAY_MS} ms (400 days)")
+    if not 1 <= args.limit <= MAX_LIMIT:
+        raise InvalidArgument("limit", args.limit, f"1..{MAX_LIMIT}")
     return chosen
 
 

@@ -71,7 +71,9 @@ def when(values: Values, field: str) -> int:
         moment = datetime.fromisoformat(value).replace(tzinfo=UTC)
     except ValueError:
         raise BadInput(field, value, "a real date and time (UTC)") from None
-    return int(moment.timestamp() * 1000)
+    # 0 is "no bound" in a filter: the epoch's first minute bounds it at its first ms instead
+    # (as `gateway dlq --until` does), where a delete with it deleted every other match.
+    return int(moment.timestamp() * 1000) or 1
 
 
 def page_token(values: Values) -> str:

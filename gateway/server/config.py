@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.errors import InvalidArgument
 from gateway.product import AnyProduct, Product, installed, settings_of
+from gateway.token_file import read_toml
 
 EMBEDDED = "embedded"
 """The gateway's own back end, the default; products add theirs (`Product.backends`)."""
@@ -398,16 +397,7 @@ def load(
     keys = _keys(products)
     values: dict[str, Any] = {}
     if path:
-        try:
-            values.update(_flatten(tomllib.loads(Path(path).read_text(encoding="utf-8")), keys))
-        except OSError as exc:
-            allowed = f"a readable TOML file ({exc.strerror})"
-            raise InvalidArgument("config", path, allowed) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidArgument("config", path, f"valid TOML ({exc})") from None
-        except UnicodeDecodeError as exc:
-            raise InvalidArgument("config", path, f"a UTF-8 TOML file (byte {exc.start} is "
-                                  "not UTF-8)") from None
+        values.update(_flatten(read_toml("config", path, "TOML file"), keys))
     environ = os.environ if env is None else env
     from_env: set[str] = set()
     for name in keys.kinds:

@@ -4,13 +4,13 @@ checked, named by the key it sets, before the gateway starts."""
 from __future__ import annotations
 
 import hashlib
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidArgument
+from gateway.token_file import read_toml
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,16 +51,7 @@ def load_principals(
     """Principals from the tokens file, with permissions from config merged in by name;
     `extra_fields` are the keys products declare (kept as strings in `Principal.extras`)."""
     extra_fields = tuple(extra_fields)
-    try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        allowed = f"a readable file ({exc.strerror})"
-        raise InvalidArgument("tokens_file", str(path), allowed) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgument("tokens_file", str(path), f"valid TOML ({exc})") from None
-    except UnicodeDecodeError as exc:
-        raise InvalidArgument("tokens_file", str(path), f"a UTF-8 TOML file (byte {exc.start} "
-                              "is not UTF-8)") from None
+    doc = read_toml("tokens_file", str(path), "file")
     entries = doc.get("principal", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise InvalidArgument("tokens_file", str(path), "[[principal]] tables")

@@ -353,8 +353,8 @@ def test_pulsar_nack_exclusive_never_exhausted(capsys):
         (["--policy", "pulsar", "--level", "19"], ["delay_level", "1..18"]),
         (["--policy", "pulsar", "--subscription-type", "x"], ["subscription_type", "failover"]),
         (["--policy", "rocketmq", "--invisible-s", "30"], ["invisible_s", "rocketmq-simple"]),
-        (["--policy", "rocketmq", "--limit", "0"], ["limit", "1 or more"]),
-        (["--policy", "rocketmq", "--processing-ms", "-1"], ["processing_ms", "0 or more"]),
+        (["--policy", "rocketmq", "--limit", "0"], ["limit", "1..10000"]),
+        (["--policy", "rocketmq", "--processing-ms", "-1"], ["processing_ms", "0..34560000000 ms"]),
         (["--policy", "pulsar", "--delay-ms", "1", "--delay-s", "1"], ["delay_s", "--delay-ms"]),
         (["--policy", "rocketmq", "--group", ""], ["group", "non-empty"]),  # printed %RETRY%
         (["--policy", "pulsar", "--topic", "t\n"], ["topic", "printable"]),
