@@ -85,6 +85,38 @@ def _broker_url(url: str) -> bool:
     return parts.scheme in ("amqp", "amqps") and bool(parts.hostname) and port != 0
 
 
+TLS_FILES = (("cafile", False), ("certfile", False), ("keyfile", False), ("capath", True))
+"""The URL options that name a file (or for `capath` a directory) the TLS connection reads."""
+
+
+def _tls_file_problem(url: str) -> str | None:
+    """Why a TLS file an `amqps://` URL names (`?cafile=`, `certfile`, `keyfile`, `capath`)
+    cannot be read, or None: the client library would fail every attempt to connect the same
+    way."""
+    import os
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme != "amqps":  # a plain connection reads none of them
+        return None
+    query = parse_qs(parts.query)
+    for option, directory in TLS_FILES:
+        for path in query.get(option, ()):
+            kind = "directory" if directory else "file"
+            try:
+                fine = os.path.isdir(path) if directory else (
+                    os.path.isfile(path) and os.access(path, os.R_OK))
+                if not fine:
+                    os.stat(path)  # the OS's reason when it is missing or unreachable
+            except (OSError, ValueError) as exc:
+                errno = exc.errno if isinstance(exc, OSError) else None
+                said = os.strerror(errno) if errno else str(exc)
+                return f"?{option}={path}: a readable {kind} ({said})"
+            if not fine:
+                return f"?{option}={path}: a readable {kind}"
+    return None
+
+
 MIGRATION_PORTS = MappingProxyType({"amqp": 5672, "amqps": 5671})
 """The port an `amqp://` or `amqps://` URL without one means."""
 
@@ -134,6 +166,9 @@ class AMQP(Product[AMQPConfig]):
             # ever before it served, deaf to SIGTERM. The echo hides a password.
             raise InvalidArgument("rabbitmq_url", masked(config.rabbitmq_url),
                                   "amqp://USER:PASSWORD@HOST:PORT/VHOST or amqps://...")
+        problem = _tls_file_problem(config.rabbitmq_url)
+        if problem is not None:  # before, retried for the start wait (300 s)
+            raise InvalidArgument("rabbitmq_url", masked(config.rabbitmq_url), problem)
 
         return RabbitMQBackend(config.rabbitmq_url, clock=clock,
                                start_wait_s=config.rabbitmq_start_wait_s)

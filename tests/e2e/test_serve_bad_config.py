@@ -117,12 +117,20 @@ def test_two_listeners_on_one_port_are_refused_naming_both(
     ("http://broker:5672/", ("rabbitmq_url='http://broker:5672/'",)),
     ("amqp://guest:s3cret@127.0.0.1:99999/", ("rabbitmq_url='amqp://guest:***@127.0.0.1:99999/'",)),
     ("amqp://guest:s3cret@:5672/", ("rabbitmq_url='amqp://guest:***@:5672/'",)),
+    ("amqps://guest:s3cret@127.0.0.1:5671/?cafile=/nonexistent/ca.pem",
+     ("?cafile=/nonexistent/ca.pem", "a readable file", "No such file or directory")),
+    ("amqps://guest:s3cret@127.0.0.1:5671/?certfile=/nonexistent/c.pem&keyfile=/etc",
+     ("?certfile=/nonexistent/c.pem", "a readable file")),
+    ("amqps://guest:s3cret@127.0.0.1:5671/?keyfile=/etc", ("?keyfile=/etc", "a readable file")),
+    ("amqps://guest:s3cret@127.0.0.1:5671/?capath=/nonexistent",
+     ("?capath=/nonexistent", "a readable directory")),
 ])
 def test_a_rabbitmq_url_that_names_no_broker_is_refused(
     tmp_path: Path, url: str, words: tuple[str, ...]
 ) -> None:
     """Before, `foo` had the gateway retry a connection once a second for ever before it
-    served (and deaf to SIGTERM meanwhile); the error never shows the password."""
+    served (and deaf to SIGTERM meanwhile); a TLS file named in the URL that cannot be read was
+    retried for the start wait (300 s); the error never shows the password."""
     done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
                  "--backend", "rabbitmq", "--rabbitmq-url", url)
     refused(done, *words)
