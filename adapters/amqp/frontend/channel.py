@@ -290,8 +290,6 @@ class Channel(ChannelState):
         self.send(commands.Channel.Close(reply_code=exc.code, reply_text=exc.reply_text,
                                          class_id=class_id, method_id=method_id))
         dropped = list(self._work)
-        if any(isinstance(item, Publish) for item in dropped):
-            self.unstored = self.unstored or f"discarded after a channel error ({exc.code})"
         self.closing = True
         self.stop()
         # What the client sent after the failed method is discarded, but for the close

@@ -443,6 +443,8 @@ class Connection(asyncio.Protocol):
         deliveries given back and its exclusive queues gone (at most `close_timeout_s`), then the
         close-ok: once a client's close returns, what it held is available to others."""
         deadline = time.monotonic() + self.limits.close_timeout_s
+        for channel in self.channels.values():
+            channel.unstored = ""  # failures before the close were told (nack, channel.close)
         for channel in list(self.channels.values()):
             await channel.finish(deadline - time.monotonic())
         with contextlib.suppress(Exception):

@@ -40,8 +40,8 @@ class ChannelState:
         self.confirming = False
         self.publish_seq = 0
         self.unstored = ""
-        """Why messages published on the channel were not stored (the latest failure): the
-        client's `connection.close` is then not answered with a close-ok."""
+        """Why messages published on the channel were not stored (the latest store failure):
+        one while the client's `connection.close` waits is answered instead of a close-ok."""
         self._tag = 0
         self.unacked: dict[int, Unacked] = {}
         self.consumers: dict[str, ConsumerPort] = {}
