@@ -303,11 +303,14 @@ class Channel(ChannelState):
         self._teardown_task = asyncio.ensure_future(self.tear_down())
 
     async def finish(self, timeout: float) -> None:
-        """Wait (at most `timeout` seconds) until the work queued so far is done."""
+        """Wait (at most `timeout` seconds) until the work queued so far is done; work still
+        under way then counts as not stored (`unstored`)."""
         worker = self._worker
         if worker is not None and not worker.done() and timeout > 0:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(worker), timeout)
+        if worker is not None and not worker.done():
+            self.unstored = "not stored within the close timeout"
 
     def stop(self) -> None:
         """Drop queued work (the connection or channel is closing)."""

@@ -443,12 +443,23 @@ class Connection(asyncio.Protocol):
         deliveries given back and its exclusive queues gone (at most `close_timeout_s`), then the
         close-ok: once a client's close returns, what it held is available to others."""
         deadline = time.monotonic() + self.limits.close_timeout_s
+        for channel in self.channels.values():
+            channel.unstored = ""  # failures before the close were told (nack, channel.close)
         for channel in list(self.channels.values()):
             await channel.finish(deadline - time.monotonic())
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._release(), max(deadline - time.monotonic(), 0.001))
-        if self.state == CLOSING:
-            self._end(close_ok=True)
+        if self.state != CLOSING:
+            return
+        unstored = next((c.unstored for c in self.channels.values() if c.unstored), "")
+        if unstored:
+            # A close-ok says that everything published before the close is stored: not so.
+            text = f"messages published before the close were not stored: {unstored}"
+            log.warning("amqp close refused", peer=self.peer, text=text)
+            error = AMQPError(INTERNAL_ERROR, text)
+            self._put([framing.method_frame(0, commands.Connection.Close(
+                reply_code=error.code, reply_text=error.reply_text, class_id=0, method_id=0))])
+        self._end(close_ok=not unstored)
 
     def channel_closed(self, number: int) -> None:
         self.channels.pop(number, None)

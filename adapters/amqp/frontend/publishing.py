@@ -119,6 +119,8 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
         for topic in topics:
             by_topic.setdefault(topic, []).append(message)
     failed = await _store(channel, by_topic)
+    if failed:
+        channel.unstored = next(iter(failed.values()))
     _answer(channel, routed, failed)
     if failed and not channel.confirming:
         reason = next(iter(failed.values()))

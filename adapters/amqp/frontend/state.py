@@ -39,6 +39,9 @@ class ChannelState:
         """A Channel.Close was sent or received: frames are discarded until the handshake ends."""
         self.confirming = False
         self.publish_seq = 0
+        self.unstored = ""
+        """Why messages published on the channel were not stored (the latest store failure):
+        one while the client's `connection.close` waits is answered instead of a close-ok."""
         self._tag = 0
         self.unacked: dict[int, Unacked] = {}
         self.consumers: dict[str, ConsumerPort] = {}
