@@ -101,10 +101,17 @@ def policy_options(args: argparse.Namespace) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise InvalidArgument("option", item, "KEY=VALUE")
+        if key.strip() in options:  # the last one won, without a word
+            raise InvalidArgument("option", item, "each KEY once")
         options[key.strip()] = value.strip()
+    given = set(options)
     flag: OptionFlag
     for flag in args.option_flags:
         value = getattr(args, _dest(flag))
+        if (value if flag.switch else value is not None) and flag.option in given:
+            raise InvalidArgument(flag.flag.lstrip("-"), value,
+                                  f"not with --option {flag.option}=... (it sets the same "
+                                  "option: give one)")
         if flag.switch:
             if value:
                 options[flag.option] = "true"

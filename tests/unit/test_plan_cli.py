@@ -342,6 +342,10 @@ def test_pulsar_nack_exclusive_never_exhausted(capsys):
         (["--policy", "pulsar", "--naming", "pulsar-3"], ["naming", "pulsar-2.9"]),
         (["--policy", "rocketmq", "--option", "colour=red"], ["policy_options", "max_retries"]),
         (["--policy", "rocketmq", "--option", "novalue"], ["option", "KEY=VALUE"]),
+        (["--policy", "rocketmq", "--option", "max_retries=1", "--option", "max_retries=2"],
+         ["option='max_retries=2'", "each KEY once"]),  # the last one won, silently
+        (["--policy", "rocketmq", "--option", "max_retries=1", "--max-retries", "2"],
+         ["max-retries", "--option max_retries"]),  # the flag won, silently
         (["--policy", "rocketmq", "--max-retries", "1001"], ["max_retries", "0..1000"]),
         (["--policy", "rocketmq-orderly", "--suspend-ms", "5"], ["suspend_ms", "10..30000 ms"]),
         (["--policy", "rocketmq-simple", "--invisible-s", "5"], ["invisible_ms", "..43200000"]),
