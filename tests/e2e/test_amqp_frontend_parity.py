@@ -109,6 +109,16 @@ async def test_tag_zero_without_multiple_is_unknown(raw: RawAmqp) -> None:
         1, 406, "PRECONDITION_FAILED - unknown delivery tag 0")
 
 
+@pytest.mark.parametrize("tag", [2**63, 2**64 - 1])
+async def test_a_tag_past_the_signed_range_is_named_as_sent(raw: RawAmqp, tag: int) -> None:
+    """A delivery tag is an unsigned 64-bit number: before, one of 2**63 or more was named as a
+    negative number in the close's text."""
+    raw.send(1, commands.Basic.Ack(delivery_tag=tag - 2**64))  # pamqp packs it signed
+    channel, close = await raw.closed_with()
+    assert (channel, close.reply_code, close.reply_text) == (
+        1, 406, f"PRECONDITION_FAILED - unknown delivery tag {tag}")
+
+
 # ---------------------------------------------------------------------- basic.qos global=false
 async def test_qos_without_global_leaves_the_consumers_already_started_alone(raw: RawAmqp
                                                                             ) -> None:

@@ -21,6 +21,9 @@ from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
 
+UNSIGNED_64 = (1 << 64) - 1
+"""A delivery tag's bits (`basic.ack` and the others carry it as an unsigned longlong)."""
+
 
 @dataclass(slots=True)
 class Unacked:
@@ -95,6 +98,7 @@ class ChannelState:
         self.top_up()
 
     def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
+        tag &= UNSIGNED_64  # an unsigned 64-bit field that the frame decoder reads signed
         unacked = self.unacked
         if multiple and not tag:
             taken = list(unacked.values())  # tag 0 with multiple: everything outstanding
