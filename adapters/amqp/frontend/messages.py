@@ -22,6 +22,7 @@ from adapters.amqp.frontend.errors import PRECONDITION_FAILED, AMQPError, short
 from adapters.amqp.frontend.table import Stamp
 from adapters.amqp.frontend.values import as_text, table_to_text
 from gateway.backend.base import OutMessage
+from gateway.core.properties import RESERVED_PREFIX
 from gateway.engine.api import Delivery
 
 PREFIX = "amqp."
@@ -84,6 +85,10 @@ def out_message(properties: commands.Basic.Properties, body: bytes, exchange: st
         if key.startswith(PREFIX) and key in MAPPED:
             raise AMQPError(PRECONDITION_FAILED, f"header {short(key)} is the gateway's name "
                                                  "for a basic property; set the property")
+        if key.startswith(RESERVED_PREFIX):  # what the gateway writes on its own copies
+            raise AMQPError(PRECONDITION_FAILED, f"header {short(key)}: headers must not start "
+                                                 f"with {RESERVED_PREFIX} (reserved for the "
+                                                 "gateway)")
         props[key] = as_text(value)
         if not isinstance(value, str):
             typed[key] = value
