@@ -16,7 +16,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -45,31 +45,13 @@ def tls_listener(certs: dict[str, Path], host: str, *,
     if client_certs:
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(certs["ca.crt"])
-    server = socket.create_server((host, 0))
-    server.settimeout(0.2)
-    stop = threading.Event()
 
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            with conn, contextlib.suppress(OSError):
-                conn.settimeout(5)
-                with context.wrap_socket(conn, server_side=True) as tls:
-                    tls.recv(8)
+    def answer(conn: socket.socket) -> None:
+        with context.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(8)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield server.getsockname()[1]
-    finally:
-        stop.set()
-        server.close()
-        thread.join(5)
+    with listener(host, answer) as port:
+        yield port
 
 
 def test_a_certificate_from_an_unknown_ca_exits_75_at_once(certs: dict[str, Path],
@@ -98,6 +80,19 @@ def test_a_certificate_for_another_host_exits_75_at_once(certs: dict[str, Path],
 def plain_listener(host: str, answer: bytes) -> Iterator[int]:
     """A port on `host` that speaks no TLS: it reads what comes and answers `answer` (a plain
     AMQP port answers a TLS hello with its protocol header), then closes; yields its port."""
+
+    def reply(conn: socket.socket) -> None:
+        conn.recv(4096)
+        conn.sendall(answer)
+
+    with listener(host, reply) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def listener(host: str, handle: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A port on `host` whose connections `handle` takes one at a time (each closed after);
+    yields its port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server = socket.create_server((host, 0), family=family)
     server.settimeout(0.2)
@@ -113,8 +108,7 @@ def plain_listener(host: str, answer: bytes) -> Iterator[int]:
                 return
             with conn, contextlib.suppress(OSError):
                 conn.settimeout(5)
-                conn.recv(4096)
-                conn.sendall(answer)
+                handle(conn)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

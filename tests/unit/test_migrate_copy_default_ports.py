@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.cli import main
+from gateway.cli.migrate_move_cmd import _spellings
 from gateway.errors import InvalidArgument
 from gateway.migrate import copy as cp
-from gateway.migrate.endpoint import PathOf
 from gateway.product import installed
 
 SAME = [
@@ -50,15 +50,6 @@ APART = [
      "pulsar://h/non-persistent://public/default/orders?subscription=s"),
     ("gateway://h/orders?group=g", "gateway://h/persistent://public/default/orders?group=g"),
 ]
-
-
-def _spellings() -> tuple[dict[str, int], dict[str, PathOf]]:
-    ports: dict[str, int] = {}
-    paths: dict[str, PathOf] = {}
-    for product in installed():
-        ports.update(product.migration_ports)
-        paths.update(dict.fromkeys(product.migration_schemes, product.migration_path))
-    return ports, paths
 
 
 @pytest.mark.parametrize("source, destination", SAME)
