@@ -42,7 +42,9 @@ class AMQPConfig:
         32, toml="amqp.max_topology_mb_per_connection")
     """The same for what one connection declared, while it is open (1..max_topology_mb)."""
     rabbitmq_url: str = setting("amqp://guest:guest@127.0.0.1:5672/", toml="rabbitmq.url",
-                                flag="--rabbitmq-url")
+                                flag="--rabbitmq-url",
+                                help="--backend rabbitmq: the broker's amqp:// or amqps:// URL "
+                                     "(refused without --backend rabbitmq)")
     """The broker of `--backend rabbitmq`."""
     rabbitmq_start_wait_s: float = setting(
         300.0, toml="rabbitmq.start_wait_s", flag="--rabbitmq-start-wait-s",

@@ -37,7 +37,10 @@ class PulsarConfig:
     """Pulsar binary protocol front end address; "" leaves it off."""
     pulsar_advertised: str = setting("", toml="server.pulsar_advertised")
     """The service URL lookups point clients at; "" for pulsar://HOST:PORT of the listener."""
-    pulsar_service_url: str = setting("", toml="pulsar.service_url", flag="--pulsar-service-url")
+    pulsar_service_url: str = setting(
+        "", toml="pulsar.service_url", flag="--pulsar-service-url",
+        help="--backend pulsar: the cluster's pulsar:// or pulsar+ssl:// URL (refused without "
+             "--backend pulsar)")
     """The Pulsar cluster of `--backend pulsar`."""
     pulsar_token: str = setting("", toml="pulsar.token")
 

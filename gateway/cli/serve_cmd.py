@@ -19,7 +19,13 @@ import structlog
 from gateway import logs
 from gateway.errors import BackendUnreachable, GatewayError, InvalidArgument, Unavailable
 from gateway.product import installed, settings_of
-from gateway.server.config import ServeConfig, backends, env_name, load
+from gateway.server.config import (
+    ServeConfig,
+    backends,
+    env_name,
+    load,
+    other_backends_settings,
+)
 
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "commit_timeout_s", "grace_s",
              "time_scale", "max_message_bytes", "log_level", "admin_listen", "console_listen",
@@ -235,9 +241,20 @@ def tune_gc() -> None:
 def run(args: argparse.Namespace) -> int:
     flags = {name: getattr(args, name) for name in FLAGS}
     config = load(args.config, flags=flags)
+    unused = other_backends_settings(installed(), config.backend)
+    for key, backend in unused.items():
+        if flags.get(key) is not None:  # it served on another back end without a word
+            flag = "--" + key.replace("_", "-")
+            raise GatewayError(f"{flag} is a setting of back end {backend}: give --backend "
+                               f"{backend} with it (this gateway's back end is "
+                               f"{config.backend})")
     try:
         check_files(config)
         configure_logging(config.log_level)
+        for key, backend in unused.items():
+            if env_name(key) in os.environ:  # one manifest may serve several sidecars
+                log.warning("setting not used", variable=env_name(key), backend=config.backend,
+                            setting_of=backend)
         return asyncio.run(serve(config))
     except InvalidArgument as exc:
         # A setting refused once serving began: name the variable when that is where it came

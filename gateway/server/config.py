@@ -358,6 +358,19 @@ def _coerce(name: str, value: Any, kind: object) -> Any:
     return text
 
 
+def other_backends_settings(products: Sequence[AnyProduct], backend: str) -> dict[str, str]:
+    """The settings of back ends other than `backend`, by flat key, each with the back end it
+    serves: a product setting in a TOML section named after one of its back ends
+    (`[B] key`)."""
+    out: dict[str, str] = {}
+    for product in products:
+        for spec in settings_of(product.config_type):
+            section = spec.setting.toml.partition(".")[0]
+            if section in product.backends and section != backend:
+                out[spec.key] = section
+    return out
+
+
 def backends(products: Sequence[AnyProduct]) -> tuple[str, ...]:
     """Every back end name `backend` may take: the embedded store's, then the products'."""
     return (EMBEDDED, *(name for product in products for name in product.backends))

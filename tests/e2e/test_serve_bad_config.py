@@ -152,3 +152,50 @@ def test_a_data_dir_that_is_a_file_is_named_in_the_error(tmp_path: Path) -> None
     (tmp_path / "data").write_text("not a directory")
     refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data"),
             "cannot open the store in", "data", "File exists")
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--rabbitmq-url", "amqp://guest:s3cret@broker:5672/"),
+     ("--rabbitmq-url", "--backend rabbitmq", "embedded")),
+    (("--pulsar-service-url", "pulsar://broker:6650"),
+     ("--pulsar-service-url", "--backend pulsar", "embedded")),
+    (("--backend", "pulsar", "--pulsar-service-url", "pulsar://127.0.0.1:1",
+      "--rabbitmq-start-wait-s", "5"), ("--rabbitmq-start-wait-s", "--backend rabbitmq",
+                                        "pulsar")),
+])
+def test_a_back_end_flag_without_that_back_end_is_refused(
+    tmp_path: Path, args: tuple[str, ...], words: tuple[str, ...]
+) -> None:
+    """`serve --rabbitmq-url ...` without `--backend rabbitmq` served on the embedded store
+    without a word: the messages an application meant for RabbitMQ stayed on this machine."""
+    done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data", *args)
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("gateway: error: "), line
+    for word in words:
+        assert word in line, line
+    assert "s3cret" not in line
+
+
+def test_a_back_end_variable_without_that_back_end_is_said_at_start(tmp_path: Path) -> None:
+    """The environment may carry settings for every back end (one manifest for several
+    sidecars): the gateway starts, and says which it does not use."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--listen", "127.0.0.1:0",
+         "--data-dir", "data"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO),
+                 GATEWAY_RABBITMQ_URL="amqp://guest:s3cret@broker:5672/"))
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "listening on" in line:
+                break
+        said = "".join(lines)
+        assert "setting not used" in said and "GATEWAY_RABBITMQ_URL" in said, said
+        assert "s3cret" not in said
+    finally:
+        proc.terminate()
+        proc.wait(30)
