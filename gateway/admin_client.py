@@ -7,6 +7,7 @@ calls the Admin service with a bearer token when one is given.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,31 @@ def _read(field: str, path: str) -> bytes | None:
     return data
 
 
+def _check_pem(target: Target, roots: bytes | None, chain: bytes | None) -> None:
+    """The CA file holds certificates, and the client certificate goes with its key: else gRPC
+    logged lines of its own and the call failed UNAVAILABLE, naming no flag. An encrypted key
+    is refused too (gRPC takes no password)."""
+    if roots is not None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(
+                cadata=roots.decode("ascii", "replace"))
+        except (ssl.SSLError, ValueError) as exc:
+            raise InvalidArgument("tls_ca", target.ca_file,
+                                  f"PEM CA certificates ({_ssl_reason(exc)})") from None
+    if chain is not None:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
+                target.cert_file, target.key_file, password=lambda: b"")
+        except (ssl.SSLError, ValueError) as exc:
+            raise InvalidArgument("tls_cert", target.cert_file,
+                                  "a PEM certificate chain whose key is tls_key, not encrypted "
+                                  f"({_ssl_reason(exc)})") from None
+
+
+def _ssl_reason(exc: Exception) -> str:
+    return str(getattr(exc, "reason", None) or exc)
+
+
 def connect(target: Target) -> grpc.aio.Channel:
     """A channel to the gateway (not yet connected: the first call connects)."""
     options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_RECEIVE_BYTES)]
@@ -76,9 +102,10 @@ def connect(target: Target) -> grpc.aio.Channel:
         options.append(("grpc.ssl_target_name_override", target.server_name))
     roots = _read("tls_ca", target.ca_file)
     chain = _read("tls_cert", target.cert_file)
+    key = _read("tls_key", target.key_file)
+    _check_pem(target, roots, chain)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=roots, private_key=_read("tls_key", target.key_file),
-        certificate_chain=chain,
+        root_certificates=roots, private_key=key, certificate_chain=chain,
     )
     return grpc.aio.secure_channel(target.address, credentials, options=options)
 

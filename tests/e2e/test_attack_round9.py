@@ -59,6 +59,22 @@ def test_a_file_without_a_pem_block_is_refused_by_name(tmp_path: Path, flag: str
     _usage_error(done, flag.lstrip("-").replace("-", "_"))
 
 
+CORRUPT = "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n"
+
+
+@pytest.mark.parametrize("flag", ["--tls-ca", "--tls-cert"])
+def test_a_pem_block_that_is_no_certificate_is_refused_by_name(tmp_path: Path, flag: str
+                                                              ) -> None:
+    """A PEM block whose content is no certificate (or a key that does not go with the
+    certificate) reached gRPC, which logged lines of its own and failed UNAVAILABLE (exit 5)."""
+    corrupt = tmp_path / "corrupt.pem"
+    corrupt.write_text(CORRUPT)
+    extra = ["--tls-key", str(corrupt)] if flag == "--tls-cert" else []
+    done = _gateway("topics", "--target", "127.0.0.1:1", flag, str(corrupt), *extra,
+                    "--timeout-s", "5")
+    _usage_error(done, flag.lstrip("-").replace("-", "_"))
+
+
 @pytest.mark.parametrize("target", ["", ":50051", "127.0.0.1:", " "])
 def test_a_target_without_host_or_port_is_refused(target: str) -> None:
     done = _gateway("topics", "--target", target, "--timeout-s", "5")
