@@ -21,6 +21,7 @@ from gateway.cli.admin_cmd import (
     connection_flags,
     run_admin,
 )
+from gateway.core.properties import TIME_MAX_MS
 from gateway.errors import InvalidArgument
 from gateway.preview import duration, escaped, iso_ms, one_line, preview, unescaped
 from gateway.v1 import admin_pb2 as pb
@@ -86,9 +87,9 @@ def _filter_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--until", default="", help="dead-lettered before (same forms as --since)")
 
 
-MAX_TIME_MS = 253_402_300_799_999
-"""The latest instant a filter may name: the end of year 9999 UTC, as the gateway checks it
-(`gateway.server.validate.MAX_TIME_MS`); more did not fit the request's int64 (a traceback)."""
+MAX_TIME_MS = TIME_MAX_MS
+"""The latest instant a filter may name: the end of year 9999 UTC, as the gateway checks it;
+more did not fit the request's int64 (a traceback)."""
 
 
 def parse_time(field: str, text: str, now_ms: int | None = None) -> int:
@@ -188,16 +189,21 @@ def _body_line(body: bytes) -> str:
     return one_line(" ".join(body[:400].decode("utf-8", "replace").split()), 40)
 
 
-async def _letter(client: AdminClient, topic: str, group: str,
-                  given: str) -> tuple[str, pb.DeadLetterMessage | None]:
+async def _letter(client: AdminClient, topic: str, group: str, given: str, *,
+                  required: bool = False) -> tuple[str, pb.DeadLetterMessage | None]:
     """The dead letter `given` names, and its id: the one with id `given`, else the one `dlq
-    list` prints as `given` (escaped); None (and `given`) when neither is a dead letter."""
+    list` prints as `given` (escaped); None (and `given`) when neither is a dead letter, or
+    with `required` the NOT_FOUND of `given` itself."""
+    missing: grpc.aio.AioRpcError | None = None
     for message_id in dict.fromkeys((given, unescaped(given) or given)):
         try:
             return message_id, await client.dead_letter(topic, group, message_id)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.NOT_FOUND:
                 raise
+            missing = missing or exc
+    if required and missing is not None:
+        raise missing
     return given, None
 
 
@@ -223,9 +229,9 @@ def _text(field: str, value: str) -> str:
 
 async def show(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     _text("message_id", args.message_id)
-    message_id, letter = await _letter(client, args.topic, args.group, args.message_id)
-    if letter is None:  # the id itself, for its NOT_FOUND
-        letter = await client.dead_letter(args.topic, args.group, message_id)
+    message_id, letter = await _letter(client, args.topic, args.group, args.message_id,
+                                       required=True)
+    assert letter is not None
     timeline = await client.timeline(args.topic, args.group, message_id)
     if args.json:
         render.emit_json({"dead_letter": render.to_dict(letter),

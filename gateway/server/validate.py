@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from gateway.backend import OutMessage
+from gateway.core.properties import TIME_MAX_MS
 from gateway.errors import InvalidArgument
 from gateway.limits import (
     MAX_BATCH,
@@ -46,7 +47,7 @@ embedded store's are below 2**40), and far enough below 2**63 that a store's ari
 (its topic's base plus the position) stays an int64."""
 MAX_ATTEMPT = 1_000_000
 """Largest attempt count a filter may name."""
-MAX_TIME_MS = 253_402_300_799_999
+MAX_TIME_MS = TIME_MAX_MS
 """Latest instant a filter may name: the end of year 9999 UTC."""
 _TOKEN = re.compile(r"[0-9]{1,16}")
 
