@@ -90,6 +90,7 @@ class RabbitMQBackend(Backend):
     """What this back end can do, for the contract suite: one queue serves one group (no
     "independent-groups"), and the oldest ready time is unknown without consuming the queue
     head (no "oldest-ready-time")."""
+    independent_groups = False
 
     def __init__(
         self,

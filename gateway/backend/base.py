@@ -325,6 +325,11 @@ class Backend(abc.ABC):
     (capability `delay-skip`); False where a delayed message waits for every group (a broker
     that holds it until its time for the whole topic)."""
 
+    independent_groups: bool = True
+    """True when each group of a topic reads every message of it (the model above); False where
+    a topic's groups share one queue and each message goes to one of them (capability
+    `independent-groups` missing): a group then must not drop another group's message."""
+
     seekable: bool = False
     """True when the back end keeps each group's position itself and can move it
     (`create_group` at the end, `seek`), and the message ids it assigns increase in topic

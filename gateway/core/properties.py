@@ -16,6 +16,9 @@ RESERVED_PREFIX = "x-gateway-"
 # Written by the engine on the copies it makes.
 ORIGIN_TOPIC = "x-gateway-origin-topic"
 """The topic a message was first published to, kept on its retry and dead-letter copies."""
+ORIGIN_GROUP = "x-gateway-origin-group"
+"""The group whose failure made a retry or dead-letter copy: a destination whose name holds no
+group is shared by the topic's groups, and each group takes back or manages its own copies."""
 DEAD_REASON = "x-gateway-dead-letter-reason"
 """Why a dead letter was dead-lettered (the decision's reason)."""
 DEAD_AT = "x-gateway-dead-lettered-ms"
@@ -77,7 +80,7 @@ def read_count(text: str | None, limit: int = COUNT_MAX) -> int | None:
 
 
 RESERVED = frozenset({
-    ORIGIN_TOPIC, DEAD_REASON, DEAD_AT, ATTEMPT, RETRIES, PUBLISH_MS, DELIVER_AT_MS,
+    ORIGIN_TOPIC, ORIGIN_GROUP, DEAD_REASON, DEAD_AT, ATTEMPT, RETRIES, PUBLISH_MS, DELIVER_AT_MS,
     DEATH_REASON, ORIGINAL_QUEUE, DEAD_LETTER_ROUTE,
 })
 """The reserved names the gateway writes today (any `x-gateway-` name is reserved)."""
@@ -95,3 +98,11 @@ def visible_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
         if k.startswith(RESERVED_PREFIX):
             return {k: v for k, v in properties.items() if not k.startswith(RESERVED_PREFIX)}
     return properties
+
+
+def made_by(properties: Mapping[str, str], topic: str, group: str) -> bool:
+    """Whether a retry or dead-letter copy with `properties` is `group`'s of `topic`: a
+    destination named without `{topic}` or without `{group}` holds copies of several, each
+    recording its origin (one that records none counts for any topic or group)."""
+    return (properties.get(ORIGIN_TOPIC, topic) == topic
+            and properties.get(ORIGIN_GROUP, group) == group)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from gateway.backend import Backend, OutMessage, StoredMessage, TopicStats
 from gateway.core.destinations import Destinations
 from gateway.core.naming import NamingScheme
-from gateway.core.properties import ORIGIN_TOPIC, visible_properties
+from gateway.core.properties import ORIGIN_GROUP, ORIGIN_TOPIC, made_by, visible_properties
 from gateway.engine.admin_move import MoveVerbs
 from gateway.engine.admin_scan import (
     MAX_SCAN,
@@ -39,16 +39,26 @@ from gateway.engine.port import EngineQueries
 from gateway.errors import InvalidArgument, NotFound
 
 
-def _of_topic(message: StoredMessage, topic: str) -> bool:
-    """Whether a message of a group's retry or dead-letter destination belongs to `topic`.
+def _of_topic(message: StoredMessage, topic: str, group: str) -> bool:
+    """Whether a message of a group's retry or dead-letter destination is its own of `topic`.
     Destinations named by group alone (`%RETRY%g`, `%DLQ%g`) hold the group's messages of
-    every topic; each copy records its origin (one that records none counts for any topic)."""
-    return message.properties.get(ORIGIN_TOPIC, topic) == topic
+    every topic, those named by topic alone (`{topic}.dlq`) every group's of the topic; each
+    copy records its origin (one that records none counts for any topic or group)."""
+    return made_by(message.properties, topic, group)
 
 
 def _shared(name_of: Callable[[str, str], str], topic: str, group: str) -> bool:
-    """Whether a naming function gives `group` one destination for every topic."""
+    """Whether a naming function gives `group` one destination for every topic, or `topic` one
+    for every group."""
+    return _by_topics(name_of, topic, group) or _by_groups(name_of, topic, group)
+
+
+def _by_topics(name_of: Callable[[str, str], str], topic: str, group: str) -> bool:
     return name_of(topic, group) == name_of(f"{topic}-other", group)
+
+
+def _by_groups(name_of: Callable[[str, str], str], topic: str, group: str) -> bool:
+    return name_of(topic, group) == name_of(topic, f"{group}-other")
 
 
 def _check(topic: str, group: str) -> None:
@@ -122,8 +132,10 @@ class GroupAdmin(MoveVerbs):
             dead_letters = await self._count_of_topic(dlq_topic, group, topic, scans)
         unsettled = self._engine.unsettled(topic, group)
         held = sum(1 for u in unsettled if u.held)
-        if (retry.ready + retry.delayed and _shared(scheme.retry_topic, topic, group)
-                and self._other_topics(topic, group)):
+        if retry.ready + retry.delayed and (
+                _by_groups(scheme.retry_topic, topic, group)
+                or (_by_topics(scheme.retry_topic, topic, group)
+                    and self._other_topics(topic, group))):
             retry = await self._retries_of_topic(retry_topic, group, topic, now,
                                                  {u.message_id for u in unsettled},
                                                  scans) or retry
@@ -164,10 +176,10 @@ class GroupAdmin(MoveVerbs):
         (origin topic or None, message id, deliver at, publish time); read once per `scans`."""
         if scans is not None and (name, group) in scans:
             return scans[(name, group)]
-        rows: list[tuple[str | None, str, int, int]] = []
+        rows: list[tuple[str | None, str | None, str, int, int]] = []
         async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
-            rows.extend((m.properties.get(ORIGIN_TOPIC), m.message_id, m.deliver_at_ms,
-                         m.publish_ms) for m in chunk)
+            rows.extend((m.properties.get(ORIGIN_TOPIC), m.properties.get(ORIGIN_GROUP),
+                         m.message_id, m.deliver_at_ms, m.publish_ms) for m in chunk)
         scanned = Scanned(rows, len(rows) < MAX_WAITING_SCAN)
         if scans is not None:
             scans[(name, group)] = scanned
@@ -178,7 +190,7 @@ class GroupAdmin(MoveVerbs):
         """How many of the group's messages in a group-wide destination belong to `topic` (the
         first MAX_WAITING_SCAN looked at; a copy that records no origin counts for any topic)."""
         rows = (await self._scan(name, group, scans)).rows
-        return sum(1 for origin, *_ in rows if origin is None or origin == topic)
+        return sum(1 for origin, by, *_ in rows if origin in (None, topic) and by in (None, group))
 
     def _other_topics(self, topic: str, group: str) -> bool:
         """Whether the engine runs `group` on another topic too (so that a group-wide
@@ -196,8 +208,8 @@ class GroupAdmin(MoveVerbs):
         ready = delayed = 0
         oldest: int | None = None
         next_due: int | None = None
-        for origin, message_id, deliver_at_ms, publish_ms in scanned.rows:
-            if (origin is not None and origin != topic) or message_id in in_flight:
+        for origin, by, message_id, deliver_at_ms, publish_ms in scanned.rows:
+            if origin not in (None, topic) or by not in (None, group) or message_id in in_flight:
                 continue
             if deliver_at_ms > now:
                 delayed += 1
@@ -243,7 +255,7 @@ class GroupAdmin(MoveVerbs):
                     break
                 scanned += 1
                 last = m.lease.position
-                if not _of_topic(m, topic):
+                if not _of_topic(m, topic, group):
                     continue
                 view = view_of(m, topic)
                 if where is None or matches(view, where):
@@ -258,7 +270,7 @@ class GroupAdmin(MoveVerbs):
         found: StoredMessage | None = None
         async for chunk in pages(self._backend, dlq, group):
             for m in chunk:
-                if m.message_id == message_id and _of_topic(m, topic):
+                if m.message_id == message_id and _of_topic(m, topic, group):
                     found = m
         if found is None:
             raise NotFound(f"group {group!r} of topic {topic!r} has no dead letter "
@@ -273,7 +285,7 @@ class GroupAdmin(MoveVerbs):
         chosen: list[StoredMessage] = []
         async for chunk in pages(self._backend, dlq, group):
             for m in chunk:
-                if (wanted and m.message_id not in wanted) or not _of_topic(m, topic):
+                if (wanted and m.message_id not in wanted) or not _of_topic(m, topic, group):
                     continue
                 if where is not None and not where.empty() and not matches(view_of(m, topic),
                                                                            where):
@@ -334,7 +346,7 @@ class GroupAdmin(MoveVerbs):
                 for m in chunk:
                     if m.deliver_at_ms <= now:
                         continue
-                    if m.properties.get(ORIGIN_TOPIC, topic) != topic:
+                    if not _of_topic(m, topic, group):
                         continue
                     if len(waiting) >= MAX_WAITING_SCAN:
                         complete = False
@@ -361,7 +373,7 @@ class GroupAdmin(MoveVerbs):
             return count + await backend.purge(retry_topic, group, leased=in_flight)
         # The group's retry copies of other topics wait there too: only this topic's go.
         mine = [m.lease async for chunk in pages(backend, retry_topic, group)
-                for m in chunk if _of_topic(m, topic)]
+                for m in chunk if _of_topic(m, topic, group)]
         for start in range(0, len(mine), PEEK_CHUNK):
             count += await backend.remove(mine[start:start + PEEK_CHUNK],
                                           keep_leased=not in_flight)

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 from gateway.backend import Backend, KeyedCopy, Lease, Move, OutMessage, StoredMessage
 from gateway.core.naming import NamingScheme
-from gateway.core.properties import DEAD_AT, DEAD_REASON, ORIGIN_TOPIC, RESERVED_PREFIX
+from gateway.core.properties import (
+    DEAD_AT,
+    DEAD_REASON,
+    ORIGIN_GROUP,
+    ORIGIN_TOPIC,
+    RESERVED_PREFIX,
+    made_by,
+)
 from gateway.engine.admin_scan import PEEK_CHUNK, pages
 from gateway.engine.api import Copy, ExportPage, ImportResult
 from gateway.engine.port import EngineQueries, Unsettled
@@ -73,7 +80,7 @@ class MoveVerbs:
         for part in names:
             async for chunk in pages(self._backend, part.old, group):
                 for m in chunk:
-                    if not rn.belongs(m, topic, part):
+                    if not rn.belongs(m, topic, group, part):
                         continue
                     if m.message_id in held:
                         left += 1
@@ -164,7 +171,7 @@ class MoveVerbs:
                     more = True
                     break
                 last = m.lease.position
-                if part == READY or m.properties.get(ORIGIN_TOPIC, topic) == topic:
+                if part == READY or made_by(m.properties, topic, group):
                     waiting = held.get(m.lease.position)
                     taken.append(m if waiting is None else dataclasses.replace(
                         m, deliver_at_ms=max(m.deliver_at_ms, waiting.due_ms),
@@ -203,24 +210,27 @@ class MoveVerbs:
         are left to `remove`, which skips them. Reads from each wanted position on, a chunk at
         a time, jumping over the gaps between wanted positions."""
         wanted = sorted(set(positions))
-        origin_of: dict[int, str] = {}
+        origin_of: dict[int, tuple[str, str]] = {}
         i = 0
         while i < len(wanted):
             page = await self._backend.peek(source, group, PEEK_CHUNK, wanted[i] - 1)
             for m in page:
-                origin_of[m.lease.position] = m.properties.get(ORIGIN_TOPIC, topic)
+                origin_of[m.lease.position] = (m.properties.get(ORIGIN_TOPIC, topic),
+                                               m.properties.get(ORIGIN_GROUP, group))
             if len(page) < PEEK_CHUNK:
                 break
             last = page[-1].lease.position
             while i < len(wanted) and wanted[i] <= last:
                 i += 1
         for index, position in enumerate(positions):
-            origin = origin_of.get(position)
-            if origin is None:
+            found = origin_of.get(position)
+            if found is None:
                 continue
-            if source == topic or origin != topic:
+            origin, by = found
+            if source == topic or origin != topic or by != group:
                 holds = ("a message of the topic itself (the group keeps its retries there)"
-                         if source == topic else f"a message of topic {origin!r}")
+                         if source == topic else f"a message of topic {origin!r}"
+                         if origin != topic else f"a message of group {by!r}")
                 raise InvalidArgument(
                     f"positions[{index}]", position,
                     f"a position ExportMessages gave for the {part} part of topic {topic!r} "
@@ -250,19 +260,20 @@ class MoveVerbs:
                 raise InvalidArgument(f"messages[{i}].part", copy.part, ", ".join(PARTS))
             if not where:
                 raise InvalidArgument("group", group, "a group, for retries and dead letters")
-            keyed.append(KeyedCopy(copy.source_key, where, _imported(copy, topic, renames),
+            keyed.append(KeyedCopy(copy.source_key, where, _imported(copy, topic, group, renames),
                                    copy.first_delivery))
         stored = await self._backend.store_once(ledger, keyed)
         fresh = sum(stored)
         return ImportResult(fresh, len(stored) - fresh, retry_topic, dead_topic)
 
 
-def _imported(copy: Copy, topic: str, renames: dict[str, str]) -> OutMessage:
+def _imported(copy: Copy, topic: str, group: str, renames: dict[str, str]) -> OutMessage:
     m = copy.message
     props = {k: renames.get(v, v) for k, v in m.properties.items()
              if not k.startswith(RESERVED_PREFIX) or k in KEPT_RESERVED}
     if copy.part != READY:
         props[ORIGIN_TOPIC] = topic
+        props[ORIGIN_GROUP] = group
     return OutMessage(m.body, props, m.key, m.tag, m.deliver_at_ms, m.message_id, m.attempt,
                       m.retries)
 

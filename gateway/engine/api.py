@@ -260,8 +260,9 @@ class ImportResult:
 class Scanned:
     """What one read of a group-wide destination found."""
 
-    rows: list[tuple[str | None, str, int, int]]
-    """(origin topic or None, message id, deliver at ms, publish ms) per message."""
+    rows: list[tuple[str | None, str | None, str, int, int]]
+    """(origin topic or None, origin group or None, message id, deliver at ms, publish ms) per
+    message."""
     complete: bool
     """False when the destination holds more than the read looked at."""
 

@@ -13,7 +13,7 @@ from gateway.backend import Lease, Release, StoredMessage
 from gateway.core import events as ev
 from gateway.core.machine import decide, delivered, delivery_deadline
 from gateway.core.policy import RetryPolicy
-from gateway.core.properties import ORIGIN_TOPIC, visible_properties
+from gateway.core.properties import ORIGIN_GROUP, ORIGIN_TOPIC, visible_properties
 from gateway.core.record import Record
 from gateway.core.states import READY, WAITING_RETRY
 from gateway.engine.api import ConsumerType, Delivery, InitialPosition, SubscriptionSpec
@@ -220,8 +220,22 @@ class Delivering(Leaving):
                                             exclude_keys=exclude, max_bytes=budget,
                                             publish_delays=sub.policy.honours_delays)
             budget -= sum([len(s.body) for s in more])
+            if source != sub.topic and more and self.backend.independent_groups:
+                more = await self._own_copies(sub, more)
             got.extend(more)
         return await self._filter(sub, got)
+
+    async def _own_copies(self, sub: Subscription, got: list[StoredMessage]
+                          ) -> list[StoredMessage]:
+        """The retry copies `sub`'s group made, of those it read from a retry destination: a
+        name without `{group}` is every group's of the topic, each reading every copy, so the
+        others' are acked away for this group (a copy that records no group is anyone's)."""
+        group = sub.group
+        others = [s.lease for s in got if s.properties.get(ORIGIN_GROUP, group) != group]
+        if not others:
+            return got
+        await self.backend.ack(others)
+        return [s for s in got if s.properties.get(ORIGIN_GROUP, group) == group]
 
     async def _filter(self, sub: Subscription, got: list[StoredMessage]) -> list[StoredMessage]:
         """Drop tag-filtered messages (acked: not for this group) and, for ordered queues,

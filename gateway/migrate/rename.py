@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gateway.backend.base import OutMessage, StoredMessage
 from gateway.core.naming import NamingScheme
-from gateway.core.properties import ORIGIN_TOPIC
+from gateway.core.properties import ORIGIN_GROUP, ORIGIN_TOPIC
 
 MAX_RENAME = 100_000
 """Messages one rename call moves at most (in one transaction); a caller runs it again for
@@ -72,9 +72,12 @@ def parts(topic: str, group: str, old: NamingScheme, new: NamingScheme) -> list[
     return found
 
 
-def belongs(message: StoredMessage, topic: str, names: Names) -> bool:
-    """Whether a message at the old name is the topic's: a name shared by several topics
-    (`{group}-RETRY`) holds copies that record their origin topic."""
+def belongs(message: StoredMessage, topic: str, group: str, names: Names) -> bool:
+    """Whether a message at the old name is the group's of the topic: a name shared by
+    several topics (`{group}-RETRY`) holds copies that record their origin topic, and one
+    shared by several groups (`{topic}.dlq`) copies that record their group."""
+    if message.properties.get(ORIGIN_GROUP, group) != group:
+        return False
     origin = message.properties.get(ORIGIN_TOPIC)
     if origin is None:
         return names.topic_specific

@@ -445,3 +445,9 @@ async def test_skipping_publish_delays_is_declared_as_a_capability(backend: Back
     """`Backend.skips_delays` and the contract capability `delay-skip` say the same: the engine
     reads the one, this suite the other."""
     assert backend.skips_delays is ("delay-skip" in capabilities_of(backend))
+
+
+async def test_independent_groups_says_what_the_capability_says(backend: Backend) -> None:
+    """The engine reads `independent_groups` to know whether a group may ack away another
+    group's copy in a destination they share (`{topic}.retry`): only where each reads all."""
+    assert backend.independent_groups == ("independent-groups" in capabilities_of(backend))

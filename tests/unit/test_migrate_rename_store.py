@@ -9,11 +9,12 @@ import sqlite3
 
 import pytest
 
+from adapters.amqp.naming import RABBITMQ
 from adapters.pulsar.naming import PULSAR_2_7, PULSAR_2_9
 from adapters.rocketmq.naming import ROCKETMQ
 from gateway.backend.base import KeyedCopy, Lease, Move, OutMessage, Release, StoredMessage
 from gateway.backend.memory import InMemoryBackend
-from gateway.core.properties import ORIGIN_TOPIC
+from gateway.core.properties import ORIGIN_GROUP, ORIGIN_TOPIC
 from gateway.errors import FailedPrecondition, InvalidArgument
 from gateway.migrate import rename as rn
 from gateway.store import EmbeddedStore, schema, writes
@@ -42,11 +43,20 @@ def test_parts_of_pulsar_27_to_29() -> None:
 
 def test_a_shared_name_moves_only_the_topics_copies() -> None:
     part = rn.parts(TOPIC, "sub", PULSAR_2_7, PULSAR_2_9)[0]
-    assert rn.belongs(stored(part.old, {ORIGIN_TOPIC: TOPIC}), TOPIC, part)
-    assert not rn.belongs(stored(part.old, {ORIGIN_TOPIC: "other"}), TOPIC, part)
-    assert not rn.belongs(stored(part.old, {}), TOPIC, part)  # whose? not ours to move
+    assert rn.belongs(stored(part.old, {ORIGIN_TOPIC: TOPIC}), TOPIC, "sub", part)
+    assert not rn.belongs(stored(part.old, {ORIGIN_TOPIC: "other"}), TOPIC, "sub", part)
+    assert not rn.belongs(stored(part.old, {}), TOPIC, "sub", part)  # whose? not ours to move
     specific = rn.parts("orders", "g", PULSAR_2_9, ROCKETMQ)[0]
-    assert rn.belongs(stored(specific.old, {}), "orders", specific)
+    assert rn.belongs(stored(specific.old, {}), "orders", "g", specific)
+
+
+def test_a_name_shared_by_groups_moves_only_the_groups_copies() -> None:
+    """`{topic}.dlq` holds every group's dead letters of the topic: each records its group."""
+    part = rn.parts("orders", "g", RABBITMQ, PULSAR_2_9)[1]
+    assert part.old == "orders.dlq"
+    assert rn.belongs(stored(part.old, {ORIGIN_GROUP: "g"}), "orders", "g", part)
+    assert not rn.belongs(stored(part.old, {ORIGIN_GROUP: "h"}), "orders", "g", part)
+    assert rn.belongs(stored(part.old, {}), "orders", "g", part)  # before groups were recorded
 
 
 def test_a_copy_keeps_everything_and_renames_old_names() -> None:

@@ -1,0 +1,73 @@
+"""Two groups of one topic under the `rabbitmq` naming scheme share `{topic}.retry` and
+`{topic}.dlq` (the names hold no group). Before, on the embedded store, the second group was
+handed the first group's retries as well (a message it had already acked came to it again, once
+per retry of the other group), and the admin verbs of each group listed, resent and deleted the
+other's dead letters. Each copy now records the group that made it: a group's retries come back
+to it alone and its admin verbs see its own copies only."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.client import GatewayClient
+from gateway.server.app import running_gateway
+from gateway.v1 import admin_pb2
+
+SCALE = 0.001
+"""Policy waits run 1000x faster: RocketMQ's first retry (10 s) comes after 10 ms."""
+
+
+@pytest.fixture
+async def client(tmp_path: Path) -> AsyncIterator[GatewayClient]:
+    async with (
+        running_gateway(tmp_path / "data", time_scale=SCALE) as app,
+        GatewayClient(f"127.0.0.1:{app.grpc_port}") as c,
+    ):
+        yield c
+
+
+async def test_each_group_gets_and_manages_its_own_retries_and_dead_letters(
+    client: GatewayClient,
+) -> None:
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    ids = await client.publish(topic, [b"m"])
+    options = {"max_retries": "2"}
+    async with (
+        client.consume(topic, "a", policy="rocketmq", options=options, naming="rabbitmq") as a,
+        client.consume(topic, "b", policy="rocketmq", options=options, naming="rabbitmq") as b,
+    ):
+        first_b = await b.next(10)
+        assert first_b is not None and (await first_b.ack()).ok
+        attempts = []
+        for _ in range(3):  # the first delivery and two retries, then the dead letter
+            msg = await a.next(10)
+            assert msg is not None and msg.message_id == ids[0]
+            assert msg.delivery.topic in (topic, f"{topic}.retry")
+            attempts.append(msg.attempt)
+            assert (await msg.fail()).ok
+        assert attempts == [1, 2, 3]
+        await asyncio.sleep(0.5)  # past every retry's time, many times over
+        assert await b.next(0.5) is None  # b never sees a's retries
+
+    admin = client.admin
+
+    async def listed(group: str) -> list[str]:
+        page = await admin.ListDeadLetters(admin_pb2.ListDeadLettersRequest(
+            topic=topic, group=group, limit=10))
+        return [d.message_id for d in page.dead_letters]
+
+    assert await listed("a") == ids and await listed("b") == []
+    assert (await client.describe(topic, "b")).dead_letters == 0
+    assert (await client.describe(topic, "a")).dead_letters == 1
+    gone = await admin.DeleteDeadLetters(admin_pb2.DeleteDeadLettersRequest(
+        topic=topic, group="b", all=True))
+    assert gone.deleted == 0
+    again = await admin.ResendDeadLetters(admin_pb2.ResendDeadLettersRequest(
+        topic=topic, group="b"))
+    assert again.resent == 0
+    assert await listed("a") == ids
