@@ -16,7 +16,7 @@ import heapq
 
 from gateway.backend.base import Lease, StoredMessage
 from gateway.errors import Unavailable
-from gateway.store import guard, paging
+from gateway.store import guard, paging, writes
 from gateway.store import reader as rd
 from gateway.store.catalog import Catalog, write_scanned
 from gateway.store.codec import stored
@@ -131,6 +131,7 @@ async def _take(
         # The store failed meanwhile: this index is gone, its leases would be void.
         raise Unavailable("embedded store failed during the fetch")
     out: list[StoredMessage] = []
+    again: list[tuple[int, int, int]] = []
     cut = frozenset(scan.cut)
     for entry in candidates:
         visible_at, pos, _ = entry
@@ -146,13 +147,16 @@ async def _take(
             state.dirty = True
             continue
         out.append(stored(state, row, catalog.lease_token(state, row.pos)))
+        again.append((row.attempt + 1, state.gid, pos))
+    if again:
+        writer.submit_nowait(writes.leased(again))
     if scan.taken or scan.passed:
         rows = state.absorb(scan.passed, now_ms, exclude_keys)
         for meta in scan.taken:
             row = scan.rows[meta.pos]
             out.append(stored(state, row, catalog.lease_token(state, meta.pos)))
-            rows.append(
-                (state.gid, meta.pos, meta.deliver_at_ms, meta.attempt, meta.retries)
+            rows.append(  # written as delivered once more: see `writes.leased`
+                (state.gid, meta.pos, meta.deliver_at_ms, meta.attempt + 1, meta.retries)
             )
         state.cursor = scan.next_pos
         write_scanned(writer, state, rows)
@@ -204,7 +208,7 @@ def _fetch_tail(
             bodiless = True
         else:
             out.append(_lease_entry(catalog, state, pos, entry))
-            rows.append((gid, pos, deliver_at, attempt, retries))
+            rows.append((gid, pos, deliver_at, attempt + 1, retries))
         pos += 1
     if pos > cursor:
         rows.extend(state.absorb(passed, now_ms, exclude_keys))

@@ -34,6 +34,7 @@ _UPSERT_CURSOR = (
     "INSERT INTO cursors(gid, topic_id, grp, next_pos) VALUES(?, ?, ?, ?)"
     " ON CONFLICT(gid) DO UPDATE SET next_pos = excluded.next_pos"
 )
+_COUNT_DELIVERY = "UPDATE unacked SET attempt = ? WHERE gid = ? AND pos = ?"
 _LOWEST_UNACKED = "SELECT min(pos) FROM unacked WHERE gid = ?"
 _DELETE_MESSAGES = "DELETE FROM messages WHERE id >= ? AND id < ?"
 _INSERT_TOPIC = "INSERT OR IGNORE INTO topics(id, name) VALUES(?, ?)"
@@ -55,6 +56,13 @@ def scanned(rows: Sequence[UnackedRow], cursor: tuple[int, int, str, int]) -> Wr
 def released(rows: Sequence[UnackedRow]) -> Write:
     """Set visible-at time and counters of released positions."""
     return ("released", (rows,))
+
+
+def leased(rows: Sequence[tuple[int, int, int]]) -> Write:
+    """Count a delivery of scanned positions, (attempt, gid, pos): the deliveries a position
+    had, written when it is leased again, so that one in flight at a crash comes back counted
+    (a position settled or forgotten meanwhile is left alone)."""
+    return ("leased", (rows,))
 
 
 def settled(rows: Sequence[tuple[int, int]]) -> Write:
@@ -128,6 +136,10 @@ def _scanned(
 
 def _released(conn: sqlite3.Connection, rows: Sequence[UnackedRow]) -> None:
     insert_rows(conn, *_UPSERT_UNACKED, rows=rows)
+
+
+def _leased(conn: sqlite3.Connection, rows: Sequence[tuple[int, int, int]]) -> None:
+    conn.executemany(_COUNT_DELIVERY, rows)
 
 
 def _settled(conn: sqlite3.Connection, rows: Sequence[tuple[int, int]]) -> None:
@@ -217,6 +229,7 @@ OPERATIONS: dict[str, Callable[..., object]] = {
     "append": _append,
     "scanned": _scanned,
     "released": _released,
+    "leased": _leased,
     "settled": _settled,
     "purged": _purged,
     "dropped": _dropped,

@@ -100,6 +100,7 @@ async def test_leases_from_before_the_failure_are_void_and_their_messages_come_a
         await store.ack([m.lease for m in old[1:]])  # stale: ignored, nothing acked
         again = await store.fetch("t", "g", 10, T0)
         assert [m.message_id for m in again] == ids[1:]
+        assert [m.attempt for m in again] == [1, 1, 1]  # the void leases were deliveries
         assert {m.lease.token for m in again}.isdisjoint({m.lease.token for m in old})
         await store.ack([m.lease for m in again])
         assert await store.fetch("t", "g", 10, T0) == []

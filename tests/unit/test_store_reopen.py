@@ -27,6 +27,8 @@ async def opened(path: pathlib.Path, clock: ManualClock) -> EmbeddedStore:
 
 
 async def test_reopen_keeps_unacked_released_and_gives_back_leases(tmp_path: pathlib.Path) -> None:
+    """Released positions keep their time and counts; leased ones come back at once, counted
+    as delivered once more (the lease was written with its delivery)."""
     clock = ManualClock()
     store = await opened(tmp_path, clock)
     ids = await store.publish("t", [OutMessage(body=f"m{i}".encode()) for i in range(4)])
@@ -45,8 +47,9 @@ async def test_reopen_keeps_unacked_released_and_gives_back_leases(tmp_path: pat
     store = await opened(tmp_path, clock)
     try:
         now = await store.fetch("t", "g", 10, T0)
+        # ids[3] was leased when the store closed: that delivery counts (attempt 1).
         assert [(m.message_id, m.attempt, m.retries) for m in now] == [
-            (ids[3], 0, 0),
+            (ids[3], 1, 0),
             (ids[2], 3, 2),
         ]
         assert await store.fetch("t", "g", 10, T0 + 9_999) == []
@@ -96,7 +99,7 @@ async def test_old_leases_are_unknown_after_reopen(tmp_path: pathlib.Path) -> No
         (again,) = await store.fetch("t", "g", 1, T0)
         assert again.message_id == old.message_id
         assert again.lease.token != old.lease.token
-        assert (again.attempt, again.retries) == (0, 0)
+        assert (again.attempt, again.retries) == (1, 0)  # the lost lease was a delivery
     finally:
         await store.close()
 
@@ -189,3 +192,24 @@ async def test_closed_store_refuses_requests(tmp_path: pathlib.Path) -> None:
         await store.publish("t", [OutMessage(body=b"x")])
     with pytest.raises(Unavailable):
         await store.ack([Lease("t", "g", 1, "x")])
+
+
+async def test_a_position_leased_again_counts_that_delivery_after_reopen(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A released position leased a second time comes back after a reopen counted twice."""
+    clock = ManualClock()
+    store = await opened(tmp_path, clock)
+    await store.publish("t", [OutMessage(body=b"x")])
+    (first,) = await store.fetch("t", "g", 1, T0)
+    await store.release([Release(first.lease, T0, attempt=1, retries=1)])
+    (second,) = await store.fetch("t", "g", 1, T0)
+    assert (second.attempt, second.retries) == (1, 1)
+    await store.close()
+
+    store = await opened(tmp_path, clock)
+    try:
+        (again,) = await store.fetch("t", "g", 1, T0)
+        assert (again.message_id, again.attempt, again.retries) == (first.message_id, 2, 1)
+    finally:
+        await store.close()
