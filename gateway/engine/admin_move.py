@@ -61,6 +61,16 @@ class MoveVerbs:
             f"group {group!r} of topic {topic!r} has {state.consumers} consumer(s) open"
             f"{using}; stop them first")
 
+    def _none_in_flight(self, topic: str, group: str) -> None:
+        """Refuse while deliveries of the group are in flight to pull consumers (push ones are
+        refused above): each would be processed twice, there and where it is copied to."""
+        flying = sum(1 for u in self._engine.unsettled(topic, group) if not u.held)
+        if flying:
+            raise FailedPrecondition(
+                f"group {group!r} of topic {topic!r} has {flying} "
+                f"{'delivery' if flying == 1 else 'deliveries'} in flight; stop its consumers "
+                "and export once they are settled or their time to settle has passed")
+
     # ----------------------------------------------------------------- rename
     async def rename(
         self, topic: str, group: str, from_naming: str, to_naming: str, dry_run: bool = False,
@@ -159,6 +169,7 @@ class MoveVerbs:
         if not 1 <= limit <= 1000:
             raise InvalidArgument("limit", limit, "1..1000")
         self._no_consumers(topic, group)
+        self._none_in_flight(topic, group)
         source = await self._part_topic(topic, group, part, naming)
         if part != READY and source == topic:
             return ExportPage(source, (), -1)

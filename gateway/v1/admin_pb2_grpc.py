@@ -199,7 +199,7 @@ class AdminServicer:
     def ExportMessages(self, request, context):
         """Reads a page of a group's messages of one part (ready, waiting retries, dead letters)
         without taking them, for `gateway migrate copy`. FAILED_PRECONDITION while push consumers
-        are open on the group.
+        are open on the group, or deliveries of it are in flight to pull consumers.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
