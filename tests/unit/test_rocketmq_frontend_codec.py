@@ -88,7 +88,7 @@ def test_echoed_values_and_status_messages_are_cut_short() -> None:
 
 def test_sdk_message_reads_back_through_the_sdk() -> None:
     topic = definition_pb2.Resource(name="t")
-    delivery = _delivery(key="G", deliver_at_ms=5_000)
+    delivery = _delivery(key="G", deliver_at_ms=5_000, topic="t")
     msg = SdkMessage().fromProtobuf(codec.sdk_message(delivery, topic, codec.PUSH, 30_000, "h:1"))
     assert not msg.corrupted
     assert (msg.topic, msg.body, msg.tag) == ("t", b"payload", "TagA")
@@ -108,8 +108,34 @@ def test_first_delivery_attempt_is_at_least_one() -> None:
 
 def test_message_type_is_inferred_from_group_and_delivery_time() -> None:
     assert codec.message_type_of(_delivery(key="G")) == MT.FIFO
-    assert codec.message_type_of(_delivery(deliver_at_ms=9_000)) == MT.DELAY
+    assert codec.message_type_of(_delivery(deliver_at_ms=9_000, topic="t")) == MT.DELAY
     assert codec.message_type_of(_delivery()) == MT.NORMAL
+
+
+def test_a_retry_copy_is_shown_as_sent_not_as_delayed() -> None:
+    """A retry copy's delivery time is its back-off: RocketMQ shows a retried NORMAL message as
+    NORMAL, without a delivery timestamp."""
+    topic = definition_pb2.Resource(name="t")
+    retry = _delivery(deliver_at_ms=9_000)  # read from %RETRY%g
+    assert codec.message_type_of(retry) == MT.NORMAL
+    msg = codec.sdk_message(retry, topic, codec.PUSH, 30_000, "")
+    assert not msg.system_properties.HasField("delivery_timestamp")
+
+
+def test_rocketmqs_own_property_names_are_not_user_properties() -> None:
+    """As a RocketMQ proxy: the names RocketMQ keeps (`MessageConst.STRING_HASH_SET`) that the
+    gateway writes on retry copies and dead letters are not shown as user properties; a dead
+    letter's origin is in `dead_letter_queue`."""
+    topic = definition_pb2.Resource(name="%DLQ%g")
+    properties = {"a": "b", "RECONSUME_TIME": "3", "RETRY_TOPIC": "t", "ORIGIN_MESSAGE_ID": "M",
+                  "DLQ_ORIGIN_TOPIC": "t", "DLQ_ORIGIN_MESSAGE_ID": "M", "TAGS": "x"}
+    dead = _delivery(topic="%DLQ%g", original_topic="%DLQ%g", properties=properties)
+    msg = codec.sdk_message(dead, topic, codec.SIMPLE, 30_000, "")
+    assert dict(msg.user_properties) == {"a": "b"}
+    origin = msg.system_properties.dead_letter_queue
+    assert (origin.topic, origin.message_id) == ("t", "M")
+    plain = codec.sdk_message(_delivery(), topic, codec.SIMPLE, 30_000, "")
+    assert not plain.system_properties.HasField("dead_letter_queue")
 
 
 def test_foreign_receipt_counts_as_simple() -> None:
