@@ -300,3 +300,22 @@ def test_resource_limits_map_to_their_own_codes() -> None:
     assert codec.error_status(MessageTooLarge(10, 5)).code == code.MESSAGE_BODY_TOO_LARGE
     assert codec.error_status(TooManyGroups(3)).code == code.TOO_MANY_REQUESTS
     assert codec.error_status(TooManyCalls("busy")).code == code.TOO_MANY_REQUESTS
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "stored"),
+    [
+        ("", "orders", "orders"),
+        ("prod", "orders", "prod%orders"),
+        ("prod", "%DLQ%billing", "%DLQ%prod%billing"),
+        ("prod", "%RETRY%billing", "%RETRY%prod%billing"),
+        ("prod", "prod%orders", "prod%orders"),
+        ("prod", "%DLQ%prod%billing", "%DLQ%prod%billing"),
+        ("dev", "prod%orders", "dev%prod%orders"),
+    ],
+)
+def test_a_namespaced_name_is_stored_as_a_rocketmq_proxy_wraps_it(
+    namespace: str, name: str, stored: str
+) -> None:
+    resource = definition_pb2.Resource(name=name, resource_namespace=namespace)
+    assert codec.store_name(resource) == stored

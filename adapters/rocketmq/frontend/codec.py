@@ -8,6 +8,7 @@ from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2
 
+from adapters.rocketmq.naming import with_namespace
 from gateway.backend.base import OutMessage
 from gateway.core.properties import TRACEPARENT, TRACESTATE
 from gateway.engine.api import Delivery
@@ -117,6 +118,11 @@ def unwrap_receipt(handle: str) -> tuple[str, str]:
     if sep and kind in (PUSH, SIMPLE):
         return kind, receipt
     return SIMPLE, handle
+
+
+def store_name(resource: Any) -> str:
+    """The store's name of a topic or group `Resource`: its name within its namespace."""
+    return with_namespace(resource.resource_namespace, resource.name)
 
 
 def crc32_hex(body: bytes) -> str:
