@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from rocketmq import Message as SdkMessage
 from rocketmq.grpc_protocol import definition_pb2
@@ -49,10 +51,19 @@ def _delivery(**changes: object) -> Delivery:
     return Delivery(**fields)  # type: ignore[arg-type]
 
 
-def test_crc32_matches_the_sdk_check() -> None:
-    for body in (b"", b"hello", bytes(range(256)) * 3):
-        assert codec.crc32_hex(body) == Misc.crc32_checksum(body)
-        assert len(codec.crc32_hex(body)) == 8
+def test_the_body_digest_is_md5_as_a_proxy_sends_it() -> None:
+    """MD5 in uppercase hex: what a RocketMQ 5 proxy sends and every SDK checks alike. A CRC32
+    digest of 8 hex digits was read as corrupted by the Node.js SDK (it wants decimal) and, for a
+    CRC32 below 0x10000000, by the Java SDK (hex without leading zeros): a push consumer sends
+    such a message to the dead-letter topic without consuming it."""
+    topic = definition_pb2.Resource(name="t")
+    for body in (b"", b"hello", bytes(range(256)) * 3, b"payload"):
+        assert codec.md5_hex(body) == Misc.md5_checksum(body)
+        msg = codec.sdk_message(_delivery(body=body), topic, codec.PUSH, 30_000, "")
+        digest = msg.system_properties.body_digest
+        assert (digest.type, digest.checksum) == (definition_pb2.DigestType.MD5,
+                                                  hashlib.md5(body).hexdigest().upper())
+        assert not SdkMessage().fromProtobuf(msg).corrupted
 
 
 def test_out_message_maps_group_tag_keys_delivery_time() -> None:

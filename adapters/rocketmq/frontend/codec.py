@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -125,9 +125,12 @@ def store_name(resource: Any) -> str:
     return with_namespace(resource.resource_namespace, resource.name)
 
 
-def crc32_hex(body: bytes) -> str:
-    """Body digest the SDK checks: CRC32 as 8 uppercase hex characters."""
-    return format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+def md5_hex(body: bytes) -> str:
+    """Body digest the SDKs check: MD5 in uppercase hex, what a RocketMQ 5 proxy sends. (The SDKs
+    do not agree on how a CRC32 digest is written: the Python SDK wants 8 hex digits, the Java
+    SDK hex without leading zeros, the Node.js SDK decimal; a push consumer discards a message
+    whose digest it does not match, to the dead-letter topic.)"""
+    return hashlib.md5(body, usedforsecurity=False).hexdigest().upper()
 
 
 def to_ms(stamp: Any) -> int:
@@ -200,8 +203,8 @@ def sdk_message(delivery: Delivery, topic: Any, kind: str, invisible_ms: int, ho
         sp.tag = delivery.tag
     if keys:
         sp.keys.extend(keys.split(" "))
-    sp.body_digest.type = definition_pb2.DigestType.CRC32
-    sp.body_digest.checksum = crc32_hex(delivery.body)
+    sp.body_digest.type = definition_pb2.DigestType.MD5
+    sp.body_digest.checksum = md5_hex(delivery.body)
     sp.body_encoding = definition_pb2.Encoding.IDENTITY
     sp.message_type = message_type_of(delivery)
     set_to_ms(sp.born_timestamp, delivery.publish_ms)
