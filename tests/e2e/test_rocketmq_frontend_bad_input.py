@@ -186,6 +186,13 @@ def _props(message: Any, items: dict[str, str]) -> None:
     [
         (lambda m: _props(m, {"": "v"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY, ("user_properties",)),
         (lambda m: _props(m, {"KEYS": "v"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY, ("KEYS",)),
+        # RocketMQ's own property names, as its proxy refuses them ("used by system").
+        (lambda m: _props(m, {"TAGS": "v"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+         ("TAGS", "system property")),
+        (lambda m: _props(m, {"RECONSUME_TIME": "3"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+         ("RECONSUME_TIME",)),
+        (lambda m: _props(m, {"DLQ_ORIGIN_TOPIC": "x"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+         ("DLQ_ORIGIN_TOPIC",)),
         (lambda m: _props(m, {"k": "v" * 20_000}), Code.MESSAGE_PROPERTIES_TOO_LARGE,
          ("16384",)),
         (lambda m: _props(m, {f"k{i}": "v" for i in range(129)}),

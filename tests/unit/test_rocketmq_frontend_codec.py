@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from rocketmq import Message as SdkMessage
 from rocketmq.grpc_protocol import definition_pb2
@@ -49,10 +51,19 @@ def _delivery(**changes: object) -> Delivery:
     return Delivery(**fields)  # type: ignore[arg-type]
 
 
-def test_crc32_matches_the_sdk_check() -> None:
-    for body in (b"", b"hello", bytes(range(256)) * 3):
-        assert codec.crc32_hex(body) == Misc.crc32_checksum(body)
-        assert len(codec.crc32_hex(body)) == 8
+def test_the_body_digest_is_md5_as_a_proxy_sends_it() -> None:
+    """MD5 in uppercase hex: what a RocketMQ 5 proxy sends and every SDK checks alike. A CRC32
+    digest of 8 hex digits was read as corrupted by the Node.js SDK (it wants decimal) and, for a
+    CRC32 below 0x10000000, by the Java SDK (hex without leading zeros): a push consumer sends
+    such a message to the dead-letter topic without consuming it."""
+    topic = definition_pb2.Resource(name="t")
+    for body in (b"", b"hello", bytes(range(256)) * 3, b"payload"):
+        assert codec.md5_hex(body) == Misc.md5_checksum(body)
+        msg = codec.sdk_message(_delivery(body=body), topic, codec.PUSH, 30_000, "")
+        digest = msg.system_properties.body_digest
+        assert (digest.type, digest.checksum) == (definition_pb2.DigestType.MD5,
+                                                  hashlib.md5(body).hexdigest().upper())
+        assert not SdkMessage().fromProtobuf(msg).corrupted
 
 
 def test_out_message_maps_group_tag_keys_delivery_time() -> None:
@@ -88,7 +99,7 @@ def test_echoed_values_and_status_messages_are_cut_short() -> None:
 
 def test_sdk_message_reads_back_through_the_sdk() -> None:
     topic = definition_pb2.Resource(name="t")
-    delivery = _delivery(key="G", deliver_at_ms=5_000)
+    delivery = _delivery(key="G", deliver_at_ms=5_000, topic="t")
     msg = SdkMessage().fromProtobuf(codec.sdk_message(delivery, topic, codec.PUSH, 30_000, "h:1"))
     assert not msg.corrupted
     assert (msg.topic, msg.body, msg.tag) == ("t", b"payload", "TagA")
@@ -108,8 +119,34 @@ def test_first_delivery_attempt_is_at_least_one() -> None:
 
 def test_message_type_is_inferred_from_group_and_delivery_time() -> None:
     assert codec.message_type_of(_delivery(key="G")) == MT.FIFO
-    assert codec.message_type_of(_delivery(deliver_at_ms=9_000)) == MT.DELAY
+    assert codec.message_type_of(_delivery(deliver_at_ms=9_000, topic="t")) == MT.DELAY
     assert codec.message_type_of(_delivery()) == MT.NORMAL
+
+
+def test_a_retry_copy_is_shown_as_sent_not_as_delayed() -> None:
+    """A retry copy's delivery time is its back-off: RocketMQ shows a retried NORMAL message as
+    NORMAL, without a delivery timestamp."""
+    topic = definition_pb2.Resource(name="t")
+    retry = _delivery(deliver_at_ms=9_000)  # read from %RETRY%g
+    assert codec.message_type_of(retry) == MT.NORMAL
+    msg = codec.sdk_message(retry, topic, codec.PUSH, 30_000, "")
+    assert not msg.system_properties.HasField("delivery_timestamp")
+
+
+def test_rocketmqs_own_property_names_are_not_user_properties() -> None:
+    """As a RocketMQ proxy: the names RocketMQ keeps (`MessageConst.STRING_HASH_SET`) that the
+    gateway writes on retry copies and dead letters are not shown as user properties; a dead
+    letter's origin is in `dead_letter_queue`."""
+    topic = definition_pb2.Resource(name="%DLQ%g")
+    properties = {"a": "b", "RECONSUME_TIME": "3", "RETRY_TOPIC": "t", "ORIGIN_MESSAGE_ID": "M",
+                  "DLQ_ORIGIN_TOPIC": "t", "DLQ_ORIGIN_MESSAGE_ID": "M", "TAGS": "x"}
+    dead = _delivery(topic="%DLQ%g", original_topic="%DLQ%g", properties=properties)
+    msg = codec.sdk_message(dead, topic, codec.SIMPLE, 30_000, "")
+    assert dict(msg.user_properties) == {"a": "b"}
+    origin = msg.system_properties.dead_letter_queue
+    assert (origin.topic, origin.message_id) == ("t", "M")
+    plain = codec.sdk_message(_delivery(), topic, codec.SIMPLE, 30_000, "")
+    assert not plain.system_properties.HasField("dead_letter_queue")
 
 
 def test_foreign_receipt_counts_as_simple() -> None:
@@ -274,3 +311,22 @@ def test_resource_limits_map_to_their_own_codes() -> None:
     assert codec.error_status(MessageTooLarge(10, 5)).code == code.MESSAGE_BODY_TOO_LARGE
     assert codec.error_status(TooManyGroups(3)).code == code.TOO_MANY_REQUESTS
     assert codec.error_status(TooManyCalls("busy")).code == code.TOO_MANY_REQUESTS
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "stored"),
+    [
+        ("", "orders", "orders"),
+        ("prod", "orders", "prod%orders"),
+        ("prod", "%DLQ%billing", "%DLQ%prod%billing"),
+        ("prod", "%RETRY%billing", "%RETRY%prod%billing"),
+        ("prod", "prod%orders", "prod%orders"),
+        ("prod", "%DLQ%prod%billing", "%DLQ%prod%billing"),
+        ("dev", "prod%orders", "dev%prod%orders"),
+    ],
+)
+def test_a_namespaced_name_is_stored_as_a_rocketmq_proxy_wraps_it(
+    namespace: str, name: str, stored: str
+) -> None:
+    resource = definition_pb2.Resource(name=name, resource_namespace=namespace)
+    assert codec.store_name(resource) == stored

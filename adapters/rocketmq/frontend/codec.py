@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2
 
+from adapters.rocketmq.naming import with_namespace
 from gateway.backend.base import OutMessage
 from gateway.core.properties import TRACEPARENT, TRACESTATE
 from gateway.engine.api import Delivery
@@ -19,6 +20,25 @@ MessageType = definition_pb2.MessageType
 
 KEYS_PROPERTY = "KEYS"
 """Property that carries the SDK's message keys (space separated, as RocketMQ 4.x stores them)."""
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+
+SYSTEM_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", KEYS_PROPERTY, "TAGS", "WAIT", "DELAY", "RETRY_TOPIC",
+    "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
+    "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+    "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
+    "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO", "INSTANCE_ID",
+    "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
+    "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_MS", "TIMER_DELAY_SEC",
+    "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES",
+    "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL", "__BORNHOST", "BORN_TIMESTAMP",
+    DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID,
+})
+"""Property names RocketMQ keeps for itself (its `MessageConst.STRING_HASH_SET`): its proxy refuses
+them as user properties (ILLEGAL_MESSAGE_PROPERTY_KEY) and never shows them to an SDK as user
+properties. The gateway writes some of them on retry copies and dead letters (`dialect`), where
+other front ends' consumers read them."""
 
 PUSH = "p"
 SIMPLE = "s"
@@ -100,9 +120,17 @@ def unwrap_receipt(handle: str) -> tuple[str, str]:
     return SIMPLE, handle
 
 
-def crc32_hex(body: bytes) -> str:
-    """Body digest the SDK checks: CRC32 as 8 uppercase hex characters."""
-    return format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+def store_name(resource: Any) -> str:
+    """The store's name of a topic or group `Resource`: its name within its namespace."""
+    return with_namespace(resource.resource_namespace, resource.name)
+
+
+def md5_hex(body: bytes) -> str:
+    """Body digest the SDKs check: MD5 in uppercase hex, what a RocketMQ 5 proxy sends. (The SDKs
+    do not agree on how a CRC32 digest is written: the Python SDK wants 8 hex digits, the Java
+    SDK hex without leading zeros, the Node.js SDK decimal; a push consumer discards a message
+    whose digest it does not match, to the dead-letter topic.)"""
+    return hashlib.md5(body, usedforsecurity=False).hexdigest().upper()
 
 
 def to_ms(stamp: Any) -> int:
@@ -140,10 +168,18 @@ def out_message(message: Any, now_ms: int) -> OutMessage:
     )
 
 
+def producer_delivery_ms(delivery: Delivery) -> int:
+    """The delivery time its producer gave the message (0: none). A retry copy's time is its
+    back-off, not a delivery time: RocketMQ shows a retried message as it was sent."""
+    if delivery.topic != delivery.original_topic:
+        return 0
+    return delivery.deliver_at_ms if delivery.deliver_at_ms > delivery.publish_ms else 0
+
+
 def message_type_of(delivery: Delivery) -> int:
     if delivery.key:
         return int(MessageType.FIFO)
-    if delivery.deliver_at_ms > delivery.publish_ms:
+    if producer_delivery_ms(delivery):
         return int(MessageType.DELAY)
     return int(MessageType.NORMAL)
 
@@ -156,7 +192,9 @@ def sdk_message(delivery: Delivery, topic: Any, kind: str, invisible_ms: int, ho
     properties = dict(delivery.properties)
     keys = properties.pop(KEYS_PROPERTY, "")
     traceparent = properties.pop(TRACEPARENT, "")
-    msg.user_properties.update(properties)
+    msg.user_properties.update(
+        (name, value) for name, value in properties.items() if name not in SYSTEM_PROPERTIES
+    )
     sp = msg.system_properties
     if traceparent:  # a RocketMQ consumer reads the trace context here, not in user properties
         sp.trace_context = traceparent
@@ -165,15 +203,16 @@ def sdk_message(delivery: Delivery, topic: Any, kind: str, invisible_ms: int, ho
         sp.tag = delivery.tag
     if keys:
         sp.keys.extend(keys.split(" "))
-    sp.body_digest.type = definition_pb2.DigestType.CRC32
-    sp.body_digest.checksum = crc32_hex(delivery.body)
+    sp.body_digest.type = definition_pb2.DigestType.MD5
+    sp.body_digest.checksum = md5_hex(delivery.body)
     sp.body_encoding = definition_pb2.Encoding.IDENTITY
     sp.message_type = message_type_of(delivery)
     set_to_ms(sp.born_timestamp, delivery.publish_ms)
     set_to_ms(sp.store_timestamp, delivery.publish_ms)
     sp.store_host = host
-    if delivery.deliver_at_ms:
-        set_to_ms(sp.delivery_timestamp, delivery.deliver_at_ms)
+    deliver_at_ms = producer_delivery_ms(delivery)
+    if deliver_at_ms:
+        set_to_ms(sp.delivery_timestamp, deliver_at_ms)
     sp.receipt_handle = wrap_receipt(kind, delivery.receipt)
     sp.queue_id = 0
     sp.invisible_duration.seconds = invisible_ms // 1000
@@ -181,4 +220,9 @@ def sdk_message(delivery: Delivery, topic: Any, kind: str, invisible_ms: int, ho
     sp.delivery_attempt = max(1, delivery.attempt)
     if delivery.key:
         sp.message_group = delivery.key
+    origin_topic = properties.get(DLQ_ORIGIN_TOPIC)
+    origin_id = properties.get(DLQ_ORIGIN_MESSAGE_ID)
+    if origin_topic is not None and origin_id is not None:  # a dead letter: where it came from
+        sp.dead_letter_queue.topic = origin_topic
+        sp.dead_letter_queue.message_id = origin_id
     return msg

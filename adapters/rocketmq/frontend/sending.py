@@ -70,7 +70,7 @@ async def publish(
     with one entry per message, in request order."""
     by_topic: dict[str, list[int]] = {}
     for index, message in enumerate(request.messages):
-        by_topic.setdefault(message.topic.name, []).append(index)
+        by_topic.setdefault(codec.store_name(message.topic), []).append(index)
     for topic in by_topic:
         check_publish(topic)
     ids: dict[int, str] = {}

@@ -173,7 +173,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         return topology.endpoints_for(self._settings.advertised_endpoint, requested)
 
     def _spec(self, request: Any, kind: str, client_id: str) -> SubscriptionSpec:
-        group = request.group.name
+        group = codec.store_name(request.group)
         expression = request.filter_expression
         settings = self._settings
         options: dict[str, str] = {}
@@ -190,7 +190,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             if group in settings.fifo_groups:  # a simple consumer: FIFO per message group
                 options["ordered"] = "true"
         return SubscriptionSpec(
-            topic=request.message_queue.topic.name,
+            topic=codec.store_name(request.message_queue.topic),
             group=group,
             policy=policy,
             options=options,

@@ -11,6 +11,7 @@ from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2
 
+from . import codec
 from .settings import FrontendSettings
 
 BROKER_NAME = "retry-gateway"
@@ -74,7 +75,7 @@ def settings_reply(client: Any, settings: FrontendSettings, endpoints: Any) -> A
         reply.metric.on = False
         return reply
     sub = reply.subscription
-    group = client.subscription.group.name
+    group = codec.store_name(client.subscription.group)
     fifo = group in settings.fifo_groups
     sub.fifo = fifo
     sub.receive_batch_size = settings.receive_batch_size

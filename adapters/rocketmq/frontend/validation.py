@@ -253,13 +253,20 @@ def _user_properties(message: Any, field: str) -> int:
         )
     size = 0
     for key in properties:
-        if not key or _has_control(key) or key == codec.KEYS_PROPERTY:
+        if not key or _has_control(key):
             raise Rejected(
                 Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
                 f"{field}.user_properties",
                 key,
-                f"non-empty keys without control characters, not {codec.KEYS_PROPERTY!r} "
-                "(it carries the message keys)",
+                "non-empty keys without control characters",
+            )
+        if key in codec.SYSTEM_PROPERTIES:
+            raise Rejected(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"{field}.user_properties",
+                key,
+                "a name RocketMQ does not use itself: this one is a system property "
+                f"({codec.KEYS_PROPERTY!r} carries the message keys, 'TAGS' the tag, ...)",
             )
         size += _utf8_len(key) + _utf8_len(properties[key])
     return size
