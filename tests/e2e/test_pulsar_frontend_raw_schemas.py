@@ -1,0 +1,105 @@
+"""Schema commands at the frame level: PRODUCER_SUCCESS carries the schema's version,
+GET_OR_CREATE_SCHEMA registers or refuses a schema as a PRODUCER does, and GET_SCHEMA answers
+with what the topic holds (as a broker's schema registry does)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapters.pulsar.frontend import PulsarFrontEnd, schemas
+from adapters.pulsar.wire import wire_pb2 as pb
+from gateway.engine.engine import Engine
+from tests.pulsar_raw import Cmd, RawClient, front_end, producer
+
+JSON = pb.Schema(name="Order", schema_data=b'{"type": "record", "name": "Order", "fields": []}',
+                 type=pb.Schema.Json)
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[tuple[PulsarFrontEnd, Engine]]:
+    async with front_end(tmp_path) as pair:
+        yield pair
+
+
+def get_or_create(request_id: int, schema: pb.Schema) -> pb.BaseCommand:
+    cmd = Cmd(type=Cmd.GET_OR_CREATE_SCHEMA)
+    cmd.getOrCreateSchema.request_id = request_id
+    cmd.getOrCreateSchema.topic = "persistent://public/default/raw"
+    cmd.getOrCreateSchema.schema.CopyFrom(schema)
+    return cmd
+
+
+def get_schema(request_id: int, version: bytes = b"") -> pb.BaseCommand:
+    cmd = Cmd(type=Cmd.GET_SCHEMA)
+    cmd.getSchema.request_id = request_id
+    cmd.getSchema.topic = "persistent://public/default/raw"
+    if version:
+        cmd.getSchema.schema_version = version
+    return cmd
+
+
+async def test_schema_commands_use_the_topics_schemas(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, _ = stack
+    client = await RawClient.open(front.port)
+    try:
+        client.send(get_schema(1))
+        missing = (await client.expect(Cmd.GET_SCHEMA_RESPONSE)).command.getSchemaResponse
+        assert missing.error_code == pb.TopicNotFound
+
+        cmd = producer(1, 2, "typed")
+        cmd.producer.schema.CopyFrom(JSON)
+        client.send(cmd)
+        success = (await client.expect(Cmd.PRODUCER_SUCCESS)).command.producer_success
+        assert success.schema_version == bytes(8)
+
+        client.send(get_or_create(3, JSON))
+        same = (await client.expect(Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)).command
+        assert same.getOrCreateSchemaResponse.schema_version == bytes(8)
+        assert not same.getOrCreateSchemaResponse.HasField("error_code")
+
+        text = pb.Schema(name="text", schema_data=b"", type=pb.Schema.String)
+        client.send(get_or_create(4, text))
+        refused = (await client.expect(Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)).command
+        assert refused.getOrCreateSchemaResponse.error_code == pb.IncompatibleSchema
+        assert "Json" in refused.getOrCreateSchemaResponse.error_message
+
+        other = pb.Schema(name="Order", schema_data=b'{"type": "record", "name": "Order2"}',
+                          type=pb.Schema.Json)
+        client.send(get_or_create(5, other))
+        newer = (await client.expect(Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)).command
+        assert newer.getOrCreateSchemaResponse.schema_version == (1).to_bytes(8, "big")
+
+        client.send(get_schema(6, bytes(8)))
+        found = (await client.expect(Cmd.GET_SCHEMA_RESPONSE)).command.getSchemaResponse
+        assert (found.schema.type, found.schema.schema_data) == (JSON.type, JSON.schema_data)
+        client.send(get_schema(7))
+        latest = (await client.expect(Cmd.GET_SCHEMA_RESPONSE)).command.getSchemaResponse
+        assert (latest.schema.schema_data, latest.schema_version) == (
+            other.schema_data, (1).to_bytes(8, "big"))
+    finally:
+        await client.close()
+
+
+async def test_versions_past_the_limit_are_refused_naming_it(
+    stack: tuple[PulsarFrontEnd, Engine], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(schemas, "MAX_VERSIONS", 2)
+    front, _ = stack
+    client = await RawClient.open(front.port)
+    try:
+        for request_id in (1, 2, 3):
+            data = f'{{"type": "record", "name": "V{request_id}"}}'.encode()
+            client.send(get_or_create(request_id, pb.Schema(name="v", schema_data=data,
+                                                           type=pb.Schema.Json)))
+            reply = (await client.expect(Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)).command
+        answer = reply.getOrCreateSchemaResponse
+        assert answer.error_code == pb.NotAllowedError
+        assert "getOrCreateSchema.schema" in answer.error_message
+        assert "at most 2 schema versions per topic" in answer.error_message
+    finally:
+        await client.close()
