@@ -12,7 +12,7 @@ import pytest
 from adapters.pulsar.frontend import PulsarFrontEnd, schemas
 from adapters.pulsar.wire import wire_pb2 as pb
 from gateway.engine.engine import Engine
-from tests.pulsar_raw import Cmd, RawClient, front_end, producer
+from tests.pulsar_raw import Cmd, RawClient, front_end, meta, producer, send
 
 JSON = pb.Schema(name="Order", schema_data=b'{"type": "record", "name": "Order", "fields": []}',
                  type=pb.Schema.Json)
@@ -101,5 +101,28 @@ async def test_versions_past_the_limit_are_refused_naming_it(
         assert answer.error_code == pb.NotAllowedError
         assert "getOrCreateSchema.schema" in answer.error_message
         assert "at most 2 schema versions per topic" in answer.error_message
+    finally:
+        await client.close()
+
+
+async def test_a_schema_version_too_long_is_refused_naming_it(
+    stack: tuple[PulsarFrontEnd, Engine],
+) -> None:
+    front, _ = stack
+    client = await RawClient.open(front.port)
+    try:
+        client.send(producer(1, 1, "w"))
+        await client.expect(Cmd.PRODUCER_SUCCESS)
+        metadata = meta("w", 0)
+        metadata.schema_version = bytes(65)
+        client.send(send(1, 0), metadata, b"body")
+        error = (await client.expect(Cmd.SEND_ERROR)).command.send_error
+        assert error.error == pb.NotAllowedError
+        assert "metadata.schema_version" in error.message
+        assert "at most 64 bytes" in error.message
+        metadata.schema_version = bytes(8)
+        client.send(send(1, 1), metadata, b"body")
+        receipt = (await client.expect(Cmd.SEND_RECEIPT)).command.send_receipt
+        assert receipt.sequence_id == 1
     finally:
         await client.close()

@@ -80,3 +80,18 @@ async def test_the_schemas_survive_a_restart(stack: Stack) -> None:
         await run(client.create_producer, "orders", schema=StringSchema())
     finally:
         await run(client.close)
+
+
+async def test_a_message_carries_its_producers_schema_version(stack: Stack) -> None:
+    client = client_for(stack.url)
+    try:
+        consumer = await run(client.subscribe, "orders", "sub", schema=JsonSchema(Order))
+        first = await run(client.create_producer, "orders", schema=JsonSchema(Order))
+        second = await run(client.create_producer, "orders", schema=JsonSchema(Refund))
+        await run(first.send, Order(number=1, item="tea"))
+        await run(second.send, Refund(number=2))
+        versions = [(await run(consumer.receive, 3000)).schema_version() for _ in range(2)]
+        assert [bytes(v, "latin-1") if isinstance(v, str) else bytes(v) for v in versions] == [
+            bytes(8), (1).to_bytes(8, "big")]
+    finally:
+        await run(client.close)
