@@ -11,7 +11,9 @@ import pytest
 
 from adapters.pulsar.frontend import PulsarFrontEnd, schemas
 from adapters.pulsar.wire import wire_pb2 as pb
+from gateway.engine.clock import SystemClock
 from gateway.engine.engine import Engine
+from gateway.server.app import running_gateway
 from tests.pulsar_raw import Cmd, RawClient, front_end, meta, producer, send
 
 JSON = pb.Schema(name="Order", schema_data=b'{"type": "record", "name": "Order", "fields": []}',
@@ -126,3 +128,44 @@ async def test_a_schema_version_too_long_is_refused_naming_it(
         assert receipt.sequence_id == 1
     finally:
         await client.close()
+
+
+TOKENS = """
+[[principal]]
+name = "billing"
+token = "billing-secret"
+publish = ["payments"]
+consume = ["payments"]
+groups = ["billing"]
+"""
+
+
+async def test_only_a_connection_that_may_publish_registers_a_schema(tmp_path: Path) -> None:
+    """GET_OR_CREATE_SCHEMA registered a schema on any topic for any connection: one that may
+    not publish there could make the topic refuse its producers (IncompatibleSchema)."""
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS)
+    async with running_gateway(tmp_path / "data", clock=SystemClock(), tokens_file=str(tokens),
+                               pulsar_listen="127.0.0.1:0") as app:
+        client = await RawClient.open(app.front_ends["pulsar"].port, connect=False)
+        try:
+            cmd = Cmd(type=Cmd.CONNECT)
+            cmd.connect.client_version = "raw-test"
+            cmd.connect.protocol_version = 19
+            cmd.connect.auth_method_name = "token"
+            cmd.connect.auth_data = b"billing-secret"
+            client.send(cmd)
+            await client.expect(Cmd.CONNECTED)
+            for request_id, topic in ((1, "orders"), (2, "payments")):
+                ask = get_or_create(request_id, JSON)
+                ask.getOrCreateSchema.topic = f"persistent://public/default/{topic}"
+                client.send(ask)
+                reply = (await client.expect(Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)).command
+                answer = reply.getOrCreateSchemaResponse
+                if topic == "orders":
+                    assert answer.error_code == pb.AuthorizationError
+                else:
+                    assert (answer.HasField("error_code"), answer.schema_version) == (
+                        False, bytes(8))
+        finally:
+            await client.close()

@@ -280,8 +280,9 @@ class Connection(ConsumerCommands):
         kind = cmd.type
         if kind == Cmd.GET_LAST_MESSAGE_ID:
             await self._last_message_id(cmd.getLastMessageId)
-        elif (reply := await lookups.answer(cmd, self._shared.service_url,
-                                            self._shared.schemas)) is not None:
+        elif (reply := await lookups.answer(
+                cmd, self._shared.service_url, self._shared.schemas,
+                functools.partial(self._check, group=None))) is not None:
             self.write(reply)
         elif (reply := unserved.refusal(cmd)) is not None:
             self.write(reply)

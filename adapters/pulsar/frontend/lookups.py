@@ -5,6 +5,8 @@ one as a producer's schema is)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from adapters.pulsar.frontend import replies
 from adapters.pulsar.frontend.schemas import SchemaRegistry
 from adapters.pulsar.frontend.topics import engine_topic, topic_or_none
@@ -15,10 +17,12 @@ Cmd = pb.BaseCommand
 
 
 async def answer(
-    cmd: pb.BaseCommand, service_url: str, schemas: SchemaRegistry
+    cmd: pb.BaseCommand, service_url: str, schemas: SchemaRegistry,
+    may_publish: Callable[[str], None],
 ) -> bytes | None:
     """The reply to a PARTITIONED_METADATA, LOOKUP, GET_SCHEMA or GET_OR_CREATE_SCHEMA; None
-    for any other command."""
+    for any other command. `may_publish(topic)` raises unless the connection may publish to
+    the topic (only such a connection registers a schema, as a PRODUCER does)."""
     kind = cmd.type
     if kind == Cmd.PARTITIONED_METADATA:
         meta = cmd.partitionMetadata
@@ -45,8 +49,10 @@ async def answer(
         try:
             if problem is not None:
                 return replies.schema_version(create.request_id, b"", *problem)
-            version = await schemas.admit_producer(
-                engine_topic(create.topic), create.schema, "getOrCreateSchema.schema")
+            topic = engine_topic(create.topic)
+            may_publish(topic)
+            version = await schemas.admit_producer(topic, create.schema,
+                                                   "getOrCreateSchema.schema")
         except Exception as exc:
             return replies.schema_version(create.request_id, b"", replies.server_error(exc),
                                           replies.error_text(exc))
