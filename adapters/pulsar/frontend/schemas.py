@@ -47,7 +47,10 @@ class IncompatibleSchema(InvalidArgument):
 
 
 def type_name(kind: int) -> str:
-    return str(pb.Schema.Type.Name(kind))
+    try:
+        return str(pb.Schema.Type.Name(kind))
+    except ValueError:  # a stored type this version does not know
+        return str(kind)
 
 
 def version_bytes(index: int) -> bytes:
