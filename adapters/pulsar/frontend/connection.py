@@ -280,7 +280,9 @@ class Connection(ConsumerCommands):
         kind = cmd.type
         if kind == Cmd.GET_LAST_MESSAGE_ID:
             await self._last_message_id(cmd.getLastMessageId)
-        elif (reply := lookups.answer(cmd, self._shared.service_url)) is not None:
+        elif (reply := await lookups.answer(
+                cmd, self._shared.service_url, self._shared.schemas,
+                functools.partial(self._check, group=None))) is not None:
             self.write(reply)
         elif (reply := unserved.refusal(cmd)) is not None:
             self.write(reply)
@@ -298,7 +300,8 @@ class Connection(ConsumerCommands):
                 self._busy(request.request_id, pb.ProducerBusy, text, "PRODUCER")
                 return
             last = self._shared.dedup.last(existing.topic, existing.name)
-            self.write(replies.producer_success(request.request_id, existing.name, last))
+            self.write(replies.producer_success(request.request_id, existing.name, last,
+                                                existing.schema_version))
             return
         initial = request.initial_subscription_name
         try:
@@ -306,6 +309,8 @@ class Connection(ConsumerCommands):
             self._check(topic, None)
             if initial:
                 self._check(topic, initial)
+            version = await self._shared.schemas.admit_producer(
+                topic, request.schema if request.HasField("schema") else None, "producer.schema")
         except Exception as exc:
             self._refuse(request.request_id, exc, "PRODUCER")
             return
@@ -341,9 +346,10 @@ class Connection(ConsumerCommands):
             budget=self._shared.budget,
             client_version=self._client_version,
             release=functools.partial(self._shared.access.detach, topic, exclusive),
+            schema_version=version,
         )
         last = self._shared.dedup.last(topic, name)
-        self.write(replies.producer_success(request.request_id, name, last))
+        self.write(replies.producer_success(request.request_id, name, last, version))
 
     def _send(self, frame: Frame, cost: int) -> bool:
         send = frame.command.send

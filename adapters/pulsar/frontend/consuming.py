@@ -68,6 +68,8 @@ class ConsumerCommands:
         try:
             topic = engine_topic(request.topic)
             self._check(topic, request.subscription)
+            self._shared.schemas.check_consumer(
+                topic, request.schema if request.HasField("schema") else None, "subscribe.schema")
             async with self._shared.names.hold(topic, request.subscription):
                 consumer = await subscribing.attach(
                     self._shared, request, topic, member,

@@ -18,7 +18,15 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from adapters.pulsar.frontend import access, ids
 from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID
-from adapters.pulsar.frontend.messages import RESERVED, carried, key_bytes, out_message, sticky_key
+from adapters.pulsar.frontend.messages import (
+    MAX_SCHEMA_VERSION_BYTES,
+    RESERVED,
+    SCHEMA_VERSION,
+    carried,
+    key_bytes,
+    out_message,
+    sticky_key,
+)
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import Entry, entries
 from adapters.pulsar.wire.frames import Frame
@@ -330,6 +338,11 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
     if not 0 <= deliver_at <= now_ms + MAX_DELAY_MS:
         allowed = f"0..{now_ms + MAX_DELAY_MS} (at most {MAX_DELAY_MS} ms from now)"
         raise refused("metadata.deliver_at_time", deliver_at, allowed)
+    version = len(metadata.schema_version)
+    if version > MAX_SCHEMA_VERSION_BYTES:
+        raise refused("metadata.schema_version", f"{version} bytes",
+                      f"at most {MAX_SCHEMA_VERSION_BYTES} bytes")
+    carried_version = len(SCHEMA_VERSION) + 2 * version if version else 0
     found = entries(metadata, frame.payload, limit=limit, max_count=MAX_MESSAGES_PER_SEND)
     check_publish_properties("messages", sum(len(entry.properties) for entry in found))
     send = frame.command.send
@@ -348,7 +361,7 @@ def messages(frame: Frame, *, producer: str, limit: int, now_ms: int) -> list[Ou
                 raise refused(f"messages[{i}].properties", key,
                               f"keys that do not start with {RESERVED} (reserved for the "
                               "Pulsar front end)")
-        size = len(entry.payload) + len(sticky_key(entry).encode())
+        size = len(entry.payload) + len(sticky_key(entry).encode()) + carried_version
         for key, value in [*entry.properties.items(), *carried(entry).items()]:
             size += len(key.encode()) + len(value.encode())
         if size > limit:

@@ -39,6 +39,10 @@ KEY_B64 = RESERVED + "key-b64"
 NULL_VALUE = RESERVED + "null-value"
 NULL_KEY = RESERVED + "null-key"
 """Set ("true") for a null value (a tombstone) / a null key, told from empty ones."""
+SCHEMA_VERSION = RESERVED + "schema-version"
+"""The schema version the producer set (`schemas`), in hex."""
+MAX_SCHEMA_VERSION_BYTES = 64
+"""Longest schema version a SEND may carry (the front end gives 8 bytes)."""
 DEFAULT_PRODUCER = "gateway"
 
 
@@ -52,6 +56,8 @@ def out_message(
     if entry.event_time:
         properties[EVENT_TIME] = str(entry.event_time)
     properties.update(carried(entry))
+    if metadata.schema_version:
+        properties[SCHEMA_VERSION] = metadata.schema_version.hex()
     deliver_at = metadata.deliver_at_time if metadata.HasField("deliver_at_time") else 0
     return OutMessage(
         body=entry.payload,
@@ -91,6 +97,10 @@ def delivery_metadata(delivery: Delivery) -> pb.MessageMetadata:
     if ordering:
         with contextlib.suppress(ValueError):  # not written by this front end
             meta.ordering_key = base64.b64decode(ordering, validate=True)
+    version = props.get(SCHEMA_VERSION, "")
+    if 0 < len(version) <= 2 * MAX_SCHEMA_VERSION_BYTES:
+        with contextlib.suppress(ValueError):  # not written by this front end
+            meta.schema_version = bytes.fromhex(version)
     return meta
 
 

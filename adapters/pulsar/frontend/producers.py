@@ -72,11 +72,14 @@ class ProducerSession:
         budget: ReadBudget,
         client_version: str = "",
         release: Callable[[], None] | None = None,
+        schema_version: bytes = b"",
     ) -> None:
         """`limit`: the most bytes of body + key + properties of one message; `client_version`:
         the connection's, for the code of a refusal (`replies.send_failure`); `release`:
-        called once the producer has stopped (its access to the topic ends)."""
+        called once the producer has stopped (its access to the topic ends); `schema_version`:
+        its schema's version on the topic (`schemas`), b"" for none."""
         self.producer_id = producer_id
+        self.schema_version = schema_version
         self.topic = topic
         self.name = name
         self._engine = engine

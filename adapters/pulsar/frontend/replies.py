@@ -7,6 +7,7 @@ one.
 from __future__ import annotations
 
 from adapters.pulsar.frontend.edge import COMMAND_FIELDS
+from adapters.pulsar.frontend.schemas import IncompatibleSchema
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import encode_command
 from gateway.errors import (
@@ -32,6 +33,7 @@ _ERRORS: tuple[tuple[type[GatewayError], int], ...] = (
     (AlreadyExists, pb.ConsumerBusy),
     (MessageTooLarge, pb.NotAllowedError),
     (TooManyGroups, pb.NotAllowedError),  # as Pulsar's maxSubscriptionsPerTopic
+    (IncompatibleSchema, pb.IncompatibleSchema),
     (InvalidArgument, pb.NotAllowedError),
     (Unimplemented, pb.NotAllowedError),
 )
@@ -176,12 +178,16 @@ def partitions_failed(request_id: int, code: int, message: str) -> bytes:
     return encode_command(cmd)
 
 
-def producer_success(request_id: int, name: str, last_sequence_id: int) -> bytes:
+def producer_success(
+    request_id: int, name: str, last_sequence_id: int, schema_version: bytes = b""
+) -> bytes:
     cmd = Cmd(type=Cmd.PRODUCER_SUCCESS)
     reply = cmd.producer_success
     reply.request_id = request_id
     reply.producer_name = name
     reply.last_sequence_id = last_sequence_id
+    if schema_version:
+        reply.schema_version = schema_version
     reply.producer_ready = True
     return encode_command(cmd)
 
@@ -241,11 +247,25 @@ def schema_not_found(request_id: int, topic: str) -> bytes:
     return encode_command(cmd)
 
 
-def schema_version(request_id: int) -> bytes:
+def schema_found(request_id: int, schema: pb.Schema, version: bytes) -> bytes:
+    cmd = Cmd(type=Cmd.GET_SCHEMA_RESPONSE)
+    reply = cmd.getSchemaResponse
+    reply.request_id = request_id
+    reply.schema.CopyFrom(schema)
+    reply.schema_version = version
+    return encode_command(cmd)
+
+
+def schema_version(
+    request_id: int, version: bytes, code: int | None = None, message: str = ""
+) -> bytes:
     cmd = Cmd(type=Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)
     reply = cmd.getOrCreateSchemaResponse
     reply.request_id = request_id
-    reply.schema_version = b""
+    reply.schema_version = version
+    if code is not None:
+        reply.error_code = code  # type: ignore[assignment]
+        reply.error_message = _cut(message)
     return encode_command(cmd)
 
 

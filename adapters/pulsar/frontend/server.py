@@ -18,6 +18,7 @@ from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.journal import Journal
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.readers import ReaderGroups
+from adapters.pulsar.frontend.schemas import SchemaRegistry
 from adapters.pulsar.frontend.shared import (
     HANDSHAKE_TIMEOUT_S,
     MAX_CONSUMERS,
@@ -76,8 +77,9 @@ class PulsarFrontEnd:
 
     With a `state_dir` (the product gives `DATA_DIR/pulsar`) producers' sequence ids survive
     restarts (`adapters.pulsar.frontend.journal`), and readers' subscriptions a crash left are
-    dropped at the next start (`adapters.pulsar.frontend.readers`); without one they last as
-    long as the front end.
+    dropped at the next start (`adapters.pulsar.frontend.readers`), and topics keep their
+    schemas (`adapters.pulsar.frontend.schemas`); without one they last as long as the front
+    end.
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class PulsarFrontEnd:
         self._dedup = DedupRegistry(journal=self._journal)
         self._subscriptions = SubscriptionRegistry()
         self._readers = ReaderGroups(Path(state_dir) if state_dir else None)
+        self._schemas = SchemaRegistry(Path(state_dir) if state_dir else None)
         self._shared: Shared | None = None
 
     @property
@@ -161,6 +164,7 @@ class PulsarFrontEnd:
             await asyncio.to_thread(self._dedup.load)
             self._journal.start()
         await self._readers.recover(self._engine)
+        await asyncio.to_thread(self._schemas.load)
         self._server = await asyncio.start_server(
             self._accept, self._host, self._requested_port, ssl=self._tls,
             ssl_handshake_timeout=self._handshake_timeout_s if self._tls is not None else None)
@@ -179,6 +183,7 @@ class PulsarFrontEnd:
             max_unacked=self._max_unacked,
             budget=ReadBudget(self._read_budget_bytes),
             readers=self._readers,
+            schemas=self._schemas,
             partial=PartialFrames(self._partial_frame_bytes),
         )
         log.info("pulsar front end listening", url=self.service_url)

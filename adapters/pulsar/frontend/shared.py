@@ -15,6 +15,7 @@ from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.names import NameLocks
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.readers import ReaderGroups
+from adapters.pulsar.frontend.schemas import SchemaRegistry
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.wire.frames import MAX_MESSAGE_SIZE
 from gateway.engine.port import EnginePort
@@ -55,3 +56,5 @@ class Shared:
     """Serializes the commands that change one (topic, subscription)."""
     access: ProducerAccess = field(default_factory=ProducerAccess)
     """Shared and Exclusive producers per topic."""
+    schemas: SchemaRegistry = field(default_factory=SchemaRegistry)
+    """The topics' schema versions (`adapters.pulsar.frontend.schemas`)."""
