@@ -224,8 +224,11 @@ async def remove(ctx: Context, queue: Queue) -> int:
     """Delete a queue: its consumers are cancelled (with notice to clients that asked for it),
     its messages purged (those delivered and unacknowledged too), its engine group dropped,
     its bindings and record removed. The messages purged that were not delivered (RabbitMQ's
-    delete-ok count)."""
+    delete-ok count: cancelling a consumer gives back what it held unacknowledged, which is
+    then purged but not counted)."""
+    held = 0
     for session in list(ctx.consumers.pop(queue.name, set())):
+        held += session.held
         await session.server_cancel()
     changes = ctx.topology.delete_queue(queue.name)
     if ctx.router is not None:
@@ -243,7 +246,7 @@ async def remove(ctx: Context, queue: Queue) -> int:
         await ctx.record(changes)
     except OSError as exc:
         log.error("amqp queue delete not kept", queue=queue.name, error=exc.strerror)
-    return count
+    return max(count - held, 0)
 
 
 async def drop_exclusive(ctx: Context, connection: int) -> None:
