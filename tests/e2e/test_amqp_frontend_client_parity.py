@@ -149,3 +149,113 @@ async def test_a_server_named_queue_takes_messages_and_retries(url: str) -> None
 
     assert await session(url, client) == ("amq.gen-", [b"direct", b"direct", b"exchange"],
                                           True)
+
+
+# ---------------------------------------------------------------------- direct reply-to
+REPLY_TO = "amq.rabbitmq.reply-to"
+
+
+async def test_direct_reply_to_carries_a_reply_to_the_requesting_channel(url: str) -> None:
+    """RPC over RabbitMQ's direct reply-to: the requester consumes the pseudo-queue (no-ack),
+    publishes its request with reply_to = the pseudo-queue, the responder (another connection)
+    reads the name put there and publishes its reply to it through the default exchange; the
+    reply arrives at the requester's consumer, once the requester is gone it is dropped.
+    Before, the gateway refused the consume with 404 NOT_FOUND."""
+    requests = unique("rpc")
+
+    def client(connection: pika.BlockingConnection) -> list[object]:
+        requester = connection.channel()
+        requester.queue_declare(requests, auto_delete=True)
+        replies: list[tuple[str, str, bool, str | None, bytes]] = []
+        requester.basic_consume(REPLY_TO, lambda _ch, m, p, body: replies.append(
+            (m.exchange, m.routing_key, m.redelivered, p.correlation_id, body)), auto_ack=True)
+        requester.basic_publish("", requests, b"ping", pika.BasicProperties(
+            reply_to=REPLY_TO, correlation_id="c1"))
+        responder_connection = pika.BlockingConnection(pika.URLParameters(url))
+        try:
+            responder = responder_connection.channel()
+            responder.confirm_delivery()
+            request = None
+            deadline = time.monotonic() + 5
+            while request is None and time.monotonic() < deadline:
+                method, properties, _ = responder.basic_get(requests, auto_ack=True)
+                request = properties if method is not None else None
+            assert request is not None
+            name = str(request.reply_to)
+            responder.basic_publish("", name, b"pong",
+                                    pika.BasicProperties(correlation_id="c1"))
+            deadline = time.monotonic() + 5
+            while not replies and time.monotonic() < deadline:
+                connection.process_data_events(0.1)
+            requester.close()
+            # The requester's channel is gone: a reply to it is dropped, the responder goes on.
+            responder.basic_publish("", name, b"late")
+            alive = responder.is_open
+        finally:
+            responder_connection.close()
+        return [name.startswith(REPLY_TO + ".") and len(name) > len(REPLY_TO) + 1,
+                replies == [("", name, False, "c1", b"pong")], alive]
+
+    assert await session(url, client) == [True, True, True]
+
+
+@pytest.mark.parametrize("case", ["ack-mode", "no-consumer"])
+async def test_direct_reply_to_refusals(url: str, case: str) -> None:
+    """The reply consumer must be no-ack, and a request may name the pseudo-queue only from a
+    channel that consumes it: both 406 PRECONDITION_FAILED, the channel closes."""
+    def client(connection: pika.BlockingConnection) -> tuple[int, str]:
+        ch = connection.channel()
+        try:
+            if case == "ack-mode":
+                ch.basic_consume(REPLY_TO, lambda *_: None, auto_ack=False)
+            else:
+                queue = ch.queue_declare("", exclusive=True).method.queue
+                ch.basic_publish("", queue, b"x", pika.BasicProperties(reply_to=REPLY_TO))
+                ch.queue_declare(queue, passive=True)  # the close comes before its answer
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            return exc.reply_code, exc.reply_text
+        return 0, "accepted"
+
+    expected = {"ack-mode": "PRECONDITION_FAILED - reply consumer cannot acknowledge",
+                "no-consumer": "PRECONDITION_FAILED - fast reply consumer does not exist"}
+    assert await session(url, client) == (406, expected[case])
+
+
+async def test_a_reply_too_large_for_the_requesters_frames_comes_without_its_largest_header(
+    tmp_path: Path
+) -> None:
+    """Gateway only (a guard, not a comparison): the requester tuned frame_max 4096, the
+    responder's reply has a header larger than that. The reply comes as any delivery does when
+    its content header would not fit: without its largest headers, `x-headers-dropped` = 1; the
+    requester's connection goes on."""
+    async with amqp_gateway_on("embedded", tmp_path / "data") as gateway:
+        def client(_: pika.BlockingConnection) -> tuple[object, ...]:
+            params = pika.URLParameters(gateway.url)
+            params.frame_max = 4096
+            requester_connection = pika.BlockingConnection(params)
+            try:
+                requester = requester_connection.channel()
+                queue = requester.queue_declare("", exclusive=True).method.queue
+                replies: list[tuple[dict[str, object], bytes]] = []
+                requester.basic_consume(REPLY_TO, lambda _ch, _m, p, body: replies.append(
+                    (dict(p.headers or {}), body)), auto_ack=True)
+                requester.basic_publish("", queue, b"ping",
+                                        pika.BasicProperties(reply_to=REPLY_TO))
+                _, request, _ = requester.basic_get(queue, auto_ack=True)
+                responder_connection = pika.BlockingConnection(pika.URLParameters(gateway.url))
+                try:
+                    responder_connection.channel().basic_publish(
+                        "", request.reply_to, b"pong",
+                        pika.BasicProperties(headers={"big": "x" * 6000, "small": "s"}))
+                finally:
+                    responder_connection.close()
+                deadline = time.monotonic() + 5
+                while not replies and time.monotonic() < deadline:
+                    requester_connection.process_data_events(0.1)
+                requester.queue_declare(queue, passive=True)  # the connection goes on
+                return tuple(replies)
+            finally:
+                requester_connection.close()
+
+        assert await session(gateway.url, client) == (
+            ({"small": "s", "x-headers-dropped": 1}, b"pong"),)

@@ -8,7 +8,7 @@ import asyncio
 import structlog
 from pamqp import commands
 
-from adapters.amqp.frontend import access, edge, framing
+from adapters.amqp.frontend import access, edge, framing, replyto
 from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
     NOT_FOUND,
@@ -57,6 +57,8 @@ async def ready_count(ctx: Context, queue: Queue) -> int:
 async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.Queue.DeclareOk:
     ctx = channel.ctx
     conn = channel.conn
+    if m.passive and m.queue == replyto.PSEUDO_QUEUE:  # RabbitMQ's answer: it is there
+        return commands.Queue.DeclareOk(queue=m.queue, message_count=0, consumer_count=0)
     if m.passive:
         queue = await find(channel, m.queue, DECLARE)
         access.consume(channel, queue, DECLARE)
