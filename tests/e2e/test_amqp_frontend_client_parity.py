@@ -259,3 +259,34 @@ async def test_a_reply_too_large_for_the_requesters_frames_comes_without_its_lar
 
         assert await session(gateway.url, client) == (
             ({"small": "s", "x-headers-dropped": 1}, b"pong"),)
+
+
+# ---------------------------------------------------------------------- basic.qos
+@pytest.mark.parametrize(("steps", "expected"), [
+    ([(2, True)], 2),
+    ([(4, False), (2, True)], 2),
+    ([(2, True), (4, False)], 4),
+    ([(2, True), (0, False)], 10),
+], ids=["global", "consumer-then-global", "global-then-consumer", "global-then-unlimited"])
+async def test_a_consumer_qos_after_a_global_one_lifts_the_channel_limit(
+    url: str, steps: list[tuple[int, bool]], expected: int
+) -> None:
+    """RabbitMQ's basic.qos with global=false also ends a channel-wide (global=true) limit set
+    before it; a global one set after a consumer one bounds the channel. Before, the gateway
+    kept the earlier global limit (2 unacknowledged deliveries instead of 4 and 10)."""
+    def client(connection: pika.BlockingConnection) -> int:
+        ch = connection.channel()
+        queue = ch.queue_declare("", exclusive=True).method.queue
+        ch.confirm_delivery()
+        for _ in range(10):
+            ch.basic_publish("", queue, b"x")
+        for count, global_qos in steps:
+            ch.basic_qos(prefetch_count=count, global_qos=global_qos)
+        got: list[int] = []
+        ch.basic_consume(queue, lambda _ch, m, _p, _b: got.append(m.delivery_tag))
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:
+            connection.process_data_events(0.1)
+        return len(got)
+
+    assert await session(url, client) == expected

@@ -129,8 +129,10 @@ def qos(channel: ChannelState, m: commands.Basic.Qos) -> Any:
         channel.channel_prefetch = m.prefetch_count
     else:
         # For the consumers started after it, each on its own (RabbitMQ's reading of
-        # global=false); the consumers already started keep theirs.
+        # global=false); the consumers already started keep theirs. As RabbitMQ does, it also
+        # lifts a channel-wide limit set before (its `unlimit_prefetch`).
         channel.prefetch = m.prefetch_count
+        channel.channel_prefetch = 0
     channel.top_up()
     return commands.Basic.QosOk()
 
