@@ -14,8 +14,9 @@ from typing import TypeVar
 
 import pika
 import pytest
+from pamqp import commands
 
-from tests.amqp_front import amqp_gateway_on, unique
+from tests.amqp_front import RawAmqp, amqp_gateway_on, unique
 
 T = TypeVar("T")
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -354,3 +355,50 @@ async def test_a_single_active_consumer_hands_over_in_order(url_real_time: str) 
         return during, got["second"]
 
     assert await session(url_real_time, client) == ([], [b"%d" % i for i in range(6)])
+
+
+async def test_replies_to_a_requester_that_does_not_read_are_dropped_past_its_backlog(
+    tmp_path: Path
+) -> None:
+    """Gateway only (a guard): a requester that never reads while a responder sends it 20 MiB
+    of replies. The gateway holds at most its write backlog limit (8 MiB) for it and drops the
+    rest, rather than everything; the responder's publishes are all confirmed and its
+    connection goes on."""
+    count, size = 200, 100 << 10
+    async with amqp_gateway_on("embedded", tmp_path / "data") as gateway:
+        requester = await RawAmqp.connect(gateway.port)
+        responder = await RawAmqp.connect(gateway.port)
+        try:
+            requester.send(1, commands.Basic.Consume(queue=REPLY_TO, consumer_tag="r",
+                                                     no_ack=True))
+            await requester.expect(commands.Basic.ConsumeOk)
+            requester.send(1, commands.Queue.Declare(queue="", exclusive=True))
+            queue = (await requester.expect(commands.Queue.DeclareOk)).queue
+            requester.publish(1, b"ping", queue,
+                              properties=commands.Basic.Properties(reply_to=REPLY_TO))
+            requester.send(1, commands.Basic.Get(queue=queue, no_ack=True))
+            await requester.expect(commands.Basic.GetOk)
+            name = (await requester.read())[1].properties.reply_to
+            await requester.read()  # the body
+            requester.writer.transport.pause_reading()  # from now on it does not read
+            responder.send(1, commands.Confirm.Select())
+            await responder.expect(commands.Confirm.SelectOk)
+            for _ in range(count):
+                responder.publish(1, b"x" * size, name)
+            acked = 0
+            while acked < count:
+                _, answer = await responder.answer(timeout=30)
+                assert isinstance(answer, commands.Basic.Ack), answer
+                acked = answer.delivery_tag
+            responder.send(1, commands.Queue.Declare(queue=queue, passive=True))
+            await responder.closed_with()  # exclusive to the requester: 405, the channel only
+            requester.writer.transport.resume_reading()
+            delivered = 0
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    _, got = await requester.answer(timeout=2)
+                    delivered += isinstance(got, commands.Basic.Deliver)
+            assert 0 < delivered < count
+        finally:
+            requester.close()
+            responder.close()

@@ -6,7 +6,7 @@ its requests with `reply_to` = `amq.rabbitmq.reply-to`; the gateway writes in a 
 exchange goes straight to the requester's channel: it is never stored, and is lost when the
 requester is gone (as on RabbitMQ). As RabbitMQ 3.x does, the name is not a queue: a reply
 published `mandatory` is also returned (312 NO_ROUTE). Replies reach requesters connected to the
-same gateway process only.
+same gateway process only, and only while the requester reads what it is sent.
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+import structlog
 from pamqp import commands
 
 from adapters.amqp.frontend import edge, framing
 from adapters.amqp.frontend.consumers import fit_headers
 from adapters.amqp.frontend.errors import NOT_ALLOWED, PRECONDITION_FAILED, AMQPError, short
 from adapters.amqp.frontend.state import ChannelState
+
+log = structlog.get_logger(__name__)
 
 PSEUDO_QUEUE = "amq.rabbitmq.reply-to"
 PREFIX = PSEUDO_QUEUE + "."
@@ -92,12 +95,18 @@ def is_reply(exchange: str, routing_key: str) -> bool:
 
 def deliver(channel: ChannelState, routing_key: str, properties: commands.Basic.Properties,
             body: bytes) -> None:
-    """Send a reply to the requester's channel, when it is still there (else it is lost)."""
+    """Send a reply to the requester's channel, when it is still there (else it is lost). A
+    requester that does not read what it was sent (its socket's send buffer full) loses the
+    reply rather than have the gateway hold more than its write backlog limit for it."""
     consumer = channel.ctx.replies.get(routing_key)
     if consumer is None:
         return
     target = consumer.channel
     if target.closing:
+        return
+    if target.conn.write_backlog() > channel.ctx.limits.write_backlog_bytes:
+        log.warning("amqp direct reply dropped: the requester does not read",
+                    connection=target.conn.id)
         return
     frames = [framing.method_frame(target.number, framing.reply(
         commands.Basic.Deliver, consumer_tag=consumer.tag, delivery_tag=target.next_tag(),
