@@ -402,3 +402,23 @@ async def test_replies_to_a_requester_that_does_not_read_are_dropped_past_its_ba
         finally:
             requester.close()
             responder.close()
+
+
+# ---------------------------------------------------------------------- queue.declare
+async def test_an_inequivalent_queue_argument_is_named(url: str) -> None:
+    """Declaring a queue again with other arguments: 406, naming the argument that differs, as
+    RabbitMQ does (before: 'arguments', with every argument of both declarations)."""
+    name = unique("args")
+
+    def client(connection: pika.BlockingConnection) -> str:
+        ch = connection.channel()
+        ch.queue_declare(name, exclusive=True, arguments={"x-dead-letter-exchange": "dlx"})
+        try:
+            ch.queue_declare(name, exclusive=True, arguments={
+                "x-dead-letter-exchange": "dlx", "x-message-ttl": 1000})
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            assert exc.reply_code == 406
+            return exc.reply_text.split(" for queue")[0]
+        return "accepted"
+
+    assert await session(url, client) == "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl'"
