@@ -131,8 +131,13 @@ class Consumer:
         return self.max_unacked_bytes - self.unacked_bytes
 
     def settled(self, receipt: str) -> None:
-        """A delivery of this consumer's is settled; wakes the dispatcher if that gave room."""
+        """A delivery of this consumer's is settled; wakes the dispatcher if that gave room.
+        A cancelled consumer that kept its place (`Subscription.hand_over`) leaves with its
+        last one."""
         size = self.forget(receipt)
+        if self.cancelled and not self.receipts:
+            self.sub.hand_over(self)
+            return
         if self.credit > 0 and (len(self.receipts) == self.max_unacked - 1 or (
                 self.unacked_bytes < self.max_unacked_bytes <= self.unacked_bytes + size)):
             self.sub.wake.set()
@@ -283,6 +288,20 @@ class Subscription:
                     break
         return max(1, total)
 
+    def ordered(self) -> bool:
+        """One consumer at a time gets deliveries (exclusive and failover subscriptions)."""
+        return self.spec.consumer_type in (ConsumerType.EXCLUSIVE, ConsumerType.FAILOVER)
+
+    def hand_over(self, consumer: Consumer) -> None:
+        """A cancelled consumer of an ordered subscription settled the last of its deliveries:
+        it leaves, and the next consumer gets deliveries from now on (until then nobody did:
+        one consumer at a time, in order)."""
+        if consumer in self.consumers and not consumer.closed:
+            self.consumers.remove(consumer)
+            consumer.set_active(False)
+            self.announce()
+            self.wake.set()
+
     def announce(self) -> None:
         """Tell each consumer whether it is the one that gets deliveries, after the consumers
         changed (exclusive and failover subscriptions have one such at a time, in the order
@@ -301,7 +320,7 @@ class Subscription:
 
     def receivers(self) -> list[Consumer]:
         live = [c for c in self.consumers if not c.closed]
-        if self.spec.consumer_type in (ConsumerType.EXCLUSIVE, ConsumerType.FAILOVER):
+        if self.ordered():
             return live[:1]
         return live
 

@@ -71,19 +71,25 @@ class Leaving(Expiring):
 
     async def _consumer_cancelled(self, consumer: Consumer, untaken: list[str]) -> None:
         """A consumer takes no more: out of the subscription's rotation, its untaken deliveries
-        given back; what it took stays settleable until it closes."""
-        await self._give_back(consumer, untaken)
+        given back; what it took stays settleable until it closes. In an ordered subscription
+        (exclusive, failover) a consumer that still holds deliveries keeps its place, without
+        room, until it settled them or closes: the next consumer does not get later messages
+        while earlier ones may still come back."""
+        given = set(untaken)
+        stays = consumer.sub.ordered() and any(r not in given for r in consumer.receipts)
+        await self._give_back(consumer, untaken, leave=not stays)
         for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
             held.consumer = None
 
     async def _give_back(
-        self, consumer: Consumer, receipts: list[str], *, uncounted: bool = False
+        self, consumer: Consumer, receipts: list[str], *, uncounted: bool = False,
+        leave: bool = True,
     ) -> None:
-        """Take `consumer` out of its subscription and give `receipts` back as a lost
-        consumer's (visible again at once, counted where the policy says so, unless
-        `uncounted`: the group's counts are about to be forgotten)."""
+        """Take `consumer` out of its subscription (unless not `leave`) and give `receipts`
+        back as a lost consumer's (visible again at once, counted where the policy says so,
+        unless `uncounted`: the group's counts are about to be forgotten)."""
         sub = consumer.sub
-        if consumer in sub.consumers:
+        if leave and consumer in sub.consumers:
             sub.consumers.remove(consumer)
             consumer.set_active(False)
             sub.announce()

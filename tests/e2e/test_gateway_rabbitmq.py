@@ -300,6 +300,11 @@ async def test_retries_pending_at_restart_still_fire(
         ("persistent://t/ns/in-sub-RETRY", "persistent://t/ns/in-sub-RETRY"),
         ("%RETRY%billing", "+25RETRY+25billing"),
         ("a+b%ü", "a+2Bb+25+C3+BC"),
+        # RabbitMQ refuses names in its reserved prefix `amq.` (a server-named queue's)
+        ("amq.gen-Xy_1", "amq+2Egen-Xy_1"),
+        ("amq.gen-Xy_1.retry", "amq+2Egen-Xy_1.retry"),
+        ("amq+2Ex", "amq+2B2Ex"),
+        ("Amq.x", "Amq.x"),
     ],
 )
 def test_topic_names_map_to_amqp_names_reversibly(topic: str, queue: str) -> None:

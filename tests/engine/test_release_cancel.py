@@ -4,7 +4,7 @@ take."""
 
 from __future__ import annotations
 
-from gateway.engine.api import SettleAction
+from gateway.engine.api import ConsumerType, SettleAction
 
 from .harness import Harness, idle
 from .semantics import SECOND
@@ -68,3 +68,46 @@ async def test_a_cancelled_consumers_deliveries_still_time_out(h: Harness) -> No
     assert (again.body, again.retries) == (b"slow", 1)
     late = await h.ack(taken)
     assert not late.ok and late.error_code == "FAILED_PRECONDITION"
+
+
+async def test_a_cancelled_failover_consumer_hands_over_once_it_settled_what_it_took(
+    h: Harness,
+) -> None:
+    """One consumer at a time: the next consumer of a failover subscription gets nothing while
+    the cancelled one still holds deliveries (an earlier message could still come back), and
+    everything, in order, once those are settled. Before, it got the later messages at once,
+    while the first consumer was still working on the earlier ones."""
+    spec = h.spec("rabbitmq", {"x_retry_interval_s": 10},
+                  consumer_type=ConsumerType.FAILOVER)
+    first = await h.open(spec, credit=2)
+    second = await h.open(spec, credit=10)
+    await h.publish(b"a", b"b", b"c", b"d")
+    taken = await first.next_batch(2)
+    assert [d.body for d in taken] == [b"a", b"b"]
+    await first.cancel()
+    await idle()
+    assert h.pushed(second) == []
+    assert (await h.ack(taken[0])).ok
+    await idle()
+    assert h.pushed(second) == []
+    assert (await h.ack(taken[1])).ok
+    await idle()
+    assert [d.body for d in h.pushed(second)] == [b"c", b"d"]
+
+
+async def test_a_cancelled_failover_consumer_that_closes_gives_back_first(h: Harness) -> None:
+    """What the cancelled consumer held comes back before the messages after it."""
+    spec = h.spec("rabbitmq", {"x_retry_interval_s": 10},
+                  consumer_type=ConsumerType.FAILOVER)
+    first = await h.open(spec, credit=2)
+    second = await h.open(spec, credit=10)
+    await h.publish(b"a", b"b", b"c")
+    taken = await first.next_batch(2)
+    await first.cancel()
+    await idle()
+    assert h.pushed(second) == []
+    assert (await h.ack(taken[0])).ok
+    await first.close()
+    await idle()
+    got = h.pushed(second)
+    assert [(d.body, d.attempt) for d in got] == [(b"b", 2), (b"c", 1)]

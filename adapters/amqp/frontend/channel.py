@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 from pamqp import commands
 
-from adapters.amqp.frontend import framing, handlers
+from adapters.amqp.frontend import framing, handlers, replyto
 from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
     CHANNEL_ERROR,
@@ -329,6 +329,7 @@ class Channel(ChannelState):
             return
         self._torn = True
         self.closing = True
+        replyto.forget(self)
         sessions = [*self.consumers.values(), *self.retired]
         self.consumers.clear()
         self.retired.clear()

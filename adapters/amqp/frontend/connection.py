@@ -119,6 +119,11 @@ class Connection(asyncio.Protocol):
         if self.state < CLOSING:
             self._put([data])
 
+    def write_backlog(self) -> int:
+        """Bytes sent to the client and not yet taken by it."""
+        transport = self.transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
     def writelines(self, parts: list[bytes]) -> None:
         if self.state < CLOSING:
             self._put(parts)

@@ -119,6 +119,8 @@ class Context:
     declaring: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     """New queues whose declaration waits for the back end (their groups made), by name:
     resolved once it is kept or undone. Other methods on the name wait for it (`settled`)."""
+    replies: dict[str, Any] = field(default_factory=dict)
+    """Direct reply-to consumers by their reply names (`replyto.ReplyConsumer`)."""
     _topics: set[str] = field(default_factory=set)
     _topics_at: float = 0.0
 

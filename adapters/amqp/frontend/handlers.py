@@ -10,7 +10,7 @@ from typing import Any
 from pamqp import commands
 
 from adapters.amqp.dialect import EXPIRED
-from adapters.amqp.frontend import access, edge, framing, queues
+from adapters.amqp.frontend import access, edge, framing, queues, replyto
 from adapters.amqp.frontend.consumers import ConsumerSession, expired, frames_for, route_of
 from adapters.amqp.frontend.context import queue_spec
 from adapters.amqp.frontend.errors import (
@@ -129,8 +129,10 @@ def qos(channel: ChannelState, m: commands.Basic.Qos) -> Any:
         channel.channel_prefetch = m.prefetch_count
     else:
         # For the consumers started after it, each on its own (RabbitMQ's reading of
-        # global=false); the consumers already started keep theirs.
+        # global=false); the consumers already started keep theirs. As RabbitMQ does, it also
+        # lifts a channel-wide limit set before (its `unlimit_prefetch`).
         channel.prefetch = m.prefetch_count
+        channel.channel_prefetch = 0
     channel.top_up()
     return commands.Basic.QosOk()
 
@@ -142,11 +144,14 @@ def owner(channel: ChannelState) -> str:
 
 async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
     ctx = channel.ctx
+    if m.queue == replyto.PSEUDO_QUEUE:
+        replyto.consume(channel, m)
+        return
     queue = await queues.find(channel, m.queue, CONSUME)
     access.consume(channel, queue, CONSUME)
     tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
     edge.check_name("consumer_tag", tag)
-    if tag in channel.consumers:
+    if tag in channel.consumers or replyto.tag_in_use(channel, tag):
         raise AMQPError(NOT_ALLOWED, f"attempt to reuse consumer tag {short(tag)}", CONSUME,
                         hard=True)
     if len(channel.consumers) >= ctx.limits.max_consumers_per_channel:
@@ -174,6 +179,8 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
 
 
 async def cancel(channel: ChannelState, m: commands.Basic.Cancel) -> Any:
+    if replyto.cancel(channel, m.consumer_tag or ""):
+        return framing.reply(commands.Basic.CancelOk, consumer_tag=m.consumer_tag)
     session = channel.consumers.pop(m.consumer_tag or "", None)
     if session is not None:
         ctx = channel.ctx

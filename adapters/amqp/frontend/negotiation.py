@@ -21,6 +21,7 @@ SERVER_PROPERTIES: dict[str, Any] = {
         "consumer_cancel_notify": True,
         "per_consumer_qos": True,
         "authentication_failure_close": True,
+        "direct_reply_to": True,
     },
 }
 VHOST = "/"

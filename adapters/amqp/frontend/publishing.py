@@ -17,7 +17,7 @@ from typing import Any
 
 from pamqp import commands
 
-from adapters.amqp.frontend import edge, framing, messages
+from adapters.amqp.frontend import edge, framing, messages, replyto
 from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
     NO_ROUTE,
@@ -139,8 +139,10 @@ async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMe
         raise AMQPError(ACCESS_REFUSED, f"cannot publish to internal exchange {short(name)}")
     headers = item.properties.headers or {}
     routing_key = method.routing_key
+    replyto.request(channel, item.properties)
+    reply = replyto.is_reply(name, routing_key)
     topics: list[str] = []
-    for queue in sorted(ctx.topology.route(exchange, routing_key, headers)):
+    for queue in [] if reply else sorted(ctx.topology.route(exchange, routing_key, headers)):
         if queue in ctx.topology.queues or (
             queue.isprintable() and not too_long(queue, MAX_NAME_BYTES)
             and await ctx.is_topic(queue)
@@ -153,6 +155,8 @@ async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMe
     if authorizer is not None:
         for topic in topics:
             authorizer.check_publish(channel.conn.principal, topic)
+    if reply:
+        replyto.deliver(channel, routing_key, item.properties, item.body)
     return topics, message
 
 

@@ -8,7 +8,7 @@ import asyncio
 import structlog
 from pamqp import commands
 
-from adapters.amqp.frontend import access, edge, framing
+from adapters.amqp.frontend import access, edge, framing, replyto
 from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
     NOT_FOUND,
@@ -57,6 +57,8 @@ async def ready_count(ctx: Context, queue: Queue) -> int:
 async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.Queue.DeclareOk:
     ctx = channel.ctx
     conn = channel.conn
+    if m.passive and m.queue == replyto.PSEUDO_QUEUE:  # RabbitMQ's answer: it is there
+        return commands.Queue.DeclareOk(queue=m.queue, message_count=0, consumer_count=0)
     if m.passive:
         queue = await find(channel, m.queue, DECLARE)
         access.consume(channel, queue, DECLARE)
@@ -224,8 +226,11 @@ async def remove(ctx: Context, queue: Queue) -> int:
     """Delete a queue: its consumers are cancelled (with notice to clients that asked for it),
     its messages purged (those delivered and unacknowledged too), its engine group dropped,
     its bindings and record removed. The messages purged that were not delivered (RabbitMQ's
-    delete-ok count)."""
+    delete-ok count: cancelling a consumer gives back what it held unacknowledged, which is
+    then purged but not counted)."""
+    held = 0
     for session in list(ctx.consumers.pop(queue.name, set())):
+        held += session.held
         await session.server_cancel()
     changes = ctx.topology.delete_queue(queue.name)
     if ctx.router is not None:
@@ -243,7 +248,7 @@ async def remove(ctx: Context, queue: Queue) -> int:
         await ctx.record(changes)
     except OSError as exc:
         log.error("amqp queue delete not kept", queue=queue.name, error=exc.strerror)
-    return count
+    return max(count - held, 0)
 
 
 async def drop_exclusive(ctx: Context, connection: int) -> None:

@@ -3,7 +3,8 @@
 * direct: the routing key equals the binding key;
 * fanout: every binding;
 * topic: the binding key's words (split at `.`) match the routing key's, `*` standing for exactly
-  one word and `#` for zero or more;
+  one word and `#` for zero or more; the empty key has no words (as RabbitMQ splits it), so `*`
+  does not match it;
 * headers: the binding's arguments against the message's headers, `x-match` = `all` (the
   default) or `any`, and `all-with-x` / `any-with-x` that also compare the `x-` arguments; an
   argument without a value (void) matches any value of that header.
@@ -25,7 +26,7 @@ MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
 @functools.lru_cache(maxsize=4096)
 def _words(key: str) -> tuple[str, ...]:
-    return tuple(key.split("."))
+    return tuple(key.split(".")) if key else ()
 
 
 def topic_matches(pattern: str, routing_key: str) -> bool:

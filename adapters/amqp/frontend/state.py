@@ -49,6 +49,8 @@ class ChannelState:
         self.unacked: dict[int, Unacked] = {}
         self.consumers: dict[str, ConsumerPort] = {}
         self.retired: list[ConsumerPort] = []
+        self.reply_consumer: Any = None
+        """The channel's direct reply-to consumer (`replyto.ReplyConsumer`), if any."""
         """Cancelled consumers whose deliveries may still be acknowledged (closed with the
         channel)."""
         self.prefetch = 0

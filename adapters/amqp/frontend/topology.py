@@ -235,8 +235,14 @@ class Topology:
                 if got != have:
                     raise _inequivalent("queue", name, what, got, have)
             if settings != existing.settings:
-                raise _inequivalent("queue", name, "arguments", _shown(settings),
-                                    _shown(existing.settings))
+                got_args, have_args = _shown(settings), _shown(existing.settings)
+                # As RabbitMQ: the first argument that differs, by name (None: absent).
+                differs = next((k for k in sorted({*got_args, *have_args})
+                                if got_args.get(k) != have_args.get(k)), None)
+                if differs is None:
+                    raise _inequivalent("queue", name, "arguments", got_args, have_args)
+                raise _inequivalent("queue", name, differs, got_args.get(differs),
+                                    have_args.get(differs))
             return existing, None
         if len(self.queues) >= MAX_QUEUES:
             raise _limit(f"declare queue {short(name)}", "queue", MAX_QUEUES)
