@@ -192,9 +192,11 @@ class Engine(Delivering):
                 inf.consumer.forget(receipt)
         sub.held.clear()
         sub.blocked_keys.clear()
-        for consumer in sub.consumers:
+        for consumer in list(sub.consumers):
             consumer.credit += len(consumer.outbox)
             consumer.outbox.clear()
+            if consumer.cancelled and not consumer.receipts:
+                sub.hand_over(consumer)  # it kept its place for what is void now
 
     def drop_held(self, topic: str, group: str,
                   positions: Collection[int] | None = None) -> list[Lease]:

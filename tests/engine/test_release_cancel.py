@@ -111,3 +111,21 @@ async def test_a_cancelled_failover_consumer_that_closes_gives_back_first(h: Har
     await idle()
     got = h.pushed(second)
     assert [(d.body, d.attempt) for d in got] == [(b"b", 2), (b"c", 1)]
+
+
+async def test_a_seek_voids_a_cancelled_failover_consumers_deliveries_and_hands_over(
+    h: Harness,
+) -> None:
+    """A seek voids what the cancelled consumer held: nothing is left for it to settle, so the
+    next consumer takes over at once (it kept the subscription to itself before)."""
+    spec = h.spec("pulsar", consumer_type=ConsumerType.FAILOVER)
+    first = await h.open(spec, credit=1)
+    second = await h.open(spec, credit=10)
+    ids = await h.publish(b"a", b"b")
+    (taken,) = await first.next_batch(1)
+    assert taken.body == b"a"
+    await first.cancel()
+    await idle()
+    await h.engine.seek(spec.topic, spec.group, message_id=ids[0])
+    await idle()
+    assert [d.body for d in h.pushed(second)] == [b"a", b"b"]
