@@ -87,8 +87,10 @@ class Authorizer:
     reserved: a principal may consume or publish to one when it may consume one of the
     destination's owners (topic and group; where the name carries no topic, any topic with that
     group; where it carries no group, the topic with the group it subscribes with), or when one
-    of its own patterns is itself a reserved name (`%DLQ%*`, `*.dlq`). Admins may publish to
-    any. Plain patterns (`*`, `orders*`) never reach reserved names.
+    of its own patterns is itself a reserved name (`%DLQ%*`, `*.dlq`). Publishing as an owner
+    needs a name that carries the group: one that does not (`{topic}.retry`) is every group's
+    of the topic. Admins may publish to any. Plain patterns (`*`, `orders*`) never reach
+    reserved names.
     """
 
     def __init__(self, principals: Iterable[Principal], schemes: Iterable[NamingScheme]) -> None:
@@ -117,9 +119,28 @@ class Authorizer:
             if _match(principal.publish, topic):
                 return
         elif (principal.admin or _match(self._explicit_of(principal, "publish"), topic)
-              or self._may_consume(principal, topic, None, 0)):
+              or self._may_publish_into(principal, topic)):
             return
         raise PermissionDenied(f"{principal.name} may not publish to {_short(topic)}")
+
+    def _may_publish_into(self, principal: Principal, name: str) -> bool:
+        """May `principal` publish into the reserved destination `name` as one of its owners?
+        Only as an owner whose group the name holds (`{topic}-{group}-RETRY`, `%DLQ%{group}`):
+        a name without one (`{topic}.retry`, `{topic}.dlq`) is read by every group of its topic,
+        and a message published there counts as each group's retry or dead letter, so consuming
+        the topic with a group of one's own does not cover it (it reached other principals'
+        groups of a topic the principal may not publish to)."""
+        if not principal.groups:
+            return False
+        for owner_topic, owner_group in self.destinations.owners(name):
+            if owner_group is None:
+                continue
+            if owner_topic is None:
+                if principal.consume and _match(principal.groups, owner_group):
+                    return True
+            elif self._may_consume(principal, owner_topic, owner_group, 1):
+                return True
+        return False
 
     def check_consume(self, principal: Principal | None, topic: str, group: str) -> None:
         if principal is None:

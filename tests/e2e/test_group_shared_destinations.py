@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from gateway.client import GatewayClient
@@ -71,3 +72,55 @@ async def test_each_group_gets_and_manages_its_own_retries_and_dead_letters(
         topic=topic, group="b"))
     assert again.resent == 0
     assert await listed("a") == ids
+
+
+TOKENS = """
+[[principal]]
+name = "ops"
+token = "ops-token"
+admin = true
+
+[[principal]]
+name = "alice"
+token = "alice-token"
+consume = ["orders"]
+groups = ["ga"]
+
+[[principal]]
+name = "bob"
+token = "bob-token"
+consume = ["orders"]
+groups = ["gb"]
+"""
+
+
+async def test_a_consumer_cannot_publish_into_another_groups_shared_destinations(
+    tmp_path: Path,
+) -> None:
+    """`orders.retry` and `orders.dlq` are read by every group of orders. Alice, who may only
+    consume orders with group ga, could publish into them: her message was delivered to Bob's
+    group gb as a retry of orders (a topic she may not publish to), and listed among gb's dead
+    letters, so that an admin's "resend all" of gb published it to orders."""
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TOKENS)
+    async with running_gateway(tmp_path / "data", time_scale=SCALE,
+                               tokens_file=str(tokens)) as app:
+        target = f"127.0.0.1:{app.grpc_port}"
+        async with (
+            GatewayClient(target, token="alice-token") as alice,
+            GatewayClient(target, token="bob-token") as bob,
+            GatewayClient(target, token="ops-token") as ops,
+        ):
+            async with bob.consume("orders", "gb", policy="rocketmq", naming="rabbitmq",
+                                   options={"max_retries": "2"}) as b:
+                for name in ("orders", "orders.retry", "orders.dlq"):
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await alice.publish(name, [b"from alice"])
+                    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED, name
+                    assert "alice may not publish" in (refused.value.details() or "")
+                assert await b.next(0.5) is None
+            page = await ops.admin.ListDeadLetters(admin_pb2.ListDeadLettersRequest(
+                topic="orders", group="gb"), metadata=ops.metadata)
+            assert list(page.dead_letters) == []
+            # An admin still may (to repair a destination by hand).
+            assert await ops.publish("orders.dlq", [b"by hand"])

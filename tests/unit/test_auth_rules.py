@@ -93,10 +93,25 @@ def test_a_consumer_may_publish_to_its_own_destinations(authz: Authorizer) -> No
     """pulsar-client's reconsumeLater produces to `{topic}-{sub}-RETRY` itself, and its
     dead-letter policy to `{topic}-{sub}-DLQ`."""
     assert not allowed(authz.check_publish, ALICE, "A")
-    for topic in ("A-ga-RETRY", "A-ga-DLQ", "%RETRY%ga", "%DLQ%ga", "ga-RETRY", "A.retry"):
+    for topic in ("A-ga-RETRY", "A-ga-DLQ", "%RETRY%ga", "%DLQ%ga", "ga-RETRY",
+                  "A-ga-RETRY-ga-DLQ"):
         assert allowed(authz.check_publish, ALICE, topic), topic
     for topic in ("B-ga-RETRY", "%DLQ%gb", "A-gb-DLQ", "B.retry", "payroll-ga-DLQ"):
         assert not allowed(authz.check_publish, ALICE, topic), topic
+
+
+def test_a_consumer_may_not_publish_into_a_destination_every_group_reads(
+    authz: Authorizer,
+) -> None:
+    """`A.retry` and `A.dlq` (the rabbitmq scheme) hold no group: every group of A reads them,
+    and a message published there is each group's retry or dead letter. A consumer of A with
+    group ga could publish into them, and so reach other principals' groups of a topic it may
+    not publish to (and plant dead letters that their resend published to A)."""
+    for topic in ("A.retry", "A.dlq", "A-ga-RETRY.dlq"):
+        assert not allowed(authz.check_publish, ALICE, topic), topic
+        assert allowed(authz.check_consume, ALICE, topic, "ga"), topic
+    assert allowed(authz.check_publish, CAROL, "A.dlq")  # an explicit pattern
+    assert allowed(authz.check_publish, ROOT, "A.retry")
 
 
 def test_explicit_patterns_and_admin_reach_reserved_destinations(authz: Authorizer) -> None:
