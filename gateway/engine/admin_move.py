@@ -102,7 +102,8 @@ class MoveVerbs:
                     if m.message_id in present:
                         removals.append(m.lease)  # copied by an earlier, interrupted run
                     else:
-                        moves.append(Move(m.lease, part.new, rn.copy_of(m, renames)))
+                        moves.append(Move(m.lease, part.new, rn.copy_of(m, renames, topic,
+                                                                    group)))
             done = await self._backend.move(moves) if moves else 0
             if removals:
                 done += await self._backend.remove(removals)

@@ -124,3 +124,37 @@ async def test_a_consumer_cannot_publish_into_another_groups_shared_destinations
             assert list(page.dead_letters) == []
             # An admin still may (to repair a destination by hand).
             assert await ops.publish("orders.dlq", [b"by hand"])
+
+
+async def test_a_rename_into_a_shared_name_keeps_the_dead_letters_the_groups(
+    client: GatewayClient,
+) -> None:
+    """A Pulsar client's dead-letter policy produces to `{topic}-{sub}-DLQ` itself: such a dead
+    letter records no group. `migrate rename` of group a from pulsar-2.9 to rabbitmq moved it
+    as it was into `{topic}.dlq`, where a copy that records no group counts for every group:
+    group b listed it as its own dead letter, and its resend-all published it to the topic
+    again (so group a got the message once more)."""
+    topic = f"orders-{uuid.uuid4().hex[:8]}"
+    admin = client.admin
+    await client.publish(topic, [b"b's"])
+    async with client.consume(topic, "b", policy="rocketmq", options={"max_retries": "0"},
+                              naming="rabbitmq") as b:
+        msg = await b.next(10)
+        assert msg is not None and (await msg.fail()).ok
+    await client.publish(f"{topic}-a-DLQ", [b"a's"])  # as pulsar-client's DLQ producer does
+    moved = await admin.RenameDestinations(admin_pb2.RenameDestinationsRequest(
+        topic=topic, group="a", from_naming="pulsar-2.9", to_naming="rabbitmq"))
+    assert (moved.dead_letter_to, moved.dead_letters) == (f"{topic}.dlq", 1)
+
+    async def bodies(group: str) -> list[bytes]:
+        page = await admin.ListDeadLetters(admin_pb2.ListDeadLettersRequest(
+            topic=topic, group=group, limit=10))
+        return [d.body for d in page.dead_letters]
+
+    assert await bodies("a") == [b"a's"]
+    assert await bodies("b") == [b"b's"]
+    assert (await client.describe(topic, "b")).dead_letters == 1
+    resent = await admin.ResendDeadLetters(admin_pb2.ResendDeadLettersRequest(
+        topic=topic, group="b"))
+    assert resent.resent == 1
+    assert await bodies("a") == [b"a's"]
