@@ -70,3 +70,27 @@ async def test_admin_verbs_of_a_group_touch_its_own_copies_only(h: Harness) -> N
     assert [v.message.body for v in (await admin.dead_letters(TOPIC, "a", 10, -1)).views] == [
         b"dead-a"]
     assert await admin.delete(TOPIC, "a", []) == 1
+
+
+async def test_a_rename_into_a_shared_name_is_not_fooled_by_another_groups_copy(
+    h: Harness,
+) -> None:
+    """On a back end that does not move atomically (the in-memory one, the brokers'), rename
+    skips a message whose id is already at the new name (copied by an interrupted run) and
+    only removes it at the old one. It looked for the id among every group's copies at a
+    shared new name: group a's dead letter of a message that group b had dead-lettered too was
+    removed from `{topic}-a-DLQ` and never written to `{topic}.dlq` (lost)."""
+    assert not h.backend.atomic_moves
+    admin = h.engine.admin
+    a = replace(h.spec("rocketmq", {"max_retries": 0}, group="a"), naming="pulsar-2.9")
+    b = _spec(h, "b", 0)
+    await h.publish(b"poison")
+    for spec in (a, b):
+        (d,) = await h.receive(spec)
+        assert (await h.settle(d.receipt, SettleAction.DEAD_LETTER, reason="no")).ok
+    assert len(await h.stored(f"{TOPIC}-a-DLQ")) == 1 and len(await h.stored(DLQ)) == 1
+    moved = await admin.rename(TOPIC, "a", "pulsar-2.9", "rabbitmq")
+    assert moved.dead_letters == 1 and moved.left == 0
+    assert sorted(m.properties[ORIGIN_GROUP] for m in await h.stored(DLQ)) == ["a", "b"]
+    page = await admin.export(TOPIC, "a", "dead-letter", -1, 10, "rabbitmq")
+    assert [m.body for m in page.messages] == [b"poison"]
