@@ -88,9 +88,9 @@ class Authorizer:
     destination's owners (topic and group; where the name carries no topic, any topic with that
     group; where it carries no group, the topic with the group it subscribes with), or when one
     of its own patterns is itself a reserved name (`%DLQ%*`, `*.dlq`). Publishing as an owner
-    needs a name that carries the group: one that does not (`{topic}.retry`) is every group's
-    of the topic. Admins may publish to any. Plain patterns (`*`, `orders*`) never reach
-    reserved names.
+    into a name that carries no group (`{topic}.retry`: every group's of the topic) needs
+    permission to publish to the topic too. Admins may publish to any. Plain patterns (`*`,
+    `orders*`) never reach reserved names.
     """
 
     def __init__(self, principals: Iterable[Principal], schemes: Iterable[NamingScheme]) -> None:
@@ -118,27 +118,34 @@ class Authorizer:
         if not self.destinations.reserved(topic):
             if _match(principal.publish, topic):
                 return
-        elif (principal.admin or _match(self._explicit_of(principal, "publish"), topic)
-              or self._may_publish_into(principal, topic)):
+        elif principal.admin or self._may_publish_to(principal, topic, 0):
             return
         raise PermissionDenied(f"{principal.name} may not publish to {_short(topic)}")
 
-    def _may_publish_into(self, principal: Principal, name: str) -> bool:
-        """May `principal` publish into the reserved destination `name` as one of its owners?
-        Only as an owner whose group the name holds (`{topic}-{group}-RETRY`, `%DLQ%{group}`):
-        a name without one (`{topic}.retry`, `{topic}.dlq`) is read by every group of its topic,
-        and a message published there counts as each group's retry or dead letter, so consuming
-        the topic with a group of one's own does not cover it (it reached other principals'
-        groups of a topic the principal may not publish to)."""
-        if not principal.groups:
+    def _may_publish_to(self, principal: Principal, topic: str, depth: int) -> bool:
+        """May `principal` publish to `topic`? A reserved destination takes a principal whose
+        own patterns name it (`*.dlq`), or one of its owners: a consumer of the topic with the
+        group the name holds (`{topic}-{group}-RETRY`, `%DLQ%{group}`). A name without a group
+        (`{topic}.retry`, `{topic}.dlq`) is read by every group of its topic, and a message
+        published there counts as each group's retry or dead letter: it takes only a consumer of
+        the topic that may publish to the topic itself (consuming the topic with a group of one's
+        own let a principal reach other principals' groups of a topic it may not publish to)."""
+        if not self.destinations.reserved(topic):
+            return _match(principal.publish, topic)
+        if _match(self._explicit_of(principal, "publish"), topic):
+            return True
+        if depth >= MAX_DEPTH or not principal.groups:
             return False
-        for owner_topic, owner_group in self.destinations.owners(name):
+        for owner_topic, owner_group in self.destinations.owners(topic):
             if owner_group is None:
-                continue
-            if owner_topic is None:
+                if (owner_topic is not None
+                        and self._may_publish_to(principal, owner_topic, depth + 1)
+                        and self._may_consume(principal, owner_topic, None, depth + 1)):
+                    return True
+            elif owner_topic is None:
                 if principal.consume and _match(principal.groups, owner_group):
                     return True
-            elif self._may_consume(principal, owner_topic, owner_group, 1):
+            elif self._may_consume(principal, owner_topic, owner_group, depth + 1):
                 return True
         return False
 

@@ -107,13 +107,9 @@ def publish_rows(listener: str, call: str) -> list[Row]:
     rows = [Row(listener, call, "orders", "", frozenset({"app"})),
             Row(listener, call, "payments", "", frozenset({"other"})),
             Row(listener, call, "elsewhere")]
-    # A reserved destination takes a consumer of its topic and group, or an admin; one whose
-    # name holds no group (`orders.dlq`) is every group's of the topic: an admin only.
-    rows += [Row(listener, call, t, "", frozenset({"app", "ops"} if "app" in t else {"ops"}))
-             for t, _ in APP_OWN[1:]]
-    rows += [Row(listener, call, t, "",
-                 frozenset({"other", "ops"} if "other" in t else {"ops"}))
-             for t, _ in OTHER_OWN[1:]]
+    # A reserved destination takes a consumer of its topic and group, or an admin.
+    rows += [Row(listener, call, t, "", frozenset({"app", "ops"})) for t, _ in APP_OWN[1:]]
+    rows += [Row(listener, call, t, "", frozenset({"other", "ops"})) for t, _ in OTHER_OWN[1:]]
     rows += [Row(listener, call, t, "", frozenset({"ops"})) for t in RESERVED_FOREIGN]
     return rows
 
