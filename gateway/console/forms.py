@@ -71,6 +71,8 @@ def when(values: Values, field: str) -> int:
         moment = datetime.fromisoformat(value).replace(tzinfo=UTC)
     except ValueError:
         raise BadInput(field, value, "a real date and time (UTC)") from None
+    if moment.year < 1970:  # the gateway refused it, naming its own field (filter.since_ms)
+        raise BadInput(field, value, "a time from 1970-01-01T00:00 to 9999-12-31T23:59 (UTC)")
     # 0 is "no bound" in a filter: the epoch's first minute bounds it at its first ms instead
     # (as `gateway dlq --until` does), where a delete with it deleted every other match.
     return int(moment.timestamp() * 1000) or 1

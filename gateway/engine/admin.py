@@ -38,6 +38,12 @@ from gateway.engine.api import (
 from gateway.engine.port import EngineQueries
 from gateway.errors import InvalidArgument, NotFound
 
+SCANS_MAX_ROWS = 2 * MAX_WAITING_SCAN
+"""Messages of shared destinations one request describing many groups (`scans`) reads in all.
+A name shared by groups (`{topic}.dlq`) is read once for each group (each has its own view of
+it): 1000 groups of one topic with 100,000 dead letters read 10**8 messages for one overview.
+Past this, a group's counts are its destination's own (every group's copies, an upper bound)."""
+
 
 def _of_topic(message: StoredMessage, topic: str, group: str) -> bool:
     """Whether a message of a group's retry or dead-letter destination is its own of `topic`.
@@ -129,7 +135,8 @@ class GroupAdmin(MoveVerbs):
         dead = await backend.stats(dlq_topic, group, now)
         dead_letters = dead.ready + dead.delayed + dead.leased
         if dead_letters and _shared(scheme.dead_letter_topic, topic, group):
-            dead_letters = await self._count_of_topic(dlq_topic, group, topic, scans)
+            counted = await self._count_of_topic(dlq_topic, group, topic, scans)
+            dead_letters = dead_letters if counted is None else counted
         unsettled = self._engine.unsettled(topic, group)
         held = sum(1 for u in unsettled if u.held)
         if retry.ready + retry.delayed and (
@@ -171,11 +178,14 @@ class GroupAdmin(MoveVerbs):
             removes_exported=self._backend.removes_by_position,
         )
 
-    async def _scan(self, name: str, group: str, scans: Scans | None) -> Scanned:
+    async def _scan(self, name: str, group: str, scans: Scans | None) -> Scanned | None:
         """The group's messages in a group-wide destination, the first MAX_WAITING_SCAN, as
-        (origin topic or None, message id, deliver at, publish time); read once per `scans`."""
+        (origin topic or None, message id, deliver at, publish time); read once per `scans`,
+        and None once `scans` holds SCANS_MAX_ROWS messages (not read)."""
         if scans is not None and (name, group) in scans:
             return scans[(name, group)]
+        if scans is not None and sum(len(s.rows) for s in scans.values()) >= SCANS_MAX_ROWS:
+            return None
         rows: list[tuple[str | None, str | None, str, int, int]] = []
         async for chunk in pages(self._backend, name, group, -1, MAX_WAITING_SCAN):
             rows.extend((m.properties.get(ORIGIN_TOPIC), m.properties.get(ORIGIN_GROUP),
@@ -186,11 +196,14 @@ class GroupAdmin(MoveVerbs):
         return scanned
 
     async def _count_of_topic(self, name: str, group: str, topic: str,
-                              scans: Scans | None = None) -> int:
+                              scans: Scans | None = None) -> int | None:
         """How many of the group's messages in a group-wide destination belong to `topic` (the
         first MAX_WAITING_SCAN looked at; a copy that records no origin counts for any topic)."""
-        rows = (await self._scan(name, group, scans)).rows
-        return sum(1 for origin, by, *_ in rows if origin in (None, topic) and by in (None, group))
+        scanned = await self._scan(name, group, scans)
+        if scanned is None:
+            return None
+        return sum(1 for origin, by, *_ in scanned.rows
+                   if origin in (None, topic) and by in (None, group))
 
     def _other_topics(self, topic: str, group: str) -> bool:
         """Whether the engine runs `group` on another topic too (so that a group-wide
@@ -201,9 +214,10 @@ class GroupAdmin(MoveVerbs):
                                 in_flight: set[str], scans: Scans | None = None
                                 ) -> TopicStats | None:
         """The group's retries of `topic` in a group-wide retry destination: due and waiting
-        apart, those in flight left out; None when it holds more than MAX_WAITING_SCAN."""
+        apart, those in flight left out; None when it holds more than MAX_WAITING_SCAN (or
+        the request read SCANS_MAX_ROWS already)."""
         scanned = await self._scan(name, group, scans)
-        if not scanned.complete:
+        if scanned is None or not scanned.complete:
             return None
         ready = delayed = 0
         oldest: int | None = None

@@ -107,12 +107,13 @@ class MoveVerbs:
             moves: list[Move] = []
             removals: list[Lease] = []
             for part in names:
-                present = await self._present(part.new, group)
+                present = await self._present(part.new, topic, group)
                 for m in found[part.part]:
                     if m.message_id in present:
                         removals.append(m.lease)  # copied by an earlier, interrupted run
                     else:
-                        moves.append(Move(m.lease, part.new, rn.copy_of(m, renames)))
+                        moves.append(Move(m.lease, part.new, rn.copy_of(m, renames, topic,
+                                                                    group)))
             done = await self._backend.move(moves) if moves else 0
             if removals:
                 done += await self._backend.remove(removals)
@@ -127,14 +128,16 @@ class MoveVerbs:
             left=left, more=more, dry_run=dry_run,
         )
 
-    async def _present(self, topic: str, group: str) -> set[str]:
-        """Message ids at `topic` for `group`: on a back end that moves atomically none can be
-        a copy of a message still at its old name, so nothing is read."""
+    async def _present(self, name: str, topic: str, group: str) -> set[str]:
+        """Ids of the group's messages of `topic` at `name`: on a back end that moves atomically
+        none can be a copy of a message still at its old name, so nothing is read. A name
+        shared by groups or topics holds others' copies of the same message too: they are not
+        this group's, and taking them for its copies lost its own (removed, never written)."""
         if self._backend.atomic_moves:
             return set()
         present: set[str] = set()
-        async for chunk in pages(self._backend, topic, group):
-            present.update(m.message_id for m in chunk)
+        async for chunk in pages(self._backend, name, group):
+            present.update(m.message_id for m in chunk if made_by(m.properties, topic, group))
         return present
 
     # ----------------------------------------------------------------- copy: the source side

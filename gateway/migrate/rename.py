@@ -89,11 +89,19 @@ def renamed(properties: Mapping[str, str], names: Mapping[str, str]) -> dict[str
     return {k: names.get(v, v) for k, v in properties.items()}
 
 
-def copy_of(message: StoredMessage, names: Mapping[str, str]) -> OutMessage:
-    """The message as it is appended at its new name: everything kept but renamed values."""
+def copy_of(message: StoredMessage, names: Mapping[str, str], topic: str,
+            group: str) -> OutMessage:
+    """The message as it is appended at its new name: everything kept but renamed values, and
+    it records its topic and group (`belongs` found it theirs). A message at a name that holds
+    both (`{topic}-{group}-DLQ`) may record neither (a Pulsar client's dead-letter policy
+    produces it there itself); moved as it was to a name shared by groups (`{topic}.dlq`) it
+    counted as every group's dead letter there, so another group listed, resent and purged it."""
+    properties = renamed(message.properties, names)
+    properties.setdefault(ORIGIN_TOPIC, topic)
+    properties[ORIGIN_GROUP] = group
     return OutMessage(
         body=message.body,
-        properties=renamed(message.properties, names),
+        properties=properties,
         key=message.key,
         tag=message.tag,
         deliver_at_ms=message.deliver_at_ms,

@@ -87,8 +87,10 @@ class Authorizer:
     reserved: a principal may consume or publish to one when it may consume one of the
     destination's owners (topic and group; where the name carries no topic, any topic with that
     group; where it carries no group, the topic with the group it subscribes with), or when one
-    of its own patterns is itself a reserved name (`%DLQ%*`, `*.dlq`). Admins may publish to
-    any. Plain patterns (`*`, `orders*`) never reach reserved names.
+    of its own patterns is itself a reserved name (`%DLQ%*`, `*.dlq`). Publishing as an owner
+    into a name that carries no group (`{topic}.retry`: every group's of the topic) needs
+    permission to publish to the topic too. Admins may publish to any. Plain patterns (`*`,
+    `orders*`) never reach reserved names.
     """
 
     def __init__(self, principals: Iterable[Principal], schemes: Iterable[NamingScheme]) -> None:
@@ -116,10 +118,36 @@ class Authorizer:
         if not self.destinations.reserved(topic):
             if _match(principal.publish, topic):
                 return
-        elif (principal.admin or _match(self._explicit_of(principal, "publish"), topic)
-              or self._may_consume(principal, topic, None, 0)):
+        elif principal.admin or self._may_publish_to(principal, topic, 0):
             return
         raise PermissionDenied(f"{principal.name} may not publish to {_short(topic)}")
+
+    def _may_publish_to(self, principal: Principal, topic: str, depth: int) -> bool:
+        """May `principal` publish to `topic`? A reserved destination takes a principal whose
+        own patterns name it (`*.dlq`), or one of its owners: a consumer of the topic with the
+        group the name holds (`{topic}-{group}-RETRY`, `%DLQ%{group}`). A name without a group
+        (`{topic}.retry`, `{topic}.dlq`) is read by every group of its topic, and a message
+        published there counts as each group's retry or dead letter: it takes only a consumer of
+        the topic that may publish to the topic itself (consuming the topic with a group of one's
+        own let a principal reach other principals' groups of a topic it may not publish to)."""
+        if not self.destinations.reserved(topic):
+            return _match(principal.publish, topic)
+        if _match(self._explicit_of(principal, "publish"), topic):
+            return True
+        if depth >= MAX_DEPTH or not principal.groups:
+            return False
+        for owner_topic, owner_group in self.destinations.owners(topic):
+            if owner_group is None:
+                if (owner_topic is not None
+                        and self._may_publish_to(principal, owner_topic, depth + 1)
+                        and self._may_consume(principal, owner_topic, None, depth + 1)):
+                    return True
+            elif owner_topic is None:
+                if principal.consume and _match(principal.groups, owner_group):
+                    return True
+            elif self._may_consume(principal, owner_topic, owner_group, depth + 1):
+                return True
+        return False
 
     def check_consume(self, principal: Principal | None, topic: str, group: str) -> None:
         if principal is None:

@@ -194,6 +194,8 @@ async def test_html_in_messages_is_escaped(gw: Gateway, admin: aiohttp.ClientSes
     "topic=orders&group=billing&max_attempt=%D9%A3",  # an Arabic-Indic 3
     "topic=orders&group=billing&since=yesterday",
     "topic=orders&group=billing&since=2024-02-30T10:00",
+    "topic=orders&group=billing&since=1969-12-31T23:59",  # before the epoch: the gateway's 400
+    "topic=orders&group=billing&until=0001-01-01T00:00",
     "topic=orders&group=billing&since=2024-05-02T10:00&until=2024-05-01T10:00",
     "topic=orders&group=billing&page=abc",
     "topic=orders&group=billing&page=99999999999999999999",

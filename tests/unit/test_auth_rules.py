@@ -93,10 +93,33 @@ def test_a_consumer_may_publish_to_its_own_destinations(authz: Authorizer) -> No
     """pulsar-client's reconsumeLater produces to `{topic}-{sub}-RETRY` itself, and its
     dead-letter policy to `{topic}-{sub}-DLQ`."""
     assert not allowed(authz.check_publish, ALICE, "A")
-    for topic in ("A-ga-RETRY", "A-ga-DLQ", "%RETRY%ga", "%DLQ%ga", "ga-RETRY", "A.retry"):
+    for topic in ("A-ga-RETRY", "A-ga-DLQ", "%RETRY%ga", "%DLQ%ga", "ga-RETRY",
+                  "A-ga-RETRY-ga-DLQ"):
         assert allowed(authz.check_publish, ALICE, topic), topic
     for topic in ("B-ga-RETRY", "%DLQ%gb", "A-gb-DLQ", "B.retry", "payroll-ga-DLQ"):
         assert not allowed(authz.check_publish, ALICE, topic), topic
+
+
+def test_a_consumer_may_not_publish_into_a_destination_every_group_reads(
+    authz: Authorizer,
+) -> None:
+    """`A.retry` and `A.dlq` (the rabbitmq scheme) hold no group: every group of A reads them,
+    and a message published there is each group's retry or dead letter. A consumer of A with
+    group ga could publish into them, and so reach other principals' groups of a topic it may
+    not publish to (and plant dead letters that their resend published to A). It now takes
+    permission to publish to A as well."""
+    for topic in ("A.retry", "A.dlq"):
+        assert not allowed(authz.check_publish, ALICE, topic), topic
+        assert allowed(authz.check_consume, ALICE, topic, "ga"), topic
+    assert allowed(authz.check_publish, CAROL, "A.dlq")  # an explicit pattern
+    assert allowed(authz.check_publish, ROOT, "A.retry")
+    # One who may publish to A itself reaches every group of A anyway (a dead-letter exchange
+    # of an AMQP queue routing into `A.dlq`, say).
+    owner = Principal("owner", "f" * 64, publish=("A",), consume=("A",), groups=("ga",))
+    checker = Authorizer([owner], builtin_registry().schemes.values())
+    for topic in ("A.retry", "A.dlq", "A-ga-RETRY"):
+        assert allowed(checker.check_publish, owner, topic), topic
+    assert not allowed(checker.check_publish, owner, "B.dlq")
 
 
 def test_explicit_patterns_and_admin_reach_reserved_destinations(authz: Authorizer) -> None:

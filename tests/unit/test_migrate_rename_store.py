@@ -63,9 +63,10 @@ def test_a_copy_keeps_everything_and_renames_old_names() -> None:
     names = {"persistent://t/ns/sub-RETRY": "persistent://t/ns/orders-sub-RETRY"}
     m = stored("persistent://t/ns/sub-RETRY", {
         "RETRY_TOPIC": "persistent://t/ns/sub-RETRY", "REAL_TOPIC": TOPIC, "n": "1"})
-    copy = rn.copy_of(m, names)
+    copy = rn.copy_of(m, names, TOPIC, "sub")
     assert copy == OutMessage(b"b", {"RETRY_TOPIC": "persistent://t/ns/orders-sub-RETRY",
-                                     "REAL_TOPIC": TOPIC, "n": "1"}, "k", "tag", T0 + 5000,
+                                     "REAL_TOPIC": TOPIC, "n": "1", ORIGIN_TOPIC: TOPIC,
+                                     ORIGIN_GROUP: "sub"}, "k", "tag", T0 + 5000,
                               "id1", 3, 2)
 
 
