@@ -91,6 +91,7 @@ class RabbitMQBackend(Backend):
     "independent-groups"), and the oldest ready time is unknown without consuming the queue
     head (no "oldest-ready-time")."""
     independent_groups = False
+    quiet_peeks = False  # a peek is basic.get and a requeue: the message comes back redelivered
 
     def __init__(
         self,

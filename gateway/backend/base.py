@@ -325,6 +325,10 @@ class Backend(abc.ABC):
     (capability `delay-skip`); False where a delayed message waits for every group (a broker
     that holds it until its time for the whole topic)."""
 
+    quiet_peeks: bool = True
+    """True when `peek` leaves the messages it reads as they were; False where looking marks
+    them (a broker that gives a looked-at message back as redelivered, counting an attempt)."""
+
     independent_groups: bool = True
     """True when each group of a topic reads every message of it (the model above); False where
     a topic's groups share one queue and each message goes to one of them (capability

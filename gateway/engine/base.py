@@ -159,6 +159,12 @@ class EngineBase:
         """True when the back end keeps groups' positions (`Backend.seekable`)."""
         return self.backend.seekable
 
+    @property
+    def quiet_reads(self) -> bool:
+        """True when reading messages without taking them leaves them as they were
+        (`Backend.quiet_peeks`)."""
+        return self.backend.quiet_peeks
+
     def _on_due(self, keys: list[int]) -> None:
         """Timer keys whose deadlines passed (`expiry` carries them out)."""
         raise NotImplementedError

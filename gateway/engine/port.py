@@ -124,6 +124,13 @@ class EnginePort(Protocol):
         message ids the back end assigns increase in topic order (`Backend.seekable`)."""
         ...
 
+    @property
+    def quiet_reads(self) -> bool:
+        """True when reading a group's messages without taking them (`AdminPort.export`)
+        leaves them as they were; False where the back end marks what was looked at (its next
+        delivery then counts one attempt more)."""
+        ...
+
     def policy_for(self, spec: SubscriptionSpec) -> RetryPolicy:
         """The validated policy a subscription gets; bad names and options: InvalidArgument."""
         ...

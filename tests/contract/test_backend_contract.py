@@ -451,3 +451,17 @@ async def test_independent_groups_says_what_the_capability_says(backend: Backend
     """The engine reads `independent_groups` to know whether a group may ack away another
     group's copy in a destination they share (`{topic}.retry`): only where each reads all."""
     assert backend.independent_groups == ("independent-groups" in capabilities_of(backend))
+
+
+@pytest.mark.requires("backlog-view")
+async def test_a_quiet_peek_leaves_the_messages_counts_as_they_were(backend: Backend) -> None:
+    """Where `quiet_peeks` says so, a message looked at is delivered as if nobody had looked
+    (the AMQP front end's expiry sweeper looks at queue heads that way)."""
+    if not backend.quiet_peeks:
+        pytest.skip("a peek marks what it reads on this back end")
+    topic, group = names()
+    await backend.publish(topic, [msg("a")])
+    for _ in range(3):
+        assert len(await backend.peek(topic, group, 10)) == 1
+    (got,) = await fetch_until(backend, topic, group, 1)
+    assert (got.attempt, got.retries) == (0, 0)

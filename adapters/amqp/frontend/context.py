@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from adapters.amqp.frontend import footprint
 from adapters.amqp.frontend.edge import QueueSettings
 from adapters.amqp.frontend.journal import Journal
-from adapters.amqp.frontend.ports import ConsumerPort, RouterPort
+from adapters.amqp.frontend.ports import ConsumerPort, RouterPort, SweeperPort
 from adapters.amqp.frontend.topology import Change, Queue, Topology
 from gateway.engine.api import ConsumerType, SubscriptionSpec
 from gateway.engine.port import EnginePort, EngineQueries
@@ -115,6 +115,8 @@ class Context:
     consumers: dict[str, set[ConsumerPort]] = field(default_factory=dict)
     """The AMQP consumers of each queue, on every connection."""
     router: RouterPort | None = None
+    sweeper: SweeperPort | None = None
+    """Expires messages at the head of queues without consumers (`expiry.Sweeper`)."""
     connection_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     declaring: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     """New queues whose declaration waits for the back end (their groups made), by name:

@@ -153,6 +153,10 @@ class DeadLetterRouter:
                 by_topic.setdefault(target, []).append((message, grown, delivery.message_id))
         for target, out in by_topic.items():
             await self._publish(name, target, out)
+            queue = self.ctx.topology.queues.get(target)
+            ttl = queue.settings.message_ttl_ms if queue is not None else None
+            if ttl is not None and self.ctx.sweeper is not None:  # a delay queue, say
+                self.ctx.sweeper.touch(target, self.ctx.engine.now_ms() + ttl)
 
     async def _publish(self, name: str, target: str,
                        out: list[tuple[OutMessage, int, str]]) -> None:

@@ -82,3 +82,9 @@ class RouterPort(Protocol):
     def forget(self, name: str) -> None: ...
 
     async def close(self) -> None: ...
+
+
+class SweeperPort(Protocol):
+    """The expiry sweeper (`expiry.Sweeper`): told when a message that may expire was stored."""
+
+    def touch(self, queue: str, at_ms: int) -> None: ...

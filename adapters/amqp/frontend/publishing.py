@@ -119,6 +119,7 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
         for topic in topics:
             by_topic.setdefault(topic, []).append(message)
     failed = await _store(channel, by_topic)
+    _expiring(channel, by_topic, failed)
     if failed:
         channel.unstored = next(iter(failed.values()))
     _answer(channel, routed, failed)
@@ -177,6 +178,26 @@ async def _store(channel: ChannelState, by_topic: dict[str, list[OutMessage]]) -
         elif isinstance(result, BaseException):
             failed[topic] = type(result).__name__
     return failed
+
+
+def _expiring(channel: ChannelState, by_topic: dict[str, list[OutMessage]],
+              failed: dict[str, str]) -> None:
+    """Tell the expiry sweeper when stored messages with a time to live may expire."""
+    ctx = channel.ctx
+    if ctx.sweeper is None:
+        return
+    now = ctx.engine.now_ms()
+    for topic, stored in by_topic.items():
+        if topic in failed:
+            continue
+        queue = ctx.topology.queues.get(topic)
+        ttl = queue.settings.message_ttl_ms if queue is not None else None
+        for message in stored:
+            own = messages.expiration_ms(message.properties)
+            if own is not None and (ttl is None or own < ttl):
+                ttl = own
+        if ttl is not None:
+            ctx.sweeper.touch(topic, now + ttl)
 
 
 def _answer(channel: ChannelState, routed: list[_Routed], failed: dict[str, str]) -> None:

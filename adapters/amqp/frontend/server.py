@@ -14,6 +14,7 @@ from adapters.amqp.frontend import queues
 from adapters.amqp.frontend.connection import Connection
 from adapters.amqp.frontend.context import AuthorizerPort, Context, Limits
 from adapters.amqp.frontend.deadletters import DeadLetterRouter
+from adapters.amqp.frontend.expiry import Sweeper
 from adapters.amqp.frontend.footprint import Budget
 from adapters.amqp.frontend.journal import Journal
 from adapters.amqp.frontend.topology import Topology
@@ -45,6 +46,8 @@ class AMQPFrontEnd:
         journal = Journal(state_dir)
         self.ctx = Context(engine, queries, authorizer, topology, journal, limits)
         self.ctx.router = DeadLetterRouter(self.ctx)
+        self._sweeper = Sweeper(self.ctx)
+        self.ctx.sweeper = self._sweeper
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
 
@@ -55,6 +58,7 @@ class AMQPFrontEnd:
         for queue in ctx.topology.queues.values():
             ctx.router.ensure(queue)
         await queues.restore(ctx)
+        self._sweeper.start()
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
@@ -90,6 +94,7 @@ class AMQPFrontEnd:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.wait_closed(), self.ctx.limits.close_timeout_s)
             conn.abort()
+        await self._sweeper.close()
         if self.ctx.router is not None:
             await self.ctx.router.close()
         if self._server is not None:
