@@ -63,8 +63,9 @@ def out_message(properties: commands.Basic.Properties, body: bytes, exchange: st
         value = getattr(properties, attr, None)
         if value:
             props[name] = value if isinstance(value, str) else as_text(value)
-    if properties.expiration:
-        edge.check_expiration(props[TEXT_PROPERTIES["expiration"]])
+    if properties.expiration is not None:  # present but empty is invalid too (as RabbitMQ)
+        expiration = properties.expiration
+        edge.check_expiration(expiration if isinstance(expiration, str) else as_text(expiration))
     for attr, name in NUMBER_PROPERTIES.items():
         value = getattr(properties, attr, None)
         if value is None:
