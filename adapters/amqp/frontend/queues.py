@@ -69,9 +69,7 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
         else:
             edge.check_name("queue", name)
             await ctx.settled(name)  # not told DeclareOk for a queue the back end may refuse
-            existing = ctx.topology.queues.get(name)
-            if existing is None or existing.owner != conn.id:
-                edge.check_declarable("queue", name)
+            edge.check_declarable("queue", name)  # also its owner's: only `passive` (RabbitMQ)
         settings = edge.queue_settings(name, m.arguments or {})
         access.consume(channel, Queue(name, m.durable, m.auto_delete, {}, settings), DECLARE)
         known = name in ctx.topology.queues
@@ -216,7 +214,7 @@ async def delete(channel: ChannelState, m: commands.Queue.Delete) -> commands.Qu
     if m.if_unused and ctx.consumer_count(name):
         raise AMQPError(PRECONDITION_FAILED, f"queue {short(name)} in vhost '/' in use", DELETE)
     if m.if_empty and await ready_count(ctx, queue):
-        raise AMQPError(PRECONDITION_FAILED, f"queue {short(name)} in vhost '/' is not empty",
+        raise AMQPError(PRECONDITION_FAILED, f"queue {short(name)} in vhost '/' not empty",
                         DELETE)
     count = await remove(ctx, queue)
     return commands.Queue.DeleteOk(message_count=count)

@@ -196,16 +196,18 @@ class Topology:
 
     def delete_exchange(self, name: str, *, if_unused: bool) -> list[Change]:
         edge.check_name("exchange", name, allow_empty=True)
-        if not name or name in BUILTIN:
-            raise AMQPError(ACCESS_REFUSED, f"operation not permitted on exchange "
-                                            f"{short(name or '(AMQP default)')}")
+        if not name:  # RabbitMQ's texts
+            raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if name in BUILTIN:
+            raise AMQPError(ACCESS_REFUSED, f"deletion of system exchange {short(name)} in "
+                                            "vhost '/' not allowed")
         exchange = self.exchanges.get(name)
         if exchange is None:
             return []  # RabbitMQ: deleting an exchange that is not there succeeds
         inbound = [b for e in self.exchanges.values() for b in e.bindings
                    if not b.to_queue and b.destination == name]
         if if_unused and (exchange.bindings or inbound):
-            raise AMQPError(PRECONDITION_FAILED, f"exchange {short(name)} in use")
+            raise AMQPError(PRECONDITION_FAILED, f"exchange {short(name)} in vhost '/' in use")
         changes: list[Change] = []
         for binding in [*exchange.bindings, *inbound]:
             changes.extend(self._unbind(binding))
