@@ -225,7 +225,8 @@ def _loopback(host: str) -> bool:
 
 def host_port(field: str, value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not port.isascii() or not port.isdigit() \
+            or not 0 <= int(port) <= 65535:
         raise InvalidArgument(field, value, "HOST:PORT with a port in 0..65535")
     return host.strip("[]"), int(port)
 

@@ -235,6 +235,7 @@ def test_simple_consumer_keeps_its_await_duration_and_no_metrics() -> None:
     [
         ({"advertised_endpoint": "nohost"}, "advertised_endpoint"),
         ({"advertised_endpoint": "h:70000"}, "advertised_endpoint"),
+        ({"advertised_endpoint": "h:\u00b2"}, "advertised_endpoint"),
         ({"credentials": {"ak": ""}}, "credentials"),
         ({"max_delivery_attempts": 0}, "max_delivery_attempts"),
         ({"orderly_suspend_ms": 5}, "orderly_suspend_ms"),

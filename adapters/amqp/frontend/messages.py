@@ -99,9 +99,11 @@ def out_message(properties: commands.Basic.Properties, body: bytes, exchange: st
 
 
 def expiration_ms(properties: Mapping[str, str]) -> int | None:
-    """A message's per-message TTL, if it was published with one."""
+    """A message's per-message TTL, if it was published with one (one stored through another
+    front end unchecked counts only as ASCII decimal digits: `int` refuses some that
+    `isdigit` takes, "²")."""
     text = properties.get(TEXT_PROPERTIES["expiration"])
-    if text is None or not text.isdigit():
+    if text is None or not text.isascii() or not text.isdigit():
         return None
     return int(text)
 
@@ -114,6 +116,8 @@ def delivery_properties(delivery: Delivery) -> dict[str, Any]:
     for attr, name in TEXT_PROPERTIES.items():
         text = props.get(name)
         if text and len(text.encode("utf-8", "replace")) <= 255:
+            if attr == "expiration" and expiration_ms(props) is None:
+                continue  # not milliseconds (stored unchecked): no time to live, none sent
             values[attr] = text
     for attr, name in NUMBER_PROPERTIES.items():
         number = _int(props.get(name))

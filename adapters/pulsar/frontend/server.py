@@ -43,7 +43,7 @@ MAX_CONNECTIONS = 1000
 def parse_listen(text: str) -> tuple[str, int]:
     """Split a `HOST:PORT` listen address (`--pulsar-listen`)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not port.isascii() or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise InvalidArgument("pulsar_listen", text, "HOST:PORT with a port in 0..65535")
     return host.strip("[]") or DEFAULT_HOST, int(port)
 

@@ -94,7 +94,7 @@ class FrontendSettings:
         if self.advertised_endpoint:
             host, sep, port = self.advertised_endpoint.rpartition(":")
             _check(
-                bool(sep and host and port.isdigit() and 0 < int(port) < 65536),
+                bool(sep and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536),
                 "advertised_endpoint",
                 self.advertised_endpoint,
                 "host:port with port 1..65535",
