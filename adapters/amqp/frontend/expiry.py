@@ -116,6 +116,10 @@ class Sweeper:
             except GatewayError as exc:  # the back end is away, the group is in use: later
                 log.debug("amqp expiry sweep deferred", queue=name, error=exc.message)
                 found = now + RECHECK_MS
+            except Exception as exc:  # a bug: said; this queue waits, the others go on
+                log.error("amqp expiry sweep of a queue failed", queue=name, error=str(exc),
+                          exc_info=True)
+                found = now + RECHECK_MS
             if found is None and queue.settings.message_ttl_ms is not None:
                 found = now + RECHECK_MS
             if found is None:
