@@ -31,12 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import structlog
 
+from adapters.pulsar.frontend.files import replace_durably
 from gateway.engine.port import EnginePort
 from gateway.errors import AlreadyExists, GatewayError
 
@@ -219,15 +219,4 @@ def _read(path: Path) -> list[Key]:
 
 
 def _write(path: Path, keys: list[Key]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    with temporary.open("wb") as f:
-        f.write(json.dumps([list(k) for k in keys], ensure_ascii=False).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    replace_durably(path, json.dumps([list(k) for k in keys], ensure_ascii=False).encode())

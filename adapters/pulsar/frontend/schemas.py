@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 from pathlib import Path
 
 import structlog
 
+from adapters.pulsar.frontend.files import replace_durably
 from adapters.pulsar.wire import wire_pb2 as pb
 from gateway.errors import InvalidArgument, Unavailable
 
@@ -159,15 +159,4 @@ def _same_type(topic: str, have: int, kind: int, field: str) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    replace_durably(path, text.encode("utf-8"))
