@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -42,13 +43,21 @@ HEADERS_DROPPED = "x-headers-dropped"
 not fit the connection's frame_max)."""
 
 
-def expired(delivery: Delivery, queue: Queue, now_ms: int) -> bool:
-    """Whether a message's time to live passed before it could be delivered."""
-    ttl = messages.expiration_ms(delivery.properties)
-    queue_ttl = queue.settings.message_ttl_ms
+def expires_at(properties: Mapping[str, str], publish_ms: int, queue: Queue | None
+               ) -> int | None:
+    """When a message published at `publish_ms` expires in `queue`: its own `expiration` or
+    the queue's `x-message-ttl`, the shorter (None: never)."""
+    ttl = messages.expiration_ms(properties)
+    queue_ttl = queue.settings.message_ttl_ms if queue is not None else None
     if queue_ttl is not None:
         ttl = queue_ttl if ttl is None else min(ttl, queue_ttl)
-    return ttl is not None and delivery.publish_ms + ttl <= now_ms
+    return None if ttl is None else publish_ms + ttl
+
+
+def expired(delivery: Delivery, queue: Queue, now_ms: int) -> bool:
+    """Whether a message's time to live passed before it could be delivered."""
+    at = expires_at(delivery.properties, delivery.publish_ms, queue)
+    return at is not None and at <= now_ms
 
 
 def fit_headers(properties: dict[str, Any], header_frame: int, frame_max: int,

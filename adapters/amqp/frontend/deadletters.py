@@ -38,6 +38,7 @@ from adapters.amqp.dialect import (
     REJECTED,
 )
 from adapters.amqp.frontend import messages
+from adapters.amqp.frontend.consumers import expires_at
 from adapters.amqp.frontend.context import POLICY, Context
 from adapters.amqp.frontend.topology import DEFAULT, Queue
 from adapters.amqp.frontend.typed import decode as decode_typed
@@ -154,9 +155,9 @@ class DeadLetterRouter:
         for target, out in by_topic.items():
             await self._publish(name, target, out)
             queue = self.ctx.topology.queues.get(target)
-            ttl = queue.settings.message_ttl_ms if queue is not None else None
-            if ttl is not None and self.ctx.sweeper is not None:  # a delay queue, say
-                self.ctx.sweeper.touch(target, self.ctx.engine.now_ms() + ttl)
+            at = expires_at({}, self.ctx.engine.now_ms(), queue)  # dead letters lose their own
+            if at is not None and self.ctx.sweeper is not None:  # a delay queue, say
+                self.ctx.sweeper.touch(target, at)
 
     async def _publish(self, name: str, target: str,
                        out: list[tuple[OutMessage, int, str]]) -> None:

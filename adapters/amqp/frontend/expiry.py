@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import structlog
 
 from adapters.amqp.dialect import EXPIRED
-from adapters.amqp.frontend import messages
-from adapters.amqp.frontend.consumers import expired
+from adapters.amqp.frontend.consumers import expired, expires_at
 from adapters.amqp.frontend.context import Context, queue_spec
 from adapters.amqp.frontend.topology import Queue
 from gateway.backend.base import StoredMessage
@@ -45,16 +44,6 @@ LOOKS_PER_TICK = 64
 READY = "ready"
 
 
-def expires_at(properties: Mapping[str, str], publish_ms: int, queue: Queue | None
-               ) -> int | None:
-    """When a message published at `publish_ms` expires in `queue` (None: never)."""
-    ttl = messages.expiration_ms(properties)
-    queue_ttl = queue.settings.message_ttl_ms if queue is not None else None
-    if queue_ttl is not None:
-        ttl = queue_ttl if ttl is None else min(ttl, queue_ttl)
-    return None if ttl is None else publish_ms + ttl
-
-
 class Sweeper:
     """Dead-letters expired messages at the head of queues without consumers."""
 
@@ -69,6 +58,7 @@ class Sweeper:
         that redelivers what was looked at): there they expire on their way to a consumer."""
         if not self._ctx.engine.quiet_reads:
             return
+        self._ctx.sweeper = self  # publishes tell it of expiring messages from now on
         now = self._ctx.engine.now_ms()
         for name in self._ctx.topology.queues:
             self._due[name] = now

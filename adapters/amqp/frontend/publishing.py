@@ -18,6 +18,7 @@ from typing import Any
 from pamqp import commands
 
 from adapters.amqp.frontend import edge, framing, messages, replyto
+from adapters.amqp.frontend.consumers import expires_at
 from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
     NO_ROUTE,
@@ -182,7 +183,8 @@ async def _store(channel: ChannelState, by_topic: dict[str, list[OutMessage]]) -
 
 def _expiring(channel: ChannelState, by_topic: dict[str, list[OutMessage]],
               failed: dict[str, str]) -> None:
-    """Tell the expiry sweeper when stored messages with a time to live may expire."""
+    """Tell the expiry sweeper (when it runs) when stored messages with a time to live may
+    expire."""
     ctx = channel.ctx
     if ctx.sweeper is None:
         return
@@ -191,13 +193,9 @@ def _expiring(channel: ChannelState, by_topic: dict[str, list[OutMessage]],
         if topic in failed:
             continue
         queue = ctx.topology.queues.get(topic)
-        ttl = queue.settings.message_ttl_ms if queue is not None else None
-        for message in stored:
-            own = messages.expiration_ms(message.properties)
-            if own is not None and (ttl is None or own < ttl):
-                ttl = own
-        if ttl is not None:
-            ctx.sweeper.touch(topic, now + ttl)
+        times = [at for m in stored if (at := expires_at(m.properties, now, queue)) is not None]
+        if times:
+            ctx.sweeper.touch(topic, min(times))
 
 
 def _answer(channel: ChannelState, routed: list[_Routed], failed: dict[str, str]) -> None:

@@ -47,7 +47,6 @@ class AMQPFrontEnd:
         self.ctx = Context(engine, queries, authorizer, topology, journal, limits)
         self.ctx.router = DeadLetterRouter(self.ctx)
         self._sweeper = Sweeper(self.ctx)
-        self.ctx.sweeper = self._sweeper
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
 
