@@ -449,6 +449,7 @@ class Delivering(Leaving):
         sub.pulls += 1  # in use: not forgotten at `max_groups` while it waits
         try:
             while True:
+                woken = sub.woken()
                 if sub.held and not sub.consumers:
                     # Ordered retries due again go out first, before anything behind them.
                     return [self._redeliver_held(sub, None, policy)
@@ -469,6 +470,7 @@ class Delivering(Leaving):
                     asyncio.ensure_future(self.backend.wait(s, sub.group, left))
                     for s in sub.sources
                 ]
+                waiters.append(asyncio.shield(woken))  # shared: not cancelled by wait_any
                 await wait_any(waiters)
         finally:
             sub.pulls -= 1

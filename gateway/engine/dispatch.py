@@ -214,6 +214,8 @@ class Subscription:
     held: deque[InFlight] = field(default_factory=deque)
     """Ordered retries due again: delivered before anything new."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    pulls_woken: asyncio.Future[None] | None = None
+    """What waiting pull receives wait on beside the back end (`woken`, `kick`)."""
     task: asyncio.Task[None] | None = None
     closed: bool = False
     own_group: bool = False
@@ -276,6 +278,21 @@ class Subscription:
                 if enough is not None and total >= enough:
                     break
         return total
+
+    def woken(self) -> asyncio.Future[None]:
+        """Done at the next `kick`: taken by a pull receive before it fetches, so that a kick
+        while it fetches is not missed."""
+        if self.pulls_woken is None or self.pulls_woken.done():
+            self.pulls_woken = asyncio.get_running_loop().create_future()
+        return self.pulls_woken
+
+    def kick(self) -> None:
+        """What fetches left out may go now (a key freed, an ordered retry due): wake the
+        dispatcher and the waiting pull receives (the back end wakes them only for new
+        messages)."""
+        self.wake.set()
+        if self.pulls_woken is not None and not self.pulls_woken.done():
+            self.pulls_woken.set_result(None)
 
     def byte_room(self, enough: int) -> int:
         """The byte room of the consumers with room that get deliveries, summed (at least 1);

@@ -72,7 +72,7 @@ class Engine(Delivering):
                 consumer.forget_all()
                 consumer.credit += len(consumer.outbox)
                 consumer.outbox.clear()
-            sub.wake.set()
+            sub.kick()
         log.warning("back end recovered: deliveries handed out before are void", void=void)
 
     async def stop_dispatch(self) -> None:
@@ -219,7 +219,7 @@ class Engine(Delivering):
                 sub.blocked_keys.discard(inf.stored.key)
         if held:
             sub.held = deque(inf for inf in sub.held if inf.receipt in self.inflight)
-            sub.wake.set()
+            sub.kick()
         return [inf.stored.lease for inf in held]
 
     # -------------------------------------------------------------- queries

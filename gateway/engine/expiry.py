@@ -78,7 +78,7 @@ class Expiring(Settling):
         for inf in [inf for n in keys for inf in self._take_due(n)]:
             if inf.held:
                 inf.sub.held.append(inf)
-                inf.sub.wake.set()
+                inf.sub.kick()
                 continue
             if not inf.record.deadline_ms:
                 continue

@@ -212,7 +212,7 @@ class Settling(EngineBase):
                 consumer.settled(receipt)
             if inf.blocks:
                 inf.sub.blocked_keys.discard(inf.stored.key)
-                inf.sub.wake.set()
+                inf.sub.kick()
             acks.append(inf.stored.lease)
             if tally is not None:
                 key = ("COMMITTED", record.topic, record.group, inf.policy.name, record.attempt)
@@ -329,7 +329,7 @@ class Settling(EngineBase):
             return
         if inf.blocks:
             sub.blocked_keys.discard(stored.key)
-            sub.wake.set()
+            sub.kick()
         if outcome is COMMIT or outcome is DISCARD:
             batch.acks.append(stored.lease)
             return
