@@ -38,7 +38,7 @@ from adapters.amqp.frontend.errors import (
 )
 from adapters.amqp.frontend.ports import ConnectionPort
 from adapters.amqp.frontend.publishing import Publish, header_values, next_batch, publish_batch
-from adapters.amqp.frontend.state import ChannelState
+from adapters.amqp.frontend.state import ChannelState, top_up_queue
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
@@ -209,6 +209,8 @@ class Channel(ChannelState):
                 self.top_up()
             else:
                 self.flow.clear()
+                for session in list(self.consumers.values()):  # lower priorities may take
+                    top_up_queue(self.ctx, session.queue.name)
             self.conn.send(self.number, commands.Channel.FlowOk(active=method.active))
         elif isinstance(method, commands.Channel.FlowOk | commands.Basic.CancelOk):
             return  # answers to a flow or a consumer cancel the server sent
@@ -335,6 +337,9 @@ class Channel(ChannelState):
         self.retired.clear()
         for session in sessions:
             self.ctx.consumers.get(session.queue.name, set()).discard(session)
+        for name in {session.queue.name for session in sessions}:
+            top_up_queue(self.ctx, name)  # those of lower priority may take deliveries now
+        for session in sessions:
             await session.close()
         pulled = [u.receipt for u in self.unacked.values() if u.session is None and u.receipt]
         self.unacked.clear()

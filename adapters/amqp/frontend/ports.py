@@ -53,6 +53,10 @@ class ConsumerPort(Protocol):
 
     tag: str
     queue: Queue
+    channel: Any
+    """The channel it consumes on (`state.ChannelState`)."""
+    priority: int
+    """Its `x-priority` (0 without one)."""
     exclusive: bool
     no_ack: bool
     prefetch: int
@@ -62,6 +66,11 @@ class ConsumerPort(Protocol):
     """Engine credit given and not yet used."""
 
     def want(self) -> int: ...
+
+    def has_room(self) -> bool:
+        """Whether it could take a delivery now (not cancelled, its channel open and not
+        stopped by flow, its prefetch and the channel's not full)."""
+        ...
 
     def grant(self, n: int) -> None: ...
 
