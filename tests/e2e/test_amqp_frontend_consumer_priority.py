@@ -114,3 +114,43 @@ async def test_a_priority_that_is_not_an_integer_closes_the_channel(
     code, text = await session(url, run)
     assert code == 406
     assert "x-priority" in text and f"expected integer, got {kind}" in text
+
+
+async def test_a_lower_consumer_given_room_while_the_higher_was_full_does_not_take_later_messages(
+    url: str,
+) -> None:
+    """The lower consumer had room offered while the higher one was full and the queue empty;
+    once the higher one has room again, what is published next still goes to it."""
+    queue = unique("prio")
+
+    def run(connection: pika.BlockingConnection) -> list[dict[str, list[bytes]]]:
+        setup = connection.channel()
+        setup.queue_declare(queue)
+        got: dict[str, list[tuple[int, bytes]]] = {"high": [], "low": []}
+        channels: dict[str, BlockingChannel] = {}
+        for name, priority in (("high", 10), ("low", 0)):
+            ch = connection.channel()
+            ch.basic_qos(prefetch_count=5)
+
+            def on_message(_ch: Any, method: Any, _props: Any, body: bytes,
+                           name: str = name) -> None:
+                got[name].append((method.delivery_tag, body))
+            ch.basic_consume(queue, on_message, arguments={"x-priority": priority})
+            channels[name] = ch
+        steps = []
+        for round_ in range(3):
+            for i in range(5):
+                setup.basic_publish("", queue, f"r{round_}m{i}".encode())
+            _pump(connection, got, 5 * (round_ + 1))
+            steps.append({k: [body for _, body in v] for k, v in got.items()})
+            channels["high"].basic_ack(got["high"][-1][0], multiple=True)
+        setup.queue_delete(queue)
+        return steps
+
+    steps = await session(url, run)
+    sent = [[f"r{r}m{i}".encode() for i in range(5)] for r in range(3)]
+    assert steps == [
+        {"high": sent[0], "low": []},
+        {"high": sent[0] + sent[1], "low": []},
+        {"high": sent[0] + sent[1] + sent[2], "low": []},
+    ]

@@ -27,7 +27,7 @@ from pamqp.base import Frame
 from adapters.amqp.dialect import EXPIRED
 from adapters.amqp.frontend import framing, messages, table
 from adapters.amqp.frontend.errors import INTERNAL_ERROR, AMQPError, short
-from adapters.amqp.frontend.state import ChannelState, Unacked, top_up_queue
+from adapters.amqp.frontend.state import ChannelState, Unacked, outranked, top_up_queue
 from adapters.amqp.frontend.topology import Queue
 from gateway.engine.api import Delivery, SettleAction, Settlement
 from gateway.engine.port import ConsumerPort
@@ -151,6 +151,11 @@ class ConsumerSession:
         self.credit += n
         self.consumer.add_credit(n)
 
+    def withdraw(self) -> None:
+        """Take back the credit not used yet (one of higher priority has room again)."""
+        if self.credit:
+            self.credit -= self.consumer.take_credit(self.credit)
+
     async def _pump(self) -> None:
         channel = self.channel
         conn = channel.conn
@@ -158,6 +163,11 @@ class ConsumerSession:
             while True:
                 batch = await self.consumer.next_batch(BATCH)
                 self.credit = max(self.credit - len(batch), 0)
+                if outranked(channel.ctx, self):
+                    # Credit given while those of higher priority were blocked; one has room
+                    # again and would have had these (RabbitMQ): they go back for it.
+                    channel.release_later([delivery.receipt for delivery in batch])
+                    continue
                 self._pending = batch
                 if not channel.flow.is_set():
                     await channel.flow.wait()

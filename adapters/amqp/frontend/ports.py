@@ -74,6 +74,10 @@ class ConsumerPort(Protocol):
 
     def grant(self, n: int) -> None: ...
 
+    def withdraw(self) -> None:
+        """Take back the engine credit not used yet."""
+        ...
+
     async def cancel(self) -> None: ...
 
     async def server_cancel(self) -> None:

@@ -84,6 +84,7 @@ class ChannelState:
         taken = self._take(tag, multiple, method)
         acks: list[str] = []
         settles: list[Settlement] = []
+        full = {u.session for u in taken if u.session is not None and not u.session.has_room()}
         for unacked in taken:
             if unacked.session is not None:
                 unacked.session.held -= 1
@@ -98,6 +99,8 @@ class ChannelState:
                                           reason="rejected"))
         self.settle_later(acks, settles)
         self.top_up()
+        for session in full:  # it has room again: those of lower priority give way
+            top_up_queue(self.ctx, session.queue.name)
 
     def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
         tag &= UNSIGNED_64  # an unsigned 64-bit field that the frame decoder reads signed
@@ -162,6 +165,7 @@ class ChannelState:
         start = self._rr = (self._rr + 1) % len(sessions)
         for session in sessions[start:] + sessions[:start]:
             if outranked(self.ctx, session):
+                session.withdraw()
                 continue
             want = session.want()
             grant = want if room is None else min(want, room)
