@@ -6,7 +6,8 @@ answered before the publish that follows it is routed); runs of publishes are st
 batch and confirmed together. Acknowledgements take a shorter way: the delivery tags are settled
 at once (so prefetch frees up at once) and the engine is told in batches by a settler.
 A channel error closes the channel (`Channel.Close`), whose frames are then discarded until the
-client's `Close-Ok`; a hard error closes the connection. As in RabbitMQ, a `channel.open` on a
+client's `Close-Ok`; one found as its frame arrives (an unknown delivery tag, bad content) waits
+behind the methods queued before it, as RabbitMQ does them in order; a hard error closes the connection. As in RabbitMQ, a `channel.open` on a
 channel that is open or closing is a connection error (504 CHANNEL_ERROR) in its turn: after
 the answers to the methods before it, and after the channel's close while that awaits its
 close-ok (the specification would discard it; RabbitMQ does not).
@@ -84,6 +85,13 @@ class _Content:
     """What its properties count against the connection's content still arriving."""
 
 
+@dataclass(slots=True)
+class _Failure:
+    """A channel error found on arrival, raised in its turn in the work queue."""
+
+    exc: AMQPError
+
+
 class Channel(ChannelState):
     def __init__(self, conn: ConnectionPort, ctx: Context, number: int) -> None:
         super().__init__(conn, ctx, number)
@@ -92,9 +100,19 @@ class Channel(ChannelState):
         self._worker: asyncio.Task[None] | None = None
         self._torn = False
         self._teardown_task: asyncio.Future[None] | None = None
+        self._failing = False
+        """A channel error waits in the work queue behind the methods before it."""
 
     # ------------------------------------------------------------------ frames
     def frame(self, incoming: framing.Incoming) -> None:
+        if self._failing:
+            # A channel error waits behind the methods before it: what follows is discarded,
+            # but for the methods a closing channel still answers (handled in `close_with`).
+            if isinstance(incoming, framing.Method) and isinstance(
+                incoming.method, commands.Channel.Close | commands.Channel.Open
+            ):
+                self._work.append(incoming.method)
+            return
         if self.closing:
             if isinstance(incoming, framing.Method):
                 if isinstance(incoming.method, commands.Channel.CloseOk):
@@ -117,6 +135,12 @@ class Channel(ChannelState):
                 exc.at(_ids(incoming.method))
             if exc.hard:
                 raise
+            if self._work or (self._worker is not None and not self._worker.done()):
+                # As in RabbitMQ, the methods that came before it are done first (publishes
+                # stored and confirmed); then the channel closes.
+                self._failing = True
+                self._enqueue(_Failure(exc))
+                return
             self.close_with(exc)
 
     def _reopen(self) -> None:
@@ -245,6 +269,10 @@ class Channel(ChannelState):
             try:
                 if isinstance(item, Publish):
                     await publish_batch(self, next_batch(work))
+                elif isinstance(item, _Failure):
+                    work.popleft()
+                    self._failed(item.exc)
+                    return
                 else:
                     work.popleft()
                     await self._run_method(item)
