@@ -44,3 +44,32 @@ async def test_messages_published_before_a_channel_error_are_stored(url: str,
         return code, stored
 
     assert await session(url, run) == (406, 200)
+
+
+async def test_messages_published_before_a_refused_transaction_are_stored(
+    tmp_path: Path,
+) -> None:
+    """The gateway refuses `tx.select` (540, the connection closes; RabbitMQ has
+    transactions): the messages published before it on the channel are stored all the same."""
+    queue = unique("order")
+    async with server("gateway", tmp_path) as url:
+
+        def publish(connection: pika.BlockingConnection) -> int:
+            connection.channel().queue_declare(queue)
+            ch = connection.channel()
+            for i in range(200):
+                ch.basic_publish("", queue, f"m{i}".encode())
+            try:
+                ch.tx_select()
+            except pika.exceptions.ConnectionClosedByBroker as exc:
+                return int(exc.reply_code)
+            return 0
+
+        def count(connection: pika.BlockingConnection) -> int:
+            ch = connection.channel()
+            stored = count_when(ch, queue, 200, 0)[0]
+            ch.queue_delete(queue)
+            return stored
+
+        assert await session(url, publish) == 540
+        assert await session(url, count) == 200

@@ -6,8 +6,9 @@ answered before the publish that follows it is routed); runs of publishes are st
 batch and confirmed together. Acknowledgements take a shorter way: the delivery tags are settled
 at once (so prefetch frees up at once) and the engine is told in batches by a settler.
 A channel error closes the channel (`Channel.Close`), whose frames are then discarded until the
-client's `Close-Ok`; one found as its frame arrives (an unknown delivery tag, bad content) waits
-behind the methods queued before it, as RabbitMQ does them in order; a hard error closes the connection. As in RabbitMQ, a `channel.open` on a
+client's `Close-Ok`; a hard error closes the connection. An error found as its frame arrives
+(an unknown delivery tag, bad content, a refused method) waits behind the methods queued before
+it, as RabbitMQ does them in order. As in RabbitMQ, a `channel.open` on a
 channel that is open or closing is a connection error (504 CHANNEL_ERROR) in its turn: after
 the answers to the methods before it, and after the channel's close while that awaits its
 close-ok (the specification would discard it; RabbitMQ does not).
@@ -133,14 +134,15 @@ class Channel(ChannelState):
         except AMQPError as exc:
             if isinstance(incoming, framing.Method):
                 exc.at(_ids(incoming.method))
-            if exc.hard:
-                raise
             if self._work or (self._worker is not None and not self._worker.done()):
                 # As in RabbitMQ, the methods that came before it are done first (publishes
-                # stored and confirmed); then the channel closes.
+                # stored and confirmed); then the channel (or, for a hard error, the
+                # connection) closes.
                 self._failing = True
                 self._enqueue(_Failure(exc))
                 return
+            if exc.hard:
+                raise
             self.close_with(exc)
 
     def _reopen(self) -> None:
