@@ -154,3 +154,41 @@ async def test_a_lower_consumer_given_room_while_the_higher_was_full_does_not_ta
         {"high": sent[0] + sent[1], "low": []},
         {"high": sent[0] + sent[1] + sent[2], "low": []},
     ]
+
+
+async def test_priorities_hold_across_connections(url: str) -> None:
+    """The consumers are on two connections: the lower one still gets messages only while the
+    higher one is full."""
+    queue = unique("prio")
+
+    def run(connection: pika.BlockingConnection) -> dict[str, list[bytes]]:
+        other = pika.BlockingConnection(pika.URLParameters(url))
+        try:
+            setup = connection.channel()
+            setup.queue_declare(queue)
+            got: dict[str, list[bytes]] = {"high": [], "low": []}
+            for name, priority, conn in (("low", 0, other), ("high", 10, connection)):
+                ch = conn.channel()
+                ch.basic_qos(prefetch_count=3)
+
+                def on_message(_ch: Any, _method: Any, _props: Any, body: bytes,
+                               name: str = name) -> None:
+                    got[name].append(body)
+                ch.basic_consume(queue, on_message, arguments={"x-priority": priority})
+            for i in range(8):
+                setup.basic_publish("", queue, f"m{i}".encode())
+            deadline = time.monotonic() + 10
+            while sum(map(len, got.values())) < 6 and time.monotonic() < deadline:
+                connection.process_data_events(time_limit=0.02)
+                other.process_data_events(time_limit=0.02)
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                connection.process_data_events(time_limit=0.02)
+                other.process_data_events(time_limit=0.02)
+            setup.queue_delete(queue)
+            return got
+        finally:
+            other.close()
+
+    sent = [f"m{i}".encode() for i in range(8)]
+    assert await session(url, run) == {"high": sent[:3], "low": sent[3:6]}

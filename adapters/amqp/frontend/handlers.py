@@ -178,6 +178,7 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
     if not m.nowait:
         channel.send(framing.reply(commands.Basic.ConsumeOk, consumer_tag=tag))
     channel.top_up()
+    top_up_queue(ctx, queue.name)  # those of lower priority give way to it
 
 
 async def cancel(channel: ChannelState, m: commands.Basic.Cancel) -> Any:
