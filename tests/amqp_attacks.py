@@ -142,12 +142,13 @@ CASES = [
     Case("unknown frame type", lambda c: raw_frame(9, 1, b""), 501),
     Case("frame type 0", lambda c: raw_frame(0, 1, b"abc"), 501),
     Case("heartbeat on a channel", lambda c: raw_frame(8, 1, b""), 505),
-    Case("heartbeat with a payload", lambda c: raw_frame(8, 0, b"boom"), 505),
+    Case("heartbeat with a payload", lambda c: raw_frame(8, 0, b"boom"), 501),  # RabbitMQ's
     # channels
     Case("method on an unopened channel", lambda c: method_bytes(5, commands.Basic.Qos()), 504,
          method=(60, 10)),
-    Case("content header on an unopened channel", lambda c: content_header_bytes(5, 3), 504),
-    Case("body on an unopened channel", lambda c: raw_frame(3, 5, b"abc"), 504),
+    # RabbitMQ: a content frame where a method belongs (505), not a channel error
+    Case("content header on an unopened channel", lambda c: content_header_bytes(5, 3), 505),
+    Case("body on an unopened channel", lambda c: raw_frame(3, 5, b"abc"), 505),
     Case("method on a closed channel", lambda c: QOS, 504, setup=lambda c: (
         c.send_method(1, CHANNEL_CLOSE), c.expect(commands.Channel.CloseOk, 1))),
     Case("channel beyond channel_max", lambda c: method_bytes(CHANNEL_MAX + 1,
@@ -155,7 +156,8 @@ CASES = [
     Case("channel 65535", lambda c: method_bytes(65535, commands.Channel.Open()), 504),
     Case("channel opened twice", lambda c: method_bytes(1, commands.Channel.Open()), 504,
          method=(20, 10)),
-    Case("a channel method on channel 0", lambda c: method_bytes(0, commands.Basic.Qos()), 503),
+    Case("a channel method on channel 0", lambda c: method_bytes(0, commands.Basic.Qos()),
+         504),  # RabbitMQ's "unexpected method in connection state running"
     Case("content on channel 0", lambda c: content_header_bytes(0, 1), 505),
     Case("channel before connection.open", lambda c: method_bytes(1, commands.Channel.Open()),
          504, stage="tune"),

@@ -119,6 +119,12 @@ class Consumer:
         if had <= 0:
             self.sub.wake.set()
 
+    def take_credit(self, n: int) -> int:
+        """Withdraw up to `n` of the credit not used yet; how much was withdrawn."""
+        taken = max(min(n, self.credit), 0)
+        self.credit -= taken
+        return taken
+
     def room(self) -> int:
         """Deliveries this consumer may take now: its credit, within `max_unacked` and (none
         once it holds that many bytes) `max_unacked_bytes`."""

@@ -88,6 +88,11 @@ class ConsumerPort(Protocol):
         """Allow `n` more deliveries (each delivery uses one)."""
         ...
 
+    def take_credit(self, n: int) -> int:
+        """Withdraw up to `n` of the credit not used yet (deliveries already on their way stay
+        on their way); how much was withdrawn."""
+        ...
+
     async def cancel(self) -> None:
         """Take no more deliveries: those not yet taken by `next_batch` are given back at once;
         those taken stay with the caller, who may still settle them (or their deadline passes);

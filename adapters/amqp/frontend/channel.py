@@ -6,7 +6,9 @@ answered before the publish that follows it is routed); runs of publishes are st
 batch and confirmed together. Acknowledgements take a shorter way: the delivery tags are settled
 at once (so prefetch frees up at once) and the engine is told in batches by a settler.
 A channel error closes the channel (`Channel.Close`), whose frames are then discarded until the
-client's `Close-Ok`; a hard error closes the connection. As in RabbitMQ, a `channel.open` on a
+client's `Close-Ok`; a hard error closes the connection. An error found as its frame arrives
+(an unknown delivery tag, bad content, a refused method) waits behind the methods queued before
+it, as RabbitMQ does them in order. As in RabbitMQ, a `channel.open` on a
 channel that is open or closing is a connection error (504 CHANNEL_ERROR) in its turn: after
 the answers to the methods before it, and after the channel's close while that awaits its
 close-ok (the specification would discard it; RabbitMQ does not).
@@ -38,7 +40,7 @@ from adapters.amqp.frontend.errors import (
 )
 from adapters.amqp.frontend.ports import ConnectionPort
 from adapters.amqp.frontend.publishing import Publish, header_values, next_batch, publish_batch
-from adapters.amqp.frontend.state import ChannelState
+from adapters.amqp.frontend.state import ChannelState, top_up_queue
 from gateway.errors import GatewayError
 
 log = structlog.get_logger(__name__)
@@ -84,6 +86,13 @@ class _Content:
     """What its properties count against the connection's content still arriving."""
 
 
+@dataclass(slots=True)
+class _Failure:
+    """A channel error found on arrival, raised in its turn in the work queue."""
+
+    exc: AMQPError
+
+
 class Channel(ChannelState):
     def __init__(self, conn: ConnectionPort, ctx: Context, number: int) -> None:
         super().__init__(conn, ctx, number)
@@ -92,9 +101,19 @@ class Channel(ChannelState):
         self._worker: asyncio.Task[None] | None = None
         self._torn = False
         self._teardown_task: asyncio.Future[None] | None = None
+        self._failing = False
+        """A channel error waits in the work queue behind the methods before it."""
 
     # ------------------------------------------------------------------ frames
     def frame(self, incoming: framing.Incoming) -> None:
+        if self._failing:
+            # A channel error waits behind the methods before it: what follows is discarded,
+            # but for the methods a closing channel still answers (handled in `close_with`).
+            if isinstance(incoming, framing.Method) and isinstance(
+                incoming.method, commands.Channel.Close | commands.Channel.Open
+            ):
+                self._work.append(incoming.method)
+            return
         if self.closing:
             if isinstance(incoming, framing.Method):
                 if isinstance(incoming.method, commands.Channel.CloseOk):
@@ -115,6 +134,13 @@ class Channel(ChannelState):
         except AMQPError as exc:
             if isinstance(incoming, framing.Method):
                 exc.at(_ids(incoming.method))
+            if self._work or (self._worker is not None and not self._worker.done()):
+                # As in RabbitMQ, the methods that came before it are done first (publishes
+                # stored and confirmed); then the channel (or, for a hard error, the
+                # connection) closes.
+                self._failing = True
+                self._enqueue(_Failure(exc))
+                return
             if exc.hard:
                 raise
             self.close_with(exc)
@@ -209,6 +235,8 @@ class Channel(ChannelState):
                 self.top_up()
             else:
                 self.flow.clear()
+                for session in list(self.consumers.values()):  # lower priorities may take
+                    top_up_queue(self.ctx, session.queue.name)
             self.conn.send(self.number, commands.Channel.FlowOk(active=method.active))
         elif isinstance(method, commands.Channel.FlowOk | commands.Basic.CancelOk):
             return  # answers to a flow or a consumer cancel the server sent
@@ -243,6 +271,10 @@ class Channel(ChannelState):
             try:
                 if isinstance(item, Publish):
                     await publish_batch(self, next_batch(work))
+                elif isinstance(item, _Failure):
+                    work.popleft()
+                    self._failed(item.exc)
+                    return
                 else:
                     work.popleft()
                     await self._run_method(item)
@@ -335,6 +367,9 @@ class Channel(ChannelState):
         self.retired.clear()
         for session in sessions:
             self.ctx.consumers.get(session.queue.name, set()).discard(session)
+        for name in {session.queue.name for session in sessions}:
+            top_up_queue(self.ctx, name)  # those of lower priority may take deliveries now
+        for session in sessions:
             await session.close()
         pulled = [u.receipt for u in self.unacked.values() if u.session is None and u.receipt]
         self.unacked.clear()

@@ -304,8 +304,10 @@ class Connection(asyncio.Protocol):
             self.send(channel, commands.Channel.OpenOk())
             return
         if open_channel is None:
-            ids = _ids(incoming.method) if isinstance(incoming, framing.Method) else (0, 0)
-            raise AMQPError(CHANNEL_ERROR, "expected 'channel.open'", ids)
+            if not isinstance(incoming, framing.Method):  # RabbitMQ: a frame out of place
+                raise AMQPError(UNEXPECTED_FRAME, "expected method frame, got non method "
+                                                  "frame instead")
+            raise AMQPError(CHANNEL_ERROR, "expected 'channel.open'", _ids(incoming.method))
         open_channel.frame(incoming)
 
     # ------------------------------------------------------------------ negotiation
@@ -325,8 +327,7 @@ class Connection(asyncio.Protocol):
         elif isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
             return  # a client's own flow notices: nothing to do
         else:
-            raise AMQPError(COMMAND_INVALID if self.state == OPEN else CHANNEL_ERROR,
-                            f"unexpected method {method.name} in connection state "
+            raise AMQPError(CHANNEL_ERROR, f"unexpected method {method.name} in connection state "
                             f"{_STATES[self.state]}", _ids(method))
 
     def _start_ok(self, method: commands.Connection.StartOk) -> None:

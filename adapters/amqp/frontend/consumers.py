@@ -27,7 +27,7 @@ from pamqp.base import Frame
 from adapters.amqp.dialect import EXPIRED
 from adapters.amqp.frontend import framing, messages, table
 from adapters.amqp.frontend.errors import INTERNAL_ERROR, AMQPError, short
-from adapters.amqp.frontend.state import ChannelState, Unacked
+from adapters.amqp.frontend.state import ChannelState, Unacked, outranked, top_up_queue
 from adapters.amqp.frontend.topology import Queue
 from gateway.engine.api import Delivery, SettleAction, Settlement
 from gateway.engine.port import ConsumerPort
@@ -115,7 +115,7 @@ class ConsumerSession:
     """One `basic.consume`: pumps the engine consumer's deliveries to the client."""
 
     def __init__(self, channel: ChannelState, tag: str, queue: Queue, consumer: ConsumerPort, *,
-                 no_ack: bool, prefetch: int, exclusive: bool) -> None:
+                 no_ack: bool, prefetch: int, exclusive: bool, priority: int = 0) -> None:
         self.channel = channel
         self.tag = tag
         self.queue = queue
@@ -123,6 +123,7 @@ class ConsumerSession:
         self.no_ack = no_ack
         self.prefetch = prefetch
         self.exclusive = exclusive
+        self.priority = priority
         self.held = 0
         """Deliveries sent and not yet acknowledged."""
         self.credit = 0
@@ -138,9 +139,22 @@ class ConsumerSession:
             return WINDOW - self.credit
         return self.prefetch - self.held - self.credit
 
+    def has_room(self) -> bool:
+        channel = self.channel
+        if self.cancelled or channel.closing or not channel.flow.is_set():
+            return False
+        if channel.channel_prefetch and len(channel.unacked) >= channel.channel_prefetch:
+            return False
+        return self.no_ack or not self.prefetch or self.held < self.prefetch
+
     def grant(self, n: int) -> None:
         self.credit += n
         self.consumer.add_credit(n)
+
+    def withdraw(self) -> None:
+        """Take back the credit not used yet (one of higher priority has room again)."""
+        if self.credit:
+            self.credit -= self.consumer.take_credit(self.credit)
 
     async def _pump(self) -> None:
         channel = self.channel
@@ -149,6 +163,11 @@ class ConsumerSession:
             while True:
                 batch = await self.consumer.next_batch(BATCH)
                 self.credit = max(self.credit - len(batch), 0)
+                if outranked(channel.ctx, self):
+                    # Credit given while those of higher priority were blocked; one has room
+                    # again and would have had these (RabbitMQ): they go back for it.
+                    channel.release_later([delivery.receipt for delivery in batch])
+                    continue
                 self._pending = batch
                 if not channel.flow.is_set():
                     await channel.flow.wait()
@@ -157,6 +176,8 @@ class ConsumerSession:
                 self._send(batch)
                 self._pending = []
                 channel.top_up()
+                if not self.has_room():  # those of lower priority may take deliveries now
+                    top_up_queue(channel.ctx, self.queue.name)
         except (Unavailable, ConnectionError):
             return
         except asyncio.CancelledError:

@@ -7,8 +7,11 @@ allowed range.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from adapters.amqp.dialect import RETRY_INTERVAL_RANGE_S
 from adapters.amqp.frontend.errors import (
@@ -31,6 +34,8 @@ DLRK = "x-dead-letter-routing-key"
 MESSAGE_TTL = "x-message-ttl"
 QUEUE_TYPE = "x-queue-type"
 SINGLE_ACTIVE = "x-single-active-consumer"
+PRIORITY = "x-priority"
+"""Consume argument: the consumer's priority (higher first while it has prefetch room)."""
 QUEUE_TYPES = ("classic", "quorum")
 UNSUPPORTED_QUEUE_ARGUMENTS = {
     "x-expires": "queues do not expire",
@@ -149,6 +154,35 @@ def exchange_alternate(arguments: Mapping[str, FieldValue]) -> str | None:
         raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{ALTERNATE_EXCHANGE}': an exchange "
                                              "name")
     return check_name(ALTERNATE_EXCHANGE, name)
+
+
+def consumer_priority(queue: str, arguments: Mapping[str, FieldValue]) -> int:
+    """A `basic.consume`'s `x-priority` (0 without it): an integer of any width, as RabbitMQ
+    takes it; another type is PRECONDITION_FAILED naming the type (RabbitMQ's words). Consume
+    arguments other than `x-priority` are ignored, as RabbitMQ ignores those it does not know."""
+    if PRIORITY not in arguments:
+        return 0
+    value = arguments[PRIORITY]
+    priority = as_int(value)
+    if priority is None:
+        raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{PRIORITY}' for queue {short(queue)} "
+                                             f"in vhost '/': \"expected integer, got "
+                                             f"{_type_name(value)}\"")
+    return priority
+
+
+def _type_name(value: FieldValue) -> str:
+    """A field value's type as RabbitMQ names it in errors."""
+    names: tuple[tuple[Any, str], ...] = (
+        (bool, "bool"), (str, "longstr"), ((bytes, bytearray), "binary"), (float, "double"),
+        (decimal.Decimal, "decimal"), (datetime.datetime, "timestamp"), (Mapping, "table"),
+        ((list, tuple), "array"))
+    if value is None:
+        return "void"
+    for kind, name in names:
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
 
 
 def check_binding_arguments(kind: str, arguments: Mapping[str, FieldValue]) -> None:

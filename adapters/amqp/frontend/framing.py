@@ -185,8 +185,10 @@ def decode(kind: int, channel: int, payload: bytes) -> Incoming:
     if kind == BODY:
         return Body(channel, payload)
     if kind == HEARTBEAT:
-        if payload or channel:
-            raise AMQPError(UNEXPECTED_FRAME, "a heartbeat frame must be empty, on channel 0")
+        if payload:  # RabbitMQ: FRAME_ERROR for a heartbeat with a payload
+            raise AMQPError(FRAME_ERROR, "a heartbeat frame must be empty")
+        if channel:
+            raise AMQPError(UNEXPECTED_FRAME, "a heartbeat frame must be on channel 0")
         return Heartbeat(channel)
     raise AMQPError(FRAME_ERROR, f"unknown frame type {kind}")
 

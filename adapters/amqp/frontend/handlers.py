@@ -22,7 +22,7 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
     short,
 )
-from adapters.amqp.frontend.state import ChannelState, Unacked
+from adapters.amqp.frontend.state import ChannelState, Unacked, top_up_queue
 from adapters.amqp.frontend.topology import Binding
 from gateway.engine.api import SettleAction, Settlement
 from gateway.errors import GatewayError
@@ -160,6 +160,7 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
     if channel.conn.consumer_count() >= ctx.limits.max_consumers_per_connection:
         raise AMQPError(RESOURCE_ERROR, f"at most {ctx.limits.max_consumers_per_connection} "
                                         "consumers per connection", CONSUME, hard=False)
+    priority = edge.consumer_priority(queue.name, m.arguments or {})
     others = ctx.consumers.get(queue.name, set())
     if (m.exclusive and others) or any(s.exclusive for s in others):
         raise AMQPError(ACCESS_REFUSED, f"queue {short(queue.name)} in vhost '/' in exclusive "
@@ -169,13 +170,15 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
     except GatewayError as exc:
         raise from_gateway(exc, CONSUME) from None
     session = ConsumerSession(channel, tag, queue, consumer, no_ack=m.no_ack,
-                              prefetch=channel.prefetch, exclusive=m.exclusive)
+                              prefetch=channel.prefetch, exclusive=m.exclusive,
+                              priority=priority)
     channel.consumers[tag] = session
     ctx.consumers.setdefault(queue.name, set()).add(session)
     queue.had_consumers = True
     if not m.nowait:
         channel.send(framing.reply(commands.Basic.ConsumeOk, consumer_tag=tag))
     channel.top_up()
+    top_up_queue(ctx, queue.name)  # those of lower priority give way to it
 
 
 async def cancel(channel: ChannelState, m: commands.Basic.Cancel) -> Any:
@@ -185,6 +188,7 @@ async def cancel(channel: ChannelState, m: commands.Basic.Cancel) -> Any:
     if session is not None:
         ctx = channel.ctx
         ctx.consumers.get(session.queue.name, set()).discard(session)
+        top_up_queue(ctx, session.queue.name)
         await session.cancel()
         if session.held:
             channel.retired.append(session)

@@ -53,6 +53,10 @@ class ConsumerPort(Protocol):
 
     tag: str
     queue: Queue
+    channel: Any
+    """The channel it consumes on (`state.ChannelState`)."""
+    priority: int
+    """Its `x-priority` (0 without one)."""
     exclusive: bool
     no_ack: bool
     prefetch: int
@@ -63,7 +67,16 @@ class ConsumerPort(Protocol):
 
     def want(self) -> int: ...
 
+    def has_room(self) -> bool:
+        """Whether it could take a delivery now (not cancelled, its channel open and not
+        stopped by flow, its prefetch and the channel's not full)."""
+        ...
+
     def grant(self, n: int) -> None: ...
+
+    def withdraw(self) -> None:
+        """Take back the engine credit not used yet."""
+        ...
 
     async def cancel(self) -> None: ...
 

@@ -84,6 +84,7 @@ class ChannelState:
         taken = self._take(tag, multiple, method)
         acks: list[str] = []
         settles: list[Settlement] = []
+        full = {u.session for u in taken if u.session is not None and not u.session.has_room()}
         for unacked in taken:
             if unacked.session is not None:
                 unacked.session.held -= 1
@@ -98,6 +99,8 @@ class ChannelState:
                                           reason="rejected"))
         self.settle_later(acks, settles)
         self.top_up()
+        for session in full:  # it has room again: those of lower priority give way
+            top_up_queue(self.ctx, session.queue.name)
 
     def _take(self, tag: int, multiple: bool, method: tuple[int, int]) -> list[Unacked]:
         tag &= UNSIGNED_64  # an unsigned 64-bit field that the frame decoder reads signed
@@ -161,9 +164,31 @@ class ChannelState:
             room = self.channel_prefetch - len(self.unacked) - sum(s.credit for s in sessions)
         start = self._rr = (self._rr + 1) % len(sessions)
         for session in sessions[start:] + sessions[:start]:
+            if outranked(self.ctx, session):
+                session.withdraw()
+                continue
             want = session.want()
             grant = want if room is None else min(want, room)
             if grant > 0:
                 session.grant(grant)
                 if room is not None:
                     room -= grant
+
+
+def outranked(ctx: Context, session: ConsumerPort) -> bool:
+    """Whether a consumer of higher priority on the same queue could take a delivery now
+    (RabbitMQ's consumer priorities: a consumer gets messages only while every one of higher
+    priority is blocked, its prefetch full)."""
+    return any(other.priority > session.priority and other.has_room()
+               for other in ctx.consumers.get(session.queue.name, ()))
+
+
+def top_up_queue(ctx: Context, queue: str) -> None:
+    """Give credit on every channel with a consumer on `queue`, when their priorities differ
+    (a consumer of higher priority became blocked or left: those below it may take
+    deliveries now)."""
+    sessions = ctx.consumers.get(queue, ())
+    if len({session.priority for session in sessions}) < 2:
+        return
+    for channel in {session.channel for session in sessions}:
+        channel.top_up()
