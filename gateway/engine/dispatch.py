@@ -220,8 +220,7 @@ class Subscription:
     held: deque[InFlight] = field(default_factory=deque)
     """Ordered retries due again: delivered before anything new."""
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    pulls_woken: asyncio.Future[None] | None = None
-    """What waiting pull receives wait on beside the back end (`woken`, `kick`)."""
+    pulls_woken: asyncio.Future[None] | None = None  # see `woken`, `kick`
     task: asyncio.Task[None] | None = None
     closed: bool = False
     own_group: bool = False
@@ -286,16 +285,14 @@ class Subscription:
         return total
 
     def woken(self) -> asyncio.Future[None]:
-        """Done at the next `kick`: taken by a pull receive before it fetches, so that a kick
-        while it fetches is not missed."""
+        """Done at the next `kick` (a pull receive takes it before it fetches)."""
         if self.pulls_woken is None or self.pulls_woken.done():
             self.pulls_woken = asyncio.get_running_loop().create_future()
         return self.pulls_woken
 
     def kick(self) -> None:
         """What fetches left out may go now (a key freed, an ordered retry due): wake the
-        dispatcher and the waiting pull receives (the back end wakes them only for new
-        messages)."""
+        dispatcher and the waiting pull receives (the back end wakes those for new messages)."""
         self.wake.set()
         if self.pulls_woken is not None and not self.pulls_woken.done():
             self.pulls_woken.set_result(None)

@@ -144,6 +144,9 @@ async def test_a_lower_consumer_given_room_while_the_higher_was_full_does_not_ta
             _pump(connection, got, 5 * (round_ + 1))
             steps.append({k: [body for _, body in v] for k, v in got.items()})
             channels["high"].basic_ack(got["high"][-1][0], multiple=True)
+            # A round trip on its channel: the ack is taken before the next publishes (the
+            # broker's channels run apart; without it a publish could overtake the ack).
+            channels["high"].basic_qos(prefetch_count=5)
         setup.queue_delete(queue)
         return steps
 
