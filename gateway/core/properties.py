@@ -23,6 +23,9 @@ DEAD_REASON = "x-gateway-dead-letter-reason"
 """Why a dead letter was dead-lettered (the decision's reason)."""
 DEAD_AT = "x-gateway-dead-lettered-ms"
 """When a dead letter was dead-lettered, in wall-clock ms."""
+BORN_MS = "x-gateway-born-ms"
+"""The message's first publish time, in wall-clock ms, kept on its retry and dead-letter copies
+(each copy is stored anew, with a publish time of its own)."""
 
 # Written by back ends that keep the gateway's counters and times as message headers.
 ATTEMPT = "x-gateway-attempt"
@@ -79,9 +82,17 @@ def read_count(text: str | None, limit: int = COUNT_MAX) -> int | None:
     return number if number <= limit else None
 
 
+def born_ms(properties: Mapping[str, str], publish_ms: int) -> int:
+    """The first publish time of a message stored at `publish_ms`: the one its copy keeps
+    (`BORN_MS`), else its own publish time (a first copy, or an unreadable value)."""
+    if not properties:
+        return publish_ms
+    return read_count(properties.get(BORN_MS), TIME_MAX_MS) or publish_ms
+
+
 RESERVED = frozenset({
-    ORIGIN_TOPIC, ORIGIN_GROUP, DEAD_REASON, DEAD_AT, ATTEMPT, RETRIES, PUBLISH_MS, DELIVER_AT_MS,
-    DEATH_REASON, ORIGINAL_QUEUE, DEAD_LETTER_ROUTE,
+    ORIGIN_TOPIC, ORIGIN_GROUP, DEAD_REASON, DEAD_AT, BORN_MS, ATTEMPT, RETRIES, PUBLISH_MS,
+    DELIVER_AT_MS, DEATH_REASON, ORIGINAL_QUEUE, DEAD_LETTER_ROUTE,
 })
 """The reserved names the gateway writes today (any `x-gateway-` name is reserved)."""
 

@@ -97,8 +97,12 @@ class Delivery:
     deadline_ms: int
     """Wall-clock ms at which the delivery times out (0: no deadline)."""
     publish_ms: int
+    """When this copy was stored (a retry or dead-letter copy is stored anew)."""
     deliver_at_ms: int
     group: str = ""
+    born_ms: int = 0
+    """The message's first publish time, the same on its retry and dead-letter copies (0: the
+    same as `publish_ms`)."""
 
 
 @value

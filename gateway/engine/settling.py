@@ -22,7 +22,7 @@ from gateway.core.machine import (
     Decision,
     decide,
 )
-from gateway.core.properties import DEAD_AT, DEAD_REASON, ORIGIN_GROUP, ORIGIN_TOPIC
+from gateway.core.properties import BORN_MS, DEAD_AT, DEAD_REASON, ORIGIN_GROUP, ORIGIN_TOPIC
 from gateway.core.states import INFLIGHT, WAITING_RETRY
 from gateway.engine.api import ACK, SettleAction, SettleGuard, Settlement, SettleResult
 from gateway.engine.base import Batch, EngineBase
@@ -342,6 +342,7 @@ class Settling(EngineBase):
         dialect = self._registry.dialect(policy.dialect)
         props = dict(stored.properties)
         props.setdefault(ORIGIN_TOPIC, record.topic)
+        props.setdefault(BORN_MS, str(stored.publish_ms))  # the copy keeps the first publish time
         props[ORIGIN_GROUP] = record.group  # the group that made this copy takes it back
         if outcome is RETRY and decision.destination:
             copy = dialect.retry_properties(

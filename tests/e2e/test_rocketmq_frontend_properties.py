@@ -79,3 +79,30 @@ def test_retries_and_dead_letters_show_only_the_producers_properties(
     origin = dead.system_properties.dead_letter_queue
     assert (origin.topic, origin.message_id) == (topic, sent.message_id)
     assert dead.system_properties.message_type == MT.NORMAL
+
+
+def test_born_timestamp_is_kept_across_retries_and_into_the_dead_letter_queue(
+    start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
+) -> None:
+    """RocketMQ keeps the producer's born time on every retry and on the dead letter; the
+    gateway stores each copy anew, and used to show that copy's store time as its born time."""
+    gateway = start(_settings(max_delivery_attempts=3))
+    topic, group = _name("t"), _name("g")
+    config = _config(gateway)
+    _producer(clients, config, topic).send(_message(topic, b"bad", tag="T"))
+    listener = Failing()
+    consumer = PushConsumer(config, group, listener, {topic: FilterExpression("*")})
+    consumer.startup()
+    clients.append(consumer)
+    seen = [listener.seen.get(timeout=WAIT_S) for _ in range(3)]
+    assert [m.delivery_attempt for m in seen] == [1, 2, 3]
+    born = seen[0].born_timestamp
+    assert born > 0
+    assert [m.born_timestamp for m in seen] == [born] * 3
+
+    dead_letters = _receive_raw(gateway.endpoint, f"%DLQ%{group}", _name("reader"))
+    assert len(dead_letters) == 1
+    dead = dead_letters[0].system_properties
+    assert dead.born_timestamp.ToMilliseconds() == born
+    # The store time stays each copy's own.
+    assert dead.store_timestamp.ToMilliseconds() > born

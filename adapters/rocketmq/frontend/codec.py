@@ -207,7 +207,7 @@ def sdk_message(delivery: Delivery, topic: Any, kind: str, invisible_ms: int, ho
     sp.body_digest.checksum = md5_hex(delivery.body)
     sp.body_encoding = definition_pb2.Encoding.IDENTITY
     sp.message_type = message_type_of(delivery)
-    set_to_ms(sp.born_timestamp, delivery.publish_ms)
+    set_to_ms(sp.born_timestamp, delivery.born_ms or delivery.publish_ms)
     set_to_ms(sp.store_timestamp, delivery.publish_ms)
     sp.store_host = host
     deliver_at_ms = producer_delivery_ms(delivery)

@@ -26,7 +26,7 @@ from gateway.engine.api import (
     SubscriptionSpec,
 )
 from gateway.engine.port import EnginePort
-from gateway.errors import GatewayError, PermissionDenied, Unauthenticated
+from gateway.errors import FailedPrecondition, GatewayError, PermissionDenied, Unauthenticated
 from gateway.limits import StreamSlots
 
 from . import codec, sending, topology
@@ -161,6 +161,23 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             raise denied
 
         return refuse
+
+    def _request_guard(self, context: Any, request: Any) -> SettleGuard:
+        """The caller's check for settling, after the check that each delivery is one of the
+        request's group and topic: a receipt handle settles only a delivery of the group and
+        topic it was received under, as a RocketMQ broker finds it by them."""
+        topic, group = codec.store_name(request.topic), codec.store_name(request.group)
+        access = self._settle_guard(context)
+
+        def guard(of_topic: str, of_group: str) -> None:
+            if of_topic != topic or of_group != group:
+                raise FailedPrecondition(
+                    f"receipt handle is not one of group {group!r} on topic {topic!r}"
+                )
+            if access is not None:
+                access(of_topic, of_group)
+
+        return guard
 
     def _renewal_owner(self, context: Any, client_id: str) -> str:
         """Whose push deliveries these are: the client id under the caller's access key, so
@@ -303,7 +320,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         results = await self._renewer.settle(
             [e.receipt_handle for e in request.entries],
             lambda _, receipt: Settlement(receipt, SettleAction.ACK),
-            self._settle_guard(context),
+            self._request_guard(context, request),
         )
         response = service_pb2.AckMessageResponse()
         statuses = []
@@ -327,7 +344,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             return Settlement(receipt, SettleAction.EXTEND, invisible_ms=invisible_ms)
 
         (result,) = await self._renewer.settle([request.receipt_handle], make,
-                                               self._settle_guard(context))
+                                               self._request_guard(context, request))
         handle = request.receipt_handle
         if result.ok and result.new_receipt:
             handle = codec.wrap_receipt(codec.SIMPLE, result.new_receipt)
@@ -344,7 +361,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         (result,) = await self._renewer.settle(
             [request.receipt_handle],
             lambda _, receipt: Settlement(receipt, SettleAction.DEAD_LETTER, reason=reason),
-            self._settle_guard(context),
+            self._request_guard(context, request),
         )
         return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=_result_status(result))
 
