@@ -82,12 +82,11 @@ def read_count(text: str | None, limit: int = COUNT_MAX) -> int | None:
     return number if number <= limit else None
 
 
-def born_ms(properties: Mapping[str, str], publish_ms: int) -> int:
-    """The first publish time of a message stored at `publish_ms`: the one its copy keeps
-    (`BORN_MS`), else its own publish time (a first copy, or an unreadable value)."""
-    if not properties:
-        return publish_ms
-    return read_count(properties.get(BORN_MS), TIME_MAX_MS) or publish_ms
+def born_ms(properties: Mapping[str, str]) -> int:
+    """The first publish time a copy keeps (`BORN_MS`); 0 when it keeps none or an unreadable
+    one (then its own publish time is the first). Callers look for `BORN_MS` first: most
+    messages are first copies."""
+    return read_count(properties.get(BORN_MS), TIME_MAX_MS) or 0
 
 
 RESERVED = frozenset({

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from gateway.backend import Backend, KeyedCopy, Lease, Move, OutMessage, StoredMessage
 from gateway.core.naming import NamingScheme
 from gateway.core.properties import (
+    BORN_MS,
     DEAD_AT,
     DEAD_REASON,
     ORIGIN_GROUP,
@@ -36,8 +37,9 @@ READY = "ready"
 RETRY = "retry"
 DEAD_LETTER = "dead-letter"
 PARTS = (READY, RETRY, DEAD_LETTER)
-KEPT_RESERVED = frozenset({DEAD_REASON, DEAD_AT})
-"""Reserved properties an imported copy keeps (a dead letter's reason and time)."""
+KEPT_RESERVED = frozenset({DEAD_REASON, DEAD_AT, BORN_MS})
+"""Reserved properties an imported copy keeps (a dead letter's reason and time, the first
+publish time)."""
 
 
 class MoveVerbs:

@@ -13,7 +13,13 @@ from gateway.backend import Lease, Release, StoredMessage
 from gateway.core import events as ev
 from gateway.core.machine import decide, delivered, delivery_deadline
 from gateway.core.policy import RetryPolicy
-from gateway.core.properties import ORIGIN_GROUP, ORIGIN_TOPIC, born_ms, visible_properties
+from gateway.core.properties import (
+    BORN_MS,
+    ORIGIN_GROUP,
+    ORIGIN_TOPIC,
+    born_ms,
+    visible_properties,
+)
 from gateway.core.record import Record
 from gateway.core.states import READY, WAITING_RETRY
 from gateway.engine.api import ConsumerType, Delivery, InitialPosition, SubscriptionSpec
@@ -182,7 +188,7 @@ class Delivering(Leaving):
                         visible_properties(stored.properties), stored.key, stored.tag,
                         new.attempt, new.retries, deadline, stored.publish_ms,
                         stored.deliver_at_ms, sub.group,
-                        born_ms(stored.properties, stored.publish_ms))
+                        born_ms(stored.properties) if BORN_MS in stored.properties else 0)
 
     def _delivery(self, inf: InFlight, deadline_real: int) -> Delivery:
         stored = inf.stored
@@ -201,7 +207,7 @@ class Delivering(Leaving):
             publish_ms=stored.publish_ms,
             deliver_at_ms=stored.deliver_at_ms,
             group=inf.sub.group,
-            born_ms=born_ms(stored.properties, stored.publish_ms),
+            born_ms=born_ms(stored.properties) if BORN_MS in stored.properties else 0,
         )
 
     async def _fetch(self, sub: Subscription, want: int, budget: int | None) -> list[StoredMessage]:
@@ -373,7 +379,7 @@ class Delivering(Leaving):
                 receipt, stored.message_id, stored.topic, topic, stored.body,
                 visible_properties(props), stored.key, stored.tag, attempt, stored.retries,
                 deadline_real, stored.publish_ms, stored.deliver_at_ms, group,
-                born_ms(props, stored.publish_ms)))
+                born_ms(props) if BORN_MS in props else 0))
             key = (topic, attempt)
             attempts[key] = attempts.get(key, 0) + 1
         if n:
