@@ -131,6 +131,7 @@ def check_push(lines: list[dict[str, Any]]) -> None:
     failing = [v for v in delivered if v["body"] == "fail-1"]
     assert [v["attempt"] for v in failing] == [1, 2, 3]
     assert {v["id"] for v in failing} == {bodies["fail-1"]}
+    assert len({v["born"] for v in failing}) == 1  # the producer's, not each copy's
     gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(failing)]
     for gap, step_ms in zip(gaps, BACKOFF_MS, strict=False):
         assert gap >= 0.8 * step_ms * SCALE, (gaps, step_ms)
@@ -165,3 +166,4 @@ def check_dead_letter(lines: list[dict[str, Any]]) -> None:
         assert gap >= 0.8 * step_ms * DLQ_SCALE, (gaps, step_ms)
     (letter,) = seen(lines, "dead")
     assert letter["body"] == "bad-forever" and letter["topic"].startswith("%DLQ%")
+    assert letter["born"] == delivered[0]["born"]
