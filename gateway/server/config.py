@@ -314,6 +314,11 @@ def _flatten(doc: Mapping[str, Any], keys: _Keys) -> dict[str, Any]:
                 value = tuple(value)
             elif kind in _TOML_TYPES and not _toml_fits(value, kind):
                 raise InvalidArgument(f"{section}.{key}", value, _TOML_TYPES[kind])
+            if any("\0" in v for v in (value if isinstance(value, list) else [value])
+                   if isinstance(v, str)):
+                # TOML's "\u0000" is the only way a NUL reaches a setting (flags and the
+                # environment cannot carry one): a path with it was a ValueError traceback.
+                raise InvalidArgument(f"{section}.{key}", value, "text without NUL characters")
             flat[name] = value
     return flat
 

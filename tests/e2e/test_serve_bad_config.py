@@ -61,6 +61,21 @@ def test_a_value_of_the_wrong_toml_type_is_refused(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gateway.toml"]  # nothing created
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    (BASE.replace('data_dir = "data"', 'data_dir = "da\\u0000ta"'), ("store.data_dir=",)),
+    (BASE + '[auth]\ntokens_file = "tokens.toml\\u0000"\n', ("auth.tokens_file=",)),
+    (BASE + '[auth]\ntls_cert = "c.pem\\u0000"\ntls_key = "k.pem"\n', ("auth.tls_cert=",)),
+])
+def test_a_nul_character_in_a_setting_is_refused(
+    tmp_path: Path, text: str, words: tuple[str, ...]
+) -> None:
+    """TOML's "\\u0000" put a NUL in a path: a ValueError traceback from the writer process's
+    start (data_dir) or from opening the file (tokens_file, tls_cert), exit status 1."""
+    (tmp_path / "tokens.toml").write_text('[[principal]]\nname = "a"\ntoken = "t"\n')
+    (tmp_path / "gateway.toml").write_text(text)
+    refused(serve(tmp_path, "--config", "gateway.toml"), *words, "without NUL")
+
+
 def test_a_config_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     (tmp_path / "gateway.toml").write_bytes(b"[server]\nlisten = \"\xff\xfe\"\n")
     refused(serve(tmp_path, "--config", "gateway.toml"), "config='gateway.toml'", "UTF-8")
