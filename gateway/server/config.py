@@ -122,6 +122,9 @@ class ServeConfig:
             raise InvalidArgument("broadcast_idle_s", self.broadcast_idle_s, "0..2592000 s")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise InvalidArgument("tls_key", self.tls_key, "tls_cert and tls_key together")
+        if self.principals and not self.tokens_file:
+            raise InvalidArgument("principals", "[...]", "only with tokens_file (the principals "
+                                  "it names get these permissions)")
         if self.tls_client_ca and not self.tls_cert:
             raise InvalidArgument("tls_client_ca", self.tls_client_ca, "only with tls_cert")
         if self.tracing_protocol not in TRACING_PROTOCOLS:

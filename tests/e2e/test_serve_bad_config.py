@@ -100,6 +100,11 @@ TOKEN = '[[principal]]\nname = "app"\ntoken = "secret"\npublish = ["*"]\n'
     (TOKEN.replace('name = "app"', "name = 7").encode(), ("principal[0].name=7",)),
     (TOKEN.replace('token = "secret"', 'token_sha256 = "abc"').encode(),
      ("principal[app].token_sha256", "64 hexadecimal digits")),
+    # A misspelt key was ignored: the principal silently lacked the permission it names.
+    ((TOKEN + "admn = true\n").encode(), ("principal[app].admn", "keys name, token")),
+    ((TOKEN + 'publsh = ["orders"]\n').encode(), ("principal[app].publsh", "publish")),
+    ((TOKEN + '[[principals]]\nname = "ops"\ntoken = "t2"\n').encode(),
+     ("tokens_file=", "not 'principals'")),
 ])
 def test_a_tokens_file_an_operator_got_wrong_is_refused(
     tmp_path: Path, text: bytes, words: tuple[str, ...]
@@ -107,6 +112,21 @@ def test_a_tokens_file_an_operator_got_wrong_is_refused(
     (tmp_path / "tokens.toml").write_bytes(text)
     refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
                   "--tokens-file", "tokens.toml"), *words)
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    ('[auth]\nprincipals = [{name = "app", admin = true}]\n', ("principals=", "tokens_file")),
+    ('[auth]\ntokens_file = "tokens.toml"\nprincipals = [{name = "apq", admin = true}]\n',
+     ("auth.principals[0].name='apq'", "a [[principal]] in the tokens file")),
+])
+def test_config_permissions_that_reach_no_principal_are_refused(
+    tmp_path: Path, config: str, words: tuple[str, ...]
+) -> None:
+    """`[auth] principals` without a tokens file, or naming none of its principals, were
+    dropped without a word."""
+    (tmp_path / "tokens.toml").write_text(TOKEN)
+    (tmp_path / "gateway.toml").write_text(BASE + config)
+    refused(serve(tmp_path, "--config", "gateway.toml"), *words)
 
 
 @pytest.mark.parametrize(("args", "words"), [
