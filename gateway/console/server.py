@@ -23,6 +23,7 @@ from aiohttp import web
 
 from gateway.admin_client import AdminClient
 from gateway.console.sessions import COOKIE, IDLE_S, Session, Sessions
+from gateway.token_file import printable_ascii
 
 HERE = Path(__file__).parent
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
@@ -237,6 +238,10 @@ class Console:
         """Why the token cannot log in ("" when it can): it must be an admin's."""
         if not token or len(token) > 4096:
             return "Enter an admin's token."
+        if not printable_ascii(token):
+            # gRPC metadata carries printable ASCII only: the call below failed in gRPC's C
+            # core (a 500 page), and the login brake never counted the attempt.
+            return "A bearer token is one line of printable ASCII characters."
         try:
             await AdminClient(self.channel, token, timeout_s=10).topics()
         except grpc.aio.AioRpcError as exc:

@@ -229,13 +229,16 @@ def _check_length(field: str, name: str) -> None:
 
 
 def bearer(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
-    for key, value in metadata or ():
-        if key.lower() == "authorization":
-            text = value.decode() if isinstance(value, bytes) else str(value)
-            scheme, _, token = text.partition(" ")
-            if scheme.lower() == "bearer" and token.strip():
-                return token.strip()
-            return None
+    """The call's bearer token (None without one). Several `authorization` values are refused:
+    the first was taken, so a token added by a proxy in front lost to the caller's own."""
+    values = [value for key, value in metadata or () if key.lower() == "authorization"]
+    if len(values) > 1:
+        raise Unauthenticated(f"one authorization header, not {len(values)}")
+    for value in values:
+        text = value.decode() if isinstance(value, bytes) else str(value)
+        scheme, _, token = text.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return token.strip()
     return None
 
 

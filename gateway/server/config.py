@@ -122,6 +122,9 @@ class ServeConfig:
             raise InvalidArgument("broadcast_idle_s", self.broadcast_idle_s, "0..2592000 s")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise InvalidArgument("tls_key", self.tls_key, "tls_cert and tls_key together")
+        if self.principals and not self.tokens_file:
+            raise InvalidArgument("principals", "[...]", "only with tokens_file (the principals "
+                                  "it names get these permissions)")
         if self.tls_client_ca and not self.tls_cert:
             raise InvalidArgument("tls_client_ca", self.tls_client_ca, "only with tls_cert")
         if self.tracing_protocol not in TRACING_PROTOCOLS:
@@ -314,6 +317,11 @@ def _flatten(doc: Mapping[str, Any], keys: _Keys) -> dict[str, Any]:
                 value = tuple(value)
             elif kind in _TOML_TYPES and not _toml_fits(value, kind):
                 raise InvalidArgument(f"{section}.{key}", value, _TOML_TYPES[kind])
+            if any("\0" in v for v in (value if isinstance(value, list) else [value])
+                   if isinstance(v, str)):
+                # TOML's "\u0000" is the only way a NUL reaches a setting (flags and the
+                # environment cannot carry one): a path with it was a ValueError traceback.
+                raise InvalidArgument(f"{section}.{key}", value, "text without NUL characters")
             flat[name] = value
     return flat
 

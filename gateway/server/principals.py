@@ -33,6 +33,10 @@ class Principal:
         return ""
 
 
+_KEYS = ("name", "token", "token_sha256", "publish", "consume", "groups", "admin")
+"""The keys a `[[principal]]` takes, besides those products declare."""
+
+
 def token_digest(token: str) -> str:
     """The SHA-256 hex digest a token is known by."""
     return hashlib.sha256(token.encode()).hexdigest()
@@ -55,7 +59,19 @@ def load_principals(
     entries = doc.get("principal", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise InvalidArgument("tokens_file", str(path), "[[principal]] tables")
+    for key in doc:  # `[[principals]]` next to `[[principal]]` was ignored silently
+        if key != "principal":
+            raise InvalidArgument("tokens_file", str(path), f"[[principal]] tables only (not "
+                                  f"{key!r})")
+    permissions = list(permissions)
     extra = {str(p.get("name", "")): p for p in permissions}
+    names = {str(e.get("name", "")) for e in entries}
+    for i, p in enumerate(permissions):
+        # Permissions for a name the tokens file does not hold were dropped without a word.
+        if str(p.get("name", "")) not in names:
+            raise InvalidArgument(f"auth.principals[{i}].name", p.get("name", ""),
+                                  "the name of a [[principal]] in the tokens file")
+    known = (*_KEYS, *extra_fields)
     out: list[Principal] = []
     named: dict[str, int] = {}
     tokened: dict[str, str] = {}
@@ -64,6 +80,10 @@ def load_principals(
         name = entry.get("name", "")
         if not isinstance(name, str) or not name:
             raise InvalidArgument(f"principal[{i}].name", name, "a non-empty string")
+        for key in entry:
+            if key not in known:  # a misspelt key (`admn`, `publsh`) was ignored silently
+                raise InvalidArgument(f"principal[{name}].{key}", "***",
+                                      "keys " + ", ".join(known))
         token = entry.get("token")
         digest = entry.get("token_sha256")
         if bool(token) == bool(digest):

@@ -104,6 +104,24 @@ async def test_another_principals_token_cannot_log_in(gw: Gateway) -> None:
             assert r.status == 303
 
 
+async def test_a_token_grpc_cannot_carry_is_refused_and_counted(tmp_path: Path) -> None:
+    """A token with a non-ASCII or control character failed the console's check call in
+    gRPC's C core ("Illegal header value"): a 500 page, and the login brake never counted it."""
+    with running(tmp_path / "data") as gw:
+        async with _client(gw) as client:
+            async with client.get("/login") as r:
+                csrf = _csrf(await r.text())
+            statuses = []
+            for token in ("é", "a\nb", "a\x00b", "ops\x7f", "ä" * 10, "tab\there", "ü", "\x01",
+                          "ß", "ø", "ĳ"):
+                async with client.post("/login", data={"csrf": csrf, "token": token},
+                                       allow_redirects=False) as r:
+                    statuses.append(r.status)
+                    if r.status == 401:
+                        assert "printable ASCII" in await r.text()
+            assert statuses == [401] * 10 + [429]
+
+
 async def test_guessing_tokens_is_slowed_down(tmp_path: Path) -> None:
     with running(tmp_path / "data") as gw:
         async with _client(gw) as client:

@@ -98,6 +98,23 @@ async def test_tokens_and_permissions(app: GatewayApp) -> None:
         assert await code_of(admin.DescribeGroup(describe, metadata=meta("ops-secret"))) == ok
 
 
+async def test_two_authorization_headers_are_refused(app: GatewayApp) -> None:
+    """The first `authorization` value was taken: a caller's own token beat one a proxy in
+    front appended (billing's token first got ops' admin call refused, ops' first got it)."""
+    gw, admin, channel = stubs(app.grpc_port, None)
+    async with channel:
+        both = [("authorization", "Bearer billing-secret"), ("authorization", "Bearer ops-secret")]
+        for metadata in (both, both[::-1], [both[1], both[1]]):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await admin.ListTopics(admin_pb2.ListTopicsRequest(), metadata=metadata)
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "one authorization header, not 2" in (err.value.details() or "")
+            assert await code_of(gw.Publish(publish("orders"), metadata=metadata)) == \
+                grpc.StatusCode.UNAUTHENTICATED
+        assert await code_of(admin.ListTopics(admin_pb2.ListTopicsRequest(),
+                                              metadata=[both[1]])) == grpc.StatusCode.OK
+
+
 async def test_stream_subscribe_is_checked(app: GatewayApp) -> None:
     gw, _, channel = stubs(app.grpc_port, None)
     async with channel:

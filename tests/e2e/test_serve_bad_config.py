@@ -61,6 +61,21 @@ def test_a_value_of_the_wrong_toml_type_is_refused(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gateway.toml"]  # nothing created
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    (BASE.replace('data_dir = "data"', 'data_dir = "da\\u0000ta"'), ("store.data_dir=",)),
+    (BASE + '[auth]\ntokens_file = "tokens.toml\\u0000"\n', ("auth.tokens_file=",)),
+    (BASE + '[auth]\ntls_cert = "c.pem\\u0000"\ntls_key = "k.pem"\n', ("auth.tls_cert=",)),
+])
+def test_a_nul_character_in_a_setting_is_refused(
+    tmp_path: Path, text: str, words: tuple[str, ...]
+) -> None:
+    """TOML's "\\u0000" put a NUL in a path: a ValueError traceback from the writer process's
+    start (data_dir) or from opening the file (tokens_file, tls_cert), exit status 1."""
+    (tmp_path / "tokens.toml").write_text('[[principal]]\nname = "a"\ntoken = "t"\n')
+    (tmp_path / "gateway.toml").write_text(text)
+    refused(serve(tmp_path, "--config", "gateway.toml"), *words, "without NUL")
+
+
 def test_a_config_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     (tmp_path / "gateway.toml").write_bytes(b"[server]\nlisten = \"\xff\xfe\"\n")
     refused(serve(tmp_path, "--config", "gateway.toml"), "config='gateway.toml'", "UTF-8")
@@ -85,6 +100,11 @@ TOKEN = '[[principal]]\nname = "app"\ntoken = "secret"\npublish = ["*"]\n'
     (TOKEN.replace('name = "app"', "name = 7").encode(), ("principal[0].name=7",)),
     (TOKEN.replace('token = "secret"', 'token_sha256 = "abc"').encode(),
      ("principal[app].token_sha256", "64 hexadecimal digits")),
+    # A misspelt key was ignored: the principal silently lacked the permission it names.
+    ((TOKEN + "admn = true\n").encode(), ("principal[app].admn", "keys name, token")),
+    ((TOKEN + 'publsh = ["orders"]\n').encode(), ("principal[app].publsh", "publish")),
+    ((TOKEN + '[[principals]]\nname = "ops"\ntoken = "t2"\n').encode(),
+     ("tokens_file=", "not 'principals'")),
 ])
 def test_a_tokens_file_an_operator_got_wrong_is_refused(
     tmp_path: Path, text: bytes, words: tuple[str, ...]
@@ -92,6 +112,21 @@ def test_a_tokens_file_an_operator_got_wrong_is_refused(
     (tmp_path / "tokens.toml").write_bytes(text)
     refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
                   "--tokens-file", "tokens.toml"), *words)
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    ('[auth]\nprincipals = [{name = "app", admin = true}]\n', ("principals=", "tokens_file")),
+    ('[auth]\ntokens_file = "tokens.toml"\nprincipals = [{name = "apq", admin = true}]\n',
+     ("auth.principals[0].name='apq'", "a [[principal]] in the tokens file")),
+])
+def test_config_permissions_that_reach_no_principal_are_refused(
+    tmp_path: Path, config: str, words: tuple[str, ...]
+) -> None:
+    """`[auth] principals` without a tokens file, or naming none of its principals, were
+    dropped without a word."""
+    (tmp_path / "tokens.toml").write_text(TOKEN)
+    (tmp_path / "gateway.toml").write_text(BASE + config)
+    refused(serve(tmp_path, "--config", "gateway.toml"), *words)
 
 
 @pytest.mark.parametrize(("args", "words"), [

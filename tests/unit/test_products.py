@@ -146,13 +146,17 @@ async def test_without_the_rocketmq_sdk_the_gateway_serves_on_and_says_so(
 def test_principals_carry_the_fields_products_declare(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens.toml"
     tokens.write_text('[[principal]]\nname = "a"\ntoken = "t"\nrocketmq_access_key = "AK"\n'
-                      'rocketmq_secret_key = "SK"\nother = "x"\n'
+                      'rocketmq_secret_key = "SK"\n'
                       '[[principal]]\nname = "b"\ntoken = "u"\n')
     fields = [f for p in installed() for f in p.principal_fields]
     assert fields == ["rocketmq_access_key", "rocketmq_secret_key"]
     a, b = load_principals(tokens, (), fields)
     assert (a.extra("rocketmq_access_key"), a.extra("rocketmq_secret_key")) == ("AK", "SK")
     assert a.extra("other") == "" and b.extra("rocketmq_access_key") == ""
+    # A key neither the gateway nor a product declares is refused by name (it was ignored).
+    tokens.write_text('[[principal]]\nname = "a"\ntoken = "t"\nother = "x"\n')
+    with pytest.raises(InvalidArgument, match=r"principal\[a\]\.other"):
+        load_principals(tokens, (), fields)
 
 
 # A product the gateway has never heard of: settings, flags of its own, a front end.
