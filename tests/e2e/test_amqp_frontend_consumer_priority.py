@@ -39,23 +39,31 @@ def _pump(connection: pika.BlockingConnection, got: dict[str, list[tuple[int, by
         connection.process_data_events(time_limit=0.05)
 
 
+def _high_and_low(connection: pika.BlockingConnection, queue: str
+                  ) -> tuple[dict[str, list[tuple[int, bytes]]], dict[str, BlockingChannel]]:
+    """Consumers "high" (x-priority 10) and "low" (0), prefetch 5 each, on channels of their
+    own; what each gets (delivery tag, body) and their channels."""
+    got: dict[str, list[tuple[int, bytes]]] = {"high": [], "low": []}
+    channels: dict[str, BlockingChannel] = {}
+    for name, priority in (("high", 10), ("low", 0)):
+        ch = connection.channel()
+        ch.basic_qos(prefetch_count=5)
+
+        def on_message(_ch: Any, method: Any, _props: Any, body: bytes,
+                       name: str = name) -> None:
+            got[name].append((method.delivery_tag, body))
+        ch.basic_consume(queue, on_message, arguments={"x-priority": priority})
+        channels[name] = ch
+    return got, channels
+
+
 async def test_the_highest_priority_consumer_with_room_gets_the_messages(url: str) -> None:
     queue = unique("prio")
 
     def run(connection: pika.BlockingConnection) -> list[dict[str, list[bytes]]]:
         setup = connection.channel()
         setup.queue_declare(queue)
-        got: dict[str, list[tuple[int, bytes]]] = {"high": [], "low": []}
-        channels: dict[str, BlockingChannel] = {}
-        for name, priority in (("high", 10), ("low", 0)):
-            ch = connection.channel()
-            ch.basic_qos(prefetch_count=5)
-
-            def on_message(_ch: Any, method: Any, _props: Any, body: bytes,
-                           name: str = name) -> None:
-                got[name].append((method.delivery_tag, body))
-            ch.basic_consume(queue, on_message, arguments={"x-priority": priority})
-            channels[name] = ch
+        got, channels = _high_and_low(connection, queue)
         for i in range(20):
             setup.basic_publish("", queue, f"m{i:02d}".encode())
         steps = []
@@ -126,17 +134,7 @@ async def test_a_lower_consumer_given_room_while_the_higher_was_full_does_not_ta
     def run(connection: pika.BlockingConnection) -> list[dict[str, list[bytes]]]:
         setup = connection.channel()
         setup.queue_declare(queue)
-        got: dict[str, list[tuple[int, bytes]]] = {"high": [], "low": []}
-        channels: dict[str, BlockingChannel] = {}
-        for name, priority in (("high", 10), ("low", 0)):
-            ch = connection.channel()
-            ch.basic_qos(prefetch_count=5)
-
-            def on_message(_ch: Any, method: Any, _props: Any, body: bytes,
-                           name: str = name) -> None:
-                got[name].append((method.delivery_tag, body))
-            ch.basic_consume(queue, on_message, arguments={"x-priority": priority})
-            channels[name] = ch
+        got, channels = _high_and_low(connection, queue)
         steps = []
         for round_ in range(3):
             for i in range(5):

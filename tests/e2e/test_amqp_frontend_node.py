@@ -9,30 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.amqp_front import amqp_gateway, unique
+from tests.node_clients import node_script
 
-NODE_DIR = Path(__file__).resolve().parents[1] / "node"
 SCALE = 0.01
 INTERVAL_S = 10
 
 
-def node_client() -> Path:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are not installed: the amqplib client cannot run")
-    if not (NODE_DIR / "node_modules" / "amqplib").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                       cwd=NODE_DIR, check=True, timeout=300)
-    return NODE_DIR / "amqp_client.js"
-
-
 async def test_amqplib_publishes_consumes_and_gets_a_nack_redelivered(tmp_path: Path) -> None:
-    script = node_client()
+    script = node_script("amqplib", "amqp_client.js")
     async with amqp_gateway(tmp_path / "data", time_scale=SCALE) as gw:
         queue = unique("node")
         process = await asyncio.create_subprocess_exec(

@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,23 +22,14 @@ import pytest
 
 from adapters.rocketmq.dialect import BACKOFF_MS
 from tests.e2e.client_gateway import GatewayProcess
+from tests.node_clients import node_script
 
 pytestmark = pytest.mark.slow
 
-NODE_DIR = Path(__file__).resolve().parents[1] / "node"
 SCALE = 0.01
 DLQ_SCALE = 0.001
 LONG_POLL_S = 20
 RUN_S = 150
-
-
-def node_script() -> Path:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are not installed: the RocketMQ Node.js SDK cannot run")
-    if not (NODE_DIR / "node_modules" / "rocketmq-client-nodejs").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                       cwd=NODE_DIR, check=True, timeout=300)
-    return NODE_DIR / "rocketmq_client.js"
 
 
 def name(prefix: str) -> str:
@@ -86,7 +75,7 @@ async def test_the_node_sdk_sends_consumes_retries_and_dead_letters(
     gateways: tuple[GatewayProcess, GatewayProcess, str],
 ) -> None:
     main, fast, fifo_group = gateways
-    script = node_script()
+    script = node_script("rocketmq-client-nodejs", "rocketmq_client.js")
     simple, push, fifo, dead = await asyncio.gather(
         run(script, "simple", main.target, name("t"), name("g")),
         run(script, "push", main.target, name("t"), name("g")),

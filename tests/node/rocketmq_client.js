@@ -47,6 +47,18 @@ function waitFor(check, what) {
   });
 }
 
+// A push consumer of another group that reads the group's dead-letter queue.
+function deadLetterReader(onDead) {
+  return new PushConsumer({ ...base, consumerGroup: `${group}-dlq-reader`,
+    subscriptions: new Map([[`%DLQ%${group}`, FilterExpression.SUB_ALL]]),
+    messageListener: {
+      consume(m) {
+        onDead(m);
+        return ConsumeResult.SUCCESS;
+      },
+    } });
+}
+
 async function producer() {
   const p = new Producer({ ...base, topic });
   await p.startup();
@@ -125,14 +137,7 @@ async function deadLetter() {
         return ConsumeResult.FAILURE;
       },
     } });
-  const reader = new PushConsumer({ ...base, consumerGroup: `${group}-dlq-reader`,
-    subscriptions: new Map([[`%DLQ%${group}`, FilterExpression.SUB_ALL]]),
-    messageListener: {
-      consume(m) {
-        dead = view(m);
-        return ConsumeResult.SUCCESS;
-      },
-    } });
+  const reader = deadLetterReader((m) => { dead = view(m); });
   await failing.startup();
   await reader.startup();
   const p = await producer();
@@ -158,14 +163,7 @@ async function fifo() {
         return m.body.toString('utf8') === 'a2' ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
       },
     } });
-  const reader = new PushConsumer({ ...base, consumerGroup: `${group}-dlq-reader`,
-    subscriptions: new Map([[`%DLQ%${group}`, FilterExpression.SUB_ALL]]),
-    messageListener: {
-      consume(m) {
-        dead = view(m);
-        return ConsumeResult.SUCCESS;
-      },
-    } });
+  const reader = deadLetterReader((m) => { dead = view(m); });
   await c.startup();
   await reader.startup();
   emit({ fifo: c.getPushConsumerSettings().isFifo() });
