@@ -114,6 +114,9 @@ class Context:
     limits: Limits
     consumers: dict[str, set[ConsumerPort]] = field(default_factory=dict)
     """The AMQP consumers of each queue, on every connection."""
+    prioritised: bool = False
+    """A consumer with an `x-priority` other than 0 has come (never reset): until then every
+    consumer has the same priority and none can outrank another (no priority work per ack)."""
     router: RouterPort | None = None
     sweeper: SweeperPort | None = None
     """Expires messages at the head of queues without consumers (`expiry.Sweeper`)."""

@@ -161,6 +161,7 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
         raise AMQPError(RESOURCE_ERROR, f"at most {ctx.limits.max_consumers_per_connection} "
                                         "consumers per connection", CONSUME, hard=False)
     priority = edge.consumer_priority(queue.name, m.arguments or {})
+    ctx.prioritised = ctx.prioritised or priority != 0
     others = ctx.consumers.get(queue.name, set())
     if (m.exclusive and others) or any(s.exclusive for s in others):
         raise AMQPError(ACCESS_REFUSED, f"queue {short(queue.name)} in vhost '/' in exclusive "

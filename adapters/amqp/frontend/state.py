@@ -84,7 +84,8 @@ class ChannelState:
         taken = self._take(tag, multiple, method)
         acks: list[str] = []
         settles: list[Settlement] = []
-        full = {u.session for u in taken if u.session is not None and not u.session.has_room()}
+        full = {u.session for u in taken if u.session is not None
+                and not u.session.has_room()} if self.ctx.prioritised else ()
         for unacked in taken:
             if unacked.session is not None:
                 unacked.session.held -= 1
@@ -179,14 +180,16 @@ def outranked(ctx: Context, session: ConsumerPort) -> bool:
     """Whether a consumer of higher priority on the same queue could take a delivery now
     (RabbitMQ's consumer priorities: a consumer gets messages only while every one of higher
     priority is blocked, its prefetch full)."""
-    return any(other.priority > session.priority and other.has_room()
-               for other in ctx.consumers.get(session.queue.name, ()))
+    return ctx.prioritised and any(other.priority > session.priority and other.has_room()
+                                   for other in ctx.consumers.get(session.queue.name, ()))
 
 
 def top_up_queue(ctx: Context, queue: str) -> None:
     """Give credit on every channel with a consumer on `queue`, when their priorities differ
     (a consumer of higher priority became blocked or left: those below it may take
     deliveries now)."""
+    if not ctx.prioritised:
+        return
     sessions = ctx.consumers.get(queue, ())
     if len({session.priority for session in sessions}) < 2:
         return
