@@ -8,6 +8,7 @@ public surface is `gateway.engine.port`; its parts live in layers (`gateway.engi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 from collections.abc import Collection, Sequence
 
@@ -15,6 +16,7 @@ import structlog
 
 from gateway.backend import Backend, Lease, OutMessage
 from gateway.core.naming import NamingScheme
+from gateway.core.properties import BORN_MS, TIME_MAX_MS
 from gateway.core.registry import Registry
 from gateway.engine.admin import GroupAdmin
 from gateway.engine.base import debug_enabled
@@ -28,6 +30,23 @@ from gateway.errors import InvalidArgument
 from gateway.limits import check_batch, check_message, check_name
 
 log = structlog.get_logger("gateway.engine")
+
+
+def with_born(messages: Sequence[OutMessage], born: Sequence[int]) -> list[OutMessage]:
+    """`messages`, each with the first publish time `born` gives it (0: none) kept as
+    `BORN_MS`, where retry and dead-letter copies keep theirs (`Settling`)."""
+    if len(born) != len(messages):
+        raise InvalidArgument("born", f"{len(born)} times", f"one per message ({len(messages)})")
+    out = []
+    for i, (message, at_ms) in enumerate(zip(messages, born, strict=True)):
+        if not 0 <= at_ms <= TIME_MAX_MS:
+            raise InvalidArgument(f"messages[{i}].born_ms", at_ms,
+                                  f"0..{TIME_MAX_MS} (wall-clock ms; 0: when it is stored)")
+        if at_ms:
+            props = {**message.properties, BORN_MS: str(at_ms)}
+            message = dataclasses.replace(message, properties=props)
+        out.append(message)
+    return out
 
 
 class Engine(Delivering):
@@ -106,11 +125,12 @@ class Engine(Delivering):
 
     # -------------------------------------------------------------- publish
     async def publish(self, topic: str, messages: Sequence[OutMessage], *,
-                      grown: Sequence[int] = ()) -> list[str]:
+                      grown: Sequence[int] = (), born: Sequence[int] = ()) -> list[str]:
         """Append `messages` to `topic`, durably. Every front end comes through here, so the
         checks that do not depend on the protocol are made here (`gateway.limits`). A message's
         `grown` bytes (the headers a front end wrote on its own copy) are not counted against
-        the size limit: the limit is for what clients publish."""
+        the size limit: the limit is for what clients publish. `born`: the first publish time
+        each message keeps (its producer's own send time; 0: when it is stored)."""
         check_name("topic", topic)
         check_batch("messages", len(messages))
         limit = self._config.max_message_bytes
@@ -118,6 +138,8 @@ class Engine(Delivering):
         for i, message in enumerate(messages):
             extra = max(grown[i], 0) if i < len(grown) else 0
             check_message(message, i, now, limit + extra)
+        if born:
+            messages = with_born(messages, born)
         await self._check_topic(topic)
         if self.observers.publishing:
             return await self._publish_observed(topic, messages)

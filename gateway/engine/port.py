@@ -141,10 +141,13 @@ class EnginePort(Protocol):
         ...
 
     async def publish(self, topic: str, messages: Sequence[OutMessage], *,
-                      grown: Sequence[int] = ()) -> list[str]:
+                      grown: Sequence[int] = (), born: Sequence[int] = ()) -> list[str]:
         """Append to `topic`, durably when it returns; the message ids, in order. `grown`: for
         copies a front end made of messages it had already taken (dead letters), the bytes each
-        grew by the front end's own headers; they do not count against `max_message_bytes`."""
+        grew by the front end's own headers; they do not count against `max_message_bytes`.
+        `born`: each message's first publish time as its producer gave it (ms since the epoch,
+        0: none), which its deliveries, retry copies and dead letter show (`Delivery.born_ms`);
+        out of range: InvalidArgument."""
         ...
 
     async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> ConsumerPort:

@@ -224,3 +224,48 @@ def test_when_a_later_topic_fails_the_entries_say_what_was_stored(tmp_path: Path
             assert sorted(_receive(stub, existing)) == [b"first", b"one", b"two"]
     finally:
         strict.stop()
+
+
+# --- born_timestamp -----------------------------------------------------------------------
+
+
+def _receive_messages(stub: Any, topic: str, group: str) -> list[Any]:
+    request = service_pb2.ReceiveMessageRequest(batch_size=32, auto_renew=False)
+    request.group.name = group
+    request.message_queue.topic.name = topic
+    request.invisible_duration.seconds = 30
+    request.long_polling_timeout.seconds = 0
+    replies = list(stub.ReceiveMessage(request, timeout=10))
+    return [r.message for r in replies if r.HasField("message")]
+
+
+def test_the_producers_born_timestamp_is_what_the_consumer_reads(small: Any) -> None:
+    """A RocketMQ broker keeps the born time the SDK sent (its store time is apart): the
+    gateway showed its own store time as the born time of a first delivery."""
+    topic = _name("born")
+    born_ms = int(time.time() * 1000) - 3_600_000  # an hour ago: not the store time
+    sent = _message(topic, b"aged")
+    sent.system_properties.born_timestamp.FromMilliseconds(born_ms)
+    plain = _message(topic, b"plain")  # no born time: the store time stands for it
+    before = int(time.time() * 1000)
+    assert _send(small, sent, plain).status.code == Code.OK
+    got = {m.body: m.system_properties for m in _receive_messages(small, topic, _name("g"))}
+    assert got[b"aged"].born_timestamp.ToMilliseconds() == born_ms
+    assert got[b"aged"].store_timestamp.ToMilliseconds() >= before
+    assert got[b"plain"].born_timestamp == got[b"plain"].store_timestamp
+    assert dict(_receive_messages(small, topic, _name("g"))[0].user_properties) == {}
+
+
+@pytest.mark.parametrize(("seconds", "nanos"), [(-1, 0), (0, -5), (0, 1_000_000_000),
+                                                 (253_402_300_800, 0)])
+def test_a_born_timestamp_out_of_range_is_refused_by_name(
+    small: Any, seconds: int, nanos: int
+) -> None:
+    topic = _name("born")
+    bad = _message(topic)
+    bad.system_properties.born_timestamp.seconds = seconds
+    bad.system_properties.born_timestamp.nanos = nanos
+    reply = _send(small, bad)
+    assert reply.status.code == Code.BAD_REQUEST, reply.status
+    assert "messages[0].system_properties.born_timestamp" in reply.status.message
+    assert _receive(small, topic) == []

@@ -168,6 +168,13 @@ def out_message(message: Any, now_ms: int) -> OutMessage:
     )
 
 
+def born_ms(message: Any) -> int:
+    """The send time the SDK gave a message (0: none): kept as its born time, which a RocketMQ
+    consumer reads as `born_timestamp` (the store time is `store_timestamp`)."""
+    props = message.system_properties
+    return to_ms(props.born_timestamp) if props.HasField("born_timestamp") else 0
+
+
 def producer_delivery_ms(delivery: Delivery) -> int:
     """The delivery time its producer gave the message (0: none). A retry copy's time is its
     back-off, not a delivery time: RocketMQ shows a retried message as it was sent."""

@@ -77,7 +77,9 @@ async def publish(
     failure: GatewayError | None = None
     for topic, indexes in by_topic.items():
         try:
-            published = await engine.publish(topic, [messages[i] for i in indexes])
+            published = await engine.publish(
+                topic, [messages[i] for i in indexes],
+                born=[codec.born_ms(request.messages[i]) for i in indexes])
         except GatewayError as error:
             failure = error
             break

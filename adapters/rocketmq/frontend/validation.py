@@ -19,6 +19,7 @@ from typing import Any
 from rocketmq.grpc_protocol import definition_pb2
 
 from adapters.rocketmq.dialect import INVISIBLE_RANGE_MS
+from gateway.core.properties import TIME_MAX_MS
 from gateway.errors import Unimplemented
 from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_PUBLISH_PROPERTIES
 
@@ -389,6 +390,9 @@ class RequestChecks:
                 f"<{body} bytes>",
                 f"at most {limits.max_body_bytes} bytes",
             )
+        if props.HasField("born_timestamp"):  # kept: deliveries show it (`codec.born_ms`)
+            _duration_ms(props.born_timestamp, f"{system}.born_timestamp", Code.BAD_REQUEST, 0,
+                         TIME_MAX_MS)
         if props.HasField("delivery_timestamp"):
             _delivery_time(props, f"{system}.delivery_timestamp", now_ms)
         elif message_type == MessageType.DELAY:
