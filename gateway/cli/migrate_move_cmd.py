@@ -58,7 +58,8 @@ RENAME_EXITS = """exit statuses:
      consumers of the group still use the old scheme
   4  not allowed: no or a wrong token, or not an admin
   5  the gateway cannot be reached or is not serving
-  7  some messages were in flight with a consumer and stayed: run it again later"""
+  7  some messages were in flight with a consumer and stayed (with --dry-run: would
+     stay): run it again later"""
 
 COPY_EXITS = """URLs:
   gateway://HOST:PORT/TOPIC?group=G[&naming=S][&parts=ready,retry,dead-letter]
@@ -161,7 +162,8 @@ async def _rename(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
         for part, names, count in rows:
             out.write(f"{verb} {count} {part}: {names}\n")
         if left:
-            out.write(f"{left} message(s) were in flight with a consumer and stayed at the "
+            stay = "would stay" if args.dry_run else "stayed"
+            out.write(f"{left} message(s) were in flight with a consumer and {stay} at the "
                       "old names: run it again once they are settled\n")
         if rows and not args.dry_run:
             view = await client.describe(args.topic, args.group)
@@ -170,7 +172,8 @@ async def _rename(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
                           f"{args.to_scheme}; until one does, this gateway's views of the "
                           f"group (describe, retries, dlq) still show {args.from_scheme}'s "
                           "names\n")
-    return EXIT_LEFT if left and not args.dry_run else EXIT_OK
+    # A dry run predicts the real run's status: what is in flight now would stay (exit 7).
+    return EXIT_LEFT if left else EXIT_OK
 
 
 # ------------------------------------------------------------------------------ copy
