@@ -198,6 +198,14 @@ def _products() -> dict[str, cp.SideFactory]:
     return found
 
 
+def _namings() -> list[str]:
+    """The naming schemes the installed products register (`Product.register`): what a gateway
+    URL's `naming=` may name."""
+    from gateway.product import build_registry, installed
+
+    return sorted(build_registry(installed()).schemes)
+
+
 def _spellings() -> tuple[dict[str, int], dict[str, PathOf]]:
     """Each product scheme's default port and path spelling (`Product.migration_ports`,
     `migration_path`), for refusing a copy onto itself."""
@@ -223,8 +231,10 @@ def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
             ca_file=args.tls_ca, timeout_s=args.timeout_s)
         products = _products()
         cp.check_apart(args.source, args.destination, *_spellings())
-        source = cp.open_side(args.source, "source", credentials, products)
-        destination = cp.open_side(args.destination, "destination", credentials, products)
+        namings = _namings()
+        source = cp.open_side(args.source, "source", credentials, products, namings)
+        destination = cp.open_side(args.destination, "destination", credentials, products,
+                                   namings)
     except (GatewayError, MissingExtra) as exc:
         render.stderr(f"gateway: error: {exc}")
         return COPY_EXIT_USAGE

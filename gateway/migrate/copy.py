@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from gateway.errors import InvalidArgument
@@ -105,16 +105,19 @@ def check_apart(source: str, destination: str, ports: Mapping[str, int] | None =
 
 
 def open_side(text: str, role: str, credentials: Credentials,
-              products: dict[str, SideFactory]) -> Source | Destination:
-    """The side a URL names: the gateway's own scheme, or one a product offers."""
+              products: dict[str, SideFactory],
+              namings: Collection[str] | None = None) -> Source | Destination:
+    """The side a URL names: the gateway's own scheme, or one a product offers. `namings`: the
+    naming schemes a gateway URL's `naming=` may name (the products' registry), checked before
+    anything is opened; None leaves unknown names to the gateway."""
     field_name = "from" if role == "source" else "to"
     url = parse_url(field_name, text)
     if url.scheme in SCHEMES:
         if role == "source":
             return GatewaySource(url, credentials.from_token, credentials.timeout_s,
-                                 credentials.ca_file)
+                                 credentials.ca_file, namings)
         return GatewayDestination(url, credentials.to_token, credentials.timeout_s,
-                                  credentials.ca_file)
+                                  credentials.ca_file, namings)
     factory = products.get(url.scheme)
     if factory is None:
         known = ", ".join(sorted({*SCHEMES, *products}))

@@ -1,0 +1,97 @@
+"""`gateway migrate copy` refuses what a black-box attack found it taking, through
+the command against running gateways (and the RabbitMQ of the other tests):
+
+* an unknown `naming=` on either side is refused before anything is copied, dry run or not,
+  naming the side and listing the schemes (it passed the dry run and failed the real run after
+  its first batch, exit 7);
+* a URL without a topic names its side (`from=` / `to=`), not `url=`;
+* garbage in URLs (port 0, a #fragment, credentials on a gateway URL, an empty option, a queue
+  name the AMQP client cannot declare) is refused with exit 2, no traceback, no default."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from amqp_node import URL
+from migrate_procs import migrate, read_part, start_gateway, stop
+
+from gateway.client import GatewayClient
+
+SCHEMES = ("amqp", "pulsar-2.6", "pulsar-2.7", "pulsar-2.9", "rabbitmq", "rocketmq")
+
+
+async def _publish(target: str, topic: str, count: int) -> None:
+    async with GatewayClient(target) as client:
+        await client.publish(topic, [f"m{i}".encode() for i in range(count)])
+
+
+async def test_an_unknown_naming_is_refused_before_anything_is_copied(tmp_path: Path) -> None:
+    source = start_gateway(tmp_path / "a")
+    destination = start_gateway(tmp_path / "b")
+    try:
+        await _publish(source.target, "orders", 3)
+        url_a = f"gateway://{source.target}/orders?group=billing"
+        url_b = f"gateway://{destination.target}/orders?group=billing"
+        for side, args in (("to", ["--from", url_a, "--to", url_b + "&naming=bogus"]),
+                           ("from", ["--from", url_a + "&naming=bogus", "--to", url_b]),
+                           ("to", ["--from", url_a, "--to", url_b + "&naming="])):
+            for dry in ([], ["--dry-run"]):
+                run = migrate("copy", *args, *dry)
+                assert run.returncode == 2, (args, dry, run.stdout, run.stderr)
+                assert f"{side}='gateway://" in run.stderr, run.stderr
+                assert "naming=" in run.stderr and ", ".join(SCHEMES) in run.stderr, run.stderr
+                assert "Traceback" not in run.stderr
+        assert len(await read_part(source.target, "orders", "billing", "ready")) == 3
+        assert await read_part(destination.target, "orders", "billing", "ready") == []
+        # A scheme the products register still goes through.
+        run = migrate("copy", "--from", url_a, "--to", url_b + "&naming=pulsar-2.9")
+        assert run.returncode == 0, run.stderr
+        assert len(await read_part(destination.target, "orders", "billing", "ready")) == 3
+    finally:
+        stop(source)
+        stop(destination)
+
+
+def test_a_url_without_a_topic_names_its_side() -> None:
+    for side, args in (("from", ["--from", "gateway://127.0.0.1:1/?group=g",
+                                 "--to", "gateway://127.0.0.1:2/t"]),
+                       ("to", ["--from", "gateway://127.0.0.1:1/t?group=g",
+                               "--to", "gateway://127.0.0.1:2/?group=g"])):
+        run = migrate("copy", *args, "--dry-run")
+        assert run.returncode == 2, run.stderr
+        assert f"{side}='gateway://" in run.stderr and "a topic" in run.stderr, run.stderr
+        assert "url=" not in run.stderr
+
+
+GOOD_TO = "gateway://127.0.0.1:2/t?group=g"
+GARBAGE = [
+    # port 0 meant the default port
+    ("gateway://127.0.0.1:0/t?group=g", GOOD_TO, "from", "a port 1..65535"),
+    (f"{URL.rsplit(':', 1)[0]}:0/?queue=q", GOOD_TO, "from", "a port 1..65535"),
+    # a fragment was cut off
+    ("gateway://127.0.0.1:1/t?group=g#x", GOOD_TO, "from", "no #fragment"),
+    # a password on a gateway URL was dropped
+    ("gateway://u:secret@127.0.0.1:1/t?group=g", GOOD_TO, "from", "--from-token-file"),
+    # an empty part= meant no part
+    ("gateway://127.0.0.1:1/t?group=g", "gateway://127.0.0.1:2/t?group=g&part=", "to",
+     "part one of"),
+    # a queue name the AMQP client library cannot declare: a ValueError traceback
+    (f"{URL}?queue=\u00f6", GOOD_TO, "from", "?queue=NAME"),
+    ("gateway://127.0.0.1:1/t?group=g", f"{URL}?queue=a%0Ab", "to", "?queue=NAME"),
+]
+
+
+@pytest.mark.parametrize(("source", "destination", "side", "expected"), GARBAGE)
+def test_garbage_in_urls_is_refused_without_a_traceback(
+    source: str, destination: str, side: str, expected: str,
+) -> None:
+    run = migrate("copy", "--from", source, "--to", destination, "--dry-run")
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert f"{side}='" in run.stderr and expected in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and "secret" not in run.stderr, run.stderr
