@@ -256,6 +256,12 @@ def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
         render.emit_json(result.as_dict(), stream)
     else:
         stream.write(result.summary() + "\n")
+    if result.found_none:
+        # Some sources cannot tell a topic or queue that does not exist from an empty one.
+        render.stderr(f"gateway: warning: 0 messages found at {result.source}: if that is not "
+                      "expected, check the topic or queue and the group or subscription in "
+                      "--from (a source that cannot tell a name that does not exist from an "
+                      "empty one reads it as empty)")
     return EXIT_OK
 
 

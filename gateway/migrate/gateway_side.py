@@ -17,6 +17,7 @@ path, percent-decoded, so `gateway://127.0.0.1:50051/persistent://t/ns/orders?gr
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Collection, Sequence
 from typing import NoReturn
 
@@ -169,12 +170,30 @@ class GatewaySource(_Side):
                 "by position, so a copy would leave every copied message at the source too: "
                 "copy from the broker directly (`gateway migrate copy --from` a URL of the "
                 "broker the gateway runs on); nothing was copied")
+        if not (view.ready or view.delayed or view.inflight or view.waiting_retry
+                or view.dead_letters):
+            await self._exists(client)
         self._names = (view.retry_topic, view.dead_letter_topic)
         # The scheme the group has now, for every export and removal of this run: found again
         # on each call it could change under the run (another topic's group of this name given
         # a dead letter under another scheme), and positions exported from one scheme's
         # destination were removed from the other's.
         self._scheme = self.naming or view.naming
+
+    async def _exists(self, client: AdminClient) -> None:
+        """Refuse a topic the gateway does not hold: a misspelt one copied nothing and exited 0.
+        Asked only when the group holds nothing (a group may hold retries or dead letters of a
+        topic whose own messages this gateway never stored: imported ones)."""
+        try:
+            topics = await client.topics()
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, "source", self.name)
+        if self.topic in topics:
+            return
+        near = difflib.get_close_matches(self.topic, topics, n=3)
+        hint = f" (did you mean {', '.join(repr(t) for t in near)}?)" if near else ""
+        raise SourceRefused(f"source {self.name}: no topic {self.topic!r} on this gateway"
+                            f"{hint}; nothing was copied")
 
     async def count(self, exact: bool) -> dict[str, int] | None:
         assert self.client is not None

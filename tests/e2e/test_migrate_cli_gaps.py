@@ -4,6 +4,8 @@ the command against running gateways (and the RabbitMQ of the other tests):
 * an unknown `naming=` on either side is refused before anything is copied, dry run or not,
   naming the side and listing the schemes (it passed the dry run and failed the real run after
   its first batch, exit 7);
+* a source topic the gateway does not hold is refused (it copied nothing and exited 0); a
+  source that held nothing gets a warning;
 * a URL without a topic names its side (`from=` / `to=`), not `url=`;
 * garbage in URLs (port 0, a #fragment, credentials on a gateway URL, an empty option, a queue
   name the AMQP client cannot declare) is refused with exit 2, no traceback, no default."""
@@ -53,6 +55,32 @@ async def test_an_unknown_naming_is_refused_before_anything_is_copied(tmp_path: 
         run = migrate("copy", "--from", url_a, "--to", url_b + "&naming=pulsar-2.9")
         assert run.returncode == 0, run.stderr
         assert len(await read_part(destination.target, "orders", "billing", "ready")) == 3
+    finally:
+        stop(source)
+        stop(destination)
+
+
+async def test_a_source_topic_the_gateway_does_not_hold_is_refused(tmp_path: Path) -> None:
+    source = start_gateway(tmp_path / "a")
+    destination = start_gateway(tmp_path / "b")
+    try:
+        await _publish(source.target, "orders", 2)
+        url_b = f"gateway://{destination.target}/orders?group=billing"
+        typo = f"gateway://{source.target}/orderz?group=billing"
+        for dry in ([], ["--dry-run"]):
+            run = migrate("copy", "--from", typo, "--to", url_b, *dry)
+            assert run.returncode == 2, (dry, run.stdout, run.stderr)
+            assert "no topic 'orderz'" in run.stderr and "'orders'" in run.stderr, run.stderr
+        assert await read_part(destination.target, "orders", "billing", "ready") == []
+
+        url_a = f"gateway://{source.target}/orders?group=billing"
+        first = migrate("copy", "--from", url_a, "--to", url_b)
+        assert first.returncode == 0, first.stderr
+        assert "warning" not in first.stderr
+        # The topic is there and empty now: done, with a word that nothing was found.
+        again = migrate("copy", "--from", url_a, "--to", url_b)
+        assert again.returncode == 0, again.stderr
+        assert "warning: 0 messages found" in again.stderr, again.stderr
     finally:
         stop(source)
         stop(destination)
