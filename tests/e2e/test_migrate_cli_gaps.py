@@ -12,6 +12,7 @@ the command against running gateways (and the RabbitMQ of the other tests):
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -123,3 +124,29 @@ def test_garbage_in_urls_is_refused_without_a_traceback(
     assert run.returncode == 2, (run.stdout, run.stderr)
     assert f"{side}='" in run.stderr and expected in run.stderr, run.stderr
     assert "Traceback" not in run.stderr and "secret" not in run.stderr, run.stderr
+
+
+def test_a_pulsar_topic_that_does_not_exist_reads_as_empty_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    """A Pulsar source cannot tell a topic that does not exist (the broker creates it on
+    subscribe) from an empty one: the run copies nothing, exit 0, and says so on stderr; the
+    dry run says it cannot count (it said "nothing to copy")."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    broker = start_gateway(tmp_path / "broker", "--pulsar-listen", f"127.0.0.1:{port}")
+    dest = start_gateway(tmp_path / "dest")
+    try:
+        args = ["copy", "--from", f"pulsar://127.0.0.1:{port}/no-such-topic?subscription=s",
+                "--to", f"gateway://{dest.target}/orders"]
+        dry = migrate(*args, "--dry-run")
+        assert dry.returncode == 0, dry.stderr
+        assert "cannot count" in dry.stdout and "nothing" not in dry.stdout, dry.stdout
+        run = migrate(*args)
+        assert run.returncode == 0, run.stderr
+        assert "copied 0 message(s)" in run.stdout, run.stdout
+        assert "warning: 0 messages found at pulsar://" in run.stderr, run.stderr
+    finally:
+        stop(broker)
+        stop(dest)
