@@ -24,8 +24,8 @@ from typing import NoReturn
 import grpc
 
 from gateway.admin_client import AdminClient, Target, connect
-from gateway.errors import GatewayError, InvalidArgument
-from gateway.limits import message_size
+from gateway.errors import GatewayError, InvalidArgument, shorten
+from gateway.limits import check_name, message_size
 from gateway.migrate.endpoint import (
     DEAD_LETTER,
     PARTS,
@@ -103,6 +103,15 @@ class _Side:
         if not self.topic:
             raise InvalidArgument(field, url.shown, "a topic: gateway://HOST:PORT/TOPIC")
         self.group = url.option("group")
+        # Names the gateway would refuse, refused here: a destination's were refused only with
+        # the first batch (exit 7), after a dry run had passed them.
+        for part, name in (("topic", self.topic), ("group", self.group)):
+            try:
+                if name:
+                    check_name(part, name)
+            except InvalidArgument as exc:
+                raise InvalidArgument(field, url.shown, f"{part}: {exc.allowed} (not "
+                                                        f"{shorten(name)})") from None
         self.naming = check_naming(field, url, namings)
         host = url.parts.hostname or ""
         self.address = f"[{host}]:{url.parts.port or DEFAULT_PORT}" if ":" in host else (

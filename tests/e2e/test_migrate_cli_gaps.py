@@ -110,6 +110,13 @@ GARBAGE = [
     # an empty part= meant no part
     ("gateway://127.0.0.1:1/t?group=g", "gateway://127.0.0.1:2/t?group=g&part=", "to",
      "part one of"),
+    # names the destination gateway refuses with the first batch (exit 7), after a dry run
+    ("gateway://127.0.0.1:1/t?group=g", "gateway://127.0.0.1:2/bad%01topic?group=g", "to",
+     "topic: at most 255 bytes"),
+    ("gateway://127.0.0.1:1/t?group=g", "gateway://127.0.0.1:2/t?group=%20", "to",
+     "group: a non-empty name"),
+    ("gateway://127.0.0.1:1/t?group=g", f"gateway://127.0.0.1:2/{'x' * 256}?group=g", "to",
+     "topic: at most 255 bytes"),
     # a queue name the AMQP client library cannot declare: a ValueError traceback
     (f"{URL}?queue=\u00f6", GOOD_TO, "from", "?queue=NAME"),
     ("gateway://127.0.0.1:1/t?group=g", f"{URL}?queue=a%0Ab", "to", "?queue=NAME"),
