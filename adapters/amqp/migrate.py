@@ -37,6 +37,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 from aio_pika.exceptions import AMQPError, ChannelClosed, ProbableAuthenticationError
 from aiormq.abc import DeliveredMessage
 from aiormq.exceptions import ChannelInvalidStateError, InvalidFrameError
+from pamqp.constants import DOMAIN_REGEX
 
 from adapters.amqp.backend_reconnect import quiet_library_logs
 from adapters.amqp.codec import decode
@@ -88,8 +89,12 @@ def _broker_url(url: Url) -> str:
 def _queue(url: Url, field: str) -> str:
     url.only(field, ("queue",))
     name = url.option("queue")
-    if not name or len(name.encode()) > 255:
-        raise InvalidArgument(field, url.shown, "?queue=NAME (1..255 bytes)")
+    # The characters the client library (pamqp) declares: another one (`?queue=ö`) failed
+    # the declare with a ValueError traceback.
+    if (not name or len(name.encode()) > 255
+            or not DOMAIN_REGEX["queue-name"].fullmatch(name)):
+        raise InvalidArgument(field, url.shown, "?queue=NAME (1..255 bytes of letters A-Z a-z, "
+                                                "digits and - _ . : @ # , / + space)")
     return name
 
 

@@ -58,7 +58,8 @@ RENAME_EXITS = """exit statuses:
      consumers of the group still use the old scheme
   4  not allowed: no or a wrong token, or not an admin
   5  the gateway cannot be reached or is not serving
-  7  some messages were in flight with a consumer and stayed: run it again later"""
+  7  some messages were in flight with a consumer and stayed (with --dry-run: would
+     stay): run it again later"""
 
 COPY_EXITS = """URLs:
   gateway://HOST:PORT/TOPIC?group=G[&naming=S][&parts=ready,retry,dead-letter]
@@ -70,7 +71,8 @@ COPY_EXITS = """URLs:
 exit statuses:
   0  done: every message the source held was copied (or found copied) and removed there
   1  failed otherwise
-  2  bad usage: a bad URL or flag, or the source refused the request
+  2  bad usage: a bad URL or flag (an unknown naming=, say), or the source refused the
+     request (no such topic or queue, consumers open)
   4  not allowed: a side refused the credentials
   5  the source cannot be reached (or went away); nothing unconfirmed was removed
   6  the destination cannot be reached; nothing unconfirmed was removed at the source
@@ -161,7 +163,8 @@ async def _rename(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
         for part, names, count in rows:
             out.write(f"{verb} {count} {part}: {names}\n")
         if left:
-            out.write(f"{left} message(s) were in flight with a consumer and stayed at the "
+            stay = "would stay" if args.dry_run else "stayed"
+            out.write(f"{left} message(s) were in flight with a consumer and {stay} at the "
                       "old names: run it again once they are settled\n")
         if rows and not args.dry_run:
             view = await client.describe(args.topic, args.group)
@@ -170,7 +173,8 @@ async def _rename(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
                           f"{args.to_scheme}; until one does, this gateway's views of the "
                           f"group (describe, retries, dlq) still show {args.from_scheme}'s "
                           "names\n")
-    return EXIT_LEFT if left and not args.dry_run else EXIT_OK
+    # A dry run predicts the real run's status: what is in flight now would stay (exit 7).
+    return EXIT_LEFT if left else EXIT_OK
 
 
 # ------------------------------------------------------------------------------ copy
@@ -193,6 +197,14 @@ def _products() -> dict[str, cp.SideFactory]:
         for scheme in product.migration_schemes:
             found[scheme] = product.migration_side
     return found
+
+
+def _namings() -> list[str]:
+    """The naming schemes the installed products register (`Product.register`): what a gateway
+    URL's `naming=` may name."""
+    from gateway.product import build_registry, installed
+
+    return sorted(build_registry(installed()).schemes)
 
 
 def _spellings() -> tuple[dict[str, int], dict[str, PathOf]]:
@@ -220,8 +232,10 @@ def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
             ca_file=args.tls_ca, timeout_s=args.timeout_s)
         products = _products()
         cp.check_apart(args.source, args.destination, *_spellings())
-        source = cp.open_side(args.source, "source", credentials, products)
-        destination = cp.open_side(args.destination, "destination", credentials, products)
+        namings = _namings()
+        source = cp.open_side(args.source, "source", credentials, products, namings)
+        destination = cp.open_side(args.destination, "destination", credentials, products,
+                                   namings)
     except (GatewayError, MissingExtra) as exc:
         render.stderr(f"gateway: error: {exc}")
         return COPY_EXIT_USAGE
@@ -243,6 +257,12 @@ def run_copy(args: argparse.Namespace, out: TextIO | None = None) -> int:
         render.emit_json(result.as_dict(), stream)
     else:
         stream.write(result.summary() + "\n")
+    if result.found_none:
+        # Some sources cannot tell a topic or queue that does not exist from an empty one.
+        render.stderr(f"gateway: warning: 0 messages found at {result.source}: if that is not "
+                      "expected, check the topic or queue and the group or subscription in "
+                      "--from (a source that cannot tell a name that does not exist from an "
+                      "empty one reads it as empty)")
     return EXIT_OK
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from gateway.errors import InvalidArgument
@@ -53,6 +53,8 @@ class CopyResult:
     by_part: dict[str, int] = field(default_factory=dict)
     bytes: int = 0
     seconds: float = 0.0
+    counted: bool = True
+    """False for a dry run of a source that cannot count without taking (its `count` None)."""
 
     @property
     def rate(self) -> float:
@@ -60,6 +62,9 @@ class CopyResult:
 
     def summary(self) -> str:
         parts = ", ".join(f"{n} {p}" for p, n in self.by_part.items() if n) or "nothing"
+        if self.dry_run and not self.counted:
+            return (f"dry run: {self.source} cannot count its messages without taking them: "
+                    f"how many would be copied to {self.destination} is not known")
         if self.dry_run:
             return f"dry run: {parts} to copy from {self.source} to {self.destination}"
         return (f"copied {self.taken} message(s) ({parts}; {self.stored} stored, "
@@ -67,10 +72,19 @@ class CopyResult:
                 f"{self.destination} in {self.seconds:.1f} s ({self.rate:,.0f} msg/s, "
                 f"{self.bytes / max(self.seconds, 1e-9) / 1e6:.1f} MB/s)")
 
+    @property
+    def found_none(self) -> bool:
+        """The source held no message (counted or taken): a name that does not exist, for a
+        source that cannot tell one from an empty one."""
+        if self.dry_run:
+            return self.counted and not any(self.by_part.values())
+        return self.taken == 0
+
     def as_dict(self) -> dict[str, object]:
         return {"source": self.source, "destination": self.destination,
-                "dry_run": self.dry_run, "taken": self.taken, "stored": self.stored,
-                "skipped": self.skipped, "by_part": dict(self.by_part), "bytes": self.bytes,
+                "dry_run": self.dry_run, "counted": self.counted, "taken": self.taken,
+                "stored": self.stored, "skipped": self.skipped, "by_part": dict(self.by_part),
+                "bytes": self.bytes,
                 "seconds": round(self.seconds, 3), "rate": round(self.rate, 1)}
 
 
@@ -105,16 +119,19 @@ def check_apart(source: str, destination: str, ports: Mapping[str, int] | None =
 
 
 def open_side(text: str, role: str, credentials: Credentials,
-              products: dict[str, SideFactory]) -> Source | Destination:
-    """The side a URL names: the gateway's own scheme, or one a product offers."""
+              products: dict[str, SideFactory],
+              namings: Collection[str] | None = None) -> Source | Destination:
+    """The side a URL names: the gateway's own scheme, or one a product offers. `namings`: the
+    naming schemes a gateway URL's `naming=` may name (the products' registry), checked before
+    anything is opened; None leaves unknown names to the gateway."""
     field_name = "from" if role == "source" else "to"
     url = parse_url(field_name, text)
     if url.scheme in SCHEMES:
         if role == "source":
             return GatewaySource(url, credentials.from_token, credentials.timeout_s,
-                                 credentials.ca_file)
+                                 credentials.ca_file, namings)
         return GatewayDestination(url, credentials.to_token, credentials.timeout_s,
-                                  credentials.ca_file)
+                                  credentials.ca_file, namings)
     factory = products.get(url.scheme)
     if factory is None:
         known = ", ".join(sorted({*SCHEMES, *products}))
@@ -134,7 +151,9 @@ async def copy(
     await source.open()
     try:
         if dry_run:
-            result.by_part = dict(await source.count(exact=True) or {})
+            counts = await source.count(exact=True)
+            result.by_part = dict(counts or {})
+            result.counted = counts is not None
             return result
         await destination.open()
         try:

@@ -212,7 +212,14 @@ def parse_url(field: str, text: str) -> Url:
         single[key] = values[0]
     if not parts.hostname:
         raise InvalidArgument(field, text, "a URL with a host")
-    return Url(text, parts.scheme.lower(), parts, single)
+    url = Url(text, parts.scheme.lower(), parts, single)
+    # Both were dropped without a word: port 0 meant the scheme's default port, and a
+    # `#fragment` was cut off the topic or queue it belonged to.
+    if parts.port == 0:
+        raise InvalidArgument(field, url.shown, "a port 1..65535, or none for the default")
+    if parts.fragment:
+        raise InvalidArgument(field, url.shown, "no #fragment (a # in a name is written %23)")
+    return url
 
 
 LOOPBACK = "127.0.0.1"

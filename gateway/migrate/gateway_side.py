@@ -17,14 +17,15 @@ path, percent-decoded, so `gateway://127.0.0.1:50051/persistent://t/ns/orders?gr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Collection, Sequence
 from typing import NoReturn
 
 import grpc
 
 from gateway.admin_client import AdminClient, Target, connect
-from gateway.errors import GatewayError, InvalidArgument
-from gateway.limits import message_size
+from gateway.errors import GatewayError, InvalidArgument, shorten
+from gateway.limits import check_name, message_size
 from gateway.migrate.endpoint import (
     DEAD_LETTER,
     PARTS,
@@ -72,16 +73,46 @@ def _raise(exc: grpc.aio.AioRpcError, side: str, name: str) -> NoReturn:
     raise (SourceRefused if side == "source" else DestinationRefused)(text) from None
 
 
+def check_naming(field: str, url: Url, namings: Collection[str] | None) -> str:
+    """The `naming=S` option of a gateway URL: absent, or one of `namings` (the naming schemes
+    the installed products register; None: any non-empty name, for the gateway to judge),
+    refused up front naming the side (`from` / `to`). An unknown one was refused only by the
+    gateway, with the first batch, after a dry run had passed it; an empty one meant the
+    default without a word."""
+    if "naming" not in url.query:
+        return ""
+    naming = url.option("naming")
+    if naming and (namings is None or naming in namings):
+        return naming
+    known = ", ".join(sorted(namings or ())) or "a scheme's name"
+    raise InvalidArgument(field, url.shown, f"naming={naming} is no naming scheme: naming= one "
+                                            f"of {known}, or no naming option")
+
+
 class _Side:
-    def __init__(self, url: Url, token: str, timeout_s: float, ca_file: str) -> None:
+    def __init__(self, url: Url, token: str, timeout_s: float, ca_file: str, field: str,
+                 namings: Collection[str] | None) -> None:
         if url.scheme not in SCHEMES:
-            raise InvalidArgument("url", url.shown, "gateway://HOST:PORT/TOPIC?group=G")
+            raise InvalidArgument(field, url.shown, "gateway://HOST:PORT/TOPIC?group=G")
+        if url.parts.username is not None or url.parts.password is not None:
+            # A password in the URL was dropped without a word: a gateway takes a token.
+            raise InvalidArgument(field, url.shown, f"no USER:PASSWORD@ on a gateway URL: give "
+                                                    f"an admin token with --{field}-token-file")
         self.url = url
         self.topic = url.path
         if not self.topic:
-            raise InvalidArgument("url", url.shown, "a topic: gateway://HOST:PORT/TOPIC")
+            raise InvalidArgument(field, url.shown, "a topic: gateway://HOST:PORT/TOPIC")
         self.group = url.option("group")
-        self.naming = url.option("naming")
+        # Names the gateway would refuse, refused here: a destination's were refused only with
+        # the first batch (exit 7), after a dry run had passed them.
+        for part, name in (("topic", self.topic), ("group", self.group)):
+            try:
+                if name:
+                    check_name(part, name)
+            except InvalidArgument as exc:
+                raise InvalidArgument(field, url.shown, f"{part}: {exc.allowed} (not "
+                                                        f"{shorten(name)})") from None
+        self.naming = check_naming(field, url, namings)
         host = url.parts.hostname or ""
         self.address = f"[{host}]:{url.parts.port or DEFAULT_PORT}" if ":" in host else (
             f"{host}:{url.parts.port or DEFAULT_PORT}")
@@ -110,8 +141,8 @@ class GatewaySource(_Side):
     """A group's messages on a running gateway; see the module docstring."""
 
     def __init__(self, url: Url, token: str = "", timeout_s: float = 30.0,
-                 ca_file: str = "") -> None:
-        super().__init__(url, token, timeout_s, ca_file)
+                 ca_file: str = "", namings: Collection[str] | None = None) -> None:
+        super().__init__(url, token, timeout_s, ca_file, "from", namings)
         url.only("from", ("group", "naming", "parts"))
         if not self.group:
             raise InvalidArgument("from", url.shown, "a group: gateway://HOST:PORT/TOPIC?group=G")
@@ -148,12 +179,30 @@ class GatewaySource(_Side):
                 "by position, so a copy would leave every copied message at the source too: "
                 "copy from the broker directly (`gateway migrate copy --from` a URL of the "
                 "broker the gateway runs on); nothing was copied")
+        if not (view.ready or view.delayed or view.inflight or view.waiting_retry
+                or view.dead_letters):
+            await self._exists(client)
         self._names = (view.retry_topic, view.dead_letter_topic)
         # The scheme the group has now, for every export and removal of this run: found again
         # on each call it could change under the run (another topic's group of this name given
         # a dead letter under another scheme), and positions exported from one scheme's
         # destination were removed from the other's.
         self._scheme = self.naming or view.naming
+
+    async def _exists(self, client: AdminClient) -> None:
+        """Refuse a topic the gateway does not hold: a misspelt one copied nothing and exited 0.
+        Asked only when the group holds nothing (a group may hold retries or dead letters of a
+        topic whose own messages this gateway never stored: imported ones)."""
+        try:
+            topics = await client.topics()
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, "source", self.name)
+        if self.topic in topics:
+            return
+        near = difflib.get_close_matches(self.topic, topics, n=3)
+        hint = f" (did you mean {', '.join(repr(t) for t in near)}?)" if near else ""
+        raise SourceRefused(f"source {self.name}: no topic {self.topic!r} on this gateway"
+                            f"{hint}; nothing was copied")
 
     async def count(self, exact: bool) -> dict[str, int] | None:
         assert self.client is not None
@@ -231,11 +280,11 @@ class GatewayDestination(_Side):
     """Copies stored once on a running gateway; see the module docstring."""
 
     def __init__(self, url: Url, token: str = "", timeout_s: float = 30.0,
-                 ca_file: str = "") -> None:
-        super().__init__(url, token, timeout_s, ca_file)
+                 ca_file: str = "", namings: Collection[str] | None = None) -> None:
+        super().__init__(url, token, timeout_s, ca_file, "to", namings)
         url.only("to", ("group", "naming", "part"))
         self.part = url.option("part")
-        if self.part and self.part not in PARTS:
+        if "part" in url.query and self.part not in PARTS:
             raise InvalidArgument("to", url.shown, f"part one of {', '.join(PARTS)}")
         # Refused before anything is taken (the gateway refused the first batch, exit 7).
         if "group" in url.query and not self.group:

@@ -189,3 +189,19 @@ def test_a_place_is_not_copied_onto_itself(source: str, destination: str, same: 
         assert "onto itself" in caught.value.message
     else:
         cp.check_apart(source, destination)
+
+
+class UncountedSource(ListSource):
+    async def count(self, exact: bool) -> dict[str, int] | None:
+        return None  # a Pulsar subscription's backlog: not known without taking it
+
+
+async def test_a_dry_run_of_a_source_that_cannot_count_says_so() -> None:
+    """It said "nothing to copy" (and would warn that 0 messages were found)."""
+    source = UncountedSource(5)
+    result = await cp.copy(source, DictDestination(source), dry_run=True)
+    assert not result.counted and not result.found_none
+    assert "cannot count" in result.summary() and "nothing" not in result.summary()
+    assert result.as_dict()["counted"] is False
+    empty = ListSource(0)
+    assert (await cp.copy(empty, DictDestination(empty), dry_run=True)).found_none
