@@ -46,6 +46,7 @@ from adapters.pulsar.backend_codec import decode, pulsar_topic, reconcile_attemp
 from adapters.pulsar.backend_handoff import Handoff
 from adapters.pulsar.backend_send import Item, Publisher
 from adapters.pulsar.client_log import native_logger
+from adapters.pulsar.service_url import check_service_url
 from gateway.backend.base import (
     Backend,
     Lease,
@@ -93,8 +94,7 @@ class PulsarBackend(Backend):
         probe_topic: str = PROBE_TOPIC,
         clock: Clock | None = None,
     ) -> None:
-        if not service_url.startswith(("pulsar://", "pulsar+ssl://")):
-            raise InvalidArgument("pulsar_service_url", service_url, "pulsar://HOST:PORT")
+        check_service_url(service_url)
         if not 1 <= prefetch <= 100_000:
             raise InvalidArgument("prefetch", prefetch, "1..100000")
         if send_timeout_ms < 100:

@@ -172,6 +172,23 @@ def test_a_rabbitmq_url_that_names_no_broker_is_refused(
     assert "s3cret" not in done.stderr
 
 
+@pytest.mark.parametrize("url", [
+    "pulsar://guest:s3cret@[::1:6650",  # the client library's ValueError, a traceback
+    "pulsar://broker:0",
+    "pulsar://broker:99999",
+    "pulsar://broker:6650/extra/path",
+    "http://broker:8080",
+])
+def test_a_pulsar_service_url_the_client_cannot_use_is_refused(tmp_path: Path, url: str) -> None:
+    """Before, a malformed one failed the start with the client library's traceback (exit 1),
+    password and all."""
+    done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
+                 "--backend", "pulsar", "--pulsar-service-url", url)
+    refused(done, "pulsar_service_url=", "pulsar://HOST:PORT")
+    assert "s3cret" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
     """Before, GATEWAY_DATA_DIR= (a variable set from a missing secret, say) put the store in
     whatever directory the gateway was started in."""
