@@ -195,23 +195,35 @@ class Url:
                                   f"{', '.join(unknown)}")
 
 
+def redacted(text: str) -> str:
+    """`text` with the password of its `USER:PASSWORD@` cut out, for an error about a URL that
+    could not be read (`Url.shown` for one that could)."""
+    head, sep, rest = text.partition("://")
+    end = min([i for i in (rest.find(c) for c in "/?#") if i >= 0] or [len(rest)])
+    at = rest.rfind("@", 0, end)
+    if not sep or at < 0 or ":" not in rest[:at]:
+        return text
+    return f"{head}://{rest[:at].partition(':')[0]}:***{rest[at:]}"
+
+
 def parse_url(field: str, text: str) -> Url:
     """A side's URL; `InvalidArgument` naming `field` for anything that is not one."""
+    shown = redacted(text)
     if "://" not in text:
-        raise InvalidArgument(field, text, "a URL such as gateway://HOST:PORT/TOPIC?group=G")
+        raise InvalidArgument(field, shown, "a URL such as gateway://HOST:PORT/TOPIC?group=G")
     try:
         parts = urlsplit(text)
         _ = parts.port  # a port that is not a number raises here
         query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as exc:
-        raise InvalidArgument(field, text, f"a well-formed URL ({exc})") from None
+        raise InvalidArgument(field, shown, f"a well-formed URL ({exc})") from None
     single: dict[str, str] = {}
     for key, values in query.items():
         if len(values) != 1:
-            raise InvalidArgument(field, text, f"option {key} once")
+            raise InvalidArgument(field, shown, f"option {key} once")
         single[key] = values[0]
     if not parts.hostname:
-        raise InvalidArgument(field, text, "a URL with a host")
+        raise InvalidArgument(field, shown, "a URL with a host")
     url = Url(text, parts.scheme.lower(), parts, single)
     # Both were dropped without a word: port 0 meant the scheme's default port, and a
     # `#fragment` was cut off the topic or queue it belonged to.

@@ -157,3 +157,18 @@ def test_a_pulsar_topic_that_does_not_exist_reads_as_empty_with_a_warning(
     finally:
         stop(broker)
         stop(dest)
+
+
+@pytest.mark.parametrize("url", [
+    "amqp://guest:s3cretpw@[::1:5672/?queue=q",  # malformed IPv6
+    "amqp://guest:s3cretpw@host:port/?queue=q",  # a port that is not a number
+    "amqp://guest:s3cretpw@host/?queue=q&queue=r",  # an option twice
+    "amqp://guest:s3cretpw@/?queue=q",  # no host
+])
+def test_a_url_that_cannot_be_read_is_not_echoed_with_its_password(url: str) -> None:
+    """Errors about a URL that could be read show it without its password; those about one
+    that could not be read showed it whole, password and all."""
+    run = migrate("copy", "--from", url, "--to", "gateway://127.0.0.1:1/t?group=g", "--dry-run")
+    assert run.returncode == 2, run.stderr
+    assert "from='amqp://guest:***@" in run.stderr, run.stderr
+    assert "s3cretpw" not in run.stderr + run.stdout
