@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import os
 import sys
 from typing import TextIO
@@ -173,6 +174,11 @@ async def _rename(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
                           f"{args.to_scheme}; until one does, this gateway's views of the "
                           f"group (describe, retries, dlq) still show {args.from_scheme}'s "
                           "names\n")
+    if not (retries or dead or left) and args.topic not in await client.topics():
+        near = difflib.get_close_matches(args.topic, await client.topics(), n=3)
+        hint = f" (did you mean {', '.join(repr(t) for t in near)}?)" if near else ""
+        render.stderr(f"gateway: warning: no topic {args.topic!r} on this gateway{hint}: "
+                      "nothing was found to move")
     # A dry run predicts the real run's status: what is in flight now would stay (exit 7).
     return EXIT_LEFT if left else EXIT_OK
 

@@ -49,3 +49,24 @@ async def test_a_rename_dry_run_predicts_the_exit_for_messages_in_flight(
                 assert (await held.ack()).ok
     finally:
         stop(gateway)
+
+
+async def test_a_rename_of_a_topic_the_gateway_does_not_hold_is_warned_about(
+    tmp_path: Path,
+) -> None:
+    """A misspelt `--topic` moved nothing and said only "would move 0": now a warning names
+    the topic and the close ones the gateway holds."""
+    gateway = start_gateway(tmp_path / "data")
+    try:
+        async with GatewayClient(gateway.target) as client:
+            await client.publish("orders", [b"x"])
+        base = ["rename", "--group", "billing", "--from-scheme", "pulsar-2.7", "--to-scheme",
+                "pulsar-2.9", "--target", gateway.target]
+        for dry in (["--dry-run"], []):
+            run = await asyncio.to_thread(migrate, *base, "--topic", "orderz", *dry)
+            assert run.returncode == 0, run.stderr
+            assert "no topic 'orderz' on this gateway (did you mean 'orders'?)" in run.stderr
+        right = await asyncio.to_thread(migrate, *base, "--topic", "orders", "--dry-run")
+        assert right.returncode == 0 and "warning" not in right.stderr, right.stderr
+    finally:
+        stop(gateway)
