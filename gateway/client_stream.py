@@ -19,10 +19,11 @@ gateway may or may not have applied. The gateway delivers each unsettled message
 - the gateway lives on but never sees the end (a network that drops packets without a reset):
   once the delivery's deadline passes, i.e. the policy's delivery timeout counted from the
   delivery (RocketMQ push 15 min, the Pulsar ack timeout, ...; times `--time-scale`);
-- the gateway was killed or restarted: as soon as the restarted gateway serves the group. The
-  embedded store does not record deliveries in flight, so the message comes with the attempt
-  number it had before; on the RabbitMQ and Pulsar back ends the broker gives back what the
-  gateway had not acked.
+- the gateway was killed or restarted: as soon as the restarted gateway serves the group,
+  counted one attempt more (the embedded store writes each delivery's count with its next
+  commit, so one made in the last milliseconds before a crash may come with its earlier
+  count); on the RabbitMQ and Pulsar back ends the broker gives back what the gateway had
+  not acked.
 
 Handling must therefore be idempotent: at least once, never lost.
 """
