@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from gateway.errors import FailedPrecondition
 from gateway.telemetry.events import PARTITION_COLUMNS, arrow_schema
 
 if TYPE_CHECKING:
@@ -65,15 +66,41 @@ def committed_parquet_files(table: str | os.PathLike[str]) -> list[str]:
 
 
 def read_lake(table: str | os.PathLike[str]) -> pa.Table:
-    """Every committed row of the lake, with the columns of `events.arrow_schema()`."""
+    """Every committed row of the lake, with the columns of `events.arrow_schema()`.
+
+    Raises FileNotFoundError when `table` is no lake, and FailedPrecondition naming the table
+    when it is one that cannot be read (a corrupt log or data file, an unreadable file)."""
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    fmt = lake_format(table)
+    unreadable: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, pa.ArrowException)
+    if fmt == "delta":
+        from deltalake.exceptions import DeltaError
+
+        unreadable += (DeltaError,)
+    try:
+        return _read(table, fmt)
+    except unreadable as exc:
+        raise _unreadable(table, exc) from exc
+
+
+def _unreadable(table: str | os.PathLike[str], exc: BaseException) -> FailedPrecondition:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return FailedPrecondition(f"{os.fspath(table)} cannot be read as a lake: {first}")
+
+
+def _read(table: str | os.PathLike[str], fmt: str) -> pa.Table:
     import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
     import pyarrow.dataset as ds  # type: ignore[import-untyped, unused-ignore]
 
     schema = arrow_schema()
-    if lake_format(table) == "delta":
+    if fmt == "delta":
         from deltalake import DeltaTable
 
-        data = DeltaTable(str(table)).to_pyarrow_table()
+        # One thread: pyarrow's threads reading through deltalake's file system can still be
+        # running when the process exits right after (a failed report), which aborts it
+        # ("terminate called without an active exception", exit status 134).
+        data = DeltaTable(str(table)).to_pyarrow_dataset().to_table(use_threads=False)
     else:
         files = committed_parquet_files(table)
         if not files:
