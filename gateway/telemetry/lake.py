@@ -73,18 +73,19 @@ def read_lake(table: str | os.PathLike[str]) -> pa.Table:
     import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
     fmt = lake_format(table)
-    unreadable: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, pa.ArrowException)
+    refused: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, pa.ArrowException)
     if fmt == "delta":
         from deltalake.exceptions import DeltaError
 
-        unreadable += (DeltaError,)
+        refused += (DeltaError,)
     try:
         return _read(table, fmt)
-    except unreadable as exc:
-        raise _unreadable(table, exc) from exc
+    except refused as exc:
+        raise unreadable(table, exc) from exc
 
 
-def _unreadable(table: str | os.PathLike[str], exc: BaseException) -> FailedPrecondition:
+def unreadable(table: str | os.PathLike[str], exc: BaseException) -> FailedPrecondition:
+    """The error for a lake `table` that the reader refused with `exc` (its first line)."""
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return FailedPrecondition(f"{os.fspath(table)} cannot be read as a lake: {first}")
 
@@ -97,20 +98,20 @@ def _read(table: str | os.PathLike[str], fmt: str) -> pa.Table:
     if fmt == "delta":
         from deltalake import DeltaTable
 
-        # One thread: pyarrow's threads reading through deltalake's file system can still be
-        # running when the process exits right after (a failed report), which aborts it
-        # ("terminate called without an active exception", exit status 134).
-        data = DeltaTable(str(table)).to_pyarrow_dataset().to_table(use_threads=False)
+        # The files of the table's current version, read by pyarrow itself: reading through
+        # deltalake's pyarrow dataset (its Python file system called from pyarrow's I/O
+        # threads) made some runs abort at exit ("terminate called without an active
+        # exception", status 134), a report that failed right after reading the most often.
+        files = DeltaTable(str(table)).file_uris()
     else:
         files = committed_parquet_files(table)
-        if not files:
-            return schema.empty_table()
-        part_schema = pa.schema([schema.field(name) for name in PARTITION_COLUMNS])
-        dataset = ds.dataset(
-            files,
-            format="parquet",
-            partitioning=ds.partitioning(part_schema, flavor="hive"),
-            partition_base_dir=str(Path(table).resolve()),
-        )
-        data = dataset.to_table()
-    return data.select(schema.names).cast(schema)
+    if not files:
+        return schema.empty_table()
+    part_schema = pa.schema([schema.field(name) for name in PARTITION_COLUMNS])
+    dataset = ds.dataset(
+        files,
+        format="parquet",
+        partitioning=ds.partitioning(part_schema, flavor="hive"),
+        partition_base_dir=str(Path(table).resolve()),
+    )
+    return dataset.to_table().select(schema.names).cast(schema)
