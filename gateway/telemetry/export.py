@@ -22,6 +22,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Literal
 
+from gateway.errors import InvalidArgument
 from gateway.telemetry import sparklog
 from gateway.telemetry.events import PARTITION_COLUMNS, arrow_schema, spark_schema
 
@@ -58,6 +60,8 @@ MAX_FILE_AGE = "30d"
 source ignores older files after its first batch (default 7 days): segments that reach the
 spool late (restored, copied in from a node that was down) would never reach the lake. Spark
 remembers every file seen within this age, so it is not unbounded."""
+FILE_AGE_RE = re.compile(r"[0-9]+(us|ms|s|m|min|h|d)?")
+"""What Spark's `maxFileAge` takes (JavaUtils.timeStringAsMs; no unit: milliseconds)."""
 WRITER_ID_FILE = "gateway-writer-id"
 META_WRITER = "gateway.writer_id"
 META_BATCH = "gateway.batch_id"
@@ -235,7 +239,13 @@ def start_export(
     if processing_time is None:
         stream = stream.trigger(availableNow=True)
     else:
-        stream = stream.trigger(processingTime=processing_time)
+        from pyspark.errors import IllegalArgumentException
+
+        try:
+            stream = stream.trigger(processingTime=processing_time)
+        except IllegalArgumentException as exc:
+            raise InvalidArgument("processing_time", processing_time,
+                                  'an interval Spark reads, e.g. "10 seconds"') from exc
     return stream.start()
 
 
@@ -272,6 +282,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_files_per_trigger < 1:
         p.error("--max-files-per-trigger must be >= 1")
+    if not FILE_AGE_RE.fullmatch(args.max_file_age.strip().lower()):
+        p.error(f"--max-file-age {args.max_file_age!r}: a whole number and a unit, one of "
+                "us, ms, s, m, min, h, d (e.g. 30d)")
     conf: dict[str, str] = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -305,7 +318,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     level = logs.level_from(args.log_level)
     logs.configure(level)
-    Path(args.spool).mkdir(parents=True, exist_ok=True)
+    try:
+        Path(args.spool).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.error("gateway export: --spool %s: not a directory that can be made (%s)",
+                  args.spool, exc.strerror)
+        return 2
     started = time.monotonic()
     stats = ExportStats()
     with tempfile.TemporaryDirectory(prefix="gateway-export-") as log_dir, \
@@ -313,12 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = build_spark(args.master, level=level, conf=args.conf, log_dir=log_dir)
         try:
             return _run(spark, args, stats, started)
+        except InvalidArgument as exc:
+            log.error("gateway export: %s", exc.message)
+            return 2
         finally:
             spark.stop()
 
 
 def _run(spark: SparkSession, args: argparse.Namespace, stats: ExportStats,
          started: float) -> int:
+    from pyspark.errors import StreamingQueryException
     if args.format == "parquet":
         stats.rows = -1  # counted from the events read (Spark's sink writes each one)
     query = start_export(
@@ -340,7 +362,10 @@ def _run(spark: SparkSession, args: argparse.Namespace, stats: ExportStats,
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     while query.isActive and not stopping:
-        query.awaitTermination(1)
+        try:
+            query.awaitTermination(1)
+        except StreamingQueryException:
+            break  # told below, from query.exception(), as one line and a summary
         report_progress(query, stats, started)
     if stopping:
         log.info("signal %d: stopping the export query", stopping[0])
@@ -351,8 +376,9 @@ def _run(spark: SparkSession, args: argparse.Namespace, stats: ExportStats,
     err = query.exception()
     summary = stats.as_dict(time.monotonic() - started)
     if err is not None:
-        log.error("export query failed: %s", err)
-        print(json.dumps({**summary, "error": str(err)}), flush=True)
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        log.error("export query failed: %s", first, extra={"detail": str(err)})
+        print(json.dumps({**summary, "error": first}), flush=True)
         return 1
     log.info("export finished: %d events in %d batches, %d rows appended, %.1f s",
              stats.events, stats.batches, stats.rows, summary["seconds"], extra=summary)

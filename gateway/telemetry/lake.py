@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from gateway.errors import FailedPrecondition
 from gateway.telemetry.events import PARTITION_COLUMNS, arrow_schema
 
 if TYPE_CHECKING:
@@ -65,25 +66,52 @@ def committed_parquet_files(table: str | os.PathLike[str]) -> list[str]:
 
 
 def read_lake(table: str | os.PathLike[str]) -> pa.Table:
-    """Every committed row of the lake, with the columns of `events.arrow_schema()`."""
+    """Every committed row of the lake, with the columns of `events.arrow_schema()`.
+
+    Raises FileNotFoundError when `table` is no lake, and FailedPrecondition naming the table
+    when it is one that cannot be read (a corrupt log or data file, an unreadable file)."""
+    import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+
+    fmt = lake_format(table)
+    refused: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, pa.ArrowException)
+    if fmt == "delta":
+        from deltalake.exceptions import DeltaError
+
+        refused += (DeltaError,)
+    try:
+        return _read(table, fmt)
+    except refused as exc:
+        raise unreadable(table, exc) from exc
+
+
+def unreadable(table: str | os.PathLike[str], exc: BaseException) -> FailedPrecondition:
+    """The error for a lake `table` that the reader refused with `exc` (its first line)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return FailedPrecondition(f"{os.fspath(table)} cannot be read as a lake: {first}")
+
+
+def _read(table: str | os.PathLike[str], fmt: str) -> pa.Table:
     import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
     import pyarrow.dataset as ds  # type: ignore[import-untyped, unused-ignore]
 
     schema = arrow_schema()
-    if lake_format(table) == "delta":
+    if fmt == "delta":
         from deltalake import DeltaTable
 
-        data = DeltaTable(str(table)).to_pyarrow_table()
+        # The files of the table's current version, read by pyarrow itself: reading through
+        # deltalake's pyarrow dataset (its Python file system called from pyarrow's I/O
+        # threads) made some runs abort at exit ("terminate called without an active
+        # exception", status 134), a report that failed right after reading the most often.
+        files = DeltaTable(str(table)).file_uris()
     else:
         files = committed_parquet_files(table)
-        if not files:
-            return schema.empty_table()
-        part_schema = pa.schema([schema.field(name) for name in PARTITION_COLUMNS])
-        dataset = ds.dataset(
-            files,
-            format="parquet",
-            partitioning=ds.partitioning(part_schema, flavor="hive"),
-            partition_base_dir=str(Path(table).resolve()),
-        )
-        data = dataset.to_table()
-    return data.select(schema.names).cast(schema)
+    if not files:
+        return schema.empty_table()
+    part_schema = pa.schema([schema.field(name) for name in PARTITION_COLUMNS])
+    dataset = ds.dataset(
+        files,
+        format="parquet",
+        partitioning=ds.partitioning(part_schema, flavor="hive"),
+        partition_base_dir=str(Path(table).resolve()),
+    )
+    return dataset.to_table().select(schema.names).cast(schema)

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.errors import InvalidArgument
+from gateway.errors import FailedPrecondition, InvalidArgument
+from gateway.telemetry.lake import unreadable
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,18 @@ def maintain(
         raise InvalidArgument("target_size_mb", target_size_mb, "1 or more MiB")
     if retention_hours < 0:
         raise InvalidArgument("retention_hours", retention_hours, "0 or more hours")
-    if not DeltaTable.is_deltatable(table):
+    from deltalake.exceptions import DeltaError
+
+    try:
+        is_table = DeltaTable.is_deltatable(table)
+    except OSError:  # a file where the table should be
+        is_table = False
+    if not is_table:
         raise InvalidArgument("table", table, "a Delta table (gateway export's default format)")
-    dt = DeltaTable(table)
+    try:
+        dt = DeltaTable(table)
+    except (DeltaError, OSError) as exc:  # a corrupt log: nothing changed yet
+        raise unreadable(table, exc) from exc
     before = len(dt.file_uris())
     removed = added = 0
     if compact and not dry_run:
@@ -132,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         done = maintain(args.table, compact=args.compact, vacuum=args.vacuum,
                         target_size_mb=args.target_size_mb,
                         retention_hours=args.retention_hours, dry_run=args.dry_run)
-    except InvalidArgument as exc:
+    except (InvalidArgument, FailedPrecondition) as exc:
         log.error("gateway maintain: %s", exc.message)
         return 2
     except Exception as exc:  # a commit conflict, storage trouble: nothing half-done

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import GatewayError, NotFound
+from gateway.errors import GatewayError, InvalidArgument, NotFound
 from gateway.telemetry import analysis, charts
 from gateway.telemetry.lake import read_lake
 
@@ -43,7 +43,11 @@ def build_report(
     """Write the charts and `index.html` for `rows` into `out`; returns the page's path.
     `expected`: retry tables by dialect, drawn against the retry intervals observed.
     `time_scale`: the gateway's `--time-scale`; times are shown as the policies saw them."""
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        allowed = f"a directory that can be made ({exc.strerror})"
+        raise InvalidArgument("out", str(out), allowed) from exc
     tables: dict[str, Sequence[int]] = dict(expected or {})
     rows = analysis.rescale(rows, time_scale)
     messages = analysis.by_message(rows)
@@ -193,7 +197,7 @@ def main(
         message = (args.group, args.message) if args.message else None
         page = build_report(rows, Path(args.out), expected=expected, message=message,
                             time_scale=args.time_scale)
-    except (GatewayError, FileNotFoundError) as exc:
+    except (GatewayError, OSError) as exc:
         log.error("gateway report: %s", exc.message if isinstance(exc, GatewayError) else exc)
         return 2
     print(page)

@@ -338,3 +338,45 @@ def test_gateway_transitions_land_in_the_delta_table(spark: SparkSession, tmp_pa
     kinds = [r["to_state"] for r in rows]
     assert kinds.count("COMMITTED") == 1 and kinds.count("DEAD_LETTERED") == 1
     assert kinds.count("WAITING_RETRY") == 3 and kinds.count("INFLIGHT") == 5
+
+
+def test_bad_arguments_end_in_one_line_before_spark_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    base = ["--table", str(tmp_path / "t"), "--checkpoint", str(tmp_path / "c")]
+    assert export.main(["--spool", str(a_file), *base]) == 2
+    for age in ("xyz", "10 days", "-1d", "1.5h"):
+        with pytest.raises(SystemExit) as exited:
+            export.main(["--spool", str(tmp_path / "s"), *base, "--max-file-age", age])
+        assert exited.value.code == 2
+        assert "--max-file-age" in capsys.readouterr().err
+    args = ["--spool", "s", *base]
+    for age in ("30d", "12h", "90m", "5min", "100", "250us", "7D"):
+        assert export._parse([*args, "--max-file-age", age]).max_file_age == age
+
+
+def test_a_failing_export_query_or_trigger_ends_in_json_lines_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """A query that fails while it runs (here: the table path is a file) exits 1 with the error
+    in its summary, and an interval Spark cannot read exits 2; stderr stays JSON lines."""
+    spool_events(tmp_path / "spool", list(lifecycles(5, seed=3)), per_segment=100)
+    (tmp_path / "a-file").write_text("not a table")
+    cmd = [
+        sys.executable, "-m", "gateway.telemetry.export", "--spool", str(tmp_path / "spool"),
+        "--checkpoint", str(tmp_path / "checkpoint"), "--master", "local[1]",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    failed = subprocess.run([*cmd, "--table", str(tmp_path / "a-file")], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert json.loads(failed.stdout)["error"]
+    assert all(line.startswith("{") for line in failed.stderr.splitlines()), failed.stderr[-3000:]
+
+    bad_cmd = [*cmd, "--table", str(tmp_path / "t"), "--processing-time", "banana"]
+    bad = subprocess.run(bad_cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2, bad.stderr[-3000:]
+    assert all(line.startswith("{") for line in bad.stderr.splitlines()), bad.stderr[-3000:]
+    assert "processing_time='banana'" in bad.stderr

@@ -70,3 +70,16 @@ def test_the_command_prints_a_summary_and_refuses_bad_input(
     assert gateway_main(["maintain", "--table", str(table), "--target-size-mb", "0"]) == 2
     err = capsys.readouterr().err
     assert all(line.startswith("{") for line in err.splitlines()) and "retention_hours" in err
+
+
+def test_a_file_or_a_corrupt_log_is_refused_in_one_line_before_any_change(
+    table: Path, tmp_path: Path
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a table")
+    assert maintain.main(["--table", str(a_file)]) == 2
+    log = sorted((table / "_delta_log").glob("*.json"))[0]
+    log.write_text("garbage\n")
+    files = sorted(p.name for p in table.rglob("*") if p.is_file())
+    assert maintain.main(["--table", str(table)]) == 2
+    assert sorted(p.name for p in table.rglob("*") if p.is_file()) == files

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from gateway.errors import InvalidArgument
+from gateway.errors import FailedPrecondition, InvalidArgument
 from gateway.telemetry import analysis, report
 from gateway.telemetry.export import DeltaBatchWriter
 from gateway.telemetry.lake import read_lake, rows_to_arrow
@@ -134,3 +137,44 @@ def test_replay_of_a_lost_delivery_and_a_partial_history() -> None:
         (1, 0, 0, 0, "t"), (2, 0, 7, 9, "t"), (3, 1000, 1025, 1020, "t-RETRY")]
     partial = analysis.replay([row(5, "READY", "INFLIGHT", 1)])
     assert not partial.complete and partial.disposition == ""
+
+
+def test_report_refuses_unusable_out_and_unreadable_lakes(lake: Path, tmp_path: Path) -> None:
+    """Bad paths and broken lakes end in one error line and exit status 2, never a traceback."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    for out in (a_file, a_file / "sub"):
+        assert report.main(["--table", str(lake), "--out", str(out)]) == 2
+
+    empty_log = tmp_path / "empty-log"
+    (empty_log / "_delta_log").mkdir(parents=True)
+    corrupt_log = tmp_path / "corrupt-log"
+    shutil.copytree(lake, corrupt_log)
+    next(iter(sorted((corrupt_log / "_delta_log").glob("*.json")))).write_text("garbage\n")
+    corrupt_data = tmp_path / "corrupt-data"
+    shutil.copytree(lake, corrupt_data)
+    for part in corrupt_data.rglob("*.parquet"):
+        part.write_bytes(b"junk")
+    for broken in (empty_log, corrupt_log, corrupt_data):
+        with pytest.raises(FailedPrecondition, match="cannot be read as a lake"):
+            read_lake(broken)
+        assert report.main(["--table", str(broken), "--out", str(tmp_path / "r")]) == 2
+
+
+def test_report_that_fails_after_reading_the_lake_exits_cleanly(
+    lake: Path, tmp_path: Path
+) -> None:
+    """`gateway report` exits 2 when its message is not in the lake, every time: reading a Delta
+    table with pyarrow's threads made some of these runs abort at exit (status 134)."""
+    code = (
+        "import sys; from gateway.telemetry import report; "
+        "sys.exit(report.main(sys.argv[1:]))"
+    )
+    argv = ["--table", str(lake), "--out", str(tmp_path / "r"), "--message", "nope"]
+    codes = [
+        subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, timeout=120, check=False
+        ).returncode
+        for _ in range(12)
+    ]
+    assert codes == [2] * 12
