@@ -3,13 +3,14 @@ benchmark: start a gateway, run the command (or kill it halfway), read a group's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,3 +109,15 @@ async def read_part(target: str, topic: str, group: str, part: str,
                 return found
     finally:
         await channel.close()
+
+
+@contextlib.contextmanager
+def two_gateways(tmp_path: Path) -> Iterator[tuple[Proc, Proc]]:
+    """A source gateway on tmp_path/a and a destination on tmp_path/b, stopped afterwards."""
+    source = start_gateway(tmp_path / "a")
+    destination = start_gateway(tmp_path / "b")
+    try:
+        yield source, destination
+    finally:
+        stop(source)
+        stop(destination)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from amqp_node import URL
-from migrate_procs import migrate, read_part, start_gateway, stop
+from migrate_procs import Proc, migrate, read_part, start_gateway, stop, two_gateways
 
 from gateway.client import GatewayClient
 
 SCHEMES = ("amqp", "pulsar-2.6", "pulsar-2.7", "pulsar-2.9", "rabbitmq", "rocketmq")
+
+
+@pytest.fixture
+def gateways(tmp_path: Path) -> Iterator[tuple[Proc, Proc]]:
+    """Two running gateways: a source and a destination."""
+    with two_gateways(tmp_path) as pair:
+        yield pair
 
 
 async def _publish(target: str, topic: str, count: int) -> None:
@@ -34,57 +42,51 @@ async def _publish(target: str, topic: str, count: int) -> None:
         await client.publish(topic, [f"m{i}".encode() for i in range(count)])
 
 
-async def test_an_unknown_naming_is_refused_before_anything_is_copied(tmp_path: Path) -> None:
-    source = start_gateway(tmp_path / "a")
-    destination = start_gateway(tmp_path / "b")
-    try:
-        await _publish(source.target, "orders", 3)
-        url_a = f"gateway://{source.target}/orders?group=billing"
-        url_b = f"gateway://{destination.target}/orders?group=billing"
-        for side, args in (("to", ["--from", url_a, "--to", url_b + "&naming=bogus"]),
-                           ("from", ["--from", url_a + "&naming=bogus", "--to", url_b]),
-                           ("to", ["--from", url_a, "--to", url_b + "&naming="])):
-            for dry in ([], ["--dry-run"]):
-                run = migrate("copy", *args, *dry)
-                assert run.returncode == 2, (args, dry, run.stdout, run.stderr)
-                assert f"{side}='gateway://" in run.stderr, run.stderr
-                assert "naming=" in run.stderr and ", ".join(SCHEMES) in run.stderr, run.stderr
-                assert "Traceback" not in run.stderr
-        assert len(await read_part(source.target, "orders", "billing", "ready")) == 3
-        assert await read_part(destination.target, "orders", "billing", "ready") == []
-        # A scheme the products register still goes through.
-        run = migrate("copy", "--from", url_a, "--to", url_b + "&naming=pulsar-2.9")
-        assert run.returncode == 0, run.stderr
-        assert len(await read_part(destination.target, "orders", "billing", "ready")) == 3
-    finally:
-        stop(source)
-        stop(destination)
-
-
-async def test_a_source_topic_the_gateway_does_not_hold_is_refused(tmp_path: Path) -> None:
-    source = start_gateway(tmp_path / "a")
-    destination = start_gateway(tmp_path / "b")
-    try:
-        await _publish(source.target, "orders", 2)
-        url_b = f"gateway://{destination.target}/orders?group=billing"
-        typo = f"gateway://{source.target}/orderz?group=billing"
+async def test_an_unknown_naming_is_refused_before_anything_is_copied(
+    gateways: tuple[Proc, Proc],
+) -> None:
+    source, destination = gateways
+    await _publish(source.target, "orders", 3)
+    url_a = f"gateway://{source.target}/orders?group=billing"
+    url_b = f"gateway://{destination.target}/orders?group=billing"
+    for side, args in (("to", ["--from", url_a, "--to", url_b + "&naming=bogus"]),
+                       ("from", ["--from", url_a + "&naming=bogus", "--to", url_b]),
+                       ("to", ["--from", url_a, "--to", url_b + "&naming="])):
         for dry in ([], ["--dry-run"]):
-            run = migrate("copy", "--from", typo, "--to", url_b, *dry)
-            assert run.returncode == 2, (dry, run.stdout, run.stderr)
-            assert "no topic 'orderz'" in run.stderr and "'orders'" in run.stderr, run.stderr
-        assert await read_part(destination.target, "orders", "billing", "ready") == []
+            run = migrate("copy", *args, *dry)
+            assert run.returncode == 2, (args, dry, run.stdout, run.stderr)
+            assert f"{side}='gateway://" in run.stderr, run.stderr
+            assert "naming=" in run.stderr and ", ".join(SCHEMES) in run.stderr, run.stderr
+            assert "Traceback" not in run.stderr
+    assert len(await read_part(source.target, "orders", "billing", "ready")) == 3
+    assert await read_part(destination.target, "orders", "billing", "ready") == []
+    # A scheme the products register still goes through.
+    run = migrate("copy", "--from", url_a, "--to", url_b + "&naming=pulsar-2.9")
+    assert run.returncode == 0, run.stderr
+    assert len(await read_part(destination.target, "orders", "billing", "ready")) == 3
 
-        url_a = f"gateway://{source.target}/orders?group=billing"
-        first = migrate("copy", "--from", url_a, "--to", url_b)
-        assert first.returncode == 0, first.stderr
-        assert "warning" not in first.stderr
-        # The topic is there and empty now: done, with a word that nothing was found.
-        again = migrate("copy", "--from", url_a, "--to", url_b)
-        assert again.returncode == 0, again.stderr
-        assert "warning: 0 messages found" in again.stderr, again.stderr
-    finally:
-        stop(source)
-        stop(destination)
+
+async def test_a_source_topic_the_gateway_does_not_hold_is_refused(
+    gateways: tuple[Proc, Proc],
+) -> None:
+    source, destination = gateways
+    await _publish(source.target, "orders", 2)
+    url_b = f"gateway://{destination.target}/orders?group=billing"
+    typo = f"gateway://{source.target}/orderz?group=billing"
+    for dry in ([], ["--dry-run"]):
+        run = migrate("copy", "--from", typo, "--to", url_b, *dry)
+        assert run.returncode == 2, (dry, run.stdout, run.stderr)
+        assert "no topic 'orderz'" in run.stderr and "'orders'" in run.stderr, run.stderr
+    assert await read_part(destination.target, "orders", "billing", "ready") == []
+
+    url_a = f"gateway://{source.target}/orders?group=billing"
+    first = migrate("copy", "--from", url_a, "--to", url_b)
+    assert first.returncode == 0, first.stderr
+    assert "warning" not in first.stderr
+    # The topic is there and empty now: done, with a word that nothing was found.
+    again = migrate("copy", "--from", url_a, "--to", url_b)
+    assert again.returncode == 0, again.stderr
+    assert "warning: 0 messages found" in again.stderr, again.stderr
 
 
 def test_a_url_without_a_topic_names_its_side() -> None:

@@ -5,14 +5,12 @@ arrives once, none is taken for another and removed at the source uncopied."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from migrate_procs import Proc, migrate, migrate_killed, read_part, start_gateway, stop
+from migrate_procs import Proc, migrate, migrate_killed, read_part, two_gateways
 
 from gateway.admin_client import AdminClient, Target, connect
 from gateway.v1 import admin_pb2 as pb
@@ -36,18 +34,6 @@ def _ready(count: int, ids: int) -> list[pb.MovedMessage]:
             for i in range(count)]
 
 
-@contextlib.contextmanager
-def _two_gateways(tmp_path: Path) -> Iterator[tuple[Proc, Proc]]:
-    """A source gateway on tmp_path/a and a destination on tmp_path/b, stopped afterwards."""
-    source = start_gateway(tmp_path / "a")
-    destination = start_gateway(tmp_path / "b")
-    try:
-        yield source, destination
-    finally:
-        stop(source)
-        stop(destination)
-
-
 def _copy_args(source: Proc, destination: Proc, batch: int) -> list[str]:
     """`migrate copy` of orders/billing from one gateway to the other."""
     url_a = f"gateway://{source.target}/orders?group=billing"
@@ -60,7 +46,7 @@ async def test_messages_that_share_an_id_are_each_copied_once(tmp_path: Path) ->
     dead = [pb.MovedMessage(source_key=f"d{i}", part=pb.MESSAGE_PART_DEAD_LETTER,
                             body=f"dead {i}".encode(), message_id="order-0")
             for i in range(40)]
-    with _two_gateways(tmp_path) as (source, destination):
+    with two_gateways(tmp_path) as (source, destination):
         await _seed(source.target, "orders", "billing", ready + dead)
         args = _copy_args(source, destination, batch=7)
         done = migrate(*args)
@@ -77,7 +63,7 @@ async def test_messages_that_share_an_id_are_each_copied_once(tmp_path: Path) ->
 
 async def test_a_run_killed_halfway_still_copies_shared_ids_once(tmp_path: Path) -> None:
     ready = _ready(3000, ids=5)
-    with _two_gateways(tmp_path) as (source, destination):
+    with two_gateways(tmp_path) as (source, destination):
         await _seed(source.target, "orders", "billing", ready)
         args = _copy_args(source, destination, batch=10)
 
