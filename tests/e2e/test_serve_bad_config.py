@@ -165,7 +165,11 @@ def test_a_rabbitmq_url_that_names_no_broker_is_refused(
 ) -> None:
     """Before, `foo` had the gateway retry a connection once a second for ever before it
     served (and deaf to SIGTERM meanwhile); a TLS file named in the URL that cannot be read was
-    retried for the start wait (300 s); the error never shows the password."""
+    retried for the start wait (300 s); the error never shows the password. (`/nonexistent`
+    stands for a path under `tmp_path` that does not exist: the machine may have one.)"""
+    missing = str(tmp_path / "missing")
+    url = url.replace("/nonexistent", missing)
+    words = tuple(word.replace("/nonexistent", missing) for word in words)
     done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
                  "--backend", "rabbitmq", "--rabbitmq-url", url)
     refused(done, *words)
