@@ -15,6 +15,17 @@ ERROR_DOMAIN = "retry-gateway"
 """The domain of every error reason the gateway gives (`GatewayError.reason`)."""
 
 
+def masked(url: str) -> str:
+    """`url` with the password between `:` and `@` replaced by ***: how an error or a log
+    line shows a URL a caller or an operator gave (one that could not be read too)."""
+    head, at, tail = url.rpartition("@")
+    if not at:
+        return url
+    scheme, sep, credentials = head.partition("://")
+    user, colon, _ = credentials.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{tail}"
+
+
 def shorten(value: object, limit: int = ECHO_CHARS) -> str:
     """`repr(value)`, cut to about `limit` characters; a cut one says how long the value was."""
     length = ""

@@ -39,12 +39,11 @@ from adapters.amqp.backend_reconnect import BackoffConnection, quiet_library_log
 from adapters.amqp.link_rules import (
     RECONNECT,
     Backoff,
-    masked,
     reason,
     refusal,
     refused_always,
 )
-from gateway.errors import BackendUnreachable, InvalidArgument, Unavailable
+from gateway.errors import BackendUnreachable, InvalidArgument, Unavailable, masked
 
 BROKER_ERRORS = (AMQPError, ChannelInvalidStateError, ConnectionError, OSError, TimeoutError)
 """What a broker, a channel or a timeout raises."""

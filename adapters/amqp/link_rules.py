@@ -48,16 +48,6 @@ RECONNECT = Backoff()
 """The back end's waits: 0.5 s, doubling up to 15 s (each less up to half, at random)."""
 
 
-def masked(url: str) -> str:
-    """`url` with the password between `:` and `@` replaced by ***."""
-    head, at, tail = url.rpartition("@")
-    if not at:
-        return url
-    scheme, sep, credentials = head.partition("://")
-    user, colon, _ = credentials.partition(":")
-    return f"{scheme}{sep}{user}{':***' if colon else ''}@{tail}"
-
-
 def vhost_of(url: str) -> str:
     """The virtual host an amqp:// URL names (its path, percent-decoded; `/` when empty)."""
     path = urlsplit(url).path

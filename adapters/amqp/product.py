@@ -159,8 +159,7 @@ class AMQP(Product[AMQPConfig]):
     def open_backend(self, name: str, config: AMQPConfig, clock: Clock) -> Backend:
         self.require("rabbitmq back end", {"aio_pika": "aio-pika", "aiormq": "aiormq"})
         from adapters.amqp.backend import RabbitMQBackend
-        from adapters.amqp.link_rules import masked
-        from gateway.errors import InvalidArgument
+        from gateway.errors import InvalidArgument, masked
 
         if not _broker_url(config.rabbitmq_url):
             # Checked where it is used (a gateway on another back end may carry any value, a

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.errors import InvalidArgument
+from gateway.errors import InvalidArgument, masked
 
 _SERVICE_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}))?")
 
@@ -12,14 +12,13 @@ _SERVICE_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::([0-9]{1,5}
 def check_service_url(url: str) -> None:
     """A service URL the client library can use: `pulsar://` or `pulsar+ssl://`, then one or
     more `HOST[:PORT]` joined by commas (a bad one raised the library's ValueError, and its
-    traceback, from the gateway's start); shown without anything before an `@`."""
+    traceback, from the gateway's start); shown without its password."""
     scheme, sep, rest = url.partition("://")
     hosts = rest.removesuffix("/").split(",")
     matches = [_SERVICE_HOST.fullmatch(host) for host in hosts]
     if scheme not in ("pulsar", "pulsar+ssl") or not sep or not all(
         m and 1 <= int(m.group(2) or 6650) <= 65535 for m in matches
     ):
-        shown = f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
-        raise InvalidArgument("pulsar_service_url", shown,
+        raise InvalidArgument("pulsar_service_url", masked(url),
                               "pulsar://HOST:PORT or pulsar+ssl://HOST:PORT (several hosts "
                               "joined by commas; no user or password: see [pulsar] token)")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import difflib
 import os
 import sys
 from typing import TextIO
@@ -27,6 +26,7 @@ from gateway.migrate.endpoint import (
     SourceKeepsCopies,
     SourceUnavailable,
 )
+from gateway.migrate.gateway_side import no_topic
 from gateway.migrate.progress import Progress
 from gateway.token_file import check_token, read_token_file
 
@@ -174,11 +174,11 @@ async def _rename(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
                           f"{args.to_scheme}; until one does, this gateway's views of the "
                           f"group (describe, retries, dlq) still show {args.from_scheme}'s "
                           "names\n")
-    if not (retries or dead or left) and args.topic not in await client.topics():
-        near = difflib.get_close_matches(args.topic, await client.topics(), n=3)
-        hint = f" (did you mean {', '.join(repr(t) for t in near)}?)" if near else ""
-        render.stderr(f"gateway: warning: no topic {args.topic!r} on this gateway{hint}: "
-                      "nothing was found to move")
+    if not (retries or dead or left):
+        topics = await client.topics()
+        if args.topic not in topics:
+            render.stderr(f"gateway: warning: {no_topic(args.topic, topics)}: nothing was "
+                          "found to move")
     # A dry run predicts the real run's status: what is in flight now would stay (exit 7).
     return EXIT_LEFT if left else EXIT_OK
 

@@ -15,7 +15,7 @@ from typing import Protocol
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from gateway.backend.base import OutMessage
-from gateway.errors import GatewayError, InvalidArgument
+from gateway.errors import GatewayError, InvalidArgument, masked
 
 READY = "ready"
 """A message waiting for delivery (ready, delayed, or released to come again later)."""
@@ -195,20 +195,9 @@ class Url:
                                   f"{', '.join(unknown)}")
 
 
-def redacted(text: str) -> str:
-    """`text` with the password of its `USER:PASSWORD@` cut out, for an error about a URL that
-    could not be read (`Url.shown` for one that could)."""
-    head, sep, rest = text.partition("://")
-    end = min([i for i in (rest.find(c) for c in "/?#") if i >= 0] or [len(rest)])
-    at = rest.rfind("@", 0, end)
-    if not sep or at < 0 or ":" not in rest[:at]:
-        return text
-    return f"{head}://{rest[:at].partition(':')[0]}:***{rest[at:]}"
-
-
 def parse_url(field: str, text: str) -> Url:
     """A side's URL; `InvalidArgument` naming `field` for anything that is not one."""
-    shown = redacted(text)
+    shown = masked(text)
     if "://" not in text:
         raise InvalidArgument(field, shown, "a URL such as gateway://HOST:PORT/TOPIC?group=G")
     try:

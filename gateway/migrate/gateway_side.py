@@ -89,6 +89,14 @@ def check_naming(field: str, url: Url, namings: Collection[str] | None) -> str:
                                             f"of {known}, or no naming option")
 
 
+def no_topic(topic: str, topics: Sequence[str]) -> str:
+    """Says that a gateway holding `topics` has no `topic`, with the close names it has (a
+    misspelt name)."""
+    near = difflib.get_close_matches(topic, topics, n=3)
+    hint = f" (did you mean {', '.join(repr(t) for t in near)}?)" if near else ""
+    return f"no topic {topic!r} on this gateway{hint}"
+
+
 class _Side:
     def __init__(self, url: Url, token: str, timeout_s: float, ca_file: str, field: str,
                  namings: Collection[str] | None) -> None:
@@ -197,12 +205,9 @@ class GatewaySource(_Side):
             topics = await client.topics()
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
-        if self.topic in topics:
-            return
-        near = difflib.get_close_matches(self.topic, topics, n=3)
-        hint = f" (did you mean {', '.join(repr(t) for t in near)}?)" if near else ""
-        raise SourceRefused(f"source {self.name}: no topic {self.topic!r} on this gateway"
-                            f"{hint}; nothing was copied")
+        if self.topic not in topics:
+            raise SourceRefused(f"source {self.name}: {no_topic(self.topic, topics)}; nothing "
+                                "was copied")
 
     async def count(self, exact: bool) -> dict[str, int] | None:
         assert self.client is not None

@@ -21,13 +21,12 @@ from adapters.amqp.backend_link import Link
 from adapters.amqp.link_rules import (
     RECONNECT,
     Backoff,
-    masked,
     reason,
     refusal,
     refused_always,
     vhost_of,
 )
-from gateway.errors import InvalidArgument
+from gateway.errors import InvalidArgument, masked
 
 URL = "amqp://gw:s3cret@broker:5672/orders"
 
