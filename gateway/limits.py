@@ -110,8 +110,9 @@ def check_properties(field: str, properties: Mapping[str, str]) -> None:
                                   "for the gateway)")
 
 
-def check_message(message: OutMessage, index: int, now_ms: int, max_bytes: int) -> None:
-    """Everything about one message to publish that does not depend on the protocol."""
+def check_message(message: OutMessage, index: int, now_ms: int, max_bytes: int) -> int:
+    """Everything about one message to publish that does not depend on the protocol; returns
+    its size (`message_size`)."""
     if message.properties:
         check_properties(f"messages[{index}].properties", message.properties)
     if message.deliver_at_ms:
@@ -119,6 +120,7 @@ def check_message(message: OutMessage, index: int, now_ms: int, max_bytes: int) 
     size = message_size(message)
     if size > max_bytes:
         raise MessageTooLarge(size, max_bytes)
+    return size
 
 
 def check_publish_properties(field: str, total: int) -> None:

@@ -31,6 +31,7 @@ from gateway.core.record import Record
 from gateway.core.registry import Registry
 from gateway.core.states import INFLIGHT, WAITING_RETRY, State
 from gateway.engine.api import SubscriptionSpec
+from gateway.engine.budget import PublishBudget
 from gateway.engine.clock import Clock, TimeBase
 from gateway.engine.config import EngineConfig
 from gateway.engine.dispatch import InFlight, Subscription
@@ -100,6 +101,8 @@ class EngineBase:
         self.clock = clock
         self._config = config or EngineConfig()
         self._time = TimeBase(clock, self._config.time_scale)
+        self.publish_budget = PublishBudget(self._config.max_publish_bytes)
+        """The bytes of publishes the back end stores at once (`Engine.publish`)."""
         self.observers = Observers(observers)
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
         """By (topic, group): the engine's own table (callers use `group_state`)."""

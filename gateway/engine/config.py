@@ -25,6 +25,10 @@ class EngineConfig:
     credit beyond it waits until the consumer settles."""
     max_unacked_bytes: int = 64 << 20
     """Most bytes of bodies one push consumer holds unsettled (at least one delivery)."""
+    max_publish_bytes: int = 128 << 20
+    """Most bytes of messages (`gateway.limits.message_size`) of publishes the back end stores
+    at once, every front end together; a publish that does not fit waits (one larger than all
+    of it goes alone). Bounds the gateway's memory under many large publishes at once."""
     max_groups: int = 20_000
     """Most (topic, group) subscriptions the engine runs at once, broadcast consumers' own
     groups included: each costs about 8 KB, so names a client makes up cannot grow memory
@@ -60,6 +64,9 @@ class EngineConfig:
             raise InvalidArgument("max_unacked", self.max_unacked, "1..1000000")
         if not 1 << 20 <= self.max_unacked_bytes <= 1 << 36:
             raise InvalidArgument("max_unacked_bytes", self.max_unacked_bytes,
+                                  "1 MiB..64 GiB")
+        if not 1 << 20 <= self.max_publish_bytes <= 1 << 36:
+            raise InvalidArgument("max_publish_bytes", self.max_publish_bytes,
                                   "1 MiB..64 GiB")
         if not 1 <= self.max_groups <= 10_000_000:
             raise InvalidArgument("max_groups", self.max_groups, "1..10000000")

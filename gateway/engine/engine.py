@@ -130,20 +130,29 @@ class Engine(Delivering):
         checks that do not depend on the protocol are made here (`gateway.limits`). A message's
         `grown` bytes (the headers a front end wrote on its own copy) are not counted against
         the size limit: the limit is for what clients publish. `born`: the first publish time
-        each message keeps (its producer's own send time; 0: when it is stored)."""
+        each message keeps (its producer's own send time; 0: when it is stored). Publishes of
+        every front end together hand at most `EngineConfig.max_publish_bytes` to the back end
+        at once (`gateway.engine.budget`): one that does not fit waits its turn."""
         check_name("topic", topic)
         check_batch("messages", len(messages))
         limit = self._config.max_message_bytes
         now = self.clock.now_ms()
+        size = 0
         for i, message in enumerate(messages):
             extra = max(grown[i], 0) if i < len(grown) else 0
-            check_message(message, i, now, limit + extra)
+            size += check_message(message, i, now, limit + extra)
         if born:
             messages = with_born(messages, born)
         await self._check_topic(topic)
-        if self.observers.publishing:
-            return await self._publish_observed(topic, messages)
-        ids = await self.backend.publish(topic, messages)
+        budget = self.publish_budget
+        if not budget.take_now(size):
+            await budget.take(size)
+        try:
+            if self.observers.publishing:
+                return await self._publish_observed(topic, messages)
+            ids = await self.backend.publish(topic, messages)
+        finally:
+            budget.give(size)
         self._known_topics.add(topic)
         return ids
 

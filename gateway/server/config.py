@@ -43,6 +43,9 @@ class ServeConfig:
     max_unacked_mb: int = 64
     """Most MiB of message bodies one push consumer holds unsettled, at least one delivery
     (1..65536; see EngineConfig)."""
+    max_publish_mb: int = 128
+    """Most MiB of messages of publishes stored at once, every front end together; more wait
+    (1..65536; see EngineConfig.max_publish_bytes)."""
     max_groups: int = 20_000
     """Most (topic, group) subscriptions the engine runs at once (1..10000000; see
     EngineConfig)."""
@@ -103,6 +106,8 @@ class ServeConfig:
                                   "with a tokens_file, max_groups without")
         if not 1 <= self.max_unacked_mb <= 65536:
             raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
+        if not 1 <= self.max_publish_mb <= 65536:
+            raise InvalidArgument("max_publish_mb", self.max_publish_mb, "1..65536 MiB")
         taken: list[tuple[str, str, str, int]] = []
         for name, address in self.listeners():
             if address or name == "listen":
@@ -242,8 +247,8 @@ def join_host_port(host: str, port: int) -> str:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
-               "max_unacked", "max_unacked_mb", "max_groups", "max_groups_per_principal",
-               "max_rpcs", "metrics_label_cap"},
+               "max_unacked", "max_unacked_mb", "max_publish_mb", "max_groups",
+               "max_groups_per_principal", "max_rpcs", "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb", "commit_timeout_s"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},
