@@ -32,7 +32,7 @@ OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "commit_timeout_s", "g
              "tokens_file", "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated",
              "telemetry", "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_publish_mb",
              "max_groups", "max_groups_per_principal", "max_rpcs", "tracing", "tracing_endpoint",
-             "metrics_label_cap")
+             "metrics_label_cap", "gateway_id")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
                           for spec in settings_of(product.config_type) if spec.setting.flag)
@@ -97,6 +97,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
             "authentication on")
     own.switch("--telemetry", "telemetry", "spool every retry transition to DATA_DIR/telemetry "
                "for `gateway export`")
+    own.add("--gateway-id", "gateway_id", "this gateway's name in telemetry rows and trace "
+            "resources (default: the host name)")
     own.switch("--tracing", "tracing", "OpenTelemetry spans of every message over OTLP "
                "([tracing] in the config file)")
     own.add("--tracing-endpoint", "tracing_endpoint", "OTLP collector URL (empty: the "

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
@@ -63,7 +64,10 @@ class ServeConfig:
     auto_create: bool = True
     log_level: str = "info"
     telemetry: bool = False
-    gateway_id: str = "gateway"
+    gateway_id: str = field(default_factory=lambda: default_gateway_id())
+    """This gateway's name in telemetry rows and trace resources (`service.instance.id`), so
+    that several gateways writing into one table or one tracing back end are told apart: the
+    host name by default (a pod's name in Kubernetes), 1..255 bytes of printable UTF-8."""
     admin_listen: str = ""
     """Prometheus metrics endpoint HOST:PORT (/metrics); "" leaves it off."""
     metrics_label_cap: int = 100
@@ -106,6 +110,10 @@ class ServeConfig:
                                   "with a tokens_file, max_groups without")
         if not 1 <= self.max_unacked_mb <= 65536:
             raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
+        if not self.gateway_id.strip() or not self.gateway_id.isprintable() or len(
+                self.gateway_id.encode("utf-8", "surrogatepass")) > 255:
+            raise InvalidArgument("gateway_id", self.gateway_id,
+                                  "1..255 bytes (UTF-8) of printable characters")
         if not 1 <= self.max_publish_mb <= 65536:
             raise InvalidArgument("max_publish_mb", self.max_publish_mb, "1..65536 MiB")
         taken: list[tuple[str, str, str, int]] = []
@@ -237,6 +245,14 @@ def host_port(field: str, value: str) -> tuple[str, int]:
             or not 0 <= int(port) <= 65535:
         raise InvalidArgument(field, value, "HOST:PORT with a port in 0..65535")
     return host.strip("[]"), int(port)
+
+
+def default_gateway_id() -> str:
+    """The host name, or `gateway` where it has none a gateway id may be."""
+    name = socket.gethostname()
+    if name.strip() and name.isprintable() and len(name.encode("utf-8", "surrogatepass")) <= 255:
+        return name
+    return "gateway"
 
 
 def join_host_port(host: str, port: int) -> str:
