@@ -58,7 +58,7 @@ def build_report(
     messages = analysis.by_message(rows)
     intervals = analysis.retry_intervals(messages)
     terminal = analysis.terminal_events(rows)
-    key = _pick_message(messages, message)
+    key = _pick_message(messages, message, "reported on" if scope else "in the lake")
     slack = math.ceil(1 / time_scale)
     figures = analysis.policy_figures(rows, messages, intervals, slack)
 
@@ -157,6 +157,7 @@ def _iso(ms: int) -> str:
 def _pick_message(
     messages: Mapping[analysis.MessageKey, Sequence[Mapping[str, Any]]],
     wanted: tuple[str, str] | None,
+    where: str = "in the lake",
 ) -> analysis.MessageKey | None:
     """The requested (group, message id) -- any group when group is "" -- or the busiest one."""
     if wanted is None:
@@ -165,7 +166,7 @@ def _pick_message(
     for key in sorted(messages):
         if key[1] == message_id and (not group or key[0] == group):
             return key
-    raise NotFound(f"message {message_id!r} (group {group or 'any'!r}) is not in the lake")
+    raise NotFound(f"message {message_id!r} (group {group or 'any'!r}) is not {where}")
 
 
 def _html(

@@ -211,7 +211,8 @@ def test_report_for_one_group(lake: Path, tmp_path: Path,
     assert "group 'nope' is not in the lake" in err and "'billing'" in err
 
 
-def test_report_since_a_time_or_a_duration(lake: Path, tmp_path: Path) -> None:
+def test_report_since_a_time_or_a_duration(lake: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     """`--since` reports on the messages first seen at or after a time, whole."""
     rows = read_lake(lake).to_pylist()
     start = min(int(r["ts_ms"]) for r in rows)  # 2026-01-01T00:00:00Z
@@ -229,6 +230,10 @@ def test_report_since_a_time_or_a_duration(lake: Path, tmp_path: Path) -> None:
         assert _summary(page, "messages") == str(len(kept)), since
         assert _summary(page, "events") == str(expected_events), since
         assert _summary(page, "messages first seen since") == "2026-01-01T00:01:00+00:00"
+    early = min(first, key=first.__getitem__)  # published before the cut: not reported on
+    assert report.main([*argv, "2026-01-01T00:01:00Z", "--out", str(tmp_path / "m"),
+                        "--message", early[1]]) == 2
+    assert f"message {early[1]!r} (group 'any') is not reported on" in capsys.readouterr().err
     for bad in ("yesterday", "10 minutes", "-5m", ""):
         assert report.main(["--table", str(lake), f"--since={bad}",
                             "--out", str(tmp_path / "bad")]) == 2, bad
