@@ -128,6 +128,7 @@ class GatewayApp:
         self.spool: Spool | None = None
         if config.telemetry:
             self.spool = Spool(Path(config.data_dir) / "telemetry", gateway_id=config.gateway_id)
+            self.metrics.watch_telemetry(self.spool.dropped_counts)
             hooks.append(self.spool)
         self.tracing: Any = None
         if config.tracing:

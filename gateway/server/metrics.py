@@ -16,7 +16,7 @@ import asyncio
 import bisect
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import grpc
@@ -106,6 +106,8 @@ class Metrics:
                              ["method"], registry=r)
         self._consumers = _ConsumerCollector(self)
         r.register(self._consumers)
+        self._telemetry = _TelemetryCollector()
+        r.register(self._telemetry)
         self._server: Any = None
 
     def on_transition(self, t: Transition) -> None:
@@ -151,6 +153,11 @@ class Metrics:
         self.timers.set_function(engine.pending_timers)
         self.store_bytes.set_function(store_size)
         self._consumers.engine = engine
+
+    def watch_telemetry(self, dropped: Callable[[], Mapping[str, int]]) -> None:
+        """Show `gateway_telemetry_dropped_total` by reason from `dropped` (the telemetry
+        spool's `dropped_counts`); without it (no `--telemetry`) the metric has no samples."""
+        self._telemetry.dropped = dropped
 
     def serve(self, host: str, port: int, tls: Any = None) -> int:
         """Serve /metrics on host:port (HTTPS with `tls`, an `ssl.SSLContext`); the port."""
@@ -277,6 +284,29 @@ class _ConsumerCollector(Collector):
             sums[key] = sums.get(key, 0) + state.consumers
         for (topic, group), n in sums.items():
             family.add_metric([topic, group], n)
+        yield family
+
+
+class _TelemetryCollector(Collector):
+    """Telemetry events the spool lost, by reason, read from it at scrape time."""
+
+    def __init__(self) -> None:
+        self.dropped: Callable[[], Mapping[str, int]] | None = None
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "gateway_telemetry_dropped", "Telemetry events the spool lost, by reason "
+            "(buffer_full, disk_cap, write_failed, closed)", labels=["reason"])
+
+    def describe(self) -> list[Any]:
+        return [self._family()]
+
+    def collect(self) -> Iterator[Any]:
+        family = self._family()
+        if self.dropped is not None:
+            for reason, n in self.dropped().items():
+                family.add_metric([reason], n)
         yield family
 
 

@@ -8,6 +8,10 @@ within `REQUEST_TIMEOUT_S`, or is idle that long between requests, is closed, an
 `MAX_CONNECTIONS` are served at once; more are closed as they arrive (a scraper retries at its
 next interval). A request must be whole within `REQUEST_TIMEOUT_S` of the connection however
 slowly it trickles in.
+
+Only `/metrics` is served (prometheus_client's app answers every path with the metrics): any
+other path is 404. GET and HEAD (the headers of a GET, no body) are served, OPTIONS lists them,
+any other method is 405.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -30,6 +35,47 @@ REQUEST_TIMEOUT_S = 10.0
 """Longest wait for a connection's request, and for each read of it."""
 EXPIRY_CHECK_S = 0.5
 """How often connections past their deadline are looked for."""
+METRICS_PATH = "/metrics"
+"""The one path served (the README's); any other is 404."""
+ALLOWED = "GET, HEAD, OPTIONS"
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def only_metrics(app: WsgiApp) -> WsgiApp:
+    """`app` (prometheus_client's, which serves the metrics on any path and refuses HEAD)
+    at `METRICS_PATH` only, for GET and HEAD."""
+
+    def served(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "")
+        if environ.get("PATH_INFO", "") != METRICS_PATH:
+            return _plain(start_response, "404 Not Found",
+                          f"not found: metrics are at {METRICS_PATH}\n", method)
+        if method == "OPTIONS":
+            start_response("200 OK", [("Allow", ALLOWED), ("Content-Length", "0")])
+            return [b""]
+        if method not in ("GET", "HEAD"):
+            return _plain(start_response, "405 Method Not Allowed",
+                          f"method {method} not allowed: use GET or HEAD\n", method,
+                          [("Allow", ALLOWED)])
+        if method == "GET":
+            return app(environ, start_response)
+        kept: list[Any] = []
+        body = b"".join(app({**environ, "REQUEST_METHOD": "GET"},
+                            lambda status, headers, exc_info=None: kept.extend((status, headers))))
+        headers = [(k, v) for k, v in kept[1] if k.lower() != "content-length"]
+        start_response(kept[0], [*headers, ("Content-Length", str(len(body)))])
+        return [b""]  # HEAD: the headers of the GET, no body
+
+    return served
+
+
+def _plain(start_response: Callable[..., Any], status: str, text: str, method: str,
+           extra: list[tuple[str, str]] | None = None) -> list[bytes]:
+    body = text.encode()
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                            ("Content-Length", str(len(body))), *(extra or [])])
+    return [b"" if method == "HEAD" else body]
 
 
 class _Handler(WSGIRequestHandler):
@@ -122,14 +168,15 @@ class _Server(ThreadingMixIn, WSGIServer):
 def serve_metrics(host: str, port: int, registry: Collector,
                   tls: ssl.SSLContext | None = None) -> tuple[WSGIServer, int]:
     """Serve `registry` at `http://host:port/metrics` (`https` with `tls`, the gateway's
-    `--tls-cert` context) from a daemon thread; the server and the port it listens on."""
+    `--tls-cert` context) from a daemon thread; the server and the port it listens on. Other
+    paths are 404, methods other than GET, HEAD and OPTIONS 405."""
     family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
                                                   flags=socket.AI_PASSIVE)[0]
 
     class Server(_Server):
         address_family = family
 
-    server = make_server(str(address[0]), port, make_wsgi_app(registry), Server,
+    server = make_server(str(address[0]), port, only_metrics(make_wsgi_app(registry)), Server,
                          handler_class=_Handler)
     if tls is not None:
         # The handshake happens on the connection's first read, in its own thread and under

@@ -13,7 +13,9 @@ files per micro-batch) and checkpoints which files it has taken. Two sinks:
 
 Run `gateway export --spool DIR --table DIR --checkpoint DIR` (or `python -m
 gateway.telemetry.export ...`): JSON log lines on standard error, one progress line per
-micro-batch, and a JSON summary (events, batches, rows, seconds) on standard output.
+micro-batch, and a JSON summary (events, batches, rows, seconds, spool_created) on standard
+output. A local spool directory that does not exist yet is made (the exporter may start before its
+gateway), with a warning.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ __all__ = [
     "build_spark",
     "event_date_column",
     "main",
+    "prepare_spool",
     "spark_schema",
     "start_export",
 ]
@@ -55,6 +58,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Format = Literal["delta", "parquet"]
+URI_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+"""A spool given as a URI (`hdfs://`, `s3a://`, `file://`): Spark's to read, not a local path."""
 MAX_FILE_AGE = "30d"
 """How much older than the newest segment seen a segment may be and still be read. Spark's file
 source ignores older files after its first batch (default 7 days): segments that reach the
@@ -134,10 +139,12 @@ class ExportStats:
     """Rows appended to the lake (a batch replayed after a crash appends none)."""
     seen: set[int] = field(default_factory=set)
     """Batch ids counted so far."""
+    spool_created: bool = False
+    """The spool directory did not exist: this run made it (empty)."""
 
     def as_dict(self, seconds: float) -> dict[str, object]:
         return {"events": self.events, "batches": self.batches, "rows": self.rows,
-                "seconds": round(seconds, 3)}
+                "seconds": round(seconds, 3), "spool_created": self.spool_created}
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +318,22 @@ def report_progress(query: StreamingQuery, stats: ExportStats, started: float) -
                         "batches": stats.batches, "seconds": seconds})
 
 
+def prepare_spool(spool: str) -> bool:
+    """Make the local spool directory `spool` when it does not exist (an exporter may start
+    before its gateway); True when it was made. A URI is left alone (Spark reads it): it was
+    made as a local directory named like it (`hdfs:/...`). OSError when it cannot be made."""
+    if URI_RE.match(spool):
+        return False
+    path = Path(spool)
+    try:
+        path.mkdir(parents=True)
+    except FileExistsError:
+        if path.is_dir():
+            return False
+        raise
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the process exit code."""
     from gateway import logs
@@ -319,13 +342,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = logs.level_from(args.log_level)
     logs.configure(level)
     try:
-        Path(args.spool).mkdir(parents=True, exist_ok=True)
+        created = prepare_spool(args.spool)
     except OSError as exc:
         log.error("gateway export: --spool %s: not a directory that can be made (%s)",
                   args.spool, exc.strerror)
         return 2
+    if created:
+        log.warning("gateway export: --spool %s did not exist: made it, empty (is it the "
+                    "gateway's DATA_DIR/telemetry?)", args.spool,
+                    extra={"spool": args.spool, "spool_created": True})
     started = time.monotonic()
-    stats = ExportStats()
+    stats = ExportStats(spool_created=created)
     with tempfile.TemporaryDirectory(prefix="gateway-export-") as log_dir, \
             sparklog.stderr_as_json(level):
         spark = build_spark(args.master, level=level, conf=args.conf, log_dir=log_dir)

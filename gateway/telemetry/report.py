@@ -4,7 +4,8 @@ Reads the lake with deltalake/pyarrow (no Spark) and writes `index.html` plus on
 deliveries per message by group, time to commit, observed retry intervals against a policy's
 table, dead letters and discards over time, and one message's timeline.
 
-Run `python -m gateway.telemetry.report --table DIR --out DIR [--expected NAME=10s,30s,...]`.
+Run `python -m gateway.telemetry.report --table DIR --out DIR [--expected NAME=10s,30s,...]`;
+`--group G` reports on one group only, `--since T` on the messages first seen at or after T.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import argparse
 import html
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +42,12 @@ def build_report(
     expected: Mapping[str, Sequence[int]] | None = None,
     message: tuple[str, str] | None = None,
     time_scale: float = 1.0,
+    scope: Mapping[str, str] | None = None,
 ) -> Path:
     """Write the charts and `index.html` for `rows` into `out`; returns the page's path.
     `expected`: retry tables by dialect, drawn against the retry intervals observed.
-    `time_scale`: the gateway's `--time-scale`; times are shown as the policies saw them."""
+    `time_scale`: the gateway's `--time-scale`; times are shown as the policies saw them.
+    `scope`: how `rows` were chosen (`select`), shown first in the summary."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -53,7 +58,7 @@ def build_report(
     messages = analysis.by_message(rows)
     intervals = analysis.retry_intervals(messages)
     terminal = analysis.terminal_events(rows)
-    key = _pick_message(messages, message)
+    key = _pick_message(messages, message, "reported on" if scope else "in the lake")
     slack = math.ceil(1 / time_scale)
     figures = analysis.policy_figures(rows, messages, intervals, slack)
 
@@ -81,7 +86,8 @@ def build_report(
         Chart("terminal.png", "Dead letters and discards", "Terminal failures over time."),
         Chart("timeline.png", "One message", f"Every transition of message {label}."),
     ]
-    summary = {
+    summary: dict[str, object] = {
+        **(scope or {}),
         "events": len(rows),
         "messages": len(messages),
         "groups": len({k[0] for k in messages}),
@@ -103,9 +109,55 @@ def build_report(
     return page
 
 
+def select(
+    rows: Sequence[Mapping[str, Any]], *, group: str = "", since_ms: int | None = None
+) -> list[Mapping[str, Any]]:
+    """The rows of `group` (all when ""), of the messages whose first row is at or after
+    `since_ms` (all when None), each such message with every row of its own (a retry's
+    history cut at `since_ms` would show a wrong time to commit). A group the lake does not
+    hold is refused (NotFound, naming the groups it holds)."""
+    if group:
+        groups = {str(r["group"]) for r in rows}
+        if group not in groups:
+            held = ", ".join(repr(g) for g in sorted(groups)[:10]) or "none"
+            more = f" and {len(groups) - 10} more" if len(groups) > 10 else ""
+            raise NotFound(f"group {group!r} is not in the lake (its groups: {held}{more})")
+        rows = [r for r in rows if r["group"] == group]
+    if since_ms is None:
+        return list(rows)
+    first: dict[analysis.MessageKey, int] = {}
+    for r in rows:
+        key, ts = (str(r["group"]), str(r["message_id"])), int(r["ts_ms"])
+        first[key] = min(first.get(key, ts), ts)
+    return [r for r in rows if first[(str(r["group"]), str(r["message_id"]))] >= since_ms]
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """`--since`: an ISO 8601 time (UTC when it names no zone) or a duration back from
+    `now_ms` (`30m`, `2h`, `7d`); epoch milliseconds."""
+    try:
+        return now_ms - analysis.parse_duration_ms(text)
+    except InvalidArgument:
+        pass
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidArgument("since", text, "an ISO 8601 time (2026-01-01T10:00:00Z; UTC when "
+                              "no zone is given) or a duration back from now (30m, 2h, 7d)"
+                              ) from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return round(at.timestamp() * 1000)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+
+
 def _pick_message(
     messages: Mapping[analysis.MessageKey, Sequence[Mapping[str, Any]]],
     wanted: tuple[str, str] | None,
+    where: str = "in the lake",
 ) -> analysis.MessageKey | None:
     """The requested (group, message id) -- any group when group is "" -- or the busiest one."""
     if wanted is None:
@@ -114,7 +166,7 @@ def _pick_message(
     for key in sorted(messages):
         if key[1] == message_id and (not group or key[0] == group):
             return key
-    raise NotFound(f"message {message_id!r} (group {group or 'any'!r}) is not in the lake")
+    raise NotFound(f"message {message_id!r} (group {group or 'any'!r}) is not {where}")
 
 
 def _html(
@@ -171,8 +223,14 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME=DELAYS",
         help="a dialect's retry table, e.g. NAME=10s,30s,1m (repeatable; overrides built-ins)",
     )
-    p.add_argument("--group", default="", help="group of the message whose timeline is drawn")
-    p.add_argument("--message", default="", help="message id whose timeline is drawn")
+    p.add_argument("--group", default="",
+                   help="report on this group only (and draw the timeline of its busiest "
+                        "message, or of --message); a group the lake does not hold exits 2")
+    p.add_argument("--message", default="",
+                   help="message id whose timeline is drawn (of --group; any group without it)")
+    p.add_argument("--since", default=None, metavar="TIME",
+                   help="report on the messages first seen at or after TIME, an ISO 8601 time "
+                        "(UTC when no zone is given) or a duration back from now (30m, 2h, 7d)")
     p.add_argument("--log-level", default=None,
                    help="debug, info (default), warning or error; also GATEWAY_LOG_LEVEL")
     p.add_argument("--time-scale", type=float, default=1.0,
@@ -182,10 +240,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(
-    argv: Sequence[str] | None = None, tables: Mapping[str, Sequence[int]] | None = None
+    argv: Sequence[str] | None = None, tables: Mapping[str, Sequence[int]] | None = None,
+    now_ms: int | None = None,
 ) -> int:
     """CLI entry point; returns the process exit code. `tables`: the built-in retry tables by
-    dialect (the registry's `retry_tables`), which `--expected` overrides."""
+    dialect (the registry's `retry_tables`), which `--expected` overrides. `now_ms`: the time
+    a `--since` duration counts back from (default: the wall clock)."""
     from gateway import logs
 
     args = _parse(argv)
@@ -193,10 +253,15 @@ def main(
         logs.configure(logs.level_from(args.log_level))
         expected: dict[str, Sequence[int]] = dict(tables or {})
         expected.update(analysis.parse_expected(spec) for spec in args.expected)
-        rows = read_lake(args.table).to_pylist()
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        since_ms = parse_since(args.since, now) if args.since is not None else None
+        rows = select(read_lake(args.table).to_pylist(), group=args.group, since_ms=since_ms)
+        scope = {"group": args.group} if args.group else {}
+        if since_ms is not None:
+            scope["messages first seen since"] = _iso(since_ms)
         message = (args.group, args.message) if args.message else None
         page = build_report(rows, Path(args.out), expected=expected, message=message,
-                            time_scale=args.time_scale)
+                            time_scale=args.time_scale, scope=scope)
     except (GatewayError, OSError) as exc:
         log.error("gateway report: %s", exc.message if isinstance(exc, GatewayError) else exc)
         return 2

@@ -6,8 +6,11 @@ Spark's file source ignores), fsync'd, renamed to `events-<first seq>-<last seq>
 durable with an fsync of the directory, so a reader only ever sees complete segments.
 
 Everything is bounded: a full buffer drops its oldest events, and when the segments on disk add
-up to more than `max_total_bytes` the oldest segments are deleted. Every event lost that way is
-counted in `dropped`. Telemetry is dropped, never a message: nothing here raises into the caller.
+up to more than `max_total_bytes` the oldest segments are deleted. Every event lost is counted in
+`dropped`, and by reason in `dropped_counts()` (`/metrics` shows them as
+`gateway_telemetry_dropped_total`); drops from a full buffer are logged by the writer thread (not
+the hot path), at most once a minute. Telemetry is dropped, never a message: nothing here raises
+into the caller.
 """
 
 from __future__ import annotations
@@ -32,6 +35,12 @@ log = logging.getLogger(__name__)
 SEGMENT_RE = re.compile(r"^events-(\d+)-(\d+)\.jsonl$")
 _SEQ_MARK = ".seq-high"
 _TMP_PREFIX = ".tmp-"
+DROP_REASONS = ("buffer_full", "disk_cap", "write_failed", "closed")
+"""Why events were lost: the in-memory buffer was full (the oldest went), old segments were
+deleted to keep the spool under its size cap, an event could not be serialized or its segment
+written, or it came after `close`."""
+BUFFER_WARN_INTERVAL_MS = 60_000
+"""Full-buffer drops are logged at most this often (each warning counts those since the last)."""
 
 
 def wall_clock_ms() -> int:
@@ -99,6 +108,7 @@ class Spool:
         self._buf: deque[tuple[int, TransitionEvent | TransitionLike]] = deque()
         self._buf_since_ms = 0
         self._dropped_buffer = 0
+        self._dropped_closed = 0
         self._closed = False
         self._wake_at = max(1, min(4096, max_buffered_events // 2))
 
@@ -112,7 +122,11 @@ class Spool:
         self._segments: deque[_Segment] = deque()
         self._total_bytes = 0
         self._dropped_disk = 0
+        self._dropped_failed = 0
         self._written = 0
+        self._warned_drops = 0
+        """Full-buffer drops already logged."""
+        self._warned_at_ms: int | None = None
 
         self._seq = self._recover()
         self._enforce_retention()
@@ -131,7 +145,7 @@ class Spool:
         hot path: it gets a fresh event id and this spool's `gateway_id`."""
         with self._lock:
             if self._closed:
-                self._dropped_buffer += 1
+                self._dropped_closed += 1
                 return
             buf = self._buf
             if not buf:
@@ -160,10 +174,15 @@ class Spool:
 
     @property
     def dropped(self) -> int:
-        """Events lost so far: dropped from a full buffer, or deleted with old segments."""
+        """Events lost so far, for every reason of `DROP_REASONS`."""
+        return sum(self.dropped_counts().values())
+
+    def dropped_counts(self) -> dict[str, int]:
+        """Events lost so far by reason (every one of `DROP_REASONS`, zeros included)."""
         with self._lock:
-            buffered = self._dropped_buffer
-        return buffered + self._dropped_disk
+            buffered, closed = self._dropped_buffer, self._dropped_closed
+        return {"buffer_full": buffered, "disk_cap": self._dropped_disk,
+                "write_failed": self._dropped_failed, "closed": closed}
 
     @property
     def written(self) -> int:
@@ -226,6 +245,9 @@ class Spool:
         with self._lock:
             items, self._buf = self._buf, deque()
             since = self._buf_since_ms
+            dropped = self._dropped_buffer
+        if dropped > self._warned_drops:
+            self._warn_buffer_drops(dropped)
         written = 0
         if items and not self._pending:
             self._pending_since_ms = since
@@ -234,7 +256,7 @@ class Spool:
                 line = to_json_line(event, seq, self._gateway_id)
             except Exception:
                 log.exception("telemetry event %d could not be serialized; dropped", seq)
-                self._dropped_disk += 1
+                self._dropped_failed += 1
                 continue
             if self._pending and self._pending_bytes + len(line) > self._segment_max_bytes:
                 written += self._commit()
@@ -273,13 +295,30 @@ class Spool:
             log.exception(
                 "telemetry segment %s could not be written; %d events dropped", name, count
             )
-            self._dropped_disk += count
+            self._dropped_failed += count
             return 0
         self._segments.append(_Segment(name, first, size, count))
         self._total_bytes += size
         self._written += count
         self._enforce_retention()
         return 1
+
+    def _warn_buffer_drops(self, dropped: int) -> None:
+        """Log the full-buffer drops not logged yet, unless a warning went out less than
+        `BUFFER_WARN_INTERVAL_MS` ago (the next one then counts them)."""
+        now = self._clock()
+        last = self._warned_at_ms
+        if last is not None and last <= now < last + BUFFER_WARN_INTERVAL_MS:
+            return
+        log.warning(
+            "telemetry spool buffer full (%d events, the writer fell behind): dropped the %d "
+            "oldest events (%d since start)",
+            self._max_buffered,
+            dropped - self._warned_drops,
+            dropped,
+        )
+        self._warned_drops = dropped
+        self._warned_at_ms = now
 
     def _enforce_retention(self) -> None:
         """Delete the oldest segments while the spool is over `max_total_bytes`, counting the

@@ -5,6 +5,7 @@ connections held 1,400 threads and gRPC calls timed out)."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import socket
 import ssl
 import threading
@@ -135,3 +136,43 @@ async def test_a_request_trickling_in_is_dropped_at_the_request_timeout(app: Gat
         stop.set()
         for thread in threads:
             thread.join(5)
+
+
+def _request(port: int, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, path)
+        answer = connection.getresponse()
+        return answer.status, {k.lower(): v for k, v in answer.getheaders()}, answer.read()
+    finally:
+        connection.close()
+
+
+async def test_only_the_metrics_path_is_served(app: GatewayApp) -> None:
+    """Any path answered with the metrics before (GET /foo was 200); HEAD was 405."""
+    port = app.metrics_port
+    status, _, body = await asyncio.to_thread(_request, port, "GET", "/metrics")
+    assert status == 200 and b"gateway_requests_total" in body
+    status, _, body = await asyncio.to_thread(_request, port, "GET", "/metrics?name[]=x")
+    assert status == 200
+    for path in ("/", "/foo", "/metrics/", "/metricsx", "/favicon.ico", "/foo/metrics"):
+        status, _, body = await asyncio.to_thread(_request, port, "GET", path)
+        assert status == 404, path
+        assert b"gateway_" not in body, path
+    status, _, body = await asyncio.to_thread(_request, port, "POST", "/foo")
+    assert status == 404
+
+
+async def test_get_and_head_are_served_other_methods_are_405(app: GatewayApp) -> None:
+    port = app.metrics_port
+    status, headers, body = await asyncio.to_thread(_request, port, "HEAD", "/metrics")
+    assert status == 200 and body == b""
+    assert headers["content-type"].startswith("text/plain")
+    assert int(headers["content-length"]) > 0
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        status, headers, body = await asyncio.to_thread(_request, port, method, "/metrics")
+        assert status == 405, method
+        assert "HEAD" in headers["allow"] and "GET" in headers["allow"]
+        assert b"gateway_" not in body
+    status, headers, _ = await asyncio.to_thread(_request, port, "OPTIONS", "/metrics")
+    assert status == 200 and "HEAD" in headers["allow"]

@@ -213,6 +213,7 @@ def test_export_on_a_cluster_master_logs_json_progress_and_a_summary(tmp_path: P
     assert len(progress) == summary["batches"] >= 2
     assert summary["events"] == summary["rows"] == len(expected)
     assert progress[-1]["events"] == len(expected) and summary["seconds"] > 0
+    assert summary["spool_created"] is False
 
 
 def test_segments_far_older_than_the_newest_are_still_exported(
@@ -380,3 +381,41 @@ def test_a_failing_export_query_or_trigger_ends_in_json_lines_not_a_traceback(
     assert bad.returncode == 2, bad.stderr[-3000:]
     assert all(line.startswith("{") for line in bad.stderr.splitlines()), bad.stderr[-3000:]
     assert "processing_time='banana'" in bad.stderr
+
+
+def test_a_spool_that_does_not_exist_is_made_with_a_warning(tmp_path: Path) -> None:
+    """`gateway export --spool MISSING` made the directory and said nothing: a typo in the path
+    looked like an idle gateway (0 events). It is still made (an exporter may start before its
+    gateway), with a warning on standard error and `spool_created` in the summary."""
+    spool = tmp_path / "not-yet" / "telemetry"
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "export", "--spool", str(spool),
+         "--table", str(tmp_path / "delta"), "--checkpoint", str(tmp_path / "ckpt"),
+         "--available-now", "--master", "local[1]"],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert spool.is_dir() and not list(spool.iterdir())
+    summary = json.loads(run.stdout)
+    assert summary["events"] == 0 and summary["spool_created"] is True
+    lines = [json.loads(line) for line in run.stderr.splitlines()]
+    warned = [e for e in lines if e["level"] == "warning"]
+    assert len(warned) == 1, lines
+    assert str(spool) in warned[0]["event"] and "did not exist" in warned[0]["event"]
+
+
+def test_prepare_spool_makes_only_a_missing_local_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert export.prepare_spool(str(tmp_path / "a" / "b")) is True
+    assert (tmp_path / "a" / "b").is_dir()
+    assert export.prepare_spool(str(tmp_path / "a" / "b")) is False
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(OSError):
+        export.prepare_spool(str(tmp_path / "a-file"))
+    # A URI is Spark's to read: it was made as a local directory named like it.
+    for uri in ("hdfs://namenode:8020/spool", "s3a://bucket/spool", "file:///nowhere/spool"):
+        assert export.prepare_spool(uri) is False
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a-file"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway import cli
 from gateway.errors import FailedPrecondition, InvalidArgument
 from gateway.telemetry import analysis, report
 from gateway.telemetry.export import DeltaBatchWriter
@@ -178,3 +179,61 @@ def test_report_that_fails_after_reading_the_lake_exits_cleanly(
         for _ in range(12)
     ]
     assert codes == [2] * 12
+
+
+def _summary(page: str, name: str) -> str:
+    found = re.search(rf"<th>{re.escape(name)}</th><td>([^<]*)</td>", page)
+    assert found, name
+    return html.unescape(found.group(1))
+
+
+def test_report_for_one_group(lake: Path, tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`gateway report --group G` without --message was ignored: the report covered every
+    group. It reports on G alone, and its timeline is of G's busiest message."""
+    out = tmp_path / "report"
+    assert cli.main(["report", "--table", str(lake), "--out", str(out),
+                     "--group", "billing"]) == 0
+    page = (out / "index.html").read_text()
+    rows = [r for r in read_lake(lake).to_pylist() if r["group"] == "billing"]
+    assert 0 < len(rows) < read_lake(lake).num_rows
+    assert _summary(page, "group") == "billing"
+    assert _summary(page, "events") == str(len(rows))
+    assert _summary(page, "groups") == "1"
+    busiest = analysis.busiest_message(analysis.by_message(rows))
+    assert busiest is not None and busiest[0] == "billing"
+    assert html.escape(f"{busiest[1]} (billing)") in page
+
+    capsys.readouterr()
+    assert cli.main(["report", "--table", str(lake), "--out", str(out),
+                     "--group", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "group 'nope' is not in the lake" in err and "'billing'" in err
+
+
+def test_report_since_a_time_or_a_duration(lake: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`--since` reports on the messages first seen at or after a time, whole."""
+    rows = read_lake(lake).to_pylist()
+    start = min(int(r["ts_ms"]) for r in rows)  # 2026-01-01T00:00:00Z
+    cut = start + 60_000
+    first = {k: int(events[0]["ts_ms"]) for k, events in analysis.by_message(rows).items()}
+    kept = {k for k, at in first.items() if at >= cut}
+    assert 0 < len(kept) < len(first)
+    expected_events = sum(1 for r in rows if (r["group"], r["message_id"]) in kept)
+    argv = ["--table", str(lake), "--since"]
+    for since, now_ms in (("2026-01-01T00:01:00Z", None), ("2026-01-01T01:01:00+01:00", None),
+                          ("2026-01-01 00:01:00", None), ("10m", cut + 600_000)):
+        out = tmp_path / f"r-{len(since)}"
+        assert report.main([*argv, since, "--out", str(out)], now_ms=now_ms) == 0, since
+        page = (out / "index.html").read_text()
+        assert _summary(page, "messages") == str(len(kept)), since
+        assert _summary(page, "events") == str(expected_events), since
+        assert _summary(page, "messages first seen since") == "2026-01-01T00:01:00+00:00"
+    early = min(first, key=first.__getitem__)  # published before the cut: not reported on
+    assert report.main([*argv, "2026-01-01T00:01:00Z", "--out", str(tmp_path / "m"),
+                        "--message", early[1]]) == 2
+    assert f"message {early[1]!r} (group 'any') is not reported on" in capsys.readouterr().err
+    for bad in ("yesterday", "10 minutes", "-5m", ""):
+        assert report.main(["--table", str(lake), f"--since={bad}",
+                            "--out", str(tmp_path / "bad")]) == 2, bad

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.errors import InvalidArgument
 from gateway.telemetry.events import TransitionEvent
-from gateway.telemetry.spool import SEGMENT_RE, Spool
+from gateway.telemetry.spool import BUFFER_WARN_INTERVAL_MS, SEGMENT_RE, Spool
 
 from .conftest import ManualClock, make_event
 
@@ -279,3 +279,53 @@ def test_segments_removed_by_someone_else_are_not_counted_as_dropped(
         spool.flush()
     assert spool.dropped == 0
     assert [r["seq"] for _, rows in read_segments(tmp_path) for r in rows] == [3, 4]
+
+
+def test_drops_are_counted_by_reason(tmp_path: Path, clock: ManualClock) -> None:
+    """`dropped` only had a total: a full buffer and the disk cap were told apart nowhere."""
+    line = len(json.dumps(make_event(0).to_row(1), separators=(",", ":"))) + 1
+    spool = Spool(tmp_path, segment_max_bytes=line, max_total_bytes=2 * line + 10,
+                  max_buffered_events=2, clock=clock.now_ms, background=False)
+    for n in range(5):
+        spool.record(make_event(n))  # three over the buffer's two
+    spool.flush()  # two segments of one event: under the cap
+    for n in range(5, 7):
+        spool.record(make_event(n))
+        spool.flush()  # two more segments: the two oldest are deleted
+    spool.record(make_event(7, reason=object()))  # type: ignore[arg-type]
+    spool.close()
+    spool.record(make_event(8))
+    assert spool.dropped_counts() == {"buffer_full": 3, "disk_cap": 2, "write_failed": 1,
+                                      "closed": 1}
+    assert spool.dropped == 7
+
+
+def test_full_buffer_drops_are_logged_at_most_once_a_minute(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full buffer dropped events without a word in the log."""
+    spool = Spool(tmp_path, max_buffered_events=2, clock=clock.now_ms, background=False)
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and "buffer full" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="gateway.telemetry.spool"):
+        for n in range(5):
+            spool.record(make_event(n))
+        spool.flush()
+        assert len(warnings()) == 1
+        assert "dropped the 3 oldest events (3 since start)" in warnings()[0]
+        for n in range(5, 9):
+            spool.record(make_event(n))  # two more dropped
+        spool.flush()
+        clock.advance(BUFFER_WARN_INTERVAL_MS - 1)
+        spool.flush()
+        assert len(warnings()) == 1  # not again within the minute
+        clock.advance(1)
+        spool.flush()
+        assert len(warnings()) == 2
+        assert "dropped the 2 oldest events (5 since start)" in warnings()[1]
+        clock.advance(BUFFER_WARN_INTERVAL_MS)
+        spool.flush()
+        assert len(warnings()) == 2  # nothing new dropped: nothing said
