@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -40,16 +39,11 @@ from aiormq.exceptions import ChannelInvalidStateError, InvalidFrameError
 from pamqp.constants import DOMAIN_REGEX
 
 from adapters.amqp.backend_reconnect import quiet_library_logs
-from adapters.amqp.codec import decode
-from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
-from adapters.amqp.frontend.messages import delivery_properties, out_message
-from adapters.amqp.frontend.values import as_text
+from adapters.amqp.frontend.messages import delivery_properties
+from adapters.amqp.migrate_item import item_of
 from adapters.amqp.product import MIGRATION_PORTS, vhost
-from gateway.backend.base import OutMessage
-from gateway.core.properties import ATTEMPT
 from gateway.engine.api import Delivery
 from gateway.errors import FailedPrecondition, GatewayError, InvalidArgument
-from gateway.limits import message_size
 from gateway.migrate.endpoint import (
     READY,
     DestinationRefused,
@@ -119,42 +113,6 @@ async def _connect(url: Url, side: str) -> AbstractConnection:
 def _unavailable(url: Url, side: str, exc: BaseException) -> GatewayError:
     error = SourceUnavailable if side == "source" else DestinationUnavailable
     return error(f"{side} {url.shown}: cannot connect to RabbitMQ: {exc!r}")
-
-
-def item_of(message: DeliveredMessage) -> Item:
-    """A queue message as a copy item (see the module docstring)."""
-    properties = message.header.properties
-    headers = properties.headers or {}
-    body = message.body
-    if ATTEMPT in headers:
-        env = decode(headers, properties.message_id, properties.timestamp,
-                     int(time.time() * 1000))
-        out = OutMessage(body, env.properties, env.key, env.tag, env.deliver_at_ms,
-                         env.message_id, env.stated_attempt, env.retries)
-    else:
-        delivery = message.delivery
-        exchange = getattr(delivery, "exchange", "") or ""
-        routing_key = getattr(delivery, "routing_key", "") or ""
-        try:
-            props = dict(out_message(properties, body, exchange, routing_key).properties)
-        except AMQPFrameError:
-            # What the AMQP front end would refuse from a publisher (a header named like a
-            # basic property's `amqp.*` name, an expiration that is no number): the headers
-            # as they are, as text.
-            props = {k: as_text(v) for k, v in headers.items() if k}
-        out = OutMessage(body, props, message_id=properties.message_id or "")
-    key = properties.message_id or _digest(out)
-    first = not getattr(message.delivery, "redelivered", True)
-    return Item(key, READY, out, message.delivery, message_size(out), first)
-
-
-def _digest(message: OutMessage) -> str:
-    """A key for a message without an id: its body and properties."""
-    h = hashlib.sha256(message.body)
-    for k in sorted(message.properties):
-        h.update(b"\0" + k.encode("utf-8", "replace") + b"\0"
-                 + message.properties[k].encode("utf-8", "replace"))
-    return "sha256:" + h.hexdigest()
 
 
 class QueueSource:
@@ -309,9 +267,8 @@ class QueueDestination:
             try:
                 await channel.declare_queue(self.queue_name, passive=True)
             except ChannelClosed as exc:
-                raise DestinationRefused(
-                    f"destination {self.name}: no queue {self.queue_name!r}: declare it first, "
-                    f"with its arguments ({exc})") from None
+                # Bad usage (exit 2), as a missing source queue is: nothing was refused.
+                raise InvalidArgument("to", self.name, _no_queue(self.queue_name, exc)) from None
             await self._lock()
             channel = await self._connection.channel(publisher_confirms=False)
             await channel.declare_queue(self.ledger_queue, durable=True)
@@ -466,6 +423,11 @@ class QueueDestination:
         if connection is not None:
             with contextlib.suppress(*BROKER_ERRORS):
                 await connection.close()
+
+
+def _no_queue(name: str, exc: BaseException) -> str:
+    return (f"a queue that exists: RabbitMQ has no queue {name!r} there: declare it first, "
+            f"with its arguments ({exc})")
 
 
 def _suffixed(name: str, suffix: str) -> str:

@@ -72,8 +72,9 @@ COPY_EXITS = """URLs:
 exit statuses:
   0  done: every message the source held was copied (or found copied) and removed there
   1  failed otherwise
-  2  bad usage: a bad URL or flag (an unknown naming=, say), or the source refused the
-     request (no such topic or queue, consumers open)
+  2  bad usage: a bad URL or flag (an unknown naming=, say), the source refused the
+     request (no such topic or queue, consumers open), or the destination queue does
+     not exist
   4  not allowed: a side refused the credentials
   5  the source cannot be reached (or went away); nothing unconfirmed was removed
   6  the destination cannot be reached; nothing unconfirmed was removed at the source
