@@ -13,7 +13,8 @@ is the path, `/` when empty, `%2F` spelled out otherwise, as in RabbitMQ's URI s
   message written by a gateway's
   RabbitMQ back end keeps its key, tag, due time and counters (its `x-gateway-*` headers); any
   other message is a ready message whose basic properties travel as `amqp.*` properties and its
-  headers as properties, as the gateway's AMQP front end carries them.
+  headers as properties, as the gateway's AMQP front end carries them; a RabbitMQ dead letter
+  (`x-death`) keeps its reason, time and refused deliveries (`adapters.amqp.migrate_item`).
 * As a destination: the queue must exist. Copies are published persistent, in AMQP
   transactions: each batch and the ledger entry naming its keys commit together (`tx.commit`),
   so a copy killed at any point stores nothing twice. The ledger is the durable queue
@@ -259,6 +260,10 @@ class QueueDestination:
     @property
     def name(self) -> str:
         return self._url.shown
+
+    @property
+    def part(self) -> str:
+        return ""  # each counted as the source hands it out (all are ready messages here)
 
     async def open(self) -> None:
         self._connection = await _connect(self._url, "destination")

@@ -2,13 +2,20 @@
 
 A message written by a gateway's RabbitMQ back end (its `x-gateway-*` headers) keeps its key,
 tag, due time, counters and, on a dead letter, its reason and time. Any other message comes
-with its basic properties as `amqp.*` properties and its headers as properties.
+with its basic properties as `amqp.*` properties and its headers as properties; one RabbitMQ
+dead-lettered (an `x-death` header) also keeps what the header says of its death: the reason
+and time of its latest one as the gateway's dead-letter reason and time, and as its attempt
+count the deliveries that `x-death` counts as refused (its `rejected` and `delivery_limit`
+entries), so that a copy stored as a gateway dead letter (`part=dead-letter`) shows them as
+the gateway's own dead letters do.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import time
+from collections.abc import Mapping
 
 from aiormq.abc import DeliveredMessage
 
@@ -17,9 +24,13 @@ from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
 from adapters.amqp.frontend.messages import out_message
 from adapters.amqp.frontend.values import as_text
 from gateway.backend.base import OutMessage
-from gateway.core.properties import ATTEMPT
+from gateway.core.properties import ATTEMPT, COUNT_MAX, DEAD_AT, DEAD_REASON, TIME_MAX_MS
 from gateway.limits import message_size
 from gateway.migrate.endpoint import READY, Item
+
+REFUSED_DEATHS = ("rejected", "delivery_limit")
+"""`x-death` reasons that stand for deliveries a consumer refused (not a TTL, not a full
+queue)."""
 
 
 def item_of(message: DeliveredMessage) -> Item:
@@ -45,9 +56,42 @@ def item_of(message: DeliveredMessage) -> Item:
             # as they are, as text.
             props = {k: as_text(v) for k, v in headers.items() if k}
         out = OutMessage(body, props, message_id=properties.message_id or "")
+        # The key as before the death was read: a run resumed after an upgrade finds it.
         key = properties.message_id or _digest(out)
+        death = death_of(headers)
+        if death is not None:
+            reason, at_ms, attempt = death
+            props[DEAD_REASON] = reason
+            if at_ms:
+                props[DEAD_AT] = str(at_ms)
+            out = OutMessage(body, props, message_id=out.message_id, attempt=attempt)
     first = not getattr(message.delivery, "redelivered", True)
     return Item(key, READY, out, message.delivery, message_size(out), first)
+
+
+def death_of(headers: Mapping[str, object]) -> tuple[str, int, int] | None:
+    """What a RabbitMQ dead letter's `x-death` header says (its entries newest first): the
+    latest death's reason and time (wall-clock ms, 0 unknown), and the refused deliveries
+    counted in all of them; None for a message without one."""
+    deaths = headers.get("x-death")
+    if not isinstance(deaths, list | tuple):
+        return None
+    entries = [e for e in deaths if isinstance(e, Mapping)]
+    if not entries:
+        return None
+    latest = entries[0]
+    reason = latest.get("reason") or headers.get("x-first-death-reason") or ""
+    at = latest.get("time")
+    at_ms = 0
+    if isinstance(at, datetime.datetime):
+        at_ms = min(max(int(at.timestamp() * 1000), 0), TIME_MAX_MS)
+    refused = 0
+    for entry in entries:
+        count = entry.get("count")
+        if entry.get("reason") in REFUSED_DEATHS and type(count) is int and count > 0:
+            refused += count
+    text = reason if isinstance(reason, str) else as_text(reason)
+    return text, at_ms, min(refused, COUNT_MAX)
 
 
 def _digest(message: OutMessage) -> str:

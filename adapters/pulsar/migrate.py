@@ -199,6 +199,10 @@ class TopicDestination:
     def name(self) -> str:
         return self._url.shown
 
+    @property
+    def part(self) -> str:
+        return ""
+
     async def open(self) -> None:
         client = self._client = _client(self._url)
         try:

@@ -51,6 +51,9 @@ class CopyResult:
     skipped: int = 0
     """Messages an earlier run had copied already (acknowledged now, not stored again)."""
     by_part: dict[str, int] = field(default_factory=dict)
+    """Messages by the part their copies are stored as (`Destination.part`, else the part the
+    source hands them out from): dead letters of a broker's dead-letter queue copied with
+    `part=dead-letter` count as dead letters, not as ready messages."""
     bytes: int = 0
     seconds: float = 0.0
     counted: bool = True
@@ -153,6 +156,8 @@ async def copy(
         if dry_run:
             counts = await source.count(exact=True)
             result.by_part = dict(counts or {})
+            if destination.part and counts is not None:
+                result.by_part = {destination.part: sum(counts.values())}
             result.counted = counts is not None
             return result
         await destination.open()
@@ -187,16 +192,18 @@ async def _run(source: Source, destination: Destination, batch: int, result: Cop
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)
             raise
-        _count(result, items, stored.stored, stored.skipped)
+        _count(result, items, stored.stored, stored.skipped, destination.part)
         if progress is not None:
             progress.advance(len(items), result.bytes)
         items = await following
 
 
-def _count(result: CopyResult, items: list[Item], stored: int, skipped: int) -> None:
+def _count(result: CopyResult, items: list[Item], stored: int, skipped: int,
+           as_part: str) -> None:
     result.taken += len(items)
     result.stored += stored
     result.skipped += skipped
     for item in items:
-        result.by_part[item.part] = result.by_part.get(item.part, 0) + 1
+        part = as_part or item.part
+        result.by_part[part] = result.by_part.get(part, 0) + 1
         result.bytes += item.size

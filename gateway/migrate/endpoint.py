@@ -136,6 +136,12 @@ class Destination(Protocol):
     def name(self) -> str:
         ...
 
+    @property
+    def part(self) -> str:
+        """The part every copy is stored as (a gateway destination's `part=`), or "" when each
+        is stored as the part the source hands it out from: the summary counts copies by it."""
+        ...
+
     async def open(self) -> None:
         """Connect and check that the destination takes copies."""
         ...

@@ -65,6 +65,7 @@ class DictDestination:
         self.refuse_at = refuse_at
 
     name = "dict"
+    part = ""
 
     async def open(self) -> None:
         pass
