@@ -268,12 +268,7 @@ class QueueDestination:
     async def open(self) -> None:
         self._connection = await _connect(self._url, "destination")
         try:
-            channel = await self._connection.channel(publisher_confirms=False)
-            try:
-                await channel.declare_queue(self.queue_name, passive=True)
-            except ChannelClosed as exc:
-                # Bad usage (exit 2), as a missing source queue is: nothing was refused.
-                raise InvalidArgument("to", self.name, _no_queue(self.queue_name, exc)) from None
+            await self._exists()
             await self._lock()
             channel = await self._connection.channel(publisher_confirms=False)
             await channel.declare_queue(self.ledger_queue, durable=True)
@@ -287,6 +282,30 @@ class QueueDestination:
         except GatewayError:
             await self.close()
             raise
+
+    async def _exists(self) -> None:
+        """Refuse a queue that does not exist (a passive declare on a channel of its own, which
+        RabbitMQ closes for it)."""
+        assert self._connection is not None
+        channel = await self._connection.channel(publisher_confirms=False)
+        try:
+            await channel.declare_queue(self.queue_name, passive=True)
+        except ChannelClosed as exc:
+            # Bad usage (exit 2), as a missing source queue is: nothing was refused.
+            raise InvalidArgument("to", self.name, _no_queue(self.queue_name, exc)) from None
+        await channel.close()
+
+    async def check(self) -> str:
+        """A dry run's check, changing nothing: the connection (credentials, virtual host) and
+        the queue (a passive declare); no ledger queue, no lock."""
+        self._connection = await _connect(self._url, "destination")
+        try:
+            await self._exists()
+        except BROKER_ERRORS as exc:
+            raise DestinationUnavailable(f"destination {self.name}: {exc!r}") from None
+        finally:
+            await self.close()
+        return ""
 
     async def _lock(self) -> None:
         """One copy into a queue at a time: the ledger is read once, when a copy starts, so two

@@ -111,7 +111,8 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     copy.add_argument("--to", dest="destination", required=True, metavar="URL",
                       help="where they go (see URLs below)")
     copy.add_argument("--dry-run", action="store_true",
-                      help="count what would be copied; copy nothing")
+                      help="count what would be copied and check the destination where "
+                           "that changes nothing there; copy nothing")
     copy.add_argument("--batch", type=int, default=cp.DEFAULT_BATCH,
                       help=f"messages per step (1..{cp.MAX_BATCH}, default {cp.DEFAULT_BATCH})")
     copy.add_argument("--from-token-file", dest="from_token_file", default="",

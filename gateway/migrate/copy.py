@@ -58,6 +58,8 @@ class CopyResult:
     seconds: float = 0.0
     counted: bool = True
     """False for a dry run of a source that cannot count without taking (its `count` None)."""
+    unchecked: str = ""
+    """Why a dry run did not check the destination ("" = checked, `Destination.check`)."""
 
     @property
     def rate(self) -> float:
@@ -65,11 +67,12 @@ class CopyResult:
 
     def summary(self) -> str:
         parts = ", ".join(f"{n} {p}" for p, n in self.by_part.items() if n) or "nothing"
+        note = f" (destination {self.unchecked})" if self.unchecked else ""
         if self.dry_run and not self.counted:
             return (f"dry run: {self.source} cannot count its messages without taking them: "
-                    f"how many would be copied to {self.destination} is not known")
+                    f"how many would be copied to {self.destination} is not known{note}")
         if self.dry_run:
-            return f"dry run: {parts} to copy from {self.source} to {self.destination}"
+            return f"dry run: {parts} to copy from {self.source} to {self.destination}{note}"
         return (f"copied {self.taken} message(s) ({parts}; {self.stored} stored, "
                 f"{self.skipped} already there from an earlier run) from {self.source} to "
                 f"{self.destination} in {self.seconds:.1f} s ({self.rate:,.0f} msg/s, "
@@ -85,7 +88,8 @@ class CopyResult:
 
     def as_dict(self) -> dict[str, object]:
         return {"source": self.source, "destination": self.destination,
-                "dry_run": self.dry_run, "counted": self.counted, "taken": self.taken,
+                "dry_run": self.dry_run, "counted": self.counted,
+                "destination_checked": not self.unchecked, "taken": self.taken,
                 "stored": self.stored, "skipped": self.skipped, "by_part": dict(self.by_part),
                 "bytes": self.bytes,
                 "seconds": round(self.seconds, 3), "rate": round(self.rate, 1)}
@@ -154,6 +158,9 @@ async def copy(
     await source.open()
     try:
         if dry_run:
+            # The destination is checked as the real run opens it, without its side effects:
+            # a dry run predicts the real run's status (a queue missing there, a wrong token).
+            result.unchecked = await destination.check()
             counts = await source.count(exact=True)
             result.by_part = dict(counts or {})
             if destination.part and counts is not None:

@@ -146,6 +146,12 @@ class Destination(Protocol):
         """Connect and check that the destination takes copies."""
         ...
 
+    async def check(self) -> str:
+        """For a dry run: check, changing nothing (no ledger, no lock, no topic created), what
+        `open` would refuse that can be seen so (unreachable, credentials, no such queue), and
+        close again; "" when checked, else why it was not (the summary says it)."""
+        ...
+
     async def put(self, ledger: str, items: Sequence[Item],
                   source_destinations: tuple[str, str]) -> Stored:
         """Store each item unless the ledger `ledger` records its key (and record it), durably

@@ -1,7 +1,8 @@
 """`gateway migrate copy` through the CLI: a missing RabbitMQ destination queue is bad usage
 (exit 2, naming `to=` and the queue), not a refused copy (exit 7), and nothing leaves the
 source; dead letters copied from a RabbitMQ dead-letter queue or from another gateway keep their
-attempt count, reason and time and are counted as dead letters."""
+attempt count, reason and time and are counted as dead letters; a dry run checks the
+destination without side effects."""
 
 from __future__ import annotations
 
@@ -128,3 +129,65 @@ async def test_dead_letters_copied_between_gateways_keep_attempt_reason_and_time
             for field in ("attempt", "reason", "dead_lettered_ms", "original_topic"):
                 assert d[field] == before[mid][field], field
             assert d["reason"] == "poison" and d["attempt"] == 1 and d["dead_lettered_ms"] > 0
+
+
+async def _exists(connection: aio_pika.abc.AbstractConnection, queue: str) -> bool:
+    """Whether RabbitMQ has the queue (a passive declare on a channel of its own)."""
+    side = await connection.channel()
+    try:
+        await side.declare_queue(queue, passive=True)
+    except aio_pika.exceptions.ChannelNotFoundEntity:
+        return False
+    await side.close()
+    return True
+
+
+async def test_a_dry_run_checks_the_destination_and_changes_nothing(tmp_path: Path) -> None:
+    """`--dry-run` predicts the real run's status at the destination too (a queue missing there,
+    credentials it refuses, a gateway it cannot reach), with no side effect there: no ledger
+    queue, no lock, nothing taken from the source. A Pulsar destination is not checked (a
+    producer would create the topic), and the summary says so."""
+    queue = f"migrate-dry-{uuid.uuid4().hex[:10]}"
+    wrong = URL.replace("guest:guest@", "guest:wrongpw@")
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    source = start_gateway(tmp_path / "a")
+    url_a = f"gateway://{source.target}/orders?group=billing"
+    try:
+        async with GatewayClient(source.target) as client:
+            await client.publish("orders", [b"one", b"two"])
+        missing = migrate("copy", "--from", url_a, "--to", f"{URL}?queue={queue}",
+                          "--dry-run", timeout_s=120)
+        assert missing.returncode == 2, (missing.stdout, missing.stderr)
+        assert "to=" in missing.stderr and queue in missing.stderr, missing.stderr
+
+        await channel.declare_queue(queue, durable=True)
+        denied = migrate("copy", "--from", url_a, "--to", f"{wrong}?queue={queue}",
+                         "--dry-run", timeout_s=120)
+        assert denied.returncode == 4, (denied.stdout, denied.stderr)
+        assert "wrongpw" not in denied.stderr
+        away = migrate("copy", "--from", url_a, "--to", "gateway://127.0.0.1:1/orders",
+                       "--dry-run", timeout_s=120)
+        assert away.returncode == 6, (away.stdout, away.stderr)
+
+        dry = migrate("copy", "--from", url_a, "--to", f"{URL}?queue={queue}", "--dry-run",
+                      "--json", timeout_s=120)
+        assert dry.returncode == 0, dry.stderr
+        summary = json.loads(dry.stdout)
+        assert summary["by_part"]["ready"] == 2 and summary["destination_checked"] is True
+        assert not await _exists(connection, f"{queue}.migrate-ledger")
+        assert not await _exists(connection, f"{queue}.migrate-lock")
+        assert (await channel.declare_queue(queue, passive=True)).declaration_result \
+            .message_count == 0
+        assert len(await read_part(source.target, "orders", "billing", "ready")) == 2
+
+        pulsar = migrate("copy", "--from", url_a, "--to", "pulsar://127.0.0.1:1/elsewhere",
+                         "--dry-run", timeout_s=120)
+        assert pulsar.returncode == 0, pulsar.stderr
+        assert "2 ready to copy" in pulsar.stdout and "not checked" in pulsar.stdout, \
+            pulsar.stdout
+    finally:
+        stop(source)
+        for name in (queue, f"{queue}.migrate-ledger"):
+            await channel.queue_delete(name)
+        await connection.close()

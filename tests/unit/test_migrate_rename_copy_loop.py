@@ -70,6 +70,9 @@ class DictDestination:
     async def open(self) -> None:
         pass
 
+    async def check(self) -> str:
+        return ""
+
     async def put(self, ledger: str, items: Sequence[Item],
                   source_destinations: tuple[str, str]) -> Stored:
         new = 0
