@@ -41,7 +41,7 @@ from pamqp.constants import DOMAIN_REGEX
 
 from adapters.amqp.backend_reconnect import quiet_library_logs
 from adapters.amqp.frontend.messages import delivery_properties
-from adapters.amqp.migrate_item import item_of
+from adapters.amqp.migrate_item import item_of, published_properties
 from adapters.amqp.product import MIGRATION_PORTS, vhost
 from gateway.engine.api import Delivery
 from gateway.errors import FailedPrecondition, GatewayError, InvalidArgument
@@ -464,8 +464,8 @@ def _suffixed(name: str, suffix: str) -> str:
 
 def _amqp_message(item: Item) -> aio_pika.Message:
     m = item.message
-    delivery = Delivery("", m.message_id, "", "", m.body, m.properties, m.key, m.tag,
-                        m.attempt, m.retries, 0, 0, m.deliver_at_ms)
+    delivery = Delivery("", m.message_id, "", "", m.body, published_properties(m.properties),
+                        m.key, m.tag, m.attempt, m.retries, 0, 0, m.deliver_at_ms)
     props = delivery_properties(delivery)
     return aio_pika.Message(
         m.body, headers=props.get("headers") or None, content_type=props.get("content_type"),

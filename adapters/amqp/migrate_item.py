@@ -69,6 +69,15 @@ def item_of(message: DeliveredMessage) -> Item:
     return Item(key, READY, out, message.delivery, message_size(out), first)
 
 
+def published_properties(properties: Mapping[str, str]) -> Mapping[str, str]:
+    """The properties a copy is published into a RabbitMQ queue with: where its `x-death`
+    travels as it was, the dead-letter reason and time read off it (`item_of`, for a gateway
+    destination) left out, so that no `x-gateway-*` header is added to it."""
+    if "x-death" not in properties:
+        return properties
+    return {k: v for k, v in properties.items() if k not in (DEAD_REASON, DEAD_AT)}
+
+
 def death_of(headers: Mapping[str, object]) -> tuple[str, int, int] | None:
     """What a RabbitMQ dead letter's `x-death` header says (its entries newest first): the
     latest death's reason and time (wall-clock ms, 0 unknown), and the refused deliveries

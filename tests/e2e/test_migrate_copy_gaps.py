@@ -103,6 +103,40 @@ async def test_a_rabbitmq_dead_letter_queue_copied_as_dead_letters(tmp_path: Pat
         await connection.close()
 
 
+async def test_a_rabbitmq_dead_letter_copied_to_a_queue_gains_no_reserved_header() -> None:
+    """Into another queue a RabbitMQ dead letter goes with its `x-death` as it was: the reason
+    and time read off it for a gateway destination are not written as `x-gateway-*` headers."""
+    work = f"migrate-work-{uuid.uuid4().hex[:10]}"
+    dlq, into = f"{work}.dlq", f"{work}.into"
+    connection = await aio_pika.connect(URL)
+    channel = await connection.channel()
+    for name in (dlq, into):
+        await channel.declare_queue(name, durable=True)
+    queue = await channel.declare_queue(work, durable=True, arguments={
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+    try:
+        await channel.default_exchange.publish(
+            aio_pika.Message(b"bad", message_id="id-x", headers={"h": "v"}), work)
+        message = await queue.get(no_ack=False, fail=True)
+        assert message is not None
+        await message.reject(requeue=False)
+        deadline = time.monotonic() + 10
+        while (await channel.declare_queue(dlq, passive=True)).declaration_result \
+                .message_count != 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        done = migrate("copy", "--from", f"{URL}?queue={dlq}", "--to", f"{URL}?queue={into}")
+        assert done.returncode == 0, done.stderr
+        copied = await (await channel.declare_queue(into, passive=True)).get(no_ack=True)
+        assert copied is not None
+        headers = copied.headers or {}
+        assert headers["h"] == "v" and headers["x-first-death-reason"] == "rejected"
+        assert not any(is_reserved(k) for k in headers), headers
+    finally:
+        for name in (work, dlq, into, f"{into}.migrate-ledger"):
+            await channel.queue_delete(name)
+        await connection.close()
+
+
 async def test_dead_letters_copied_between_gateways_keep_attempt_reason_and_time(
         tmp_path: Path) -> None:
     """A regression guard: a gateway's dead letters keep their attempt count, reason and time
