@@ -13,7 +13,8 @@ is the path, `/` when empty, `%2F` spelled out otherwise, as in RabbitMQ's URI s
   message written by a gateway's
   RabbitMQ back end keeps its key, tag, due time and counters (its `x-gateway-*` headers); any
   other message is a ready message whose basic properties travel as `amqp.*` properties and its
-  headers as properties, as the gateway's AMQP front end carries them.
+  headers as properties, as the gateway's AMQP front end carries them; a RabbitMQ dead letter
+  (`x-death`) keeps its reason, time and refused deliveries (`adapters.amqp.migrate_item`).
 * As a destination: the queue must exist. Copies are published persistent, in AMQP
   transactions: each batch and the ledger entry naming its keys commit together (`tx.commit`),
   so a copy killed at any point stores nothing twice. The ledger is the durable queue
@@ -27,7 +28,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import time
 import uuid
 from collections import deque
 from collections.abc import Sequence
@@ -40,16 +40,11 @@ from aiormq.exceptions import ChannelInvalidStateError, InvalidFrameError
 from pamqp.constants import DOMAIN_REGEX
 
 from adapters.amqp.backend_reconnect import quiet_library_logs
-from adapters.amqp.codec import decode
-from adapters.amqp.frontend.errors import AMQPError as AMQPFrameError
-from adapters.amqp.frontend.messages import delivery_properties, out_message
-from adapters.amqp.frontend.values import as_text
+from adapters.amqp.frontend.messages import delivery_properties
+from adapters.amqp.migrate_item import item_of, published_properties
 from adapters.amqp.product import MIGRATION_PORTS, vhost
-from gateway.backend.base import OutMessage
-from gateway.core.properties import ATTEMPT
 from gateway.engine.api import Delivery
 from gateway.errors import FailedPrecondition, GatewayError, InvalidArgument
-from gateway.limits import message_size
 from gateway.migrate.endpoint import (
     READY,
     DestinationRefused,
@@ -119,42 +114,6 @@ async def _connect(url: Url, side: str) -> AbstractConnection:
 def _unavailable(url: Url, side: str, exc: BaseException) -> GatewayError:
     error = SourceUnavailable if side == "source" else DestinationUnavailable
     return error(f"{side} {url.shown}: cannot connect to RabbitMQ: {exc!r}")
-
-
-def item_of(message: DeliveredMessage) -> Item:
-    """A queue message as a copy item (see the module docstring)."""
-    properties = message.header.properties
-    headers = properties.headers or {}
-    body = message.body
-    if ATTEMPT in headers:
-        env = decode(headers, properties.message_id, properties.timestamp,
-                     int(time.time() * 1000))
-        out = OutMessage(body, env.properties, env.key, env.tag, env.deliver_at_ms,
-                         env.message_id, env.stated_attempt, env.retries)
-    else:
-        delivery = message.delivery
-        exchange = getattr(delivery, "exchange", "") or ""
-        routing_key = getattr(delivery, "routing_key", "") or ""
-        try:
-            props = dict(out_message(properties, body, exchange, routing_key).properties)
-        except AMQPFrameError:
-            # What the AMQP front end would refuse from a publisher (a header named like a
-            # basic property's `amqp.*` name, an expiration that is no number): the headers
-            # as they are, as text.
-            props = {k: as_text(v) for k, v in headers.items() if k}
-        out = OutMessage(body, props, message_id=properties.message_id or "")
-    key = properties.message_id or _digest(out)
-    first = not getattr(message.delivery, "redelivered", True)
-    return Item(key, READY, out, message.delivery, message_size(out), first)
-
-
-def _digest(message: OutMessage) -> str:
-    """A key for a message without an id: its body and properties."""
-    h = hashlib.sha256(message.body)
-    for k in sorted(message.properties):
-        h.update(b"\0" + k.encode("utf-8", "replace") + b"\0"
-                 + message.properties[k].encode("utf-8", "replace"))
-    return "sha256:" + h.hexdigest()
 
 
 class QueueSource:
@@ -302,16 +261,14 @@ class QueueDestination:
     def name(self) -> str:
         return self._url.shown
 
+    @property
+    def part(self) -> str:
+        return ""  # each counted as the source hands it out (all are ready messages here)
+
     async def open(self) -> None:
         self._connection = await _connect(self._url, "destination")
         try:
-            channel = await self._connection.channel(publisher_confirms=False)
-            try:
-                await channel.declare_queue(self.queue_name, passive=True)
-            except ChannelClosed as exc:
-                raise DestinationRefused(
-                    f"destination {self.name}: no queue {self.queue_name!r}: declare it first, "
-                    f"with its arguments ({exc})") from None
+            await self._exists()
             await self._lock()
             channel = await self._connection.channel(publisher_confirms=False)
             await channel.declare_queue(self.ledger_queue, durable=True)
@@ -325,6 +282,30 @@ class QueueDestination:
         except GatewayError:
             await self.close()
             raise
+
+    async def _exists(self) -> None:
+        """Refuse a queue that does not exist (a passive declare on a channel of its own, which
+        RabbitMQ closes for it)."""
+        assert self._connection is not None
+        channel = await self._connection.channel(publisher_confirms=False)
+        try:
+            await channel.declare_queue(self.queue_name, passive=True)
+        except ChannelClosed as exc:
+            # Bad usage (exit 2), as a missing source queue is: nothing was refused.
+            raise InvalidArgument("to", self.name, _no_queue(self.queue_name, exc)) from None
+        await channel.close()
+
+    async def check(self) -> str:
+        """A dry run's check, changing nothing: the connection (credentials, virtual host) and
+        the queue (a passive declare); no ledger queue, no lock."""
+        self._connection = await _connect(self._url, "destination")
+        try:
+            await self._exists()
+        except BROKER_ERRORS as exc:
+            raise DestinationUnavailable(f"destination {self.name}: {exc!r}") from None
+        finally:
+            await self.close()
+        return ""
 
     async def _lock(self) -> None:
         """One copy into a queue at a time: the ledger is read once, when a copy starts, so two
@@ -468,6 +449,11 @@ class QueueDestination:
                 await connection.close()
 
 
+def _no_queue(name: str, exc: BaseException) -> str:
+    return (f"a queue that exists: RabbitMQ has no queue {name!r} there: declare it first, "
+            f"with its arguments ({exc})")
+
+
 def _suffixed(name: str, suffix: str) -> str:
     """`name` + `suffix`, within RabbitMQ's 255 bytes (a long name is cut and a digest added)."""
     if len((name + suffix).encode()) <= 255:
@@ -478,8 +464,8 @@ def _suffixed(name: str, suffix: str) -> str:
 
 def _amqp_message(item: Item) -> aio_pika.Message:
     m = item.message
-    delivery = Delivery("", m.message_id, "", "", m.body, m.properties, m.key, m.tag,
-                        m.attempt, m.retries, 0, 0, m.deliver_at_ms)
+    delivery = Delivery("", m.message_id, "", "", m.body, published_properties(m.properties),
+                        m.key, m.tag, m.attempt, m.retries, 0, 0, m.deliver_at_ms)
     props = delivery_properties(delivery)
     return aio_pika.Message(
         m.body, headers=props.get("headers") or None, content_type=props.get("content_type"),

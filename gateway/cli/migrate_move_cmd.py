@@ -72,8 +72,9 @@ COPY_EXITS = """URLs:
 exit statuses:
   0  done: every message the source held was copied (or found copied) and removed there
   1  failed otherwise
-  2  bad usage: a bad URL or flag (an unknown naming=, say), or the source refused the
-     request (no such topic or queue, consumers open)
+  2  bad usage: a bad URL or flag (an unknown naming=, say), the source refused the
+     request (no such topic or queue, consumers open), or the destination queue does
+     not exist
   4  not allowed: a side refused the credentials
   5  the source cannot be reached (or went away); nothing unconfirmed was removed
   6  the destination cannot be reached; nothing unconfirmed was removed at the source
@@ -110,7 +111,8 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     copy.add_argument("--to", dest="destination", required=True, metavar="URL",
                       help="where they go (see URLs below)")
     copy.add_argument("--dry-run", action="store_true",
-                      help="count what would be copied; copy nothing")
+                      help="count what would be copied and check the destination where "
+                           "that changes nothing there; copy nothing")
     copy.add_argument("--batch", type=int, default=cp.DEFAULT_BATCH,
                       help=f"messages per step (1..{cp.MAX_BATCH}, default {cp.DEFAULT_BATCH})")
     copy.add_argument("--from-token-file", dest="from_token_file", default="",

@@ -51,10 +51,15 @@ class CopyResult:
     skipped: int = 0
     """Messages an earlier run had copied already (acknowledged now, not stored again)."""
     by_part: dict[str, int] = field(default_factory=dict)
+    """Messages by the part their copies are stored as (`Destination.part`, else the part the
+    source hands them out from): dead letters of a broker's dead-letter queue copied with
+    `part=dead-letter` count as dead letters, not as ready messages."""
     bytes: int = 0
     seconds: float = 0.0
     counted: bool = True
     """False for a dry run of a source that cannot count without taking (its `count` None)."""
+    unchecked: str = ""
+    """Why a dry run did not check the destination ("" = checked, `Destination.check`)."""
 
     @property
     def rate(self) -> float:
@@ -62,11 +67,12 @@ class CopyResult:
 
     def summary(self) -> str:
         parts = ", ".join(f"{n} {p}" for p, n in self.by_part.items() if n) or "nothing"
+        note = f" (destination {self.unchecked})" if self.unchecked else ""
         if self.dry_run and not self.counted:
             return (f"dry run: {self.source} cannot count its messages without taking them: "
-                    f"how many would be copied to {self.destination} is not known")
+                    f"how many would be copied to {self.destination} is not known{note}")
         if self.dry_run:
-            return f"dry run: {parts} to copy from {self.source} to {self.destination}"
+            return f"dry run: {parts} to copy from {self.source} to {self.destination}{note}"
         return (f"copied {self.taken} message(s) ({parts}; {self.stored} stored, "
                 f"{self.skipped} already there from an earlier run) from {self.source} to "
                 f"{self.destination} in {self.seconds:.1f} s ({self.rate:,.0f} msg/s, "
@@ -82,7 +88,8 @@ class CopyResult:
 
     def as_dict(self) -> dict[str, object]:
         return {"source": self.source, "destination": self.destination,
-                "dry_run": self.dry_run, "counted": self.counted, "taken": self.taken,
+                "dry_run": self.dry_run, "counted": self.counted,
+                "destination_checked": not self.unchecked, "taken": self.taken,
                 "stored": self.stored, "skipped": self.skipped, "by_part": dict(self.by_part),
                 "bytes": self.bytes,
                 "seconds": round(self.seconds, 3), "rate": round(self.rate, 1)}
@@ -151,8 +158,13 @@ async def copy(
     await source.open()
     try:
         if dry_run:
+            # The destination is checked as the real run opens it, without its side effects:
+            # a dry run predicts the real run's status (a queue missing there, a wrong token).
+            result.unchecked = await destination.check()
             counts = await source.count(exact=True)
             result.by_part = dict(counts or {})
+            if destination.part and counts is not None:
+                result.by_part = {destination.part: sum(counts.values())}
             result.counted = counts is not None
             return result
         await destination.open()
@@ -187,16 +199,18 @@ async def _run(source: Source, destination: Destination, batch: int, result: Cop
             following.cancel()
             await asyncio.gather(following, return_exceptions=True)
             raise
-        _count(result, items, stored.stored, stored.skipped)
+        _count(result, items, stored.stored, stored.skipped, destination.part)
         if progress is not None:
             progress.advance(len(items), result.bytes)
         items = await following
 
 
-def _count(result: CopyResult, items: list[Item], stored: int, skipped: int) -> None:
+def _count(result: CopyResult, items: list[Item], stored: int, skipped: int,
+           as_part: str) -> None:
     result.taken += len(items)
     result.stored += stored
     result.skipped += skipped
     for item in items:
-        result.by_part[item.part] = result.by_part.get(item.part, 0) + 1
+        part = as_part or item.part
+        result.by_part[part] = result.by_part.get(part, 0) + 1
         result.bytes += item.size

@@ -136,8 +136,20 @@ class Destination(Protocol):
     def name(self) -> str:
         ...
 
+    @property
+    def part(self) -> str:
+        """The part every copy is stored as (a gateway destination's `part=`), or "" when each
+        is stored as the part the source hands it out from: the summary counts copies by it."""
+        ...
+
     async def open(self) -> None:
         """Connect and check that the destination takes copies."""
+        ...
+
+    async def check(self) -> str:
+        """For a dry run: check, changing nothing (no ledger, no lock, no topic created), what
+        `open` would refuse that can be seen so (unreachable, credentials, no such queue), and
+        close again; "" when checked, else why it was not (the summary says it)."""
         ...
 
     async def put(self, ledger: str, items: Sequence[Item],

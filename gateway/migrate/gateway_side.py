@@ -306,6 +306,15 @@ class GatewayDestination(_Side):
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "destination", self.name)
 
+    async def check(self) -> str:
+        """A dry run's check: the read-only call `open` makes (ListTopics: reachable, the
+        token an admin's)."""
+        try:
+            await self.open()
+        finally:
+            await self.close()
+        return ""
+
     async def put(self, ledger: str, items: Sequence[Item],
                   source_destinations: tuple[str, str]) -> Stored:
         assert self.client is not None

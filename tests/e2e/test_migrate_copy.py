@@ -201,10 +201,10 @@ async def test_unreachable_destination_takes_nothing_from_the_source(tmp_path: P
         result = migrate("copy", "--from", f"{URL}?queue={queue}",
                          "--to", "gateway://127.0.0.1:1/orders", timeout_s=60)
         assert result.returncode == 6, result.stderr
+        # The dry run checks the destination as the run opens it: it predicts the exit 6.
         dry = migrate("copy", "--from", f"{URL}?queue={queue}",
                       "--to", "gateway://127.0.0.1:1/orders", "--dry-run", "--json")
-        assert dry.returncode == 0, dry.stderr
-        assert '"ready": 50' in dry.stdout
+        assert dry.returncode == 6, dry.stderr
         assert await _queue_depth(channel, queue) == 50
     finally:
         await channel.queue_delete(queue)

@@ -65,9 +65,13 @@ class DictDestination:
         self.refuse_at = refuse_at
 
     name = "dict"
+    part = ""
 
     async def open(self) -> None:
         pass
+
+    async def check(self) -> str:
+        return ""
 
     async def put(self, ledger: str, items: Sequence[Item],
                   source_destinations: tuple[str, str]) -> Stored:
