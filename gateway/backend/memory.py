@@ -176,7 +176,7 @@ class InMemoryBackend(Backend):
                 now_ms, message.deliver_at_ms, message.attempt, message.retries,
             )
             index.next_pos += 1
-        index.published = True
+        index.published, index.newest = True, ids[-1]
         for group in index.groups.values():
             group.wake()
         return ids
@@ -385,6 +385,12 @@ class InMemoryBackend(Backend):
         for slot in counted:
             slot.retries = 0
         return len(counted)
+
+    async def last_id(self, topic: str) -> str | None:
+        """See `Backend.last_id`: the newest published, even once `trim` forgot it."""
+        self._ready()
+        index = self._topics.get(topic)
+        return index.newest if index is not None and index.newest else None
 
     async def topics(self) -> list[str]:
         self._ready()

@@ -88,4 +88,6 @@ class Topic:
     messages: dict[int, Message] = field(default_factory=dict)
     next_pos: int = 1
     published: bool = False
+    newest: str = ""
+    """The id of the newest message published ("": none), kept when a trim forgets it."""
     groups: dict[str, Group] = field(default_factory=dict)
