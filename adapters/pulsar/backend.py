@@ -80,7 +80,8 @@ class PulsarBackend(Backend):
     """The client library sees only what a subscription has received: no broker backlog view
     for `peek`, `remove`, `purge` or `stats` (that needs Pulsar's admin API). No
     "purge-keeps-inflight": a purge's seek moves the subscription past leased messages too, so
-    they survive it in this process only (see `purge`)."""
+    they survive it in this process only (see `purge`). `last_id` is None: a topic's newest
+    message id is the broker's (a consumer's GET_LAST_MESSAGE_ID), not one this back end made."""
 
     def __init__(
         self,

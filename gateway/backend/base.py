@@ -349,6 +349,14 @@ class Backend(abc.ABC):
         topic (any more); `Unimplemented` where the back end cannot (`seekable` False)."""
         raise Unimplemented(f"the {self.name} back end cannot move a group's position")
 
+    async def last_id(self, topic: str) -> str | None:
+        """The message id of the newest message `topic` holds (the last one published and
+        still kept), or None when it holds none or the back end cannot tell. Back ends that are
+        `seekable` answer it (the embedded store and the in-memory one keep a topic's newest
+        message through trims); the default, for back ends that cannot read a topic without
+        consuming it (a broker's queue), is None."""
+        return None
+
     async def reset_retries(self, topic: str, group: str) -> int:
         """Count the failures of `group`'s messages on `topic` from 0 again: each message it has
         released or delayed (not leased) gets `retries` 0; its attempt count stays. This is for

@@ -20,101 +20,18 @@ Durability is the process's lifetime. `poke()` wakes `wait` callers (after a man
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage, TopicStats
+from gateway.backend.memory_state import Entry, Group, Message, Slot, Topic
 from gateway.backend.waiting import park
 from gateway.engine.clock import Clock, SystemClock
 from gateway.errors import InvalidArgument, NotFound, Unavailable
 
 _instances = itertools.count(1)
 """Instance numbers, the middle of every message id: ids stay unique across instances."""
-
-_Entry = tuple[int, int, int]
-"""A waiting slot in a heap: (visible-at ms, position, the slot's entry number). An entry whose
-number is no longer its slot's is stale (the slot moved, was leased or is gone) and is skipped."""
-
-
-@dataclass(slots=True, eq=False)
-class _Message:
-    message_id: str
-    key: str
-    tag: str
-    body: bytes
-    properties: Mapping[str, str]
-    publish_ms: int
-    deliver_at_ms: int
-    attempt: int
-    retries: int
-
-
-@dataclass(slots=True, eq=False)
-class _Slot:
-    """A position a group has looked at and not acked."""
-
-    visible_at: int
-    attempt: int
-    retries: int
-    token: str = ""
-    """The lease token while leased, else ""."""
-    entry: int = 0
-    """The number of its one live heap entry while waiting (0 while leased)."""
-
-
-@dataclass(eq=False)
-class _Group:
-    name: str
-    cursor: int
-    """The first position the group has not looked at."""
-    slots: dict[int, _Slot] = field(default_factory=dict)
-    ready: list[_Entry] = field(default_factory=list)
-    """Visible waiting slots, a heap by visible-at then position."""
-    delayed: list[_Entry] = field(default_factory=list)
-    """Waiting slots that may not be visible yet (released or delayed), a heap by visible-at."""
-    held: dict[str, list[_Entry]] = field(default_factory=dict)
-    """Visible waiting slots whose key a fetch excluded, parked until a fetch does not."""
-    dirty: bool = True
-    """Something may be fetchable that the last fetch did not see."""
-    waiters: list[asyncio.Future[None]] = field(default_factory=list)
-    placed: bool = False  # it looked at positions or was created: it keeps its position
-
-    def reset(self, cursor: int) -> None:
-        """Forget every position looked at; read on from `cursor`."""
-        self.cursor, self.placed = cursor, True
-        for table in (self.slots, self.ready, self.delayed, self.held):
-            table.clear()
-        self.wake()
-
-    def wake(self) -> None:
-        self.dirty = True
-        waiters, self.waiters = self.waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def live(self, entry: _Entry) -> bool:
-        slot = self.slots.get(entry[1])
-        return slot is not None and slot.entry == entry[2]
-
-    def next_delayed(self) -> int | None:
-        """The earliest visible-at time among delayed slots (stale heap tops dropped)."""
-        delayed = self.delayed
-        while delayed and not self.live(delayed[0]):
-            heapq.heappop(delayed)
-        return delayed[0][0] if delayed else None
-
-
-@dataclass(eq=False)
-class _Topic:
-    name: str
-    messages: dict[int, _Message] = field(default_factory=dict)
-    next_pos: int = 1
-    published: bool = False
-    groups: dict[str, _Group] = field(default_factory=dict)
 
 
 class InMemoryBackend(Backend):
@@ -128,7 +45,7 @@ class InMemoryBackend(Backend):
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()
-        self._topics: dict[str, _Topic] = {}
+        self._topics: dict[str, Topic] = {}
         self._tag = f"{next(_instances) & 0xFFFFFFFF:08x}"
         self._ids = itertools.count(1)
         self._entries = itertools.count(1)
@@ -163,46 +80,46 @@ class InMemoryBackend(Backend):
 
     # ----------------------------------------------------------------- helpers
 
-    def _topic(self, name: str) -> _Topic:
+    def _topic(self, name: str) -> Topic:
         topic = self._topics.get(name)
         if topic is None:
             if not name:
                 raise InvalidArgument("topic", name, "a non-empty topic name")
-            topic = self._topics[name] = _Topic(name)
+            topic = self._topics[name] = Topic(name)
         return topic
 
-    def _group(self, topic: _Topic, name: str) -> _Group:
+    def _group(self, topic: Topic, name: str) -> Group:
         group = topic.groups.get(name)
         if group is None:
             if not name:
                 raise InvalidArgument("group", name, "a non-empty group name")
             start = min(topic.messages, default=topic.next_pos)
-            group = topic.groups[name] = _Group(name, start)
+            group = topic.groups[name] = Group(name, start)
         return group
 
-    def _known(self, lease: Lease) -> tuple[_Topic, _Group] | None:
+    def _known(self, lease: Lease) -> tuple[Topic, Group] | None:
         topic = self._topics.get(lease.topic)
         group = None if topic is None else topic.groups.get(lease.group)
         return None if topic is None or group is None else (topic, group)
 
-    def _waiting(self, pos: int, slot: _Slot) -> _Entry:
+    def _waiting(self, pos: int, slot: Slot) -> Entry:
         """Make `slot` a waiting one (not leased); return its new heap entry, not placed."""
         slot.token = ""
         slot.entry = next(self._entries)
         return slot.visible_at, pos, slot.entry
 
-    def _delay(self, group: _Group, pos: int, slot: _Slot) -> None:
+    def _delay(self, group: Group, pos: int, slot: Slot) -> None:
         """Make `slot` a waiting one in the delayed heap (`fetch` moves it on once visible)."""
         heapq.heappush(group.delayed, self._waiting(pos, slot))
 
-    def _look_at(self, topic: _Topic, group: _Group, upto: int) -> list[tuple[int, _Slot]]:
+    def _look_at(self, topic: Topic, group: Group, upto: int) -> list[tuple[int, Slot]]:
         """Give slots to the positions from the cursor below `upto`; return them, not placed."""
-        out: list[tuple[int, _Slot]] = []
+        out: list[tuple[int, Slot]] = []
         messages = topic.messages
         for pos in range(group.cursor, min(upto, topic.next_pos)):
             message = messages.get(pos)
             if message is not None:
-                slot = _Slot(message.deliver_at_ms, message.attempt, message.retries)
+                slot = Slot(message.deliver_at_ms, message.attempt, message.retries)
                 group.slots[pos] = slot
                 out.append((pos, slot))
         group.cursor = max(group.cursor, min(upto, topic.next_pos))
@@ -210,7 +127,7 @@ class InMemoryBackend(Backend):
         return out
 
     @staticmethod
-    def _advance(group: _Group, now_ms: int) -> None:
+    def _advance(group: Group, now_ms: int) -> None:
         """Move delayed slots visible at `now_ms` to the ready heap."""
         delayed = group.delayed
         while delayed and delayed[0][0] <= now_ms:
@@ -218,14 +135,14 @@ class InMemoryBackend(Backend):
             if group.live(entry):
                 heapq.heappush(group.ready, entry)
 
-    def _lease(self, topic: _Topic, group: _Group, pos: int, slot: _Slot) -> StoredMessage:
+    def _lease(self, topic: Topic, group: Group, pos: int, slot: Slot) -> StoredMessage:
         token = f"{self._session}.{next(self._tokens)}"
         slot.token = token
         slot.entry = 0
         return self._stored(topic, group, pos, slot, token)
 
     @staticmethod
-    def _stored(topic: _Topic, group: _Group, pos: int, slot: _Slot, token: str) -> StoredMessage:
+    def _stored(topic: Topic, group: Group, pos: int, slot: Slot, token: str) -> StoredMessage:
         message = topic.messages[pos]
         return StoredMessage(
             lease=Lease(topic.name, group.name, pos, token),
@@ -254,12 +171,12 @@ class InMemoryBackend(Backend):
         for message in messages:
             message_id = message.message_id or f"{prefix}{next(self._ids) & 0xFFFFFFFFFFFF:012x}"
             ids.append(message_id)
-            index.messages[index.next_pos] = _Message(
+            index.messages[index.next_pos] = Message(
                 message_id, message.key, message.tag, bytes(message.body), message.properties,
                 now_ms, message.deliver_at_ms, message.attempt, message.retries,
             )
             index.next_pos += 1
-        index.published = True
+        index.published, index.newest = True, ids[-1]
         for group in index.groups.values():
             group.wake()
         return ids
@@ -406,7 +323,7 @@ class InMemoryBackend(Backend):
         out: list[StoredMessage] = []
         for pos in sorted(seen + fresh)[:limit]:
             message = index.messages[pos]
-            slot = state.slots.get(pos) or _Slot(0, message.attempt, message.retries)
+            slot = state.slots.get(pos) or Slot(0, message.attempt, message.retries)
             out.append(self._stored(index, state, pos, slot, ""))
         return out
 
@@ -468,6 +385,12 @@ class InMemoryBackend(Backend):
         for slot in counted:
             slot.retries = 0
         return len(counted)
+
+    async def last_id(self, topic: str) -> str | None:
+        """See `Backend.last_id`: the newest published, even once `trim` forgot it."""
+        self._ready()
+        index = self._topics.get(topic)
+        return index.newest if index is not None and index.newest else None
 
     async def topics(self) -> list[str]:
         self._ready()

@@ -294,6 +294,11 @@ class Engine(Delivering):
                                           for c in sub.consumers)
         return max(outstanding - taken, 0)
 
+    async def last_id(self, topic: str) -> str | None:
+        """The newest message id of `topic` (`EnginePort.last_id`)."""
+        check_name("topic", topic)
+        return await self.backend.last_id(topic)
+
     def known_topic(self, topic: str) -> bool:
         """Whether `topic` is known to exist without asking the back end (`EngineQueries`)."""
         return topic in self._known_topics

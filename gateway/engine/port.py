@@ -211,6 +211,11 @@ class EnginePort(Protocol):
         messages the back end has not looked at yet may count)."""
         ...
 
+    async def last_id(self, topic: str) -> str | None:
+        """The message id of the newest message `topic` holds, or None when it holds none or
+        the back end cannot tell (`Backend.last_id`: back ends without `positions` may not)."""
+        ...
+
     async def seek(
         self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
     ) -> None:

@@ -15,7 +15,8 @@ then (a new session) and their messages are delivered again. At too many failure
 gives up (`fatal`).
 
 This module holds the hot path (publish, fetch, wait, ack, release) and the wiring; the admin
-verbs are `gateway.store.admin`, creating and seeking groups `gateway.store.positions`.
+verbs are `gateway.store.admin`, creating and seeking groups and a topic's newest message
+`gateway.store.positions`.
 """
 
 from __future__ import annotations
@@ -255,6 +256,7 @@ class EmbeddedStore(Backend):
         def committed() -> None:
             index.persisted = True
             TailCache.committed(index, end)
+            index.note_newest(end - 1, ids)
             for group in list(index.waiting):  # the others look at `committed` in `wait`
                 group.wake()
 
@@ -330,7 +332,7 @@ class EmbeddedStore(Backend):
         """Take released leases out of the index: the write that records them and what to run
         once it committed (None: nothing to release). Raises, having changed nothing, for a
         value the store cannot keep."""
-        _check_releases(releases)
+        guard.check_releases(releases)
         rows: list[UnackedRow] = []
         placed: list[tuple[GroupIndex, int, int, str]] = []
         known_group = self._catalog.known_group
@@ -371,7 +373,7 @@ class EmbeddedStore(Backend):
         transaction (one fsync for the whole settle batch). A copy the store refuses raises
         before the acks are queued: its original stays leased, as with `publish` then `ack`."""
         writer, _ = self._supervisor.ready()
-        _check_releases(releases)
+        guard.check_releases(releases)
         pending: list[asyncio.Future[object]] = []
         for topic, messages in copies.items():
             if messages:
@@ -446,6 +448,10 @@ class EmbeddedStore(Backend):
             message_id=message_id, publish_ms=publish_ms,
         )
 
+    async def last_id(self, topic: str) -> str | None:
+        _, reader = self._supervisor.ready()
+        return await positions.last_id(self._catalog, reader, topic)
+
     async def drop_group(self, topic: str, group: str) -> bool:
         writer, _ = self._supervisor.ready()
         return await admin.drop_group(self._catalog, writer, topic, group)
@@ -477,15 +483,6 @@ class EmbeddedStore(Backend):
 async def _committed(future: asyncio.Future[object], then: Callable[[], None]) -> None:
     """Await a write; run `then` once it committed, even if the caller is cancelled meanwhile."""
     await asyncio.shield(_then(future, then))
-
-
-def _check_releases(releases: Sequence[Release]) -> None:
-    """Refuse a release with a value the store cannot keep (0..2**63-1)."""
-    for item in releases:
-        if (item.visible_at_ms | item.attempt | item.retries) >> 63:
-            guard.count("visible_at_ms", item.visible_at_ms)
-            guard.count("attempt", item.attempt)
-            guard.count("retries", item.retries)
 
 
 def _then(future: asyncio.Future[object], then: Callable[[], None]) -> asyncio.Future[object]:

@@ -12,10 +12,10 @@ field by field (`check_message`), which either raises or finds it fine (a non-AS
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.backend.base import OutMessage
+from gateway.backend.base import OutMessage, Release
 from gateway.errors import InvalidArgument
 
 INT64_MAX = (1 << 63) - 1
@@ -65,6 +65,15 @@ def check_properties(properties: Mapping[Any, object]) -> None:
         for one in (key, value):
             if not isinstance(one, str):
                 raise refuse("properties", one, "string keys and string values")
+
+
+def check_releases(releases: Sequence[Release]) -> None:
+    """Refuse a release with a value the store cannot keep (0..2**63-1)."""
+    for item in releases:
+        if (item.visible_at_ms | item.attempt | item.retries) >> 63:
+            count("visible_at_ms", item.visible_at_ms)
+            count("attempt", item.attempt)
+            count("retries", item.retries)
 
 
 def count(field: str, value: object) -> int:

@@ -82,9 +82,17 @@ class TopicIndex:
     nothing is tried again once this (or its groups' cursors, or its end) moved."""
     trim_idle: tuple[int, int, int, int] | None = None
     """(lowest cursor, next position, settled, groups) of the last trim that deleted nothing."""
+    newest: tuple[int, str] | None = None
+    """(position, message id) of the newest committed message, once known (`positions.last_id`
+    reads it from the table once after an open; each commit of new messages sets it)."""
 
     def __post_init__(self) -> None:
         self.committed = self.tail_first = self.tail_end = self.next_pos
+
+    def note_newest(self, last: int, ids: Sequence[str]) -> None:
+        """Positions up to `last`, the last of `ids`, are committed: the newest, if it is."""
+        if ids and (self.newest is None or self.newest[0] < last):
+            self.newest = (last, ids[-1])
 
 
 @dataclass(eq=False, slots=True)

@@ -5,6 +5,7 @@ Both are the purge's write (`writes.purged`: forget the group's scanned position
 cursor), with another cursor: a new group starts there, a sought group forgets every position it
 has looked at (leased, waiting or delayed) and reads the topic again from there. Messages below
 the topic's first retained position are gone; a group sought before them starts at the first.
+And a topic's newest message (`last_id`), where a group created at the end begins after.
 """
 
 from __future__ import annotations
@@ -83,6 +84,37 @@ async def _reset(
     await writer.submit(writes.purged((index.topic_id, index.name), state.gid, state.name, cursor))
     index.persisted = True
     state.wake()
+
+
+async def last_id(catalog: Catalog, reader: rd.Reader, topic: str) -> str | None:
+    """`Backend.last_id` on the store's index: the newest committed message (a trim keeps it),
+    read from the table only the first time after an open."""
+    index = catalog.topics.get(topic)
+    if index is None or index.committed <= index.first_pos:
+        return None
+    if index.newest is None:
+        topic_id, end, generation = index.topic_id, index.committed, catalog.generation
+
+        def newest(conn: sqlite3.Connection) -> tuple[int, str] | None:
+            return newest_below(conn, topic_id, end)
+
+        found = await reader.run(newest)
+        if found is None:
+            return None
+        if catalog.generation == generation:
+            index.note_newest(found[0], [found[1]])
+        return found[1]
+    return index.newest[1]
+
+
+def newest_below(conn: sqlite3.Connection, topic_id: int, end: int) -> tuple[int, str] | None:
+    """(position, message id) of the topic's last message below position `end`, if any."""
+    base = topic_base(topic_id)
+    row = conn.execute(
+        "SELECT id, message_id FROM messages WHERE id > ? AND id < ? ORDER BY id DESC LIMIT 1",
+        (base, base + end),
+    ).fetchone()
+    return None if row is None else (int(row[0]) - base, str(row[1]))
 
 
 def position_of(conn: sqlite3.Connection, topic_id: int, message_id: str) -> int | None:

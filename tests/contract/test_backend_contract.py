@@ -465,3 +465,28 @@ async def test_a_quiet_peek_leaves_the_messages_counts_as_they_were(backend: Bac
         assert len(await backend.peek(topic, group, 10)) == 1
     (got,) = await fetch_until(backend, topic, group, 1)
     assert (got.attempt, got.retries) == (0, 0)
+
+
+async def test_last_id_is_none_or_the_newest_message(backend: Backend) -> None:
+    """`last_id` never names another message: the newest one, or None (a back end that
+    cannot read a topic without consuming it); back ends with positions always know it."""
+    topic, _ = names()
+    assert await backend.last_id(topic) is None
+    ids = await backend.publish(topic, [msg("a"), msg("b")])
+    assert await backend.last_id(topic) in (None, ids[-1])
+    if "positions" in capabilities_of(backend):
+        assert await backend.last_id(topic) == ids[-1]
+
+
+@pytest.mark.requires("positions")
+async def test_last_id_stays_the_newest_message_when_every_group_acked_it(
+    backend: Backend,
+) -> None:
+    topic, group = names()
+    ids = await backend.publish(topic, [msg("a"), msg("b")])
+    got = await fetch_until(backend, topic, group, 2)
+    await backend.ack([m.lease for m in got])
+    assert await backend.last_id(topic) == ids[-1]
+    (later,) = await backend.publish(topic, [msg("c", deliver_at_ms=now_ms() + 60_000)])
+    assert await backend.last_id(topic) == later  # delayed, and stored all the same
+    assert await backend.last_id(names()[0]) is None

@@ -104,6 +104,18 @@ async def test_trim_forgets_what_every_group_acked(
     assert [m.body for m in late] == [b"b"]  # a new group starts at the earliest kept
 
 
+async def test_last_id_is_the_newest_published_even_once_trimmed(
+    mem: tuple[InMemoryBackend, ManualClock],
+) -> None:
+    backend, clock = mem
+    assert await backend.last_id("t") is None
+    ids = await backend.publish("t", [OutMessage(b"a"), OutMessage(b"b")])
+    got = await backend.fetch("t", "g", 10, clock.now_ms())
+    await backend.ack([m.lease for m in got])
+    assert backend.trim() == 2
+    assert await backend.last_id("t") == ids[-1]
+
+
 async def test_empty_names_are_refused(mem: tuple[InMemoryBackend, ManualClock]) -> None:
     backend, clock = mem
     with pytest.raises(InvalidArgument, match="topic"):

@@ -38,6 +38,17 @@ async def test_a_new_group_starts_where_it_asks(h: Harness) -> None:
     assert bodies(await h.receive(pulled)) == [b"new"]
 
 
+async def test_last_id_is_the_newest_message_of_the_topic(h: Harness) -> None:
+    assert await h.engine.last_id(TOPIC) is None
+    latest = await h.open(replace(h.spec("pulsar-nack", group="latest"), initial_position=LATEST))
+    ids = await h.publish(b"a", b"b")
+    (a, b) = h.pushed(latest)
+    assert [(await h.ack(a)).ok, (await h.ack(b)).ok] == [True, True]
+    assert await h.engine.last_id(TOPIC) == ids[-1]  # acked: still the newest
+    with pytest.raises(InvalidArgument):
+        await h.engine.last_id("")
+
+
 async def test_an_existing_group_keeps_its_position(h: Harness) -> None:
     spec = replace(h.spec("pulsar-nack"), initial_position=LATEST)
     consumer = await h.open(spec)

@@ -66,3 +66,25 @@ async def test_seek_by_id_and_time_and_across_reopen(tmp_path: pathlib.Path) -> 
         assert await bodies(store, "g") == []
     finally:
         await store.close()
+
+
+async def test_last_id_is_the_newest_message_after_a_trim_and_a_reopen(
+    tmp_path: pathlib.Path,
+) -> None:
+    clock = ManualClock()
+    store = await opened(tmp_path, clock)
+    assert await store.last_id("t") is None
+    ids = await store.publish("t", [OutMessage(b"a"), OutMessage(b"b"), OutMessage(b"c")])
+    assert await store.last_id("t") == ids[-1]
+    assert await bodies(store, "g") == [b"a", b"b", b"c"]
+    assert await store.trim() == 2  # the newest stays
+    assert await store.last_id("t") == ids[-1]
+    await store.close()
+    store = await opened(tmp_path, clock)
+    try:
+        assert await store.last_id("t") == ids[-1]  # read from the table
+        (new,) = await store.publish("t", [OutMessage(b"d")])
+        assert await store.last_id("t") == new
+        assert await store.last_id("other") is None
+    finally:
+        await store.close()

@@ -178,21 +178,32 @@ class ConsumerSession:
             wanted = list(self._held)
         await self._settle(wanted, SettleAction.FAIL)
 
-    def last_ids(self, backlog: int) -> tuple[MessageKey, MessageKey]:
+    @property
+    def sent_nothing(self) -> bool:
+        """True until this consumer sends a message: `last_ids` may then answer the topic's
+        newest message."""
+        return self._sent_upto == (-1, -1)
+
+    def last_ids(
+        self, backlog: int, newest: MessageKey | None = None
+    ) -> tuple[MessageKey, MessageKey]:
         """GET_LAST_MESSAGE_ID's answer, (last message id, mark-delete position), given the
-        group's `backlog` (`EnginePort.backlog`), for the client's `hasMessageAvailable`: it
-        asks whether the answer is above the last id it read, keeps the answer while it is, and
-        asks again once it has read up to it. So the answer is the newest id sent when nothing
-        is waiting (none sent: entry -1, "no message"), and otherwise the least id a message
-        still to come can have: just above the newest sent (message ids rise in topic order),
-        or the reader's start id while nothing is sent (just above it when more than it waits).
+        group's `backlog` (`EnginePort.backlog`) and the topic's `newest` message id
+        (`EnginePort.last_id`, asked before the backlog; None: none, or not known), for the
+        client's `hasMessageAvailable`: it asks whether the answer is above the last id it read,
+        keeps the answer while it is, and asks again once it has read up to it. So the answer is the
+        newest id sent when nothing is waiting (none sent: the topic's newest, as a broker
+        answers, else entry -1, "no message"), and otherwise the least id a message still to
+        come can have: just above the newest sent (message ids rise in topic order), or the
+        reader's start id while nothing is sent (just above it when more than it waits).
         The mark-delete position, which clients read after a seek by time or a start at
         latest, is a broker's: just below the first delivery not yet acknowledged, else the
-        newest id sent, else just below the answer when something waits."""
+        newest id sent, else just below the answer when something waits, else the answer
+        (a reader at latest has nothing available until a new message comes)."""
         waiting = backlog + self._unsent
         sent = self._sent_upto != (-1, -1)
         if not waiting:
-            last = self._sent_upto if sent else (self._ids.ledger_id, U64 - 1)
+            last = self._sent_upto if sent else newest or (self._ids.ledger_id, U64 - 1)
         elif sent:
             last = _after(self._sent_upto)
         elif self._start is not None:

@@ -116,12 +116,15 @@ class ConsumerCommands:
         if session is None:
             return
         topic, subscription = self._topics[request.consumer_id]
+        engine = self._shared.engine
         try:
-            backlog = await self._shared.engine.backlog(topic, subscription)
+            # The newest message first: one published meanwhile is in the backlog then.
+            found = await engine.last_id(topic) if session.sent_nothing else None
+            backlog = await engine.backlog(topic, subscription)
         except Exception as exc:
             self._refuse(request.request_id, exc, "GET_LAST_MESSAGE_ID")
             return
-        last, mark = session.last_ids(backlog)
+        last, mark = session.last_ids(backlog, self._shared.ids.key(found) if found else None)
         self.write(replies.last_message_id(request.request_id, last, mark))
 
     def key(self, consumer_id: int) -> str:
