@@ -203,6 +203,15 @@ def check_user_id(value: str | None, user: str) -> None:
                                              f"authenticated user was {short(user)}")
 
 
+def check_delivery_mode(value: object) -> None:
+    """A message's `delivery_mode` property, when set: 1 (transient) or 2 (persistent); any
+    other is refused as RabbitMQ refuses it (stored, it went out to consumers without one)."""
+    if value is not None and value not in (1, 2):
+        raise AMQPError(PRECONDITION_FAILED, f"invalid message: {{delivery_mode_unknown,{value}}}"
+                                             ": delivery_mode must be 1 (transient) or 2 "
+                                             "(persistent)")
+
+
 def check_expiration(value: str) -> int:
     """A message's `expiration` property: milliseconds as decimal digits."""
     if not value.isdigit() or not value.isascii() or int(value) > MAX_TTL_MS:

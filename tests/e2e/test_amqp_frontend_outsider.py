@@ -1,0 +1,78 @@
+"""What an outsider's client sends that RabbitMQ 3.x refuses, refused by the gateway the same
+way (the reply code and text RabbitMQ gives, naming the field), with unmodified pika:
+
+* a message whose `delivery_mode` is neither 1 nor 2 (RabbitMQ: 406 `invalid message:
+  {delivery_mode_unknown,N}`); before, the gateway stored it and its consumers got it without
+  a delivery mode."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pika
+import pika.exceptions
+import pytest
+
+from tests.amqp_front import AmqpGateway, amqp_gateway, unique
+
+T = TypeVar("T")
+
+
+@pytest.fixture
+async def gw(tmp_path: Path) -> AsyncIterator[AmqpGateway]:
+    async with amqp_gateway(tmp_path / "data") as gateway:
+        yield gateway
+
+
+async def session(gw: AmqpGateway, fn: Callable[[pika.BlockingConnection], T]) -> T:
+    """Run `fn` with a fresh pika blocking connection, in a thread (pika blocks)."""
+    def run() -> T:
+        connection = pika.BlockingConnection(pika.URLParameters(gw.url))
+        try:
+            return fn(connection)
+        finally:
+            if connection.is_open:
+                connection.close()
+    return await asyncio.to_thread(run)
+
+
+@pytest.mark.parametrize("mode", [0, 3, 9, 255])
+async def test_delivery_mode_other_than_1_or_2_is_refused(gw: AmqpGateway, mode: int) -> None:
+    queue = unique()
+
+    def publish(connection: pika.BlockingConnection) -> tuple[str, int | None]:
+        channel = connection.channel()
+        channel.queue_declare(queue, auto_delete=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            channel.basic_publish("", queue, b"x", pika.BasicProperties(delivery_mode=mode))
+            channel.queue_declare(queue, passive=True)  # a round trip: the close comes first
+        check = connection.channel()
+        _, _, body = check.basic_get(queue, auto_ack=True)
+        assert body is None  # nothing stored
+        return f"{closed.value.reply_code} {closed.value.reply_text}", None
+
+    answer, _ = await session(gw, publish)
+    assert answer.startswith(f"406 PRECONDITION_FAILED - invalid message: "
+                             f"{{delivery_mode_unknown,{mode}}}")
+    assert "delivery_mode" in answer
+
+
+async def test_delivery_modes_1_and_2_are_kept(gw: AmqpGateway) -> None:
+    queue = unique()
+
+    def round_trip(connection: pika.BlockingConnection) -> list[int | None]:
+        channel = connection.channel()
+        channel.queue_declare(queue, auto_delete=True)
+        channel.confirm_delivery()
+        for mode in (1, 2):
+            channel.basic_publish("", queue, b"x", pika.BasicProperties(delivery_mode=mode))
+        got = []
+        for _ in range(2):
+            _, properties, _ = channel.basic_get(queue, auto_ack=True)
+            got.append(properties.delivery_mode)
+        return got
+
+    assert await session(gw, round_trip) == [1, 2]
