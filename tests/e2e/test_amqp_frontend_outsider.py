@@ -3,7 +3,9 @@ way (the reply code and text RabbitMQ gives, naming the field), with unmodified 
 
 * a message whose `delivery_mode` is neither 1 nor 2 (RabbitMQ: 406 `invalid message:
   {delivery_mode_unknown,N}`); before, the gateway stored it and its consumers got it without
-  a delivery mode."""
+  a delivery mode;
+* a channel number beyond channel_max (RabbitMQ 3.x opens it: channel_max bounds how many
+  channels are open, 530 NOT_ALLOWED past it); before, 504 closed the connection."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import aio_pika
 import pika
 import pika.exceptions
 import pytest
@@ -76,3 +79,19 @@ async def test_delivery_modes_1_and_2_are_kept(gw: AmqpGateway) -> None:
         return got
 
     assert await session(gw, round_trip) == [1, 2]
+
+
+async def test_a_channel_number_beyond_channel_max_opens_as_on_rabbitmq(gw: AmqpGateway) -> None:
+    """RabbitMQ 3.x opens any channel number (channel_max bounds how many are open: the fuzz
+    suite's test_every_channel_up_to_channel_max_and_not_one_more); the gateway closed the
+    connection with 504 for a number past 2047, which aio-pika lets an application choose."""
+    connection = await aio_pika.connect(gw.url)
+    try:
+        channel = await connection.channel(channel_number=3000)
+        queue = await channel.declare_queue(unique(), auto_delete=True)
+        await channel.default_exchange.publish(aio_pika.Message(b"far"), routing_key=queue.name)
+        got = await queue.get(timeout=5)
+        assert got.body == b"far"
+        await got.ack()
+    finally:
+        await connection.close()
