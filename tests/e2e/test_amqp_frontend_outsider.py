@@ -5,7 +5,9 @@ way (the reply code and text RabbitMQ gives, naming the field), with unmodified 
   {delivery_mode_unknown,N}`); before, the gateway stored it and its consumers got it without
   a delivery mode;
 * a channel number beyond channel_max (RabbitMQ 3.x opens it: channel_max bounds how many
-  channels are open, 530 NOT_ALLOWED past it); before, 504 closed the connection."""
+  channels are open, 530 NOT_ALLOWED past it); before, 504 closed the connection;
+* a quorum queue that is not durable, or exclusive, auto-delete or server-named (406, RabbitMQ's
+  texts and order); before, it was declared as asked."""
 
 from __future__ import annotations
 
@@ -93,5 +95,39 @@ async def test_a_channel_number_beyond_channel_max_opens_as_on_rabbitmq(gw: Amqp
         got = await queue.get(timeout=5)
         assert got.body == b"far"
         await got.ack()
+    finally:
+        await connection.close()
+
+
+@pytest.mark.parametrize(("flags", "refused"), [
+    ({"durable": False}, "invalid property 'non-durable' for queue '{q}' in vhost '/'"),
+    ({"durable": True, "exclusive": True},
+     "invalid property 'exclusive-owner' for queue '{q}' in vhost '/'"),
+    ({"durable": True, "auto_delete": True},
+     "invalid property 'auto-delete' for queue '{q}' in vhost '/'"),
+    ({"durable": False, "exclusive": True, "auto_delete": True},  # RabbitMQ's order
+     "invalid property 'auto-delete' for queue '{q}' in vhost '/'"),
+    ({"durable": True, "server_named": True},
+     "Cannot declare a server-named queue for type rabbit_quorum_queue"),
+])
+async def test_a_quorum_queue_must_be_durable_and_named(gw: AmqpGateway, flags: dict[str, bool],
+                                                        refused: str) -> None:
+    """RabbitMQ refuses a quorum queue that is not durable, exclusive, auto-delete or
+    server-named (406, these texts); the gateway declared it as asked, a quorum queue in name
+    only."""
+    name = "" if flags.pop("server_named", False) else unique()
+    connection = await aio_pika.connect(gw.url)
+    try:
+        channel = await connection.channel()
+        with pytest.raises(aio_pika.exceptions.ChannelPreconditionFailed) as closed:
+            await channel.declare_queue(name, arguments={"x-queue-type": "quorum"}, **flags)
+        assert closed.value.args[0] == "PRECONDITION_FAILED - " + refused.format(q=name)
+        channel = await connection.channel()
+        with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
+            await channel.declare_queue(name or "x", passive=True)  # nothing declared
+        channel = await connection.channel()
+        fine = await channel.declare_queue(unique(), durable=True,
+                                           arguments={"x-queue-type": "quorum"})
+        await fine.delete()
     finally:
         await connection.close()
