@@ -21,7 +21,7 @@ from pamqp import commands
 
 from adapters.amqp.frontend import topology
 from adapters.amqp.frontend.framing import method_frame
-from adapters.amqp.frontend.publishing import ROUTE_TURN
+from adapters.amqp.frontend.routing import ROUTE_TURN
 from tests.amqp_front import PerTurn, RawAmqp, amqp_gateway, stored, unique
 
 BINDINGS = 2000
@@ -114,6 +114,48 @@ async def test_a_flood_through_many_bindings_is_routed_a_turn_at_a_time(
             turns.start()
             for _ in range(300):
                 raw.publish(1, b"x", "k0.a", exchange=exchange)
+            assert await stored(raw, sink, 300) == 300
+            turns.stop()
+        finally:
+            raw.close()
+    assert turns.total >= 300 * FLOOD_BINDINGS
+    assert turns.most <= ROUTE_TURN + FLOOD_BINDINGS, f"{turns.most} bindings tested in one turn"
+
+
+async def test_dead_letters_through_many_bindings_are_routed_a_turn_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a batch of dead letters (messages expiring together in a delay queue whose
+    dead-letter exchange has many bindings): before, routed all in one turn."""
+    turns = PerTurn()
+    matches = topology.binding_matches
+
+    def counting(*args: Any) -> bool:
+        turns.total += 1
+        return matches(*args)
+
+    monkeypatch.setattr(topology, "binding_matches", counting)
+    async with amqp_gateway(tmp_path / "data") as gw:
+        raw = await RawAmqp.connect(gw.port)
+        try:
+            exchange, sink, delay = unique("t"), unique("sink"), unique("delay")
+            raw.send(1, commands.Exchange.Declare(exchange=exchange, exchange_type="topic",
+                                                  auto_delete=True))
+            await raw.expect(commands.Exchange.DeclareOk)
+            raw.send(1, commands.Queue.Declare(queue=sink, auto_delete=True))
+            await raw.expect(commands.Queue.DeclareOk)
+            raw.send(1, commands.Queue.Declare(queue=delay, auto_delete=True, arguments={
+                "x-message-ttl": 200, "x-dead-letter-exchange": exchange,
+                "x-dead-letter-routing-key": "k0.a"}))
+            await raw.expect(commands.Queue.DeclareOk)
+            raw.send_raw(b"".join(method_frame(1, commands.Queue.Bind(
+                queue=sink, exchange=exchange, routing_key=f"k{i}.#"))
+                for i in range(FLOOD_BINDINGS)))
+            for _ in range(FLOOD_BINDINGS):
+                await raw.expect(commands.Queue.BindOk)
+            turns.start()  # publishing through the default exchange tests no binding
+            for _ in range(300):
+                raw.publish(1, b"x", delay)
             assert await stored(raw, sink, 300) == 300
             turns.stop()
         finally:

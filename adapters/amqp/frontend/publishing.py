@@ -27,6 +27,7 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
     short,
 )
+from adapters.amqp.frontend.routing import ROUTE_TURN
 from adapters.amqp.frontend.state import ChannelState
 from gateway.backend.base import OutMessage
 from gateway.errors import GatewayError
@@ -56,12 +57,6 @@ BATCH_HEADERS = MAX_PUBLISH_PROPERTIES // 10
 BATCH_HEADER_BYTES = 1 << 20
 """Headers, and bytes of content headers, of the publishes stored as one batch, past the first
 message."""
-
-
-ROUTE_TURN = 2_000
-"""Bindings a batch's messages may be matched against before the event loop serves others
-(tens of milliseconds at most for long topic wildcards: a batch of a thousand messages through
-an exchange of thousands of bindings held every client for seconds)."""
 
 
 def header_values(properties: commands.Basic.Properties) -> int:

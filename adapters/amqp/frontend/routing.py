@@ -21,6 +21,11 @@ TOPIC = "topic"
 HEADERS = "headers"
 TYPES = (DIRECT, FANOUT, TOPIC, HEADERS)
 X_MATCH = "x-match"
+ROUTE_TURN = 2_000
+"""Bindings a batch of messages (published, or dead letters) may be matched against before the
+event loop serves others (tens of milliseconds at most for long topic wildcards: a batch of a
+thousand messages through an exchange of thousands of bindings held every client for
+seconds)."""
 MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
 
