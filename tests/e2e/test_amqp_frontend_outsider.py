@@ -7,11 +7,14 @@ way (the reply code and text RabbitMQ gives, naming the field), with unmodified 
 * a channel number beyond channel_max (RabbitMQ 3.x opens it: channel_max bounds how many
   channels are open, 530 NOT_ALLOWED past it); before, 504 closed the connection;
 * a quorum queue that is not durable, or exclusive, auto-delete or server-named (406, RabbitMQ's
-  texts and order); before, it was declared as asked."""
+  texts and order); before, it was declared as asked;
+* a content header of weight other than 0 (505) and a channel.flow-ok the server never asked
+  for (503): before, both passed unseen."""
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -20,8 +23,10 @@ import aio_pika
 import pika
 import pika.exceptions
 import pytest
+from pamqp import commands
 
-from tests.amqp_front import AmqpGateway, amqp_gateway, unique
+from adapters.amqp.frontend.framing import reply
+from tests.amqp_front import AmqpGateway, RawAmqp, amqp_gateway, raw_frame, unique
 
 T = TypeVar("T")
 
@@ -131,3 +136,34 @@ async def test_a_quorum_queue_must_be_durable_and_named(gw: AmqpGateway, flags: 
         await fine.delete()
     finally:
         await connection.close()
+
+
+async def test_a_content_header_of_weight_other_than_0_is_refused(gw: AmqpGateway) -> None:
+    """The 0-9-1 content header's weight must be 0: RabbitMQ closes the connection with 505 as
+    for a frame out of place; the gateway took the message."""
+    raw = await RawAmqp.connect(gw.port)
+    try:
+        queue = unique()
+        raw.send(1, commands.Queue.Declare(queue=queue, auto_delete=True))
+        await raw.expect(commands.Queue.DeclareOk)
+        raw.send(1, reply(commands.Basic.Publish, exchange="", routing_key=queue))
+        raw.send_raw(raw_frame(2, 1, struct.pack(">HHQH", 60, 5, 1, 0)) + raw_frame(3, 1, b"x"))
+        channel, close = await raw.closed_with()
+        assert (channel, close.reply_code, close.class_id, close.method_id) == (0, 505, 60, 40)
+        assert close.reply_text == ("UNEXPECTED_FRAME - expected content header for class 60, "
+                                    "got non content header frame instead")
+    finally:
+        raw.close()
+
+
+async def test_an_unsolicited_channel_flow_ok_is_refused(gw: AmqpGateway) -> None:
+    """Neither RabbitMQ nor the gateway sends channel.flow: a client's flow-ok answers nothing
+    (RabbitMQ: 503 `unimplemented method`); the gateway let it pass unseen."""
+    raw = await RawAmqp.connect(gw.port)
+    try:
+        raw.send(1, commands.Channel.FlowOk(active=True))
+        channel, close = await raw.closed_with()
+        assert (channel, close.reply_code, close.class_id, close.method_id) == (0, 503, 20, 21)
+        assert close.reply_text == "COMMAND_INVALID - unimplemented method"
+    finally:
+        raw.close()

@@ -50,6 +50,8 @@ class ContentHeader:
     class_id: int
     size: int = 0
     """The frame's payload in bytes (what its properties cost to hold)."""
+    weight: int = 0
+    """Unused by 0-9-1: must be 0."""
 
 
 @dataclass(slots=True)
@@ -230,7 +232,7 @@ def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> Con
     """A content header `guard` walked (its property flags, and where the properties start),
     its properties decoded one by one by pamqp's decoders (what `ContentHeader.unmarshal`
     does)."""
-    class_id, _, body_size = _CONTENT_START.unpack_from(payload, 0)
+    class_id, weight, body_size = _CONTENT_START.unpack_from(payload, 0)
     properties = commands.Basic.Properties.__new__(commands.Basic.Properties)
     for name, kind, flag in _PROPERTIES:
         value: Any = None
@@ -239,7 +241,7 @@ def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> Con
             consumed, value = decoder(payload[pos:])
             pos += consumed
         setattr(properties, name, value)
-    return ContentHeader(channel, body_size, properties, class_id, len(payload))
+    return ContentHeader(channel, body_size, properties, class_id, len(payload), weight)
 
 
 def _cut(cls: type[Frame]) -> AMQPError:
