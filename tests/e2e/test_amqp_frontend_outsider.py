@@ -9,7 +9,7 @@ way (the reply code and text RabbitMQ gives, naming the field), with unmodified 
 * a quorum queue that is not durable, or exclusive, auto-delete or server-named (406, RabbitMQ's
   texts and order); before, it was declared as asked;
 * a content header of weight other than 0 (505) and a channel.flow-ok the server never asked
-  for (503): before, both passed unseen."""
+  for (503), a method frame with bytes after its fields (501): before, all passed unseen."""
 
 from __future__ import annotations
 
@@ -165,5 +165,20 @@ async def test_an_unsolicited_channel_flow_ok_is_refused(gw: AmqpGateway) -> Non
         channel, close = await raw.closed_with()
         assert (channel, close.reply_code, close.class_id, close.method_id) == (0, 503, 20, 21)
         assert close.reply_text == "COMMAND_INVALID - unimplemented method"
+    finally:
+        raw.close()
+
+
+async def test_a_method_frame_with_bytes_after_its_fields_is_refused(gw: AmqpGateway) -> None:
+    """RabbitMQ closes the connection with 501 FRAME_ERROR for a method frame longer than its
+    fields; the gateway carried the method out and ignored the rest."""
+    raw = await RawAmqp.connect(gw.port)
+    try:
+        qos = struct.pack(">HHIHB", 60, 10, 0, 5, 0)
+        raw.send_raw(raw_frame(1, 1, qos + b"junk"))
+        channel, close = await raw.closed_with()
+        assert (channel, close.reply_code, close.class_id, close.method_id) == (0, 501, 60, 10)
+        assert close.reply_text == ("FRAME_ERROR - cannot decode Basic.Qos: 4 bytes after its "
+                                    "last field")
     finally:
         raw.close()

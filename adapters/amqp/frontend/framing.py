@@ -225,6 +225,9 @@ def _unmarshal(cls: type[Frame], fields: guard.Layout, payload: bytes) -> Frame:
         if pos > end:
             raise _cut(cls)
         setattr(method, name, value)
+    if pos < end:  # RabbitMQ: FRAME_ERROR, a method frame that does not decode
+        raise AMQPError(FRAME_ERROR, f"cannot decode {cls.name}: {end - pos} bytes after its "
+                                     "last field", _ids_of(cls))
     return method
 
 
@@ -244,10 +247,14 @@ def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> Con
     return ContentHeader(channel, body_size, properties, class_id, len(payload), weight)
 
 
-def _cut(cls: type[Frame]) -> AMQPError:
+def _ids_of(cls: type[Frame]) -> tuple[int, int]:
     ids: tuple[int, int] = divmod(int(getattr(cls, "index", 0)), 0x10000)
+    return ids
+
+
+def _cut(cls: type[Frame]) -> AMQPError:
     return AMQPError(FRAME_ERROR, f"cannot decode {cls.name}: a field runs past the end of the "
-                                  "frame", ids)
+                                  "frame", _ids_of(cls))
 
 
 M = TypeVar("M", bound=Frame)
