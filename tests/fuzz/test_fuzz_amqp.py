@@ -319,14 +319,19 @@ def test_a_wrong_protocol_header_gets_ours_and_a_close(gateway: GatewayProcess) 
 
 
 def test_every_channel_up_to_channel_max_and_not_one_more(gateway: GatewayProcess) -> None:
+    """As RabbitMQ 3.x: channel_max bounds how many channels are open, whatever their numbers
+    (one past it: 530 NOT_ALLOWED, RabbitMQ's text)."""
+    numbers = [65535, *range(2, CHANNEL_MAX + 1)]  # CHANNEL_MAX of them, one beyond the max
     with RawConnection(gateway.port) as conn:
         conn.handshake(channel=None)
-        conn.send(b"".join(method_bytes(n, commands.Channel.Open())
-                           for n in range(1, CHANNEL_MAX + 1)))
-        for n in range(1, CHANNEL_MAX + 1):
+        conn.send(b"".join(method_bytes(n, commands.Channel.Open()) for n in numbers))
+        for n in numbers:
             conn.expect(commands.Channel.OpenOk, n)
-        conn.send_method(CHANNEL_MAX + 1, commands.Channel.Open())
-        assert conn.until_closed().code == 504
+        conn.send_method(1, commands.Channel.Open())
+        closed = conn.until_closed()
+        assert (closed.code, closed.close.reply_text) == (530, (
+            f"NOT_ALLOWED - number of channels opened ({CHANNEL_MAX}) has reached the "
+            f"negotiated channel_max ({CHANNEL_MAX})")), closed
         assert conn.eof()
     gateway.assert_up()
 

@@ -170,7 +170,9 @@ class Channel(ChannelState):
         content = self._content
         assert content is not None
         if content.body_size < 0:
-            if not isinstance(incoming, framing.ContentHeader) or incoming.class_id != 60:
+            if not isinstance(incoming, framing.ContentHeader) or incoming.class_id != 60 or (
+                incoming.weight  # RabbitMQ's answer to a weight other than 0 too
+            ):
                 raise AMQPError(UNEXPECTED_FRAME, "expected content header for class 60, got "
                                                   "non content header frame instead", PUBLISH)
             limit = self.ctx.limits.max_message_bytes
@@ -238,8 +240,10 @@ class Channel(ChannelState):
                 for session in list(self.consumers.values()):  # lower priorities may take
                     top_up_queue(self.ctx, session.queue.name)
             self.conn.send(self.number, commands.Channel.FlowOk(active=method.active))
-        elif isinstance(method, commands.Channel.FlowOk | commands.Basic.CancelOk):
-            return  # answers to a flow or a consumer cancel the server sent
+        elif isinstance(method, commands.Channel.FlowOk):  # the server sends no flow
+            raise AMQPError(COMMAND_INVALID, "unimplemented method", (20, 21))  # RabbitMQ's
+        elif isinstance(method, commands.Basic.CancelOk):
+            return  # the answer to a consumer cancel the server sent
         elif isinstance(method, commands.Channel.Close):
             self.closing = True
             self._enqueue(method)  # after what is queued: then tear down and answer

@@ -27,6 +27,7 @@ from adapters.amqp.frontend.errors import (
     COMMAND_INVALID,
     CONNECTION_FORCED,
     INTERNAL_ERROR,
+    NOT_ALLOWED,
     NOT_IMPLEMENTED,
     UNEXPECTED_FRAME,
     AMQPError,
@@ -293,13 +294,13 @@ class Connection(asyncio.Protocol):
             return
         if self.state != OPEN:
             raise AMQPError(CHANNEL_ERROR, "no channel may be used before connection.open")
-        if channel > self.channel_max:
-            raise AMQPError(CHANNEL_ERROR, f"channel {channel} is beyond channel_max "
-                                           f"{self.channel_max}")
         open_channel = self.channels.get(channel)
         if open_channel is None and isinstance(incoming, framing.Method) and isinstance(
             incoming.method, commands.Channel.Open
         ):
+            if len(self.channels) >= self.channel_max:  # RabbitMQ's rule: how many, any number
+                raise AMQPError(NOT_ALLOWED, f"number of channels opened ({len(self.channels)}) "
+                                f"has reached the negotiated channel_max ({self.channel_max})")
             self.channels[channel] = Channel(self, self.ctx, channel)
             self.send(channel, commands.Channel.OpenOk())
             return

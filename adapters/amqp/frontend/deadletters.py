@@ -40,6 +40,7 @@ from adapters.amqp.dialect import (
 from adapters.amqp.frontend import messages
 from adapters.amqp.frontend.consumers import expires_at
 from adapters.amqp.frontend.context import POLICY, Context
+from adapters.amqp.frontend.routing import ROUTE_TURN
 from adapters.amqp.frontend.topology import DEFAULT, Queue
 from adapters.amqp.frontend.typed import decode as decode_typed
 from adapters.amqp.frontend.values import FieldValue, as_text, table_to_text
@@ -129,7 +130,11 @@ class DeadLetterRouter:
         if ctx.authorizer is not None and queue.declared_by:
             principal = ctx.authorizer.principal(queue.declared_by)
         by_topic: dict[str, list[tuple[OutMessage, int, str]]] = {}
+        tested = ctx.topology.bindings_tested
         for delivery in batch:
+            if ctx.topology.bindings_tested - tested > ROUTE_TURN:  # others' turn
+                await asyncio.sleep(0)
+                tested = ctx.topology.bindings_tested
             props = delivery.properties
             routing_key = queue.settings.dead_letter_routing_key
             if routing_key is None:

@@ -145,6 +145,23 @@ def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSetti
     return QueueSettings(group, interval, dlx, dlrk, ttl, single)
 
 
+def check_quorum(name: str, arguments: Mapping[str, FieldValue], *, server_named: bool,
+                 durable: bool, exclusive: bool, auto_delete: bool) -> None:
+    """A new quorum queue (`x-queue-type` quorum) is named by its client, durable, neither
+    exclusive nor auto-delete: RabbitMQ refuses it otherwise, in this order, with these
+    texts (it was declared as a classic queue of those properties)."""
+    if QUEUE_TYPE not in arguments or as_str(arguments[QUEUE_TYPE]) != "quorum":
+        return
+    if server_named:
+        raise AMQPError(PRECONDITION_FAILED, "Cannot declare a server-named queue for type "
+                                             "rabbit_quorum_queue")
+    for wrong, what in ((auto_delete, "auto-delete"), (exclusive, "exclusive-owner"),
+                        (not durable, "non-durable")):
+        if wrong:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid property '{what}' for queue "
+                                                 f"{short(name)} in vhost '/'")
+
+
 def exchange_alternate(arguments: Mapping[str, FieldValue]) -> str | None:
     """An exchange's `alternate-exchange` argument, checked."""
     if ALTERNATE_EXCHANGE not in arguments:
@@ -201,6 +218,15 @@ def check_user_id(value: str | None, user: str) -> None:
     if value and value != user:
         raise AMQPError(PRECONDITION_FAILED, f"user_id property set to {short(value)} but "
                                              f"authenticated user was {short(user)}")
+
+
+def check_delivery_mode(value: object) -> None:
+    """A message's `delivery_mode` property, when set: 1 (transient) or 2 (persistent); any
+    other is refused as RabbitMQ refuses it (stored, it went out to consumers without one)."""
+    if value is not None and value not in (1, 2):
+        raise AMQPError(PRECONDITION_FAILED, f"invalid message: {{delivery_mode_unknown,{value}}}"
+                                             ": delivery_mode must be 1 (transient) or 2 "
+                                             "(persistent)")
 
 
 def check_expiration(value: str) -> int:

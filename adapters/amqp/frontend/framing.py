@@ -50,6 +50,8 @@ class ContentHeader:
     class_id: int
     size: int = 0
     """The frame's payload in bytes (what its properties cost to hold)."""
+    weight: int = 0
+    """Unused by 0-9-1: must be 0."""
 
 
 @dataclass(slots=True)
@@ -223,6 +225,9 @@ def _unmarshal(cls: type[Frame], fields: guard.Layout, payload: bytes) -> Frame:
         if pos > end:
             raise _cut(cls)
         setattr(method, name, value)
+    if pos < end:  # RabbitMQ: FRAME_ERROR, a method frame that does not decode
+        raise AMQPError(FRAME_ERROR, f"cannot decode {cls.name}: {end - pos} bytes after its "
+                                     "last field", _ids_of(cls))
     return method
 
 
@@ -230,7 +235,7 @@ def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> Con
     """A content header `guard` walked (its property flags, and where the properties start),
     its properties decoded one by one by pamqp's decoders (what `ContentHeader.unmarshal`
     does)."""
-    class_id, _, body_size = _CONTENT_START.unpack_from(payload, 0)
+    class_id, weight, body_size = _CONTENT_START.unpack_from(payload, 0)
     properties = commands.Basic.Properties.__new__(commands.Basic.Properties)
     for name, kind, flag in _PROPERTIES:
         value: Any = None
@@ -239,13 +244,17 @@ def _unmarshal_header(channel: int, payload: bytes, flags: int, pos: int) -> Con
             consumed, value = decoder(payload[pos:])
             pos += consumed
         setattr(properties, name, value)
-    return ContentHeader(channel, body_size, properties, class_id, len(payload))
+    return ContentHeader(channel, body_size, properties, class_id, len(payload), weight)
+
+
+def _ids_of(cls: type[Frame]) -> tuple[int, int]:
+    ids: tuple[int, int] = divmod(int(getattr(cls, "index", 0)), 0x10000)
+    return ids
 
 
 def _cut(cls: type[Frame]) -> AMQPError:
-    ids: tuple[int, int] = divmod(int(getattr(cls, "index", 0)), 0x10000)
     return AMQPError(FRAME_ERROR, f"cannot decode {cls.name}: a field runs past the end of the "
-                                  "frame", ids)
+                                  "frame", _ids_of(cls))
 
 
 M = TypeVar("M", bound=Frame)

@@ -66,6 +66,7 @@ def out_message(properties: commands.Basic.Properties, body: bytes, exchange: st
     if properties.expiration is not None:  # present but empty is invalid too (as RabbitMQ)
         expiration = properties.expiration
         edge.check_expiration(expiration if isinstance(expiration, str) else as_text(expiration))
+    edge.check_delivery_mode(properties.delivery_mode)
     for attr, name in NUMBER_PROPERTIES.items():
         value = getattr(properties, attr, None)
         if value is None:

@@ -27,6 +27,7 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
     short,
 )
+from adapters.amqp.frontend.routing import ROUTE_TURN
 from adapters.amqp.frontend.state import ChannelState
 from gateway.backend.base import OutMessage
 from gateway.errors import GatewayError
@@ -103,7 +104,12 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
     routed: list[_Routed] = []
     by_topic: dict[str, list[OutMessage]] = {}
     error: AMQPError | None = None
+    topology = channel.ctx.topology
+    tested = topology.bindings_tested
     for item in batch:
+        if topology.bindings_tested - tested > ROUTE_TURN:  # others' turn (a stall otherwise)
+            await asyncio.sleep(0)
+            tested = topology.bindings_tested
         seq = 0
         if channel.confirming:
             channel.publish_seq += 1

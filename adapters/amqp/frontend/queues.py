@@ -71,6 +71,10 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
             await ctx.settled(name)  # not told DeclareOk for a queue the back end may refuse
             edge.check_declarable("queue", name)  # also its owner's: only `passive` (RabbitMQ)
         settings = edge.queue_settings(name, m.arguments or {})
+        if name not in ctx.topology.queues:
+            edge.check_quorum(name, m.arguments or {}, server_named=not m.queue,
+                              durable=m.durable, exclusive=m.exclusive,
+                              auto_delete=m.auto_delete)
         access.consume(channel, Queue(name, m.durable, m.auto_delete, {}, settings), DECLARE)
         known = name in ctx.topology.queues
         queue, change = ctx.topology.declare_queue(

@@ -21,6 +21,11 @@ TOPIC = "topic"
 HEADERS = "headers"
 TYPES = (DIRECT, FANOUT, TOPIC, HEADERS)
 X_MATCH = "x-match"
+ROUTE_TURN = 2_000
+"""Bindings a batch of messages (published, or dead letters) may be matched against before the
+event loop serves others (tens of milliseconds at most for long topic wildcards: a batch of a
+thousand messages through an exchange of thousands of bindings held every client for
+seconds)."""
 MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
 
@@ -29,32 +34,52 @@ def _words(key: str) -> tuple[str, ...]:
     return tuple(key.split(".")) if key else ()
 
 
+@functools.lru_cache(maxsize=4096)
+def _pattern(key: str) -> tuple[str, ...]:
+    """A binding key's words, each run of `#` as one (`#.#` matches what `#` matches)."""
+    out: list[str] = []
+    for word in _words(key):
+        if word != "#" or not out or out[-1] != "#":
+            out.append(word)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _positions(routing_key: str) -> tuple[int, dict[str, int]]:
+    """A routing key's word count and, per word, the bit set of the positions it holds (bit j:
+    word j); "*" holds every position."""
+    words = _words(routing_key)
+    masks: dict[str, int] = {}
+    for j, word in enumerate(words):
+        masks[word] = masks.get(word, 0) | 1 << j
+    masks["*"] = (1 << len(words)) - 1
+    return len(words), masks
+
+
 def topic_matches(pattern: str, routing_key: str) -> bool:
     """Whether a topic binding key matches a routing key."""
     if pattern == "#":
         return True
-    return _match(_words(pattern), _words(routing_key))
+    return _match(_pattern(pattern), routing_key)
 
 
-@functools.lru_cache(maxsize=65536)
-def _match(pattern: tuple[str, ...], words: tuple[str, ...]) -> bool:
-    # reachable[j]: the pattern so far can consume exactly the first j words.
-    reachable = [True] + [False] * len(words)
+def _match(pattern: tuple[str, ...], routing_key: str) -> bool:
+    # Bit j of `reachable`: the pattern so far can consume exactly the first j words. A few
+    # integer operations per pattern word, whatever the routing key's length: a publish
+    # through an exchange of many long `#` bindings costs microseconds per binding, never a
+    # table of pattern words times routing-key words each (which stalled every client).
+    count, masks = _positions(routing_key)
+    reachable = 1
+    everything = (1 << (count + 1)) - 1
     for token in pattern:
-        nxt = [False] * (len(words) + 1)
         if token == "#":
-            seen = False
-            for j in range(len(words) + 1):
-                seen = seen or reachable[j]
-                nxt[j] = seen
+            lowest = reachable & -reachable
+            reachable = everything & ~(lowest - 1)
         else:
-            for j in range(len(words)):
-                if reachable[j] and (token == "*" or token == words[j]):
-                    nxt[j + 1] = True
-        reachable = nxt
-        if not any(reachable):
-            return False
-    return reachable[-1]
+            reachable = (reachable & masks.get(token, 0)) << 1
+            if not reachable:
+                return False
+    return bool(reachable >> count & 1)
 
 
 def headers_match(arguments: Mapping[str, object], headers: Mapping[str, object]) -> bool:

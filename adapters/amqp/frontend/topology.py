@@ -131,6 +131,8 @@ class Topology:
         }
         self.queues: dict[str, Queue] = {}
         self.binding_count = 0
+        self.bindings_tested = 0
+        """Bindings matched against messages so far (what routing cost: `publishing`)."""
         self.tombstones: dict[str, None] = {}
         """Queues deleted over AMQP (oldest first): their topics may still hold messages for
         other groups, but they are no queue to AMQP clients until declared again."""
@@ -361,6 +363,7 @@ class Topology:
                 continue
             seen.add(current.name)
             matched = False
+            self.bindings_tested += len(current.bindings)
             for b in current.bindings:
                 if not binding_matches(current.kind, b.key, b.arguments, routing_key, headers):
                     continue
