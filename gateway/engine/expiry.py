@@ -24,7 +24,7 @@ from gateway.core.registry import Registry
 from gateway.engine.base import Batch
 from gateway.engine.clock import Clock
 from gateway.engine.config import EngineConfig
-from gateway.engine.dispatch import Subscription
+from gateway.engine.dispatch import Consumer, Subscription
 from gateway.engine.observe import Observer
 from gateway.engine.settling import Settling
 from gateway.errors import GatewayError, TooManyGroups, TooManyOwnGroups
@@ -75,7 +75,8 @@ class Expiring(Settling):
 
     async def _expire(self, keys: list[int]) -> None:
         batch = Batch()
-        for inf in [inf for n in keys for inf in self._take_due(n)]:
+        due = [inf for n in keys for inf in self._take_due(n)]
+        for inf in due:
             if inf.held:
                 inf.sub.held.append(inf)
                 inf.sub.kick()
@@ -90,6 +91,8 @@ class Expiring(Settling):
                 log.warning("deadline not applied", error=exc.message)
                 continue
             self._apply(inf, decision, batch, now, real)
+        for consumer in {inf.consumer for inf in due if inf.consumer is not None}:
+            _drop_untaken(consumer)
         try:
             await self._flush(batch)
         except GatewayError as exc:
@@ -184,3 +187,20 @@ class Expiring(Settling):
             if sub is not None and sub.expiry_key == key:
                 sub.expiry_key = 0
                 await self._drop_group(sub)
+
+
+def _drop_untaken(consumer: Consumer) -> None:
+    """Take out of `consumer`'s outbox the deliveries whose deadline passed before its front
+    end took them (a client that stopped reading): each held its body until taken, and the
+    dispatcher, with room again, pushed the retries on top, so a stuck consumer's outbox grew
+    by one round of bodies per ack timeout. Their credit was never used: it is given back."""
+    outbox = consumer.outbox
+    if not outbox:
+        return
+    receipts = consumer.receipts
+    kept = [d for d in outbox if d.receipt in receipts]
+    dropped = len(outbox) - len(kept)
+    if dropped:
+        outbox.clear()
+        outbox.extend(kept)
+        consumer.add_credit(dropped)
