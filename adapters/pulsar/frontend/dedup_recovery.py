@@ -1,0 +1,90 @@
+"""Producer sequence ids a crash kept out of the dedup journal, recovered from the stored
+messages (as a broker recovers them from its log).
+
+The journal (`journal`) is fsynced after each store and before its receipts, so a `kill -9` in
+between leaves the last few milliseconds of stores unrecorded. Every message the front end
+stores carries its producer's name and sequence id (`messages.PRODUCER`, `messages.SEQUENCE`),
+and the journal records, per topic, a message id up to which every stored message is covered.
+On start, the messages of each such topic after that id are read (`EnginePort.properties_after`,
+at most `MAX_SCAN` of them within `TIME_BUDGET_S`; logged when cut) and each (topic, producer)
+mark is raised to the highest sequence id they carry, so a producer's resend is answered, not
+stored again. Back ends that cannot read a topic that way (brokers: None) and topics the journal
+has no covered id for (lines written before it had one) keep the journal's ids as they are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID, Pair
+from adapters.pulsar.frontend.messages import PRODUCER, SEQUENCE
+from gateway.engine.port import EnginePort
+from gateway.errors import GatewayError
+
+log = structlog.get_logger(__name__)
+
+MAX_SCAN = 100_000
+"""Most messages read per topic (the window is a few milliseconds of stores)."""
+TIME_BUDGET_S = 30.0
+"""Longest time spent reading one topic."""
+PAGE = 1000
+"""Messages read per call."""
+
+
+async def recover(
+    engine: EnginePort,
+    covered: Mapping[str, str],
+    last: Callable[[str, str], int],
+    *,
+    max_scan: int = MAX_SCAN,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[Pair, int]:
+    """The (topic, producer) ids to raise: per topic of `covered`, the highest sequence id each
+    producer's messages after the covered id carry, where above `last(topic, name)`."""
+    raised: dict[Pair, int] = {}
+    for topic, after in sorted(covered.items()):
+        started, seen = clock(), 0
+        while seen < max_scan:
+            want = min(PAGE, max_scan - seen)
+            try:
+                page = await engine.properties_after(topic, after, want)
+            except GatewayError as exc:
+                log.warning("pulsar dedup recovery cannot read the topic", topic=topic,
+                            error=exc.message)
+                break
+            if page is None:  # the back end cannot: the journal's ids stay
+                return raised
+            for _, properties in page:
+                found = _sequence(properties)
+                if found is None:
+                    continue
+                pair, sequence_id = (topic, found[0]), found[1]
+                if sequence_id > max(raised.get(pair, -1), last(*pair)):
+                    raised[pair] = sequence_id
+            seen += len(page)
+            if len(page) < want:  # the topic's end
+                break
+            after = page[-1][0]
+            if clock() - started > TIME_BUDGET_S:
+                log.warning("pulsar dedup recovery cut by its time budget", topic=topic,
+                            read=seen)
+                break
+        else:
+            log.warning("pulsar dedup recovery cut: a resend of later messages may be stored "
+                        "again", topic=topic, read=seen)
+    for (topic, name), sequence_id in sorted(raised.items()):
+        log.info("pulsar dedup id recovered from stored messages", topic=topic, producer=name,
+                 sequence_id=sequence_id)
+    return raised
+
+
+def _sequence(properties: Mapping[str, str]) -> tuple[str, int] | None:
+    """(producer name, sequence id) a stored message carries, None when it carries none."""
+    name, text = properties.get(PRODUCER), properties.get(SEQUENCE)
+    if not name or text is None or not text.isascii() or not text.isdigit():
+        return None
+    sequence_id = int(text)
+    return (name, sequence_id) if sequence_id <= MAX_SEQUENCE_ID else None
