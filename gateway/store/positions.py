@@ -143,8 +143,9 @@ async def properties_after(
     catalog: Catalog, reader: rd.Reader, topic: str, message_id: str, limit: int
 ) -> list[tuple[str, Mapping[str, str]]]:
     """`Backend.properties_after` on the store's table: the committed messages after the one
-    `message_id` names (found by a scan of the topic's rows), from the first kept one when it
-    is not kept."""
+    `message_id` names, from the first kept one when it is not kept. The message is looked for
+    from the topic's end back (a scan of its rows: the one asked for is usually among the
+    last)."""
     index = catalog.topics.get(topic)
     if index is None or limit <= 0:
         return []
@@ -152,9 +153,12 @@ async def properties_after(
     topic_id, first, end = index.topic_id, index.first_pos, index.committed
 
     def query(conn: sqlite3.Connection) -> list[tuple[str, Mapping[str, str]]]:
-        found = position_of(conn, topic_id, message_id) if message_id else None
-        start = max(first, 0 if found is None else found + 1)
         base = topic_base(topic_id)
+        found = conn.execute(
+            "SELECT id FROM messages WHERE id > ? AND id < ? AND message_id = ?"
+            " ORDER BY id DESC LIMIT 1", (base, base + end, message_id),
+        ).fetchone() if message_id else None
+        start = max(first, 0 if found is None else int(found[0]) - base + 1)
         rows = conn.execute(
             "SELECT message_id, props FROM messages WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
             (base + max(start, 1), base + end, limit),

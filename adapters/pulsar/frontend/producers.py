@@ -200,8 +200,8 @@ class ProducerSession:
         )
         if stored_highest >= 0:
             try:
-                # The newest message id tells recovery where this producer's unjournaled
-                # messages could begin (ordered ids only: `dedup_recovery`).
+                # With the newest message id stored (ordered ids only), for the journal's
+                # covered id of the topic (`journal`, `dedup_recovery`).
                 newest = stored[-1] if stored and self._ids.ordered else ""
                 await self._dedup.persist(self.topic, self.name, stored_highest, newest, token)
             except OSError as exc:
