@@ -112,6 +112,14 @@ async def test_recovery_is_bounded_and_stops_where_the_back_end_cannot_read() ->
             raise Unavailable("down")
 
     assert await recover(cast(Any, Failing()), {"t": ""}, lambda t, n: -1) == {}
+    # The time budget counts for all topics: once spent, a topic gets one page.
+    times = iter(range(0, 1000, 20))
+    await backend.publish("u", [pulsar_message("p", n) for n in range(2500)])
+    engine.calls = 0
+    raised = await recover(cast(Any, engine), {"t": "", "u": ""}, lambda t, n: -1,
+                           clock=lambda: float(next(times)))
+    assert raised == {("t", "p"): 1999, ("u", "p"): 999}
+    assert engine.calls == 3
     await backend.close()
 
 

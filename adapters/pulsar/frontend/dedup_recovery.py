@@ -5,11 +5,16 @@ The journal (`journal`) is fsynced after each store and before its receipts, so 
 between leaves the last few milliseconds of stores unrecorded. Every message the front end
 stores carries its producer's name and sequence id (`messages.PRODUCER`, `messages.SEQUENCE`),
 and the journal records, per topic, a message id up to which every stored message is covered.
-On start, the messages of each such topic after that id are read (`EnginePort.properties_after`,
-at most `MAX_SCAN` of them within `TIME_BUDGET_S`; logged when cut) and each (topic, producer)
-mark is raised to the highest sequence id they carry, so a producer's resend is answered, not
-stored again. Back ends that cannot read a topic that way (brokers: None) and topics the journal
-has no covered id for (lines written before it had one) keep the journal's ids as they are.
+On start, the messages of each such topic after that id are read
+(`EnginePort.properties_after`, at most `MAX_SCAN` of them per topic and `TIME_BUDGET_S` in all;
+logged when cut) and each (topic, producer) mark is raised to the highest sequence id they
+carry, so a producer's resend is answered, not stored again. Back ends that cannot read a topic
+that way (brokers: None), topics the journal has no covered id for (lines written before it had
+one) and a read that fails keep the journal's ids as they are (a resend is stored again: at
+least once, as before).
+
+Messages of other protocols' clients carrying these property names are read as a producer's too
+(the window is the last few milliseconds before a crash).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ log = structlog.get_logger(__name__)
 MAX_SCAN = 100_000
 """Most messages read per topic (the window is a few milliseconds of stores)."""
 TIME_BUDGET_S = 30.0
-"""Longest time spent reading one topic."""
+"""Longest time spent reading, all topics together (it delays the listener's start)."""
 PAGE = 1000
 """Messages read per call."""
 
@@ -45,15 +50,17 @@ async def recover(
     """The (topic, producer) ids to raise: per topic of `covered`, the highest sequence id each
     producer's messages after the covered id carry, where above `last(topic, name)`."""
     raised: dict[Pair, int] = {}
+    started = clock()
     for topic, after in sorted(covered.items()):
-        started, seen = clock(), 0
+        seen = 0
         while seen < max_scan:
             want = min(PAGE, max_scan - seen)
             try:
                 page = await engine.properties_after(topic, after, want)
-            except GatewayError as exc:
+            except Exception as exc:  # the journal's ids stay: at least once, as before
+                text = exc.message if isinstance(exc, GatewayError) else repr(exc)
                 log.warning("pulsar dedup recovery cannot read the topic", topic=topic,
-                            error=exc.message)
+                            error=text)
                 break
             if page is None:  # the back end cannot: the journal's ids stay
                 return raised
