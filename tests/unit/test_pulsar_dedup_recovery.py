@@ -14,6 +14,7 @@ from adapters.pulsar.frontend.journal import FILE_NAME, Journal
 from adapters.pulsar.frontend.messages import PRODUCER, SEQUENCE
 from gateway.backend.base import OutMessage
 from gateway.backend.memory import InMemoryBackend
+from gateway.core.properties import ORIGIN_TOPIC
 from gateway.errors import Unavailable
 
 
@@ -75,6 +76,8 @@ async def test_recovery_raises_marks_to_the_messages_stored_after_the_covered_id
         OutMessage(body=b"x", properties={PRODUCER: "r", SEQUENCE: "-1"}),
         OutMessage(body=b"x", properties={PRODUCER: "r", SEQUENCE: str(2**63)}),
         pulsar_message("old", 1),
+        # A dead letter or retry copy the engine made (of another topic's message, say).
+        OutMessage(body=b"x", properties={PRODUCER: "p", SEQUENCE: "99", ORIGIN_TOPIC: "o"}),
     ])
     marks = {("t", "p"): 2, ("t", "old"): 5}
     engine = cast(Any, Topics(backend))

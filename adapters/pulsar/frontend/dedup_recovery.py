@@ -13,8 +13,9 @@ that way (brokers: None), topics the journal has no covered id for (lines writte
 one) and a read that fails keep the journal's ids as they are (a resend is stored again: at
 least once, as before).
 
-Messages of other protocols' clients carrying these property names are read as a producer's too
-(the window is the last few milliseconds before a crash).
+A message a client of another protocol published with these property names counts as that
+producer's, as a Pulsar client that took the name could send any sequence id (publishing on the
+topic allows both); copies the engine made (retries, dead letters) do not count.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import structlog
 
 from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID, Pair
 from adapters.pulsar.frontend.messages import PRODUCER, SEQUENCE
+from gateway.core.properties import is_reserved
 from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 
@@ -89,9 +91,12 @@ async def recover(
 
 
 def _sequence(properties: Mapping[str, str]) -> tuple[str, int] | None:
-    """(producer name, sequence id) a stored message carries, None when it carries none."""
+    """(producer name, sequence id) a stored message carries, None when it carries none or is
+    a copy the engine made (a retry or dead letter: it carries reserved properties)."""
     name, text = properties.get(PRODUCER), properties.get(SEQUENCE)
     if not name or text is None or not text.isascii() or not text.isdigit():
+        return None
+    if any(is_reserved(key) for key in properties):
         return None
     sequence_id = int(text)
     return (name, sequence_id) if sequence_id <= MAX_SEQUENCE_ID else None
