@@ -74,6 +74,8 @@ class Journal:
         self._flight: dict[int, tuple[str, str]] = {}
         """Stores under way: token -> (topic, the topic's newest recorded id at their start)."""
         self._tokens = 0
+        self._resync = False
+        """A write failed: the next one rewrites the file (`_compact`)."""
         self._stall = os.environ.get(STALL_ENV, "")
 
     def covered(self) -> dict[str, str]:
@@ -156,9 +158,15 @@ class Journal:
             try:
                 await asyncio.to_thread(self._append, data)
                 self._lines += len(pending)
-                if self._lines >= max(COMPACT_MIN_LINES, COMPACT_FACTOR * len(self._last)):
+                if self._resync or self._lines >= max(
+                    COMPACT_MIN_LINES, COMPACT_FACTOR * len(self._last)
+                ):
                     await asyncio.to_thread(self._compact, list(self._last.items()))
+                    self._resync = False
             except OSError as exc:
+                # The covered ids written next count these records in: the next write that
+                # succeeds rewrites the whole file, with them.
+                self._resync = True
                 log.error("pulsar dedup journal not written", error=str(exc))
                 for waiter in waiters:
                     if not waiter.done():
