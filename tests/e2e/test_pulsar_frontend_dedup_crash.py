@@ -92,3 +92,40 @@ def test_a_crash_before_the_journal_fsync_does_not_store_resends_twice(
         assert stored(gateway.url, "after") == list(range(9))
     finally:
         gateway.stop()
+
+
+def test_the_same_producer_reconnects_and_its_resends_are_not_stored_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client is not closed: it reconnects to the restarted gateway on its own and resends
+    every message it has no receipt for."""
+    stall = tmp_path / "stall"
+    reached = tmp_path / "stall.reached"
+    monkeypatch.setenv(STALL_ENV, str(stall))
+    gateway = Gateway(tmp_path / "data", tmp_path / "gateway.log")
+    gateway.start()
+    try:
+        client = connect(gateway.url)
+        try:
+            producer = client.create_producer(
+                TOPIC, producer_name="steady", batching_enabled=False,
+                send_timeout_millis=60_000)
+            send(producer, range(0, 3))
+            producer.flush()
+            stall.touch()
+            send(producer, range(3, 6))
+            deadline = time.monotonic() + 30
+            while not reached.exists():
+                assert time.monotonic() < deadline, "the journal write was not reached"
+                time.sleep(0.01)
+            gateway.kill()
+            stall.unlink()
+            gateway.start()
+            producer.flush()  # resent after reconnecting, each answered
+            send(producer, range(6, 8))
+            producer.flush()
+        finally:
+            client.close()
+        assert stored(gateway.url, "after") == list(range(8))
+    finally:
+        gateway.stop()
