@@ -89,7 +89,8 @@ class RabbitMQBackend(Backend):
                               "purge-keeps-inflight"})
     """What this back end can do, for the contract suite: one queue serves one group (no
     "independent-groups"), and the oldest ready time is unknown without consuming the queue
-    head (no "oldest-ready-time"). Nor is a queue's newest message: `last_id` is None."""
+    head (no "oldest-ready-time"). Nor is a queue's newest message: `last_id`
+    is None; nor can it read a queue without consuming it: `properties_after` is None."""
     independent_groups = False
     quiet_peeks = False  # a peek is basic.get and a requeue: the message comes back redelivered
 

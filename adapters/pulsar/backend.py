@@ -81,7 +81,8 @@ class PulsarBackend(Backend):
     for `peek`, `remove`, `purge` or `stats` (that needs Pulsar's admin API). No
     "purge-keeps-inflight": a purge's seek moves the subscription past leased messages too, so
     they survive it in this process only (see `purge`). `last_id` is None: a topic's newest
-    message id is the broker's (a consumer's GET_LAST_MESSAGE_ID), not one this back end made."""
+    message id is the broker's (a consumer's GET_LAST_MESSAGE_ID), not one this back end made;
+    `properties_after` is None too (it cannot read a topic apart from a subscription)."""
 
     def __init__(
         self,

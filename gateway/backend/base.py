@@ -357,6 +357,15 @@ class Backend(abc.ABC):
         consuming it (a broker's queue), is None."""
         return None
 
+    async def properties_after(
+        self, topic: str, message_id: str, limit: int
+    ) -> list[tuple[str, Mapping[str, str]]] | None:
+        """(message id, properties) of up to `limit` messages of `topic` published after the
+        message `message_id`, oldest first, read without touching any group (from the oldest
+        kept message when `message_id` is "" or no longer kept). None where the back end cannot
+        read a topic that way (the default: a broker's queue); `seekable` back ends answer."""
+        return None
+
     async def reset_retries(self, topic: str, group: str) -> int:
         """Count the failures of `group`'s messages on `topic` from 0 again: each message it has
         released or delayed (not leased) gets `retries` 0; its attempt count stays. This is for

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gateway.backend.base import Backend, Lease, OutMessage, Release, StoredMessage, TopicStats
 from gateway.backend.memory_state import Entry, Group, Message, Slot, Topic
@@ -391,6 +391,12 @@ class InMemoryBackend(Backend):
         self._ready()
         index = self._topics.get(topic)
         return index.newest if index is not None and index.newest else None
+
+    async def properties_after(self, topic: str, message_id: str,
+                               limit: int) -> list[tuple[str, Mapping[str, str]]]:
+        self._ready()
+        index = self._topics.get(topic)
+        return [] if index is None else index.properties_after(message_id, limit)
 
     async def topics(self) -> list[str]:
         self._ready()

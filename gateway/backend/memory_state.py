@@ -91,3 +91,9 @@ class Topic:
     newest: str = ""
     """The id of the newest message published ("": none), kept when a trim forgets it."""
     groups: dict[str, Group] = field(default_factory=dict)
+
+    def properties_after(self, message_id: str, limit: int) -> list[tuple[str, Mapping[str, str]]]:
+        """`Backend.properties_after` on this topic's messages (kept in position order)."""
+        kept = list(self.messages.values())
+        start = next((i + 1 for i, m in enumerate(kept) if m.message_id == message_id), 0)
+        return [(m.message_id, m.properties) for m in kept[start:start + max(limit, 0)]]

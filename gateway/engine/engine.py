@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import structlog
 
@@ -298,6 +298,13 @@ class Engine(Delivering):
         """The newest message id of `topic` (`EnginePort.last_id`)."""
         check_name("topic", topic)
         return await self.backend.last_id(topic)
+
+    async def properties_after(
+        self, topic: str, message_id: str, limit: int
+    ) -> list[tuple[str, Mapping[str, str]]] | None:
+        """`EnginePort.properties_after`."""
+        check_name("topic", topic)
+        return await self.backend.properties_after(topic, message_id, limit)
 
     def known_topic(self, topic: str) -> bool:
         """Whether `topic` is known to exist without asking the back end (`EngineQueries`)."""

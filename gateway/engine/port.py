@@ -16,7 +16,7 @@ touch the back end or the state machine. Errors are `gateway.errors` exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from gateway.backend.base import Lease, OutMessage
@@ -214,6 +214,14 @@ class EnginePort(Protocol):
     async def last_id(self, topic: str) -> str | None:
         """The message id of the newest message `topic` holds, or None when it holds none or
         the back end cannot tell (`Backend.last_id`: back ends without `positions` may not)."""
+        ...
+
+    async def properties_after(
+        self, topic: str, message_id: str, limit: int
+    ) -> list[tuple[str, Mapping[str, str]]] | None:
+        """(message id, properties) of up to `limit` messages of `topic` after `message_id`
+        (from the oldest kept when "" or no longer kept), read without touching any group;
+        None where the back end cannot (`Backend.properties_after`)."""
         ...
 
     async def seek(

@@ -439,18 +439,20 @@ class EmbeddedStore(Backend):
         writer, _ = self._supervisor.ready()
         return await positions.create_group(self._catalog, writer, topic, group, at_end)
 
-    async def seek(
-        self, topic: str, group: str, *, message_id: str = "", publish_ms: int = -1
-    ) -> None:
+    async def seek(self, topic: str, group: str, *, message_id: str = "",
+                   publish_ms: int = -1) -> None:
         writer, reader = self._supervisor.ready()
-        await positions.seek(
-            self._catalog, writer, reader, topic, group,
-            message_id=message_id, publish_ms=publish_ms,
-        )
+        await positions.seek(self._catalog, writer, reader, topic, group,
+                             message_id=message_id, publish_ms=publish_ms)
 
     async def last_id(self, topic: str) -> str | None:
         _, reader = self._supervisor.ready()
         return await positions.last_id(self._catalog, reader, topic)
+
+    async def properties_after(self, topic: str, message_id: str,
+                               limit: int) -> list[tuple[str, Mapping[str, str]]]:
+        _, reader = self._supervisor.ready()
+        return await positions.properties_after(self._catalog, reader, topic, message_id, limit)
 
     async def drop_group(self, topic: str, group: str) -> bool:
         writer, _ = self._supervisor.ready()

@@ -11,10 +11,11 @@ And a topic's newest message (`last_id`), where a group created at the end begin
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 
 from gateway.errors import NotFound
+from gateway.store import codec, guard, writes
 from gateway.store import reader as rd
-from gateway.store import writes
 from gateway.store.catalog import Catalog
 from gateway.store.index import GroupIndex, TopicIndex
 from gateway.store.schema import POS_MASK, topic_base
@@ -136,3 +137,32 @@ def first_published_at(conn: sqlite3.Connection, topic_id: int, publish_ms: int,
         (base, base + until, publish_ms),
     ).fetchone()
     return until if row is None or row[0] is None else int(row[0]) - base
+
+
+async def properties_after(
+    catalog: Catalog, reader: rd.Reader, topic: str, message_id: str, limit: int
+) -> list[tuple[str, Mapping[str, str]]]:
+    """`Backend.properties_after` on the store's table: the committed messages after the one
+    `message_id` names, from the first kept one when it is not kept. The message is looked for
+    from the topic's end back (a scan of its rows: the one asked for is usually among the
+    last)."""
+    index = catalog.topics.get(topic)
+    if index is None or limit <= 0:
+        return []
+    guard.count("limit", limit)
+    topic_id, first, end = index.topic_id, index.first_pos, index.committed
+
+    def query(conn: sqlite3.Connection) -> list[tuple[str, Mapping[str, str]]]:
+        base = topic_base(topic_id)
+        found = conn.execute(
+            "SELECT id FROM messages WHERE id > ? AND id < ? AND message_id = ?"
+            " ORDER BY id DESC LIMIT 1", (base, base + end, message_id),
+        ).fetchone() if message_id else None
+        start = max(first, 0 if found is None else int(found[0]) - base + 1)
+        rows = conn.execute(
+            "SELECT message_id, props FROM messages WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+            (base + max(start, 1), base + end, limit),
+        ).fetchall()
+        return [(str(m), codec.props(str(p))) for m, p in rows]
+
+    return await reader.run(query)

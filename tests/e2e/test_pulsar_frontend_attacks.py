@@ -107,7 +107,7 @@ async def test_a_journal_holding_an_id_above_int64_loads_without_it(tmp_path: Pa
         finally:
             await instance.stop()
     kept = [json.loads(line) for line in (state / "producers.jsonl").read_text().splitlines()]
-    assert all(seq <= INT64_MAX for _, _, seq in kept)
+    assert all(line[2] <= INT64_MAX for line in kept)
 
 
 def one_entry_batch(single: pb.SingleMessageMetadata, placeholder: str, bad: bytes) -> bytes:

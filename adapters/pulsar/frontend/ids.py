@@ -139,11 +139,24 @@ class DedupRegistry:
         last = self._last.pop(key, -1)
         self._touch(key, max(last, sequence_id))
 
-    async def persist(self, topic: str, producer_name: str, sequence_id: int) -> None:
-        """`record`, and with a journal, wait until it is on disk."""
+    def begin(self, topic: str) -> int:
+        """A store of `topic` begins: a token for `persist` or `end` (0 without a journal)."""
+        return 0 if self._journal is None else self._journal.begin(topic)
+
+    def end(self, token: int) -> None:
+        """The store of `token` is over (after `persist`, or failed)."""
+        if self._journal is not None:
+            self._journal.end(token)
+
+    async def persist(
+        self, topic: str, producer_name: str, sequence_id: int, message_id: str = "",
+        token: int = 0,
+    ) -> None:
+        """`record`, and with a journal, wait until it is on disk (`message_id`: the newest
+        message of the store of `token`, "" where ids are not ordered; `Journal.record`)."""
         self.record(topic, producer_name, sequence_id)
         if self._journal is not None:
-            await self._journal.record(topic, producer_name, sequence_id)
+            await self._journal.record(topic, producer_name, sequence_id, message_id, token)
 
     def load(self) -> None:
         """Take the ids the journal kept (before any producer attaches)."""

@@ -171,6 +171,15 @@ class ProducerSession:
             fresh.append(item)
             mark = item.highest
         messages = [m for item in fresh for m in kept[id(item)]]
+        token = self._dedup.begin(self.topic) if messages else 0
+        try:
+            await self._publish(group, fresh, kept, messages, token)
+        finally:
+            self._dedup.end(token)
+
+    async def _publish(self, group: list[_Send], fresh: list[_Send],
+                       kept: dict[int, list[OutMessage]], messages: list[OutMessage],
+                       token: int) -> None:
         failure: BaseException | None = None
         stored: list[str] = []
         if messages:
@@ -191,7 +200,10 @@ class ProducerSession:
         )
         if stored_highest >= 0:
             try:
-                await self._dedup.persist(self.topic, self.name, stored_highest)
+                # With the newest message id stored (ordered ids only), for the journal's
+                # covered id of the topic (`journal`, `dedup_recovery`).
+                newest = stored[-1] if stored and self._ids.ordered else ""
+                await self._dedup.persist(self.topic, self.name, stored_highest, newest, token)
             except OSError as exc:
                 # Stored all the same: the receipts go out; only a resend after a restart
                 # could be stored twice.

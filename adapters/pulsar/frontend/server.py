@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from adapters.pulsar.frontend import replies
+from adapters.pulsar.frontend import dedup_recovery, replies
 from adapters.pulsar.frontend.budget import READ_BUDGET_BYTES, ReadBudget
 from adapters.pulsar.frontend.connection import Connection
 from adapters.pulsar.frontend.consumers import MAX_UNACKED
@@ -162,6 +162,13 @@ class PulsarFrontEnd:
         """Bind and start accepting connections."""
         if self._journal is not None:
             await asyncio.to_thread(self._dedup.load)
+            # Ids a crash kept out of the journal, from the stored messages (`dedup_recovery`).
+            raised = await dedup_recovery.recover(
+                self._engine, self._journal.covered(), self._dedup.last)
+            if raised:
+                for (topic, name), sequence_id in raised.items():
+                    self._dedup.record(topic, name, sequence_id)
+                await asyncio.to_thread(self._journal.adopt, raised)
             self._journal.start()
         await self._readers.recover(self._engine)
         await asyncio.to_thread(self._schemas.load)

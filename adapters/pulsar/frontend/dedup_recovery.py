@@ -1,0 +1,102 @@
+"""Producer sequence ids a crash kept out of the dedup journal, recovered from the stored
+messages (as a broker recovers them from its log).
+
+The journal (`journal`) is fsynced after each store and before its receipts, so a `kill -9` in
+between leaves the last few milliseconds of stores unrecorded. Every message the front end
+stores carries its producer's name and sequence id (`messages.PRODUCER`, `messages.SEQUENCE`),
+and the journal records, per topic, a message id up to which every stored message is covered.
+On start, the messages of each such topic after that id are read
+(`EnginePort.properties_after`, at most `MAX_SCAN` of them per topic and `TIME_BUDGET_S` in all;
+logged when cut) and each (topic, producer) mark is raised to the highest sequence id they
+carry, so a producer's resend is answered, not stored again. Back ends that cannot read a topic
+that way (brokers: None), topics the journal has no covered id for (lines written before it had
+one) and a read that fails keep the journal's ids as they are (a resend is stored again: at
+least once, as before).
+
+A message a client of another protocol published with these property names counts as that
+producer's, as a Pulsar client that took the name could send any sequence id (publishing on the
+topic allows both); copies the engine made (retries, dead letters) do not count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID, Pair
+from adapters.pulsar.frontend.messages import PRODUCER, SEQUENCE
+from gateway.core.properties import is_reserved
+from gateway.engine.port import EnginePort
+from gateway.errors import GatewayError
+
+log = structlog.get_logger(__name__)
+
+MAX_SCAN = 100_000
+"""Most messages read per topic (the window is a few milliseconds of stores)."""
+TIME_BUDGET_S = 30.0
+"""Longest time spent reading, all topics together (it delays the listener's start)."""
+PAGE = 1000
+"""Messages read per call."""
+
+
+async def recover(
+    engine: EnginePort,
+    covered: Mapping[str, str],
+    last: Callable[[str, str], int],
+    *,
+    max_scan: int = MAX_SCAN,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[Pair, int]:
+    """The (topic, producer) ids to raise: per topic of `covered`, the highest sequence id each
+    producer's messages after the covered id carry, where above `last(topic, name)`."""
+    raised: dict[Pair, int] = {}
+    started = clock()
+    for topic, after in sorted(covered.items()):
+        seen = 0
+        while seen < max_scan:
+            want = min(PAGE, max_scan - seen)
+            try:
+                page = await engine.properties_after(topic, after, want)
+            except Exception as exc:  # the journal's ids stay: at least once, as before
+                text = exc.message if isinstance(exc, GatewayError) else repr(exc)
+                log.warning("pulsar dedup recovery cannot read the topic", topic=topic,
+                            error=text)
+                break
+            if page is None:  # the back end cannot: the journal's ids stay
+                return raised
+            for _, properties in page:
+                found = _sequence(properties)
+                if found is None:
+                    continue
+                pair, sequence_id = (topic, found[0]), found[1]
+                if sequence_id > max(raised.get(pair, -1), last(*pair)):
+                    raised[pair] = sequence_id
+            seen += len(page)
+            if len(page) < want:  # the topic's end
+                break
+            after = page[-1][0]
+            if clock() - started > TIME_BUDGET_S:
+                log.warning("pulsar dedup recovery cut by its time budget", topic=topic,
+                            read=seen)
+                break
+        else:
+            log.warning("pulsar dedup recovery cut: a resend of later messages may be stored "
+                        "again", topic=topic, read=seen)
+    for (topic, name), sequence_id in sorted(raised.items()):
+        log.info("pulsar dedup id recovered from stored messages", topic=topic, producer=name,
+                 sequence_id=sequence_id)
+    return raised
+
+
+def _sequence(properties: Mapping[str, str]) -> tuple[str, int] | None:
+    """(producer name, sequence id) a stored message carries, None when it carries none or is
+    a copy the engine made (a retry or dead letter: it carries reserved properties)."""
+    name, text = properties.get(PRODUCER), properties.get(SEQUENCE)
+    if not name or text is None or not text.isascii() or not text.isdigit():
+        return None
+    if any(is_reserved(key) for key in properties):
+        return None
+    sequence_id = int(text)
+    return (name, sequence_id) if sequence_id <= MAX_SEQUENCE_ID else None
