@@ -13,9 +13,13 @@ that way (brokers: None), topics the journal has no covered id for (lines writte
 one) and a read that fails keep the journal's ids as they are (a resend is stored again: at
 least once, as before).
 
-A message a client of another protocol published with these property names counts as that
-producer's, as a Pulsar client that took the name could send any sequence id (publishing on the
-topic allows both); copies the engine made (retries, dead letters) do not count.
+A mark is raised only along an unbroken run of sequence ids from the journal's (the next one,
+the one after, ...): a client's ids rise by one per message, so what a crash kept out of the
+journal is such a run. A stray id found further on (a message a client of another protocol
+published, or forwarded, with these property names; an application's own ids with gaps) never
+raises a mark past a gap, so it cannot make a producer's later sends count as duplicates (lost);
+at worst such a resend is stored again, as before. Copies the engine made (retries, dead
+letters) do not count.
 """
 
 from __future__ import annotations
@@ -49,9 +53,10 @@ async def recover(
     max_scan: int = MAX_SCAN,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[Pair, int]:
-    """The (topic, producer) ids to raise: per topic of `covered`, the highest sequence id each
-    producer's messages after the covered id carry, where above `last(topic, name)`."""
-    raised: dict[Pair, int] = {}
+    """The (topic, producer) ids to raise: per topic of `covered`, the end of the unbroken run
+    of sequence ids just above `last(topic, name)` that the producer's messages after the
+    covered id carry."""
+    found_ids: dict[Pair, set[int]] = {}
     started = clock()
     for topic, after in sorted(covered.items()):
         seen = 0
@@ -65,14 +70,14 @@ async def recover(
                             error=text)
                 break
             if page is None:  # the back end cannot: the journal's ids stay
-                return raised
+                return {}
             for _, properties in page:
                 found = _sequence(properties)
                 if found is None:
                     continue
                 pair, sequence_id = (topic, found[0]), found[1]
-                if sequence_id > max(raised.get(pair, -1), last(*pair)):
-                    raised[pair] = sequence_id
+                if sequence_id > last(*pair):
+                    found_ids.setdefault(pair, set()).add(sequence_id)
             seen += len(page)
             if len(page) < want:  # the topic's end
                 break
@@ -84,9 +89,23 @@ async def recover(
         else:
             log.warning("pulsar dedup recovery cut: a resend of later messages may be stored "
                         "again", topic=topic, read=seen)
+    raised = _runs(found_ids, last)
     for (topic, name), sequence_id in sorted(raised.items()):
         log.info("pulsar dedup id recovered from stored messages", topic=topic, producer=name,
                  sequence_id=sequence_id)
+    return raised
+
+
+def _runs(found: Mapping[Pair, set[int]], last: Callable[[str, str], int]) -> dict[Pair, int]:
+    """Per pair, the end of the unbroken run of found ids just above the journal's (none when
+    the next id is not among them)."""
+    raised: dict[Pair, int] = {}
+    for pair, ids in found.items():
+        end = last(*pair)
+        while end + 1 in ids:
+            end += 1
+        if end > last(*pair):
+            raised[pair] = end
     return raised
 
 
