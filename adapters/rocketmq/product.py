@@ -127,6 +127,10 @@ class RocketMQ(Product[RocketMQConfig]):
             keyed: dict[str, Any] = {}
             for principal in host.authorizer.by_digest.values():
                 key = principal.extra(ACCESS_KEY)
+                if bool(key) != bool(principal.extra(SECRET_KEY)):  # half a pair: as above
+                    raise InvalidArgument(
+                        f"principal[{principal.name}].{SECRET_KEY if key else ACCESS_KEY}", "",
+                        f"non-empty, given with {ACCESS_KEY if key else SECRET_KEY}")
                 if key and keyed.setdefault(key, principal) is not principal:
                     # The last one's, silently: the other principal's SDKs were refused.
                     raise InvalidArgument(

@@ -46,3 +46,24 @@ def test_serve_exits_2_on_a_secret_key_alone(tmp_path: Path) -> None:
     assert "very-secret" not in done.stderr
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(("entry", "missing"), [
+    ('rocketmq_access_key = "AK"', "principal[app].rocketmq_secret_key"),
+    ('rocketmq_secret_key = "very-secret"', "principal[app].rocketmq_access_key"),
+])
+def test_a_principal_with_half_a_key_pair_is_refused_by_name(
+    tmp_path: Path, entry: str, missing: str
+) -> None:
+    """The tokens file's principals alike: an access key without a secret named an internal
+    `credentials`; a secret without an access key was dropped without a word."""
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(f'[[principal]]\nname = "app"\ntoken = "t"\n{entry}\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--listen", "127.0.0.1:0",
+         "--data-dir", str(tmp_path / "data"), "--tokens-file", str(tokens)],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert missing in done.stderr
+    assert "very-secret" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
