@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from adapters.pulsar import dialect
 from adapters.pulsar.backend_codec import pulsar_topic
+from adapters.pulsar.service_url import check_advertised_url
 from gateway.core.registry import Registry
 from gateway.product import FrontEnd, Host, OptionFlag, OwnListener, Product, setting
 
@@ -43,6 +44,10 @@ class PulsarConfig:
              "--backend pulsar)")
     """The Pulsar cluster of `--backend pulsar`."""
     pulsar_token: str = setting("", toml="pulsar.token")
+
+    def __post_init__(self) -> None:
+        if self.pulsar_advertised:
+            check_advertised_url(self.pulsar_advertised)
 
 
 class Pulsar(Product[PulsarConfig]):

@@ -1,4 +1,5 @@
-"""The `--pulsar-service-url` of `--backend pulsar`, checked before the client library sees it."""
+"""The `--pulsar-service-url` of `--backend pulsar`, checked before the client library sees it;
+the front end's `pulsar_advertised`, checked before a lookup hands it to a client."""
 
 from __future__ import annotations
 
@@ -22,3 +23,15 @@ def check_service_url(url: str) -> None:
         raise InvalidArgument("pulsar_service_url", masked(url),
                               "pulsar://HOST:PORT or pulsar+ssl://HOST:PORT (several hosts "
                               "joined by commas; no user or password: see [pulsar] token)")
+
+
+def check_advertised_url(url: str) -> None:
+    """The URL the front end's lookups point clients at: one `pulsar://HOST:PORT` or
+    `pulsar+ssl://HOST:PORT` (any text was taken, and clients were pointed at it)."""
+    scheme, sep, rest = url.partition("://")
+    match = _SERVICE_HOST.fullmatch(rest.removesuffix("/"))
+    if scheme not in ("pulsar", "pulsar+ssl") or not sep or not match or not match.group(2) \
+            or not 1 <= int(match.group(2)) <= 65535:
+        raise InvalidArgument("pulsar_advertised", masked(url),
+                              "pulsar://HOST:PORT or pulsar+ssl://HOST:PORT (the one address "
+                              "the front end's lookups send clients to)")

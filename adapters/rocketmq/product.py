@@ -44,6 +44,15 @@ class RocketMQConfig:
         (), toml="rocketmq.fifo_groups", allowed="a list of group names")
     """Consumer groups that consume in order (RocketMQ keeps this on the group)."""
 
+    def __post_init__(self) -> None:
+        # Half a pair turned nothing on: a secret key alone left signatures unchecked.
+        for given, missing in ((self.rocketmq_secret_key, ACCESS_KEY),
+                               (self.rocketmq_access_key, SECRET_KEY)):
+            if given and not (self.rocketmq_access_key and self.rocketmq_secret_key):
+                other = SECRET_KEY if missing == ACCESS_KEY else ACCESS_KEY
+                raise InvalidArgument(missing, "", f"non-empty, given with {other} (the two "
+                                                   "turn on signature checks together)")
+
 
 class RocketMQFrontEnd:
     """The RocketMQ 5 service on the gateway's gRPC server."""
@@ -118,6 +127,10 @@ class RocketMQ(Product[RocketMQConfig]):
             keyed: dict[str, Any] = {}
             for principal in host.authorizer.by_digest.values():
                 key = principal.extra(ACCESS_KEY)
+                if bool(key) != bool(principal.extra(SECRET_KEY)):  # half a pair: as above
+                    raise InvalidArgument(
+                        f"principal[{principal.name}].{SECRET_KEY if key else ACCESS_KEY}", "",
+                        f"non-empty, given with {ACCESS_KEY if key else SECRET_KEY}")
                 if key and keyed.setdefault(key, principal) is not principal:
                     # The last one's, silently: the other principal's SDKs were refused.
                     raise InvalidArgument(

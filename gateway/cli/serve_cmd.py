@@ -25,6 +25,7 @@ from gateway.server.config import (
     env_name,
     load,
     other_backends_settings,
+    unknown_env,
 )
 
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "commit_timeout_s", "grace_s",
@@ -255,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_files(config)
         configure_logging(config.log_level)
+        for variable, meant in unknown_env(os.environ):  # a typo ran with the default
+            log.warning("unknown setting variable ignored", variable=variable, meant=meant)
         for key, backend in unused.items():
             if env_name(key) in os.environ:  # one manifest may serve several sidecars
                 log.warning("setting not used", variable=env_name(key), backend=config.backend,

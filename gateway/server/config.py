@@ -10,6 +10,7 @@ flat key, place in the file, flag); they are parsed into its frozen section
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import socket
@@ -463,3 +464,22 @@ def load(
 def env_name(key: str) -> str:
     """The environment variable of a setting's flat key: `GATEWAY_<KEY>`."""
     return f"GATEWAY_{key.upper()}"
+
+
+COMMAND_VARIABLES = frozenset({"GATEWAY_TOKEN", "GATEWAY_TARGET", "GATEWAY_FROM_TOKEN",
+                               "GATEWAY_TO_TOKEN"})
+"""`GATEWAY_*` variables of the `gateway` commands (not settings of `serve`)."""
+
+
+def unknown_env(environ: Mapping[str, str],
+                products: Sequence[AnyProduct] | None = None) -> list[tuple[str, str | None]]:
+    """The `GATEWAY_*` variables in `environ` that are no setting (a typo is otherwise ignored
+    without a word), sorted, each with the setting's variable it most likely meant (or None)."""
+    known = {env_name(name) for name in _keys(installed() if products is None
+                                                else products).kinds}
+    out: list[tuple[str, str | None]] = []
+    for name in sorted(environ):
+        if name.startswith("GATEWAY_") and name not in known | COMMAND_VARIABLES:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+            out.append((name, close[0] if close else None))
+    return out
