@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from gateway.errors import InvalidArgument
+from gateway.limits import MAX_NAME_BYTES, too_long
 from gateway.product import AnyProduct, Product, installed, settings_of
 from gateway.token_file import read_toml
 
@@ -111,8 +112,7 @@ class ServeConfig:
                                   "with a tokens_file, max_groups without")
         if not 1 <= self.max_unacked_mb <= 65536:
             raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
-        if not self.gateway_id.strip() or not self.gateway_id.isprintable() or len(
-                self.gateway_id.encode("utf-8", "surrogatepass")) > 255:
+        if not _usable_id(self.gateway_id):
             raise InvalidArgument("gateway_id", self.gateway_id,
                                   "1..255 bytes (UTF-8) of printable characters")
         if not 1 <= self.max_publish_mb <= 65536:
@@ -251,9 +251,12 @@ def host_port(field: str, value: str) -> tuple[str, int]:
 def default_gateway_id() -> str:
     """The host name, or `gateway` where it has none a gateway id may be."""
     name = socket.gethostname()
-    if name.strip() and name.isprintable() and len(name.encode("utf-8", "surrogatepass")) <= 255:
-        return name
-    return "gateway"
+    return name if _usable_id(name) else "gateway"
+
+
+def _usable_id(name: str) -> bool:
+    """1..MAX_NAME_BYTES bytes of printable UTF-8, not only blanks (a gateway id)."""
+    return bool(name.strip()) and name.isprintable() and not too_long(name, MAX_NAME_BYTES)
 
 
 def join_host_port(host: str, port: int) -> str:
@@ -478,8 +481,9 @@ def unknown_env(environ: Mapping[str, str],
     known = {env_name(name) for name in _keys(installed() if products is None
                                                 else products).kinds}
     out: list[tuple[str, str | None]] = []
+    allowed = known | COMMAND_VARIABLES
     for name in sorted(environ):
-        if name.startswith("GATEWAY_") and name not in known | COMMAND_VARIABLES:
+        if name.startswith("GATEWAY_") and name not in allowed:
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
             out.append((name, close[0] if close else None))
     return out

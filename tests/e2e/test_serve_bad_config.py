@@ -266,3 +266,19 @@ def test_a_port_of_non_ascii_digits_is_refused_naming_the_setting(
     args = ("--listen", "127.0.0.1:0") if flag != "--listen" else ()
     done = serve(tmp_path, *args, "--data-dir", "data", flag, "127.0.0.1:\u00b2")
     refused(done, flag.removeprefix("--").replace("-", "_"))
+
+
+@pytest.mark.parametrize(("flag", "value", "words"), [
+    *[("--max-publish-mb", v, ("max_publish_mb",)) for v in ("0", "65537", "-1", "lots")],
+    *[("--gateway-id", v, ("gateway_id", "printable")) for v in ("", "   ", "a\nb", "x" * 256)],
+])
+def test_the_publish_budget_and_gateway_id_are_checked(
+    tmp_path: Path, flag: str, value: str, words: tuple[str, ...]
+) -> None:
+    """`--max-publish-mb` and `--gateway-id` (new, or without a check before): exit 2, no
+    traceback, naming the setting."""
+    done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data", flag, value)
+    assert done.returncode == 2, done.stderr
+    assert all(word in done.stderr for word in words) or (
+        flag == "--max-publish-mb" and flag in done.stderr), done.stderr
+    assert "Traceback" not in done.stderr
