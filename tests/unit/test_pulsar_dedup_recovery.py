@@ -8,14 +8,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from adapters.pulsar.frontend.dedup_recovery import recover
+import pytest
+
+from adapters.pulsar.frontend.dedup_recovery import recover, settle
 from adapters.pulsar.frontend.ids import DedupRegistry
 from adapters.pulsar.frontend.journal import FILE_NAME, Journal
 from adapters.pulsar.frontend.messages import PRODUCER, SEQUENCE
+from adapters.pulsar.frontend.producers import unknown_outcome
 from gateway.backend.base import OutMessage
 from gateway.backend.memory import InMemoryBackend
 from gateway.core.properties import ORIGIN_TOPIC
-from gateway.errors import Unavailable
+from gateway.errors import InvalidArgument, Unavailable
 
 
 def pulsar_message(producer: str, sequence_id: int) -> OutMessage:
@@ -147,3 +150,59 @@ async def test_a_mark_is_raised_only_along_an_unbroken_run() -> None:
     assert await recover(engine, {"t": ""}, lambda t, n: 2) == {("t", "p"): 4}
     assert await recover(engine, {"t": ""}, lambda t, n: 5) == {("t", "p"): 6}
     await backend.close()
+
+
+async def test_a_store_in_doubt_holds_the_covered_id_back_until_settled(tmp_path: Path) -> None:
+    """A store whose outcome is unknown (its writer lost after the commit) keeps its journal
+    token open: were the gateway killed before the topic is settled, the scan at the next start
+    still covers its messages."""
+    backend = InMemoryBackend()
+    await backend.open()
+    engine = Topics(backend)
+    registry = DedupRegistry(journal=Journal(tmp_path))
+    registry.load()
+    assert registry._journal is not None
+    registry._journal.start()
+    first = await backend.publish("t", [pulsar_message("p", 0)])
+    token = registry.begin("t")
+    await registry.persist("t", "p", 0, first[-1], token)
+    registry.end(token)
+    token = registry.begin("t")
+    await backend.publish("t", [pulsar_message("p", 1), pulsar_message("p", 2)])
+    registry.doubt("t", token)  # the publish failed: were they stored?
+    registry.end(token)
+    later = await backend.publish("t", [pulsar_message("q", 0)])
+    other = registry.begin("t")
+    await registry.persist("t", "q", 0, later[-1], other)
+    registry.end(other)
+    assert registry._journal.covered() == {"t": first[-1]}
+    assert registry.in_doubt("t") and registry.last("t", "p") == 0
+    await settle(cast(Any, engine), registry, "t")
+    assert not registry.in_doubt("t") and registry.last("t", "p") == 2
+    assert engine.calls == 1
+    await registry._journal.close()
+    again = DedupRegistry(journal=Journal(tmp_path))
+    again.load()
+    assert again.last("t", "p") == 2
+    await backend.close()
+
+
+async def test_settling_waits_for_a_readable_store_and_refusals_raise_no_doubt() -> None:
+    class Healing:
+        down = True
+
+        async def properties_after(self, topic: str, message_id: str, limit: int) -> None:
+            if self.down:
+                raise Unavailable("embedded store is recovering")
+            return None  # a broker: nothing to read, the doubt ends (at least once)
+
+    engine, registry = Healing(), DedupRegistry()
+    registry.doubt("t", registry.begin("t"))
+    with pytest.raises(Unavailable):
+        await settle(cast(Any, engine), registry, "t")
+    assert registry.in_doubt("t")
+    engine.down = False
+    await settle(cast(Any, engine), registry, "t")
+    assert not registry.in_doubt("t")
+    assert unknown_outcome(Unavailable("writer lost")) and unknown_outcome(OSError("?"))
+    assert not unknown_outcome(InvalidArgument("topic", "", "a name"))

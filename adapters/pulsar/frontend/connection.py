@@ -26,7 +26,15 @@ from typing import Any
 
 import structlog
 
-from adapters.pulsar.frontend import access, edge, framing, lookups, replies, unserved
+from adapters.pulsar.frontend import (
+    access,
+    dedup_recovery,
+    edge,
+    framing,
+    lookups,
+    replies,
+    unserved,
+)
 from adapters.pulsar.frontend.budget import FRAME_COST
 from adapters.pulsar.frontend.consumers import ConsumerSession
 from adapters.pulsar.frontend.consuming import ConsumerCommands
@@ -311,6 +319,8 @@ class Connection(ConsumerCommands):
                 self._check(topic, initial)
             version = await self._shared.schemas.admit_producer(
                 topic, request.schema if request.HasField("schema") else None, "producer.schema")
+            if self._shared.dedup.in_doubt(topic):  # the last sequence id it is told is right
+                await dedup_recovery.settle(self._shared.engine, self._shared.dedup, topic)
         except Exception as exc:
             self._refuse(request.request_id, exc, "PRODUCER")
             return

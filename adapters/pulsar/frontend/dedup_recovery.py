@@ -20,6 +20,13 @@ published, or forwarded, with these property names; an application's own ids wit
 raises a mark past a gap, so it cannot make a producer's later sends count as duplicates (lost);
 at worst such a resend is stored again, as before. Copies the engine made (retries, dead
 letters) do not count.
+
+The same scan runs while the gateway runs (`settle`), for a topic where a store's outcome is
+unknown (`DedupRegistry.doubt`): the embedded store's writer lost mid-commit fails the send,
+though the writer may have committed it before it ended; the store heals by itself and the
+client resends. The scan starts after the newest message id recorded when that store began, and
+only once the store reads again (after the heal, when the old writer has ended); until then the
+topic's sends are refused, so nothing that may be a duplicate is stored.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from collections.abc import Callable, Mapping
 
 import structlog
 
+from adapters.pulsar.frontend.ids import DedupRegistry
 from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID, Pair
 from adapters.pulsar.frontend.messages import PRODUCER, SEQUENCE
 from gateway.core.properties import is_reserved
@@ -52,10 +60,11 @@ async def recover(
     *,
     max_scan: int = MAX_SCAN,
     clock: Callable[[], float] = time.monotonic,
+    strict: bool = False,
 ) -> dict[Pair, int]:
     """The (topic, producer) ids to raise: per topic of `covered`, the end of the unbroken run
     of sequence ids just above `last(topic, name)` that the producer's messages after the
-    covered id carry."""
+    covered id carry. `strict`: a read that fails raises (else the topic is skipped)."""
     found_ids: dict[Pair, set[int]] = {}
     started = clock()
     for topic, after in sorted(covered.items()):
@@ -65,6 +74,8 @@ async def recover(
             try:
                 page = await engine.properties_after(topic, after, want)
             except Exception as exc:  # the journal's ids stay: at least once, as before
+                if strict:
+                    raise
                 text = exc.message if isinstance(exc, GatewayError) else repr(exc)
                 log.warning("pulsar dedup recovery cannot read the topic", topic=topic,
                             error=text)
@@ -119,3 +130,21 @@ def _sequence(properties: Mapping[str, str]) -> tuple[str, int] | None:
         return None
     sequence_id = int(text)
     return (name, sequence_id) if sequence_id <= MAX_SEQUENCE_ID else None
+
+
+async def settle(engine: EnginePort, dedup: DedupRegistry, topic: str) -> None:
+    """Account for the stores of `topic` in doubt (`DedupRegistry.doubt`): raise each
+    producer's id along the run its messages stored since then carry, before the topic's next
+    store is deduplicated. A read that fails (the store still heals) raises, and the doubt
+    stays: the caller refuses what it was to store, and the client sends it again."""
+    async with dedup.settling(topic):
+        doubts = dedup.doubts(topic)
+        if not doubts:
+            return
+        raised = await recover(engine, {topic: min(doubts.values())}, dedup.last, strict=True)
+        for (_, name), sequence_id in sorted(raised.items()):
+            try:
+                await dedup.persist(topic, name, sequence_id)
+            except OSError as exc:  # remembered all the same, as after a store
+                log.error("pulsar dedup state not persisted", topic=topic, error=str(exc))
+        dedup.settled(topic, doubts)

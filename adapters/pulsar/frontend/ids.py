@@ -18,10 +18,12 @@ keeps it while the front end remembers it (`MAX_OTHER_IDS`).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -107,6 +109,13 @@ class DedupRegistry:
     (`attach`), so two producers never share a sequence and every receipt means stored. At most
     `limit` pairs; with a `journal` (`adapters.pulsar.frontend.journal`) the ids survive
     restarts, else they last as long as the front end.
+
+    A store whose publish failed in a way that may have stored it all the same (the store's
+    writer lost mid-commit: its send was refused, or never answered) puts its topic in doubt
+    (`doubt`): before the topic's next store, or its next producer, `dedup_recovery.settle`
+    raises the ids from the messages stored after it, so the client's resend is answered, not
+    stored twice. Until then the store's journal token stays open (the journal's covered id
+    stays below its messages, for the scan at the next start).
     """
 
     def __init__(self, limit: int = MAX_PRODUCER_NAMES, journal: Journal | None = None) -> None:
@@ -115,6 +124,12 @@ class DedupRegistry:
         """Insertion order is the order of last use (oldest first)."""
         self._attached: set[tuple[str, str]] = set()
         self._limit = limit
+        self._doubt: dict[str, dict[int, str]] = {}
+        """Per topic: the stores whose outcome is unknown, token -> the message id their
+        messages come after ("" for unknown: the topic's first kept message)."""
+        self._held: set[int] = set()
+        """Their journal tokens, kept open until settled."""
+        self._settling: dict[str, asyncio.Lock] = {}
 
     def attach(self, topic: str, producer_name: str) -> bool:
         """Take the name on the topic for one producer; False when another producer holds it."""
@@ -144,9 +159,40 @@ class DedupRegistry:
         return 0 if self._journal is None else self._journal.begin(topic)
 
     def end(self, token: int) -> None:
-        """The store of `token` is over (after `persist`, or failed)."""
-        if self._journal is not None:
+        """The store of `token` is over (after `persist`, or failed; one in doubt stays open
+        until settled)."""
+        if self._journal is not None and token not in self._held:
             self._journal.end(token)
+
+    def doubt(self, topic: str, token: int) -> None:
+        """The store of `token` on `topic` failed, and may have stored its messages all the
+        same: the topic is in doubt until `settled`."""
+        floor = self._journal.floor(token) if self._journal is not None and token else ""
+        self._doubt.setdefault(topic, {})[token] = floor
+        if token:
+            self._held.add(token)
+
+    def in_doubt(self, topic: str) -> bool:
+        return topic in self._doubt
+
+    def doubts(self, topic: str) -> dict[int, str]:
+        """The stores in doubt on `topic` (token -> the id their messages come after)."""
+        return dict(self._doubt.get(topic, {}))
+
+    def settling(self, topic: str) -> asyncio.Lock:
+        """Held while the topic's doubts are settled (one scan at a time)."""
+        return self._settling.setdefault(topic, asyncio.Lock())
+
+    def settled(self, topic: str, tokens: Iterable[int]) -> None:
+        """Those stores' messages are accounted for: their tokens end."""
+        held = self._doubt.get(topic, {})
+        for token in tokens:
+            held.pop(token, None)
+            if token in self._held:
+                self._held.discard(token)
+                self.end(token)
+        if not held:
+            self._doubt.pop(topic, None)
 
     async def persist(
         self, topic: str, producer_name: str, sequence_id: int, message_id: str = "",

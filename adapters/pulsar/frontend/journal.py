@@ -92,6 +92,11 @@ class Journal:
         """The store of `token` is over without a `record` (its publish failed)."""
         self._flight.pop(token, None)
 
+    def floor(self, token: int) -> str:
+        """The newest message id recorded for the topic when the store of `token` began (its
+        messages come after it), "" when none was."""
+        return self._flight.get(token, ("", ""))[1]
+
     def adopt(self, marks: dict[Pair, int]) -> None:
         """Raise those pairs' ids (found stored by recovery) and rewrite the file with them."""
         for pair, sequence_id in marks.items():

@@ -6,6 +6,13 @@ then answers each frame. Resends of frames already stored under the same produce
 answered without storing them again, with message id -1:-1 as from a broker. The session holds
 its name on its topic (see `DedupRegistry.attach`) until `close` has answered or given up every
 store under way.
+
+A publish that fails in a way that may have stored its messages all the same (`unknown_outcome`:
+the store's writer lost after its commit), or that is given up unanswered at `close`, puts the
+topic in doubt (`DedupRegistry.doubt`): the topic's next store first reads what was stored
+(`dedup_recovery.settle`), and is refused while that cannot be read, so the client's resend of
+those sequence ids is answered, not stored twice. Sends on other topics, and every send while
+nothing is in doubt, take no extra step.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from adapters.pulsar.frontend import edge, replies
+from adapters.pulsar.frontend import dedup_recovery, edge, replies
 from adapters.pulsar.frontend.budget import MESSAGE_COST, ReadBudget
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.messages import SEQUENCE
@@ -25,7 +32,7 @@ from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import Frame, FrameError
 from gateway.backend.base import OutMessage
 from gateway.engine.port import EnginePort
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, Unavailable
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +55,14 @@ class _Send:
     sequences: list[int] = field(default_factory=list)
     """Each message's sequence id (a batch's entries have one each)."""
     error: tuple[int, str] | None = None
+
+
+def unknown_outcome(exc: BaseException) -> bool:
+    """Whether a failed publish may have stored its messages all the same: the back end went
+    away mid-call (Unavailable: the store's writer lost or hung after its commit, a broker's
+    connection dropped) or failed unexpectedly. A refusal (a bad value, a limit, a denied
+    topic) stored nothing."""
+    return not isinstance(exc, GatewayError) or isinstance(exc, Unavailable)
 
 
 def sequence_of(message: OutMessage) -> int:
@@ -158,6 +173,14 @@ class ProducerSession:
                 return
 
     async def _store(self, group: list[_Send]) -> None:
+        if self._dedup.in_doubt(self.topic):  # an earlier store's outcome is unknown
+            try:
+                await dedup_recovery.settle(self._engine, self._dedup, self.topic)
+            except Exception as exc:  # nothing is stored that may be a duplicate
+                log.warning("pulsar sends refused until the stored messages can be read",
+                            topic=self.topic, error=replies.error_text(exc))
+                self._refuse_all(group, exc)
+                return
         # Only messages above the highest sequence id stored so far are stored: a resend (of a
         # whole batch, or of part of one under other batch boundaries) is answered, not stored.
         mark = self._dedup.last(self.topic, self.name)
@@ -188,6 +211,11 @@ class ProducerSession:
             except Exception as exc:
                 failure = exc
                 log.warning("pulsar publish failed", topic=self.topic, error=str(exc))
+                if unknown_outcome(exc):
+                    self._dedup.doubt(self.topic, token)
+            except asyncio.CancelledError:  # closed while storing: never answered
+                self._dedup.doubt(self.topic, token)
+                raise
         first_ids: dict[int, str] = {}
         if failure is None:
             at = 0
@@ -228,6 +256,13 @@ class ProducerSession:
                         self.producer_id, item.sequence_id, item.highest, ledger, entry
                     )
                 )
+
+    def _refuse_all(self, group: list[_Send], exc: BaseException) -> None:
+        for item in group:
+            self._held -= item.cost
+            self._budget.give(item.cost)
+            code, text = item.error or (replies.server_error(exc), replies.error_text(exc))
+            self._refuse(item.sequence_id, code, text)
 
     def _refuse(self, sequence_id: int, code: int, text: str) -> None:
         code = replies.send_failure(code, self._client_version)
