@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pulsar
+import pytest
 
 import tests.pulsar_raw as raw
 from adapters.pulsar.frontend import PulsarFrontEnd
@@ -43,8 +44,9 @@ async def until(condition: Callable[[], bool], timeout_s: float = 30.0) -> bool:
     return condition()
 
 
+@pytest.mark.parametrize("batching", [False, True], ids=["single", "batched"])
 async def test_a_send_a_lost_writer_committed_is_not_stored_again_on_its_resend(
-    tmp_path: Path,
+    tmp_path: Path, batching: bool
 ) -> None:
     data = tmp_path / "data"
     store = EmbeddedStore(data, SystemClock(), commit_timeout_s=1.0,
@@ -55,7 +57,8 @@ async def test_a_send_a_lost_writer_committed_is_not_stored_again_on_its_resend(
         client = client_for(f"pulsar://127.0.0.1:{front.port}")
         try:
             producer = await run(client.create_producer, TOPIC, producer_name="p",
-                                 batching_enabled=False, send_timeout_millis=60_000)
+                                 batching_enabled=batching, batching_max_publish_delay_ms=5,
+                                 send_timeout_millis=60_000)
             await run(producer.send, b"m0")
             writer = store._supervisor.writer
             assert writer is not None and writer.pid is not None
