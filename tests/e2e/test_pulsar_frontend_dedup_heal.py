@@ -19,7 +19,7 @@ import pulsar
 import pytest
 
 import tests.pulsar_raw as raw
-from adapters.pulsar.frontend import PulsarFrontEnd
+from adapters.pulsar.frontend import PulsarFrontEnd, producers
 from adapters.pulsar.frontend.messages import SEQUENCE
 from adapters.pulsar.frontend.producers import DUPLICATE
 from adapters.pulsar.frontend.topics import engine_topic
@@ -134,3 +134,39 @@ async def test_a_send_of_unknown_outcome_is_settled_from_the_stored_messages(
         kept = await real_read(engine_topic(raw.producer(1, 1).producer.topic), "", 10)
         assert kept is not None
         assert [properties[SEQUENCE] for _, properties in kept] == ["0", "1"]
+
+
+async def test_a_store_given_up_at_close_is_settled_before_the_name_is_used_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer closed while its store hangs (never answered): the close gives the store up,
+    though it may have been stored; the next producer of that name is told it was."""
+    monkeypatch.setattr(producers, "CLOSE_WAIT_S", 0.0)
+    async with raw.front_end(tmp_path, state_dir=tmp_path / "pulsar") as (front, engine):
+        real_publish = engine.publish
+        stored = asyncio.Event()
+
+        async def publish(topic: str, messages: list[OutMessage]) -> list[str]:
+            await real_publish(topic, messages)
+            stored.set()
+            await asyncio.Event().wait()  # committed, and the answer never comes
+            raise AssertionError("not reached")
+
+        setattr(engine, "publish", publish)  # noqa: B010
+        client = await RawClient.open(front.port)
+        client.send(raw.producer(1, 1, "p"))
+        await client.expect(Cmd.PRODUCER_SUCCESS)
+        client.send(raw.send(1, 0), raw.meta("p", 0), b"m0")
+        await stored.wait()
+        close = Cmd(type=Cmd.CLOSE_PRODUCER)
+        close.close_producer.producer_id, close.close_producer.request_id = 1, 2
+        client.send(close)
+        await client.expect(Cmd.SUCCESS)
+        setattr(engine, "publish", real_publish)  # noqa: B010
+        client.send(raw.producer(2, 3, "p"))
+        success = (await client.expect(Cmd.PRODUCER_SUCCESS)).command.producer_success
+        assert success.last_sequence_id == 0
+        client.send(raw.send(2, 0), raw.meta("p", 0), b"m0")
+        duplicate = (await client.expect(Cmd.SEND_RECEIPT)).command.send_receipt
+        assert (duplicate.message_id.ledgerId, duplicate.message_id.entryId) == DUPLICATE
+        await client.close()
