@@ -204,5 +204,13 @@ async def test_settling_waits_for_a_readable_store_and_refusals_raise_no_doubt()
     engine.down = False
     await settle(cast(Any, engine), registry, "t")
     assert not registry.in_doubt("t")
+
+    class Broken:
+        async def properties_after(self, topic: str, message_id: str, limit: int) -> None:
+            raise RuntimeError("a bug")
+
+    registry.doubt("t", registry.begin("t"))
+    await settle(cast(Any, Broken()), registry, "t")  # logged; the topic is not held for ever
+    assert not registry.in_doubt("t")
     assert unknown_outcome(Unavailable("writer lost")) and unknown_outcome(OSError("?"))
     assert not unknown_outcome(InvalidArgument("topic", "", "a name"))

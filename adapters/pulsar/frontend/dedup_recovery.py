@@ -41,7 +41,7 @@ from adapters.pulsar.frontend.journal import MAX_SEQUENCE_ID, Pair
 from adapters.pulsar.frontend.messages import PRODUCER, SEQUENCE
 from gateway.core.properties import is_reserved
 from gateway.engine.port import EnginePort
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, Unavailable
 
 log = structlog.get_logger(__name__)
 
@@ -135,13 +135,24 @@ def _sequence(properties: Mapping[str, str]) -> tuple[str, int] | None:
 async def settle(engine: EnginePort, dedup: DedupRegistry, topic: str) -> None:
     """Account for the stores of `topic` in doubt (`DedupRegistry.doubt`): raise each
     producer's id along the run its messages stored since then carry, before the topic's next
-    store is deduplicated. A read that fails (the store still heals) raises, and the doubt
-    stays: the caller refuses what it was to store, and the client sends it again."""
+    store is deduplicated. A read the back end cannot serve now (Unavailable: the store still
+    heals) raises, and the doubt stays: the caller refuses what it was to store, and the client
+    sends it again. Any other failure ends the doubt (logged: a resend of those ids may be
+    stored again, at least once as before) rather than hold the topic's sends for ever."""
     async with dedup.settling(topic):
         doubts = dedup.doubts(topic)
         if not doubts:
             return
-        raised = await recover(engine, {topic: min(doubts.values())}, dedup.last, strict=True)
+        try:
+            raised = await recover(engine, {topic: min(doubts.values())}, dedup.last,
+                                   strict=True)
+        except Unavailable:
+            raise
+        except Exception as exc:
+            text = exc.message if isinstance(exc, GatewayError) else repr(exc)
+            log.error("pulsar dedup recovery cannot read the topic: a resend may be stored "
+                      "again", topic=topic, error=text)
+            raised = {}
         for (_, name), sequence_id in sorted(raised.items()):
             try:
                 await dedup.persist(topic, name, sequence_id)
