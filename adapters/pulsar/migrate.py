@@ -44,6 +44,8 @@ from gateway.migrate.endpoint import (
     SourceUnavailable,
     Stored,
     Url,
+    broker_ledgers,
+    unrecorded,
 )
 from gateway.token_file import read_token_file
 
@@ -94,9 +96,15 @@ class TopicSource:
 
     @property
     def ledger(self) -> str:
-        port = MIGRATION_PORTS[self._url.scheme]
-        return (f"{self._url.scheme}://{self._url.endpoint(port)}/{pulsar_topic(self.topic)}"
-                f"?subscription={self.subscription}")
+        return self._ledgers()[0]
+
+    @property
+    def earlier_ledgers(self) -> tuple[str, ...]:
+        return self._ledgers()[1:]
+
+    def _ledgers(self) -> tuple[str, ...]:
+        return broker_ledgers(self._url, MIGRATION_PORTS, "pulsar",
+                              f"{pulsar_topic(self.topic)}?subscription={self.subscription}")
 
     @property
     def destinations(self) -> tuple[str, str]:
@@ -263,8 +271,8 @@ class TopicDestination:
         return errors
 
     async def put(self, ledger: str, items: Sequence[Item],
-                  source_destinations: tuple[str, str]) -> Stored:
-        fresh = [i for i in items if i.first_delivery or (ledger, i.key) not in self._known]
+                  source_destinations: tuple[str, str], earlier: Sequence[str] = ()) -> Stored:
+        fresh = unrecorded(self._known, (ledger, *earlier), items)
         if not fresh:
             return Stored(0, len(items))
         try:
