@@ -9,10 +9,12 @@ token authentication). The topic is the rest of the path, so both
   copy. Its ledger key is a digest of its publish time, key, properties and body (two messages
   alike in all of these are one). The attempt count is its `RECONSUMETIMES` (a retry
   letter) or its redelivery count. The source counts as drained when nothing arrives for
-  `IDLE_S`.
+  `IDLE_S`. Off a dead-letter topic (`...-DLQ`, `...-dlq`) each comes as a dead letter
+  (`adapters.pulsar.migrate_dlq`).
 * As a destination: messages are sent with their properties, key and, for a waiting retry, its
-  due time (`deliver_at`); every batch is confirmed by the broker, then its keys are written to
-  the ledger topic `TOPIC-migrate-ledger`, read back when a copy starts. Pulsar has no
+  due time (`deliver_at`), a dead letter with Pulsar's dead-letter properties; every batch is
+  confirmed by the broker, then its keys are written to the ledger topic
+  `TOPIC-migrate-ledger`, read back when a copy starts. Pulsar has no
   transaction here: a copy killed between the two may send that batch's copies again on the
   next run (at most one batch).
 """
@@ -30,12 +32,19 @@ from collections.abc import Sequence
 import pulsar
 
 from adapters.pulsar.backend_codec import pulsar_topic
+from adapters.pulsar.migrate_dlq import (
+    as_dead_letter,
+    count_of,
+    is_dead_letter_topic,
+    sent_properties,
+)
 from adapters.pulsar.product import MIGRATION_PORTS
 from gateway.backend.base import OutMessage
-from gateway.core.properties import RESERVED_PREFIX
+from gateway.core.properties import DEAD_REASON
 from gateway.errors import InvalidArgument
 from gateway.limits import message_size
 from gateway.migrate.endpoint import (
+    DEAD_LETTER,
     READY,
     RETRY,
     DestinationRefused,
@@ -144,7 +153,8 @@ class TopicSource:
             return []
         except Exception as exc:
             raise SourceUnavailable(f"source {self.name}: {exc}") from None
-        return [_item(m) for m in messages]
+        dead = is_dead_letter_topic(self.topic)
+        return [_item(m, dead) for m in messages]
 
     async def ack(self, items: Sequence[Item]) -> None:
         consumer = self._consumer
@@ -167,16 +177,18 @@ class TopicSource:
                 await asyncio.to_thread(client.close)
 
 
-def _item(message: pulsar.Message) -> Item:
+def _item(message: pulsar.Message, dead: bool) -> Item:
+    """A received message as a copy item; off a dead-letter topic (`dead`) as a dead letter
+    (`adapters.pulsar.migrate_dlq`)."""
     props = dict(message.properties())
-    try:
-        counted = int(props.get("RECONSUMETIMES", "0"))
-    except ValueError:
-        counted = 0
+    counted = count_of(props)
     attempt = max(counted, message.redelivery_count())
     out = OutMessage(message.data(), props, message.partition_key() or "", "", 0, "",
                      attempt, counted)
-    return Item(_key(message, out), READY, out, message, message_size(out))
+    key = _key(message, out)  # of the message as sent: the same on every run
+    if dead:
+        out = as_dead_letter(out, message.publish_timestamp())
+    return Item(key, READY, out, message, message_size(out))
 
 
 def _key(message: pulsar.Message, out: OutMessage) -> str:
@@ -261,7 +273,7 @@ class TopicDestination:
 
         for item in items:
             m = item.message
-            props = {k: v for k, v in m.properties.items() if not k.startswith(RESERVED_PREFIX)}
+            props = sent_properties(m, item.part == DEAD_LETTER or DEAD_REASON in m.properties)
             due = m.deliver_at_ms if item.part == RETRY and m.deliver_at_ms > now else None
             producer.send_async(m.body, sent, properties=props, partition_key=m.key or None,
                                 deliver_at=due)
