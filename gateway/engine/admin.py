@@ -111,13 +111,14 @@ class GroupAdmin(MoveVerbs):
 
     async def groups(self, known: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
         """Every (topic, group) the engine runs, those in `known`, those whose position the
-        back end keeps (of topics that are no group's retry or dead-letter destination: a group
-        that consumed before a restart), and those whose retry or dead-letter topics the back
-        end holds; sorted."""
+        back end keeps (a group that consumed before a restart; not a group's position in its
+        own retry or dead-letter destination), and those whose retry or dead-letter topics the
+        back end holds; sorted."""
         found = {(g.topic, g.group) for g in self._engine.groups()}
         found.update(known)
         found.update((topic, group) for topic, group in await self._backend.groups()
-                     if not self._destinations.owners(topic))
+                     if not any(by in (None, group)
+                                for _, by in self._destinations.owners(topic)))
         found |= await destination_groups(self._backend, self._destinations,
                                           await self._backend.topics())
         return sorted(found)
