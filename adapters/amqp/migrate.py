@@ -54,6 +54,8 @@ from gateway.migrate.endpoint import (
     SourceUnavailable,
     Stored,
     Url,
+    broker_ledgers,
+    unrecorded,
 )
 
 SCHEMES = ("amqp", "amqps")
@@ -138,9 +140,15 @@ class QueueSource:
 
     @property
     def ledger(self) -> str:
-        port = MIGRATION_PORTS[self._url.scheme]
-        return (f"{self._url.scheme}://{self._url.endpoint(port)}/{vhost(self._url)}"
-                f"?queue={self.queue_name}")
+        return self._ledgers()[0]
+
+    @property
+    def earlier_ledgers(self) -> tuple[str, ...]:
+        return self._ledgers()[1:]
+
+    def _ledgers(self) -> tuple[str, ...]:
+        return broker_ledgers(self._url, MIGRATION_PORTS, "amqp",
+                              f"{vhost(self._url)}?queue={self.queue_name}")
 
     @property
     def destinations(self) -> tuple[str, str]:
@@ -367,9 +375,9 @@ class QueueDestination:
                 f"remove that entry from {self.ledger_queue!r}") from None
 
     async def put(self, ledger: str, items: Sequence[Item],
-                  source_destinations: tuple[str, str]) -> Stored:
+                  source_destinations: tuple[str, str], earlier: Sequence[str] = ()) -> Stored:
         assert self._channel is not None
-        fresh = [i for i in items if i.first_delivery or (ledger, i.key) not in self._known]
+        fresh = unrecorded(self._known, (ledger, *earlier), items)
         if not fresh:
             return Stored(0, len(items))
         exchange = self._channel.default_exchange

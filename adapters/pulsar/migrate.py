@@ -9,10 +9,12 @@ token authentication). The topic is the rest of the path, so both
   copy. Its ledger key is a digest of its publish time, key, properties and body (two messages
   alike in all of these are one). The attempt count is its `RECONSUMETIMES` (a retry
   letter) or its redelivery count. The source counts as drained when nothing arrives for
-  `IDLE_S`.
+  `IDLE_S`. Off a dead-letter topic (`...-DLQ`, `...-dlq`) each comes as a dead letter
+  (`adapters.pulsar.migrate_dlq`).
 * As a destination: messages are sent with their properties, key and, for a waiting retry, its
-  due time (`deliver_at`); every batch is confirmed by the broker, then its keys are written to
-  the ledger topic `TOPIC-migrate-ledger`, read back when a copy starts. Pulsar has no
+  due time (`deliver_at`), a dead letter with Pulsar's dead-letter properties; every batch is
+  confirmed by the broker, then its keys are written to the ledger topic
+  `TOPIC-migrate-ledger`, read back when a copy starts. Pulsar has no
   transaction here: a copy killed between the two may send that batch's copies again on the
   next run (at most one batch).
 """
@@ -30,12 +32,19 @@ from collections.abc import Sequence
 import pulsar
 
 from adapters.pulsar.backend_codec import pulsar_topic
+from adapters.pulsar.migrate_dlq import (
+    as_dead_letter,
+    count_of,
+    is_dead_letter_topic,
+    sent_properties,
+)
 from adapters.pulsar.product import MIGRATION_PORTS
 from gateway.backend.base import OutMessage
-from gateway.core.properties import RESERVED_PREFIX
+from gateway.core.properties import DEAD_REASON
 from gateway.errors import InvalidArgument
 from gateway.limits import message_size
 from gateway.migrate.endpoint import (
+    DEAD_LETTER,
     READY,
     RETRY,
     DestinationRefused,
@@ -44,6 +53,8 @@ from gateway.migrate.endpoint import (
     SourceUnavailable,
     Stored,
     Url,
+    broker_ledgers,
+    unrecorded,
 )
 from gateway.token_file import read_token_file
 
@@ -94,9 +105,15 @@ class TopicSource:
 
     @property
     def ledger(self) -> str:
-        port = MIGRATION_PORTS[self._url.scheme]
-        return (f"{self._url.scheme}://{self._url.endpoint(port)}/{pulsar_topic(self.topic)}"
-                f"?subscription={self.subscription}")
+        return self._ledgers()[0]
+
+    @property
+    def earlier_ledgers(self) -> tuple[str, ...]:
+        return self._ledgers()[1:]
+
+    def _ledgers(self) -> tuple[str, ...]:
+        return broker_ledgers(self._url, MIGRATION_PORTS, "pulsar",
+                              f"{pulsar_topic(self.topic)}?subscription={self.subscription}")
 
     @property
     def destinations(self) -> tuple[str, str]:
@@ -136,7 +153,8 @@ class TopicSource:
             return []
         except Exception as exc:
             raise SourceUnavailable(f"source {self.name}: {exc}") from None
-        return [_item(m) for m in messages]
+        dead = is_dead_letter_topic(self.topic)
+        return [_item(m, dead) for m in messages]
 
     async def ack(self, items: Sequence[Item]) -> None:
         consumer = self._consumer
@@ -159,16 +177,18 @@ class TopicSource:
                 await asyncio.to_thread(client.close)
 
 
-def _item(message: pulsar.Message) -> Item:
+def _item(message: pulsar.Message, dead: bool) -> Item:
+    """A received message as a copy item; off a dead-letter topic (`dead`) as a dead letter
+    (`adapters.pulsar.migrate_dlq`)."""
     props = dict(message.properties())
-    try:
-        counted = int(props.get("RECONSUMETIMES", "0"))
-    except ValueError:
-        counted = 0
+    counted = count_of(props)
     attempt = max(counted, message.redelivery_count())
     out = OutMessage(message.data(), props, message.partition_key() or "", "", 0, "",
                      attempt, counted)
-    return Item(_key(message, out), READY, out, message, message_size(out))
+    key = _key(message, out)  # of the message as sent: the same on every run
+    if dead:
+        out = as_dead_letter(out, message.publish_timestamp())
+    return Item(key, READY, out, message, message_size(out))
 
 
 def _key(message: pulsar.Message, out: OutMessage) -> str:
@@ -253,7 +273,7 @@ class TopicDestination:
 
         for item in items:
             m = item.message
-            props = {k: v for k, v in m.properties.items() if not k.startswith(RESERVED_PREFIX)}
+            props = sent_properties(m, item.part == DEAD_LETTER or DEAD_REASON in m.properties)
             due = m.deliver_at_ms if item.part == RETRY and m.deliver_at_ms > now else None
             producer.send_async(m.body, sent, properties=props, partition_key=m.key or None,
                                 deliver_at=due)
@@ -263,8 +283,8 @@ class TopicDestination:
         return errors
 
     async def put(self, ledger: str, items: Sequence[Item],
-                  source_destinations: tuple[str, str]) -> Stored:
-        fresh = [i for i in items if i.first_delivery or (ledger, i.key) not in self._known]
+                  source_destinations: tuple[str, str], earlier: Sequence[str] = ()) -> Stored:
+        fresh = unrecorded(self._known, (ledger, *earlier), items)
         if not fresh:
             return Stored(0, len(items))
         try:

@@ -283,6 +283,11 @@ class Backend(abc.ABC):
         """Names of the topics the back end knows (may be empty where it cannot list)."""
         return []
 
+    async def groups(self) -> list[tuple[str, str]]:
+        """(topic, group) pairs whose position the back end keeps, sorted: groups that consumed
+        or were created, also after a restart (default: none known this way)."""
+        return []
+
     atomic_moves: bool = False
     """True when `move` commits every copy and removal at once (else copy, then remove)."""
 
@@ -304,10 +309,12 @@ class Backend(abc.ABC):
             await self.publish(topic, messages)
         return await self.remove([item.lease for item in moves])
 
-    async def store_once(self, ledger: str, copies: Sequence[KeyedCopy]) -> list[bool]:
-        """Store each copy in its topic unless the copy ledger `ledger` already records its key,
-        and record the keys, all in one transaction: True where a copy was stored now, False
-        where it had been stored before. Back ends without such a ledger refuse."""
+    async def store_once(self, ledger: str, copies: Sequence[KeyedCopy],
+                         earlier: Sequence[str] = ()) -> list[bool]:
+        """Store each copy in its topic unless the copy ledger `ledger` (or one of its `earlier`
+        names, that the same source had before) already records its key, and record the keys
+        under `ledger`, all in one transaction: True where a copy was stored now, False where it
+        had been stored before. Back ends without such a ledger refuse."""
         raise FailedPrecondition(
             f"the {self.name} back end keeps no copy ledger: copy into the broker directly, "
             "or into a gateway on its embedded store")

@@ -64,17 +64,19 @@ RENAME_EXITS = """exit statuses:
 
 COPY_EXITS = """URLs:
   gateway://HOST:PORT/TOPIC?group=G[&naming=S][&parts=ready,retry,dead-letter]
-      a group on a running gateway (gateways:// with TLS); as a destination group may be
-      left out when only ready messages arrive, and part=dead-letter stores every copy as
-      a dead letter of the group
+      a group on a running gateway (gateways:// with TLS); as a source a group the gateway
+      does not know is refused unless new-group=true (a new group reads the topic from
+      its first message); as a destination group may be left out when only ready
+      messages arrive, and part=dead-letter stores every copy as a dead letter of the
+      group
   and the schemes the installed products offer (see README, "Migration")
 
 exit statuses:
   0  done: every message the source held was copied (or found copied) and removed there
   1  failed otherwise
-  2  bad usage: a bad URL or flag (an unknown naming=, say), the source refused the
-     request (no such topic or queue, consumers open), or the destination queue does
-     not exist
+  2  bad usage: a bad URL or flag (a naming= the gateway does not know, say), the
+     source refused the request (no such topic, queue or group, consumers open), or the
+     destination queue does not exist
   4  not allowed: a side refused the credentials
   5  the source cannot be reached (or went away); nothing unconfirmed was removed
   6  the destination cannot be reached; nothing unconfirmed was removed at the source
@@ -208,8 +210,9 @@ def _products() -> dict[str, cp.SideFactory]:
 
 
 def _namings() -> list[str]:
-    """The naming schemes the installed products register (`Product.register`): what a gateway
-    URL's `naming=` may name."""
+    """The naming schemes the products installed here register (`Product.register`): named
+    when a gateway URL's `naming=` is empty; the gateway judges a given one (its products and
+    version may differ)."""
     from gateway.product import build_registry, installed
 
     return sorted(build_registry(installed()).schemes)

@@ -110,10 +110,15 @@ class GroupAdmin(MoveVerbs):
         return state.policy.naming if state is not None else schemes[0]
 
     async def groups(self, known: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-        """Every (topic, group) the engine runs, those in `known`, and those whose retry or
-        dead-letter topics the back end holds; sorted."""
+        """Every (topic, group) the engine runs, those in `known`, those whose position the
+        back end keeps (a group that consumed before a restart; not a group's position in its
+        own retry or dead-letter destination), and those whose retry or dead-letter topics the
+        back end holds; sorted."""
         found = {(g.topic, g.group) for g in self._engine.groups()}
         found.update(known)
+        found.update((topic, group) for topic, group in await self._backend.groups()
+                     if not any(by in (None, group)
+                                for _, by in self._destinations.owners(topic)))
         found |= await destination_groups(self._backend, self._destinations,
                                           await self._backend.topics())
         return sorted(found)

@@ -255,10 +255,11 @@ class MoveVerbs:
     # ----------------------------------------------------------------- copy: the destination
     async def import_copies(
         self, topic: str, group: str, ledger: str, naming: str, copies: Sequence[Copy],
-        source_names: Sequence[str] = ("", ""),
+        source_names: Sequence[str] = ("", ""), earlier: Sequence[str] = (),
     ) -> ImportResult:
-        """Store each copy once (the ledger records its source key in the same transaction):
-        ready ones in the topic, retries and dead letters in the group's destinations."""
+        """Store each copy once (the ledger records its source key in the same transaction; a
+        key an `earlier` name of the ledger records counts as stored): ready ones in the topic,
+        retries and dead letters in the group's destinations."""
         retry_topic = dead_topic = ""
         chosen = self._engine.registry.scheme(naming) if naming else None  # checked, group or not
         if group:
@@ -278,7 +279,7 @@ class MoveVerbs:
                 raise InvalidArgument("group", group, "a group, for retries and dead letters")
             keyed.append(KeyedCopy(copy.source_key, where, _imported(copy, topic, group, renames),
                                    copy.first_delivery))
-        stored = await self._backend.store_once(ledger, keyed)
+        stored = await self._backend.store_once(ledger, keyed, earlier)
         fresh = sum(stored)
         return ImportResult(fresh, len(stored) - fresh, retry_topic, dead_topic)
 

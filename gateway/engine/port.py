@@ -275,8 +275,9 @@ class AdminPort(Protocol):
         ...
 
     async def groups(self, known: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
-        """Every (topic, group) the engine runs, those in `known`, and those whose retry or
-        dead-letter topics the back end holds; sorted."""
+        """Every (topic, group) the engine runs, those in `known`, those whose position the
+        back end keeps (`Backend.groups`), and those whose retry or dead-letter topics the back
+        end holds; sorted."""
         ...
 
     async def describe(self, topic: str, group: str, scans: Scans | None = None) -> GroupView:
@@ -340,9 +341,10 @@ class AdminPort(Protocol):
 
     async def import_copies(
         self, topic: str, group: str, ledger: str, naming: str, copies: Sequence[Copy],
-        source_names: Sequence[str] = ("", ""),
+        source_names: Sequence[str] = ("", ""), earlier: Sequence[str] = (),
     ) -> ImportResult:
-        """Store copies from elsewhere, each once (a copy ledger keyed by source message)."""
+        """Store copies from elsewhere, each once (a copy ledger keyed by source message; keys
+        recorded under an `earlier` name of the ledger count as stored)."""
         ...
 
 

@@ -186,14 +186,14 @@ async def copy(
 
 async def _run(source: Source, destination: Destination, batch: int, result: CopyResult,
                progress: Progress | None) -> None:
-    ledger, names = source.ledger, source.destinations
+    ledger, names, earlier = source.ledger, source.destinations, source.earlier_ledgers
     items = await source.take(batch)
     while items:
         # The next batch is taken while this one is stored: the source's round trip overlaps
         # the destination's commit. Nothing is acknowledged before its copy is stored.
         following = asyncio.ensure_future(source.take(batch))
         try:
-            stored = await destination.put(ledger, items, names)
+            stored = await destination.put(ledger, items, names, earlier)
             await source.ack(items)
         except BaseException:
             following.cancel()

@@ -101,6 +101,12 @@ class Source(Protocol):
         ...
 
     @property
+    def earlier_ledgers(self) -> tuple[str, ...]:
+        """Names this source had in ledgers written by earlier versions (a key recorded under
+        one counts as copied), or (): `amqps://` spelled its own ledger apart from `amqp://`."""
+        ...
+
+    @property
     def destinations(self) -> tuple[str, str]:
         """Its own retry and dead-letter destination names ("" = none), so that property values
         naming them can be renamed at the destination."""
@@ -153,13 +159,22 @@ class Destination(Protocol):
         ...
 
     async def put(self, ledger: str, items: Sequence[Item],
-                  source_destinations: tuple[str, str]) -> Stored:
-        """Store each item unless the ledger `ledger` records its key (and record it), durably
-        before returning; `DestinationRefused`, `DestinationUnavailable`."""
+                  source_destinations: tuple[str, str], earlier: Sequence[str] = ()) -> Stored:
+        """Store each item unless the ledger `ledger` (or one of its `earlier` names) records
+        its key, and record it under `ledger`, durably before returning;
+        `DestinationRefused`, `DestinationUnavailable`."""
         ...
 
     async def close(self) -> None:
         ...
+
+
+def unrecorded(known: set[tuple[str, str]], names: Sequence[str],
+               items: Sequence[Item]) -> list[Item]:
+    """The items to store: those handed out for the first time, and those whose key no name
+    in `names` (a ledger and its earlier names) records in `known` ((ledger, key) pairs)."""
+    return [i for i in items
+            if i.first_delivery or not any((name, i.key) in known for name in names)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +267,30 @@ def canonical_host(hostname: str) -> str:
         mapped = getattr(address, "ipv4_mapped", None)
         host = str(mapped or address)
     return LOOPBACK if host in LOOPBACK_NAMES else host
+
+
+def broker_ledgers(url: Url, ports: Mapping[str, int], plain: str, rest: str) -> tuple[str, ...]:
+    """A broker source's name in a copy ledger, then the names earlier versions gave it.
+
+    The broker as the copy reaches it, whatever the scheme: `PLAIN://HOST:PORT/REST`, where
+    `ports` holds each of the product's schemes' default port (`amqp` 5672 and `amqps` 5671,
+    say) and a URL without a port or with its own scheme's default is written with `plain`'s,
+    so that a copy begun over TLS and resumed without it (or back) finds what it stored (one
+    listener per port: another port names another listener, written as given). Earlier
+    versions wrote the scheme as given with its default port: those spellings follow, where
+    they differ."""
+    given = url.parts.port
+    default = given is None or given == ports.get(url.scheme)
+    host = canonical_host(url.parts.hostname or "")
+    host = f"[{host}]" if ":" in host else host
+
+    def spelled(scheme: str) -> str:
+        port = ports[scheme] if default or given is None else given
+        return f"{scheme}://{host}:{port}/{rest}"
+
+    current = spelled(plain)
+    earlier = [spelled(s) for s in sorted(ports) if s != plain]
+    return (current, *(e for e in earlier if e != current))
 
 
 PathOf = Callable[[Url], str]

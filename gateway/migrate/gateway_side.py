@@ -5,7 +5,9 @@ path, percent-decoded, so `gateway://127.0.0.1:50051/persistent://t/ns/orders?gr
 
 * As a source: a group's ready (and delayed) messages of the topic, its waiting retries (with due
   times and attempt counts) and its dead letters (`parts=ready,retry,dead-letter`, all by
-  default; `naming=S` reads another scheme's destinations). Messages are read with
+  default; `naming=S` reads another scheme's destinations). A group the gateway does not know
+  is refused (a misspelt one read the whole topic) unless `new-group=true` says it is meant to
+  be new. Messages are read with
   ExportMessages and removed with RemoveExported once the destination confirmed their copies.
   Each is known in the destination's ledger by its part, position and id (`source_key`).
   The group must have no consumers open meanwhile.
@@ -54,6 +56,11 @@ PAGE = 1000
 MAX_REQUEST_BYTES = 32 << 20
 """Copies per ImportMessages call stay below this (the gateway takes 64 MiB requests)."""
 MAX_IMPORT = 10_000
+NAMING_PROBE_GROUP = "migrate-naming-check"
+"""The group a destination without one names when it asks whether the gateway knows its
+`naming=` (a read that changes nothing)."""
+NEW_GROUP = "new-group"
+"""A source URL's option saying that its group is meant to be new (read from the start)."""
 
 
 class SourceRefused(GatewayError):
@@ -74,19 +81,20 @@ def _raise(exc: grpc.aio.AioRpcError, side: str, name: str) -> NoReturn:
 
 
 def check_naming(field: str, url: Url, namings: Collection[str] | None) -> str:
-    """The `naming=S` option of a gateway URL: absent, or one of `namings` (the naming schemes
-    the installed products register; None: any non-empty name, for the gateway to judge),
-    refused up front naming the side (`from` / `to`). An unknown one was refused only by the
-    gateway, with the first batch, after a dry run had passed it; an empty one meant the
-    default without a word."""
+    """The `naming=S` option of a gateway URL: absent, or a non-empty name, refused up front
+    naming the side (`from` / `to`) when empty (it meant the default without a word). Whether
+    the gateway knows it is the gateway's to say, asked when the side opens (`_check_naming`):
+    the schemes registered where the command runs (`namings`, named in the message) need not be
+    the gateway's (another version, other products)."""
     if "naming" not in url.query:
         return ""
     naming = url.option("naming")
-    if naming and (namings is None or naming in namings):
+    if naming:
         return naming
     known = ", ".join(sorted(namings or ())) or "a scheme's name"
     raise InvalidArgument(field, url.shown, f"naming={naming} is no naming scheme: naming= one "
-                                            f"of {known}, or no naming option")
+                                            f"of {known} (as the gateway knows them), or no "
+                                            "naming option")
 
 
 def no_topic(topic: str, topics: Sequence[str]) -> str:
@@ -95,6 +103,19 @@ def no_topic(topic: str, topics: Sequence[str]) -> str:
     near = difflib.get_close_matches(topic, topics, n=3)
     hint = f" (did you mean {', '.join(repr(t) for t in near)}?)" if near else ""
     return f"no topic {topic!r} on this gateway{hint}"
+
+
+def unknown_group(topic: str, group: str, groups: Sequence[str], truncated: bool) -> str:
+    """Says that `group` is not among the known `groups` of `topic`, and how to copy from it as
+    a new group all the same."""
+    near = difflib.get_close_matches(group, groups, n=3)
+    hint = f" (did you mean {', '.join(repr(g) for g in near)}?)" if near else ""
+    shown = ", ".join(repr(g) for g in groups[:20]) + (", ..." if len(groups) > 20 else "")
+    listed = f"known groups of the topic: {shown}" if groups else "the topic has no known group"
+    more = " (the gateway listed only its first 1000 groups)" if truncated else ""
+    return (f"no group {group!r} on topic {topic!r}{hint}; {listed}{more}. A new group would "
+            f"read the topic from its first message: add {NEW_GROUP}=true to the URL if that "
+            "is meant; nothing was copied")
 
 
 class _Side:
@@ -121,6 +142,7 @@ class _Side:
                 raise InvalidArgument(field, url.shown, f"{part}: {exc.allowed} (not "
                                                         f"{shorten(name)})") from None
         self.naming = check_naming(field, url, namings)
+        self.field = field
         host = url.parts.hostname or ""
         self.address = f"[{host}]:{url.parts.port or DEFAULT_PORT}" if ":" in host else (
             f"{host}:{url.parts.port or DEFAULT_PORT}")
@@ -133,6 +155,23 @@ class _Side:
     @property
     def name(self) -> str:
         return self.url.shown
+
+    async def _check_naming(self, client: AdminClient, side: str) -> None:
+        """Ask the gateway itself whether it knows `naming=S` (a read of one retry, changing
+        nothing), before anything is taken: it, not this command, knows its schemes (a gateway
+        of another version has others), and an unknown one was refused only with the first
+        batch (exit 7), after a dry run had passed it."""
+        if not self.naming:
+            return
+        try:
+            await client.export(self.topic, self.group or NAMING_PROBE_GROUP, PART_CODES[RETRY],
+                                "", 1, self.naming)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                _raise(exc, side, self.name)
+            raise InvalidArgument(self.field, self.url.shown,
+                                  f"naming= a scheme this gateway knows, not naming="
+                                  f"{self.naming} ({exc.details()})") from None
 
     def _open_channel(self) -> AdminClient:
         self._channel = connect(self._target)
@@ -151,9 +190,14 @@ class GatewaySource(_Side):
     def __init__(self, url: Url, token: str = "", timeout_s: float = 30.0,
                  ca_file: str = "", namings: Collection[str] | None = None) -> None:
         super().__init__(url, token, timeout_s, ca_file, "from", namings)
-        url.only("from", ("group", "naming", "parts"))
+        url.only("from", ("group", "naming", "parts", NEW_GROUP))
         if not self.group:
             raise InvalidArgument("from", url.shown, "a group: gateway://HOST:PORT/TOPIC?group=G")
+        new_group = url.option(NEW_GROUP, "false")
+        if new_group not in ("true", "false"):
+            raise InvalidArgument("from", url.shown, f"{NEW_GROUP}=true or {NEW_GROUP}=false, "
+                                                     f"not {NEW_GROUP}={shorten(new_group)}")
+        self.new_group = new_group == "true"
         chosen = [p.strip() for p in url.option("parts", ",".join(PARTS)).split(",")]
         if not chosen or any(p not in PARTS for p in chosen):
             raise InvalidArgument("from", url.shown, f"parts from {', '.join(PARTS)}")
@@ -170,6 +214,10 @@ class GatewaySource(_Side):
                 f"{naming}")
 
     @property
+    def earlier_ledgers(self) -> tuple[str, ...]:
+        return ()
+
+    @property
     def destinations(self) -> tuple[str, str]:
         return self._names
 
@@ -179,6 +227,7 @@ class GatewaySource(_Side):
             view = await client.describe(self.topic, self.group)
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
+        await self._check_naming(client, "source")
         if view.cannot_remove_exported:
             # RemoveExported would be refused after the first batch was stored at the
             # destination, leaving it at both ends: refused before anything is taken.
@@ -190,6 +239,8 @@ class GatewaySource(_Side):
         if not (view.ready or view.delayed or view.inflight or view.waiting_retry
                 or view.dead_letters):
             await self._exists(client)
+        if not self.new_group:
+            await self._known_group(client, view)
         self._names = (view.retry_topic, view.dead_letter_topic)
         # The scheme the group has now, for every export and removal of this run: found again
         # on each call it could change under the run (another topic's group of this name given
@@ -208,6 +259,22 @@ class GatewaySource(_Side):
         if self.topic not in topics:
             raise SourceRefused(f"source {self.name}: {no_topic(self.topic, topics)}; nothing "
                                 "was copied")
+
+    async def _known_group(self, client: AdminClient, view: pb.DescribeGroupResponse) -> None:
+        """Refuse a group the gateway does not know (unless `new-group=true`): a gateway hands
+        a new group the topic from its first message, so a misspelt group copied every
+        message of the topic where the user meant what group G has not consumed yet."""
+        if view.consumers or view.inflight or view.waiting_retry or view.dead_letters:
+            return
+        try:
+            listed = await client.groups()
+        except grpc.aio.AioRpcError as exc:
+            _raise(exc, "source", self.name)
+        groups = sorted({g.group for g in listed.groups if g.topic == self.topic})
+        if self.group in groups:
+            return
+        why = unknown_group(self.topic, self.group, groups, listed.truncated)
+        raise SourceRefused(f"source {self.name}: {why}")
 
     async def count(self, exact: bool) -> dict[str, int] | None:
         assert self.client is not None
@@ -305,10 +372,11 @@ class GatewayDestination(_Side):
             await client.topics()
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "destination", self.name)
+        await self._check_naming(client, "destination")
 
     async def check(self) -> str:
-        """A dry run's check: the read-only call `open` makes (ListTopics: reachable, the
-        token an admin's)."""
+        """A dry run's check: the read-only calls `open` makes (ListTopics: reachable, the
+        token an admin's; the gateway knows `naming=`)."""
         try:
             await self.open()
         finally:
@@ -316,14 +384,14 @@ class GatewayDestination(_Side):
         return ""
 
     async def put(self, ledger: str, items: Sequence[Item],
-                  source_destinations: tuple[str, str]) -> Stored:
+                  source_destinations: tuple[str, str], earlier: Sequence[str] = ()) -> Stored:
         assert self.client is not None
         stored = skipped = 0
         for chunk in _chunks(items):
             request = pb.ImportMessagesRequest(
                 topic=self.topic, group=self.group, ledger=ledger, naming=self.naming,
                 source_retry_topic=source_destinations[0],
-                source_dead_letter_topic=source_destinations[1])
+                source_dead_letter_topic=source_destinations[1], earlier_ledgers=earlier)
             add = request.messages.add
             for item in chunk:
                 m = item.message

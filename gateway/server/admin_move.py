@@ -30,6 +30,8 @@ from gateway.v1 import admin_pb2 as pb
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
 MAX_KEY_CHARS = 1024
+MAX_EARLIER_LEDGERS = 4
+"""Earlier names of one copy ledger an ImportMessages call may give."""
 """Longest copy ledger name or source key."""
 MAX_COUNT = (1 << 32) - 1
 PAGE_BYTES = 16 * 1024 * 1024
@@ -169,6 +171,11 @@ class MoveCalls:
         if request.group:
             check_name("group", request.group)
         _key("ledger", request.ledger)
+        if len(request.earlier_ledgers) > MAX_EARLIER_LEDGERS:
+            raise InvalidArgument("earlier_ledgers", f"{len(request.earlier_ledgers)} names",
+                                  f"0..{MAX_EARLIER_LEDGERS}")
+        for i, name in enumerate(request.earlier_ledgers):
+            _key(f"earlier_ledgers[{i}]", name)
         _naming("naming", request.naming, False)
         if not 1 <= len(request.messages) <= MAX_BATCH:
             raise InvalidArgument("messages", f"{len(request.messages)} messages",
@@ -179,7 +186,8 @@ class MoveCalls:
         copies = [_copy(i, m, self.max_message_bytes) for i, m in enumerate(request.messages)]
         result = await self.admin.import_copies(
             request.topic, request.group, request.ledger, request.naming, copies,
-            (request.source_retry_topic, request.source_dead_letter_topic))
+            (request.source_retry_topic, request.source_dead_letter_topic),
+            tuple(request.earlier_ledgers))
         return pb.ImportMessagesResponse(
             stored=result.stored, skipped=result.skipped, retry_topic=result.retry_topic,
             dead_letter_topic=result.dead_letter_topic)

@@ -16,8 +16,7 @@ gives up (`fatal`).
 
 This module holds the hot path (publish, fetch, wait, ack, release) and the wiring; the admin
 verbs are `gateway.store.admin`, creating and seeking groups and a topic's newest message
-`gateway.store.positions`.
-"""
+`gateway.store.positions`."""
 
 from __future__ import annotations
 
@@ -388,9 +387,8 @@ class EmbeddedStore(Backend):
         for future in pending:
             await asyncio.shield(future)
 
-    async def stats(
-        self, topic: str, group: str, now_ms: int, *, publish_delays: bool = True
-    ) -> TopicStats:
+    async def stats(self, topic: str, group: str, now_ms: int, *,
+                    publish_delays: bool = True) -> TopicStats:
         return await admin.stats(self._catalog, self._supervisor, topic, group, now_ms,
                                  publish_delays=publish_delays)
 
@@ -407,9 +405,8 @@ class EmbeddedStore(Backend):
                 + len(state.leased) + len(state.releasing) + unscanned
                 + (state.spill_at is not None))
 
-    async def peek(
-        self, topic: str, group: str, limit: int, after_position: int = -1
-    ) -> list[StoredMessage]:
+    async def peek(self, topic: str, group: str, limit: int,
+                   after_position: int = -1) -> list[StoredMessage]:
         writer, reader = self._supervisor.ready()
         return await admin.peek(self._catalog, writer, reader, topic, group, limit, after_position)
 
@@ -429,11 +426,12 @@ class EmbeddedStore(Backend):
         writer, reader = self._supervisor.ready()
         return await moves.move(self, self._catalog, writer, reader, items)
 
-    async def store_once(self, ledger: str, copies: Sequence[KeyedCopy]) -> list[bool]:
+    async def store_once(self, ledger: str, copies: Sequence[KeyedCopy],
+                         earlier: Sequence[str] = ()) -> list[bool]:
         """See `Backend.store_once`: the ledger is a table written in the copies' transaction."""
         writer, reader = self._supervisor.ready()
         return await moves.store_once(self, writer, reader, self._ledger_lock, self._catalog,
-                                      ledger, copies)
+                                      ledger, copies, earlier)
 
     async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
         writer, _ = self._supervisor.ready()
@@ -455,8 +453,7 @@ class EmbeddedStore(Backend):
         return await positions.properties_after(self._catalog, reader, topic, message_id, limit)
 
     async def drop_group(self, topic: str, group: str) -> bool:
-        writer, _ = self._supervisor.ready()
-        return await admin.drop_group(self._catalog, writer, topic, group)
+        return await admin.drop_group(self._catalog, self._supervisor.ready()[0], topic, group)
 
     async def reset_retries(self, topic: str, group: str) -> int:
         """See `Backend.reset_retries`: one statement on the group's unacked rows."""
@@ -480,6 +477,10 @@ class EmbeddedStore(Backend):
     async def topics(self) -> list[str]:
         self._supervisor.ready()
         return sorted(name for name, index in self._catalog.topics.items() if index.persisted)
+
+    async def groups(self) -> list[tuple[str, str]]:
+        self._supervisor.ready()
+        return sorted((g.topic.name, g.name) for g in self._catalog.groups.values() if g.durable)
 
 
 async def _committed(future: asyncio.Future[object], then: Callable[[], None]) -> None:

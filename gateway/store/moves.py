@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -123,7 +124,7 @@ async def move(
 
 async def store_once(
     store: Stager, writer: GroupCommitWriter, reader: rd.Reader, lock: asyncio.Lock,
-    catalog: Catalog, ledger: str, copies: Sequence[KeyedCopy],
+    catalog: Catalog, ledger: str, copies: Sequence[KeyedCopy], earlier: Sequence[str] = (),
 ) -> list[bool]:
     """See `Backend.store_once`. `lock` serialises ledger writes (a key looked up, then
     written, by one caller at a time)."""
@@ -131,9 +132,18 @@ async def store_once(
     for copy in copies:
         _ledger_text("key", copy.key)
         _check(copy.topic, copy.message, catalog)
+    for name in earlier:
+        _ledger_text("ledger", name)
     async with lock:
         keys = [copy.key for copy in copies]
-        known = await reader.run(lambda conn: rd.copied_keys(conn, ledger, keys))
+
+        def recorded(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for name in (ledger, *earlier):
+                found |= rd.copied_keys(conn, name, keys)
+            return found
+
+        known = await reader.run(recorded)
         stored: list[bool] = []
         fresh: list[KeyedCopy] = []
         for copy in copies:

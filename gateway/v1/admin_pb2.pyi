@@ -437,7 +437,7 @@ class RemoveExportedResponse(_message.Message):
     def __init__(self, removed: _Optional[int] = ...) -> None: ...
 
 class ImportMessagesRequest(_message.Message):
-    __slots__ = ("topic", "group", "ledger", "naming", "messages", "source_retry_topic", "source_dead_letter_topic")
+    __slots__ = ("topic", "group", "ledger", "naming", "messages", "source_retry_topic", "source_dead_letter_topic", "earlier_ledgers")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     LEDGER_FIELD_NUMBER: _ClassVar[int]
@@ -445,6 +445,7 @@ class ImportMessagesRequest(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SOURCE_RETRY_TOPIC_FIELD_NUMBER: _ClassVar[int]
     SOURCE_DEAD_LETTER_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    EARLIER_LEDGERS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     group: str
     ledger: str
@@ -452,7 +453,8 @@ class ImportMessagesRequest(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[MovedMessage]
     source_retry_topic: str
     source_dead_letter_topic: str
-    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., ledger: _Optional[str] = ..., naming: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[MovedMessage, _Mapping]]] = ..., source_retry_topic: _Optional[str] = ..., source_dead_letter_topic: _Optional[str] = ...) -> None: ...
+    earlier_ledgers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., ledger: _Optional[str] = ..., naming: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[MovedMessage, _Mapping]]] = ..., source_retry_topic: _Optional[str] = ..., source_dead_letter_topic: _Optional[str] = ..., earlier_ledgers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ImportMessagesResponse(_message.Message):
     __slots__ = ("stored", "skipped", "retry_topic", "dead_letter_topic")

@@ -148,8 +148,9 @@ class AdminServicer:
 
     def ListGroups(self, request, context):
         """Every group the gateway knows, with its counts, policy and naming scheme: the subscriptions
-        it runs, the groups that moved messages since it started, and the groups whose retry or
-        dead-letter topics it holds.
+        it runs, the groups that moved messages since it started, the groups whose position its
+        back end keeps (the embedded store's: also those that consumed before a restart), and the
+        groups whose retry or dead-letter topics it holds.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -47,7 +47,7 @@ async def test_an_unknown_naming_is_refused_before_anything_is_copied(
 ) -> None:
     source, destination = gateways
     await _publish(source.target, "orders", 3)
-    url_a = f"gateway://{source.target}/orders?group=billing"
+    url_a = f"gateway://{source.target}/orders?group=billing&new-group=true"
     url_b = f"gateway://{destination.target}/orders?group=billing"
     for side, args in (("to", ["--from", url_a, "--to", url_b + "&naming=bogus"]),
                        ("from", ["--from", url_a + "&naming=bogus", "--to", url_b]),
@@ -79,7 +79,7 @@ async def test_a_source_topic_the_gateway_does_not_hold_is_refused(
         assert "no topic 'orderz'" in run.stderr and "'orders'" in run.stderr, run.stderr
     assert await read_part(destination.target, "orders", "billing", "ready") == []
 
-    url_a = f"gateway://{source.target}/orders?group=billing"
+    url_a = f"gateway://{source.target}/orders?group=billing&new-group=true"
     first = migrate("copy", "--from", url_a, "--to", url_b)
     assert first.returncode == 0, first.stderr
     assert "warning" not in first.stderr

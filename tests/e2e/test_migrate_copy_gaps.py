@@ -33,7 +33,7 @@ async def test_a_missing_rabbitmq_destination_queue_is_bad_usage(tmp_path: Path)
     try:
         async with GatewayClient(source.target) as client:
             await client.publish("orders", [b"one", b"two"])
-        done = migrate("copy", "--from", f"gateway://{source.target}/orders?group=billing",
+        done = migrate("copy", "--from", f"gateway://{source.target}/orders?group=billing&new-group=true",
                        "--to", f"{URL}?queue={queue}", timeout_s=120)
         assert done.returncode == 2, (done.stdout, done.stderr)
         assert "to=" in done.stderr and queue in done.stderr, done.stderr
@@ -186,7 +186,7 @@ async def test_a_dry_run_checks_the_destination_and_changes_nothing(tmp_path: Pa
     connection = await aio_pika.connect(URL)
     channel = await connection.channel()
     source = start_gateway(tmp_path / "a")
-    url_a = f"gateway://{source.target}/orders?group=billing"
+    url_a = f"gateway://{source.target}/orders?group=billing&new-group=true"
     try:
         async with GatewayClient(source.target) as client:
             await client.publish("orders", [b"one", b"two"])

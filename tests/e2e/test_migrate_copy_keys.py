@@ -36,7 +36,7 @@ def _ready(count: int, ids: int) -> list[pb.MovedMessage]:
 
 def _copy_args(source: Proc, destination: Proc, batch: int) -> list[str]:
     """`migrate copy` of orders/billing from one gateway to the other."""
-    url_a = f"gateway://{source.target}/orders?group=billing"
+    url_a = f"gateway://{source.target}/orders?group=billing&new-group=true"
     url_b = f"gateway://{destination.target}/orders?group=billing"
     return ["copy", "--from", url_a, "--to", url_b, "--batch", str(batch)]
 

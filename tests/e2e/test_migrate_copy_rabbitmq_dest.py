@@ -53,7 +53,7 @@ async def _queue_and_source(
 
 def _copy_args(source: Proc, queue: str, *more: str) -> list[str]:
     """`migrate copy` of the source gateway's orders/billing into `queue` on RabbitMQ."""
-    return ["copy", "--from", f"gateway://{source.target}/orders?group=billing",
+    return ["copy", "--from", f"gateway://{source.target}/orders?group=billing&new-group=true",
             "--to", f"{URL}?queue={queue}", *more]
 
 

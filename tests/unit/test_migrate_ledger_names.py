@@ -1,7 +1,8 @@
 """A copy's ledger is named after its source, spelled one way: a run again with the host
 written otherwise (`localhost` or `127.0.0.1`, upper case, a trailing dot, the default port left
-out or written, an IPv6 address in another form) or, on Pulsar, the topic's short name, finds
-the first run's ledger instead of copying again. No name is resolved: other hosts stay apart."""
+out or written, an IPv6 address in another form, the broker reached over TLS or not) or, on
+Pulsar, the topic's short name, finds the first run's ledger instead of copying again. No name
+is resolved: other hosts stay apart."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ def test_spellings_of_one_rabbitmq_queue_share_a_ledger() -> None:
         "amqp://[::1]/?queue=q",
         "amqp://[0:0::1]:5672/%2F?queue=q",
     ]) == {"amqp://127.0.0.1:5672//?queue=q"}
+    # Over TLS or not, one broker's queue: one ledger (a copy resumed over amqps continues).
     assert _ledgers(QueueSource, ["amqps://Rabbit.Example.:5671/?queue=q",
-                                  "amqps://rabbit.example/?queue=q"]) == {
-        "amqps://rabbit.example:5671//?queue=q"}
+                                  "amqps://rabbit.example/?queue=q",
+                                  "amqp://rabbit.example/?queue=q"]) == {
+        "amqp://rabbit.example:5672//?queue=q"}
     assert _ledgers(QueueSource, ["amqp://[2001:DB8::0:1]/?queue=q"]) == {
         "amqp://[2001:db8::1]:5672//?queue=q"}
 
@@ -48,8 +51,9 @@ def test_spellings_of_one_pulsar_subscription_share_a_ledger() -> None:
         "pulsar://LOCALHOST:6650/persistent://public/default/orders?subscription=s",
     ]) == {"pulsar://127.0.0.1:6650/persistent://public/default/orders?subscription=s"}
     assert _ledgers(TopicSource, ["pulsar+ssl://h/orders?subscription=s",
-                                  "pulsar+ssl://H:6651/orders?subscription=s"]) == {
-        "pulsar+ssl://h:6651/persistent://public/default/orders?subscription=s"}
+                                  "pulsar+ssl://H:6651/orders?subscription=s",
+                                  "pulsar://h/orders?subscription=s"]) == {
+        "pulsar://h:6650/persistent://public/default/orders?subscription=s"}
 
 
 @pytest.mark.parametrize("a, b", [

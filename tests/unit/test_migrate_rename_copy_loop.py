@@ -34,6 +34,7 @@ class ListSource:
 
     name = "list"
     ledger = "list-ledger"
+    earlier_ledgers: tuple[str, ...] = ()
     destinations = ("", "")
 
     async def open(self) -> None:
@@ -74,7 +75,7 @@ class DictDestination:
         return ""
 
     async def put(self, ledger: str, items: Sequence[Item],
-                  source_destinations: tuple[str, str]) -> Stored:
+                  source_destinations: tuple[str, str], earlier: Sequence[str] = ()) -> Stored:
         new = 0
         for item in items:
             if item.key == self.refuse_at:
