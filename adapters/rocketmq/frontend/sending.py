@@ -11,7 +11,7 @@ OK with their ids, the others with the error, so a client retries only those.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
@@ -23,6 +23,7 @@ from gateway.limits import check_deliver_at, check_properties, message_size
 
 from . import codec
 from .codec import Rejected
+from .transactions import HALF_TOPIC
 
 Code = definition_pb2.Code
 
@@ -65,14 +66,19 @@ async def publish(
     request: Any,
     messages: Sequence[OutMessage],
     check_publish: Callable[[str], None],
+    halves: Collection[int] = (),
 ) -> Any:
     """Publish `messages` (those of `request`, in its order) topic by topic; the response
-    with one entry per message, in request order."""
+    with one entry per message, in request order. The messages at `halves` are half messages
+    of transactions: stored on `HALF_TOPIC`, their store id is the transaction id."""
     by_topic: dict[str, list[int]] = {}
+    checked: set[str] = set()
     for index, message in enumerate(request.messages):
-        by_topic.setdefault(codec.store_name(message.topic), []).append(index)
-    for topic in by_topic:
-        check_publish(topic)
+        topic = codec.store_name(message.topic)
+        if topic not in checked:
+            check_publish(topic)
+            checked.add(topic)
+        by_topic.setdefault(HALF_TOPIC if index in halves else topic, []).append(index)
     ids: dict[int, str] = {}
     failure: GatewayError | None = None
     for topic, indexes in by_topic.items():
@@ -88,7 +94,11 @@ async def publish(
     failed = codec.error_status(failure) if failure is not None else codec.status()
     statuses = []
     for index, message in enumerate(request.messages):
-        if index in ids:
+        if index in halves and index in ids:
+            entry = response.entries.add(status=codec.status(),
+                                         message_id=message.system_properties.message_id,
+                                         transaction_id=ids[index])
+        elif index in ids:
             entry = response.entries.add(status=codec.status(), message_id=ids[index])
         else:
             entry = response.entries.add(status=failed,
