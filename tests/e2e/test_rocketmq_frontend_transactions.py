@@ -237,3 +237,19 @@ def test_an_open_transaction_outlives_a_gateway_restart(
     assert (got.body, got.message_id) == (b"survives", receipt.message_id)
     consumer.ack(got)
     assert consumer.receive(1, 30) == []
+
+
+def test_a_transactional_message_of_the_largest_size_is_taken_and_committed(
+    start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
+) -> None:
+    """The half message's own headers do not count against the size limit."""
+    gateway = start(_settings(transaction_check=NEVER))
+    topic = _name("t")
+    producer = _producer(clients, gateway, topic, Checker())
+    consumer = _simple(clients, _config(gateway), _name("g"), topic)
+    body = b"x" * (4 * 1024 * 1024)
+    transaction = producer.begin_transaction()
+    producer.send(_message(topic, body), transaction)
+    transaction.commit()
+    (got,) = _receive(consumer, 1)
+    assert got.body == body

@@ -11,7 +11,7 @@ OK with their ids, the others with the error, so a client retries only those.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
@@ -66,11 +66,13 @@ async def publish(
     request: Any,
     messages: Sequence[OutMessage],
     check_publish: Callable[[str], None],
-    halves: Collection[int] = (),
+    halves: Mapping[int, int] | None = None,
 ) -> Any:
     """Publish `messages` (those of `request`, in its order) topic by topic; the response
-    with one entry per message, in request order. The messages at `halves` are half messages
-    of transactions: stored on `HALF_TOPIC`, their store id is the transaction id."""
+    with one entry per message, in request order. The messages at the indexes of `halves` are
+    half messages of transactions, grown by the bytes given there (their headers do not count
+    against the size limit): stored on `HALF_TOPIC`, their store id is the transaction id."""
+    halves = halves or {}
     by_topic: dict[str, list[int]] = {}
     checked: set[str] = set()
     for index, message in enumerate(request.messages):
@@ -85,6 +87,7 @@ async def publish(
         try:
             published = await engine.publish(
                 topic, [messages[i] for i in indexes],
+                grown=[halves[i] for i in indexes] if topic == HALF_TOPIC else (),
                 born=[codec.born_ms(request.messages[i]) for i in indexes])
         except GatewayError as error:
             failure = error

@@ -28,7 +28,7 @@ from gateway.engine.api import (
 )
 from gateway.engine.port import EnginePort
 from gateway.errors import FailedPrecondition, GatewayError, PermissionDenied, Unauthenticated
-from gateway.limits import StreamSlots
+from gateway.limits import StreamSlots, message_size
 
 from . import codec, sending, topology, transactions
 from .auth import Authenticator, header_text
@@ -322,16 +322,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         return response
 
     @staticmethod
-    def _halves(request: Any, messages: list[Any]) -> set[int]:
-        """Turn the transactional messages of `request` into half messages: their indexes."""
-        halves = set()
+    def _halves(request: Any, messages: list[Any]) -> dict[int, int]:
+        """Turn the transactional messages of `request` into half messages: their indexes and
+        the bytes each grew by."""
+        halves = {}
         for index, message in enumerate(request.messages):
             props = message.system_properties
             if props.message_type == definition_pb2.MessageType.TRANSACTION:
-                messages[index] = transactions.half_message(
+                half = transactions.half_message(
                     messages[index], message.topic, transactions.recovery_ms(props),
                     f"messages[{index}]")
-                halves.add(index)
+                halves[index] = message_size(half) - message_size(messages[index])
+                messages[index] = half
         return halves
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
