@@ -73,7 +73,9 @@ class RocketMQFrontEnd:
         return SERVICE_NAMES
 
     async def start(self) -> None:
-        """Nothing to do: it serves when the gRPC server does."""
+        """Start checking transactions left open (it serves when the gRPC server does)."""
+        if self.service is not None:
+            await self.service.start()
 
     async def stop(self) -> None:
         if self.service is not None:

@@ -273,6 +273,21 @@ class Matrix(AmqpCells, PulsarCells):
     async def rocketmq_SendMessage(self, row: Row, caller: Caller) -> str:
         return await self._rmq_unary("SendMessage", rmq_send(row.topic), caller)
 
+    async def rocketmq_SendHalf(self, row: Row, caller: Caller) -> str:
+        request = rmq_send(row.topic)
+        request.messages[0].system_properties.message_type = (
+            definition_pb2.MessageType.TRANSACTION)
+        return await self._rmq_unary("SendMessage", request, caller)
+
+    async def rocketmq_EndTransaction(self, row: Row, caller: Caller) -> str:
+        """Ending a transaction of the topic (this one does not exist: INVALID_TRANSACTION_ID
+        for a caller who may publish to it)."""
+        request = service_pb2.EndTransactionRequest(
+            message_id="M1", transaction_id="T1",
+            resolution=definition_pb2.TransactionResolution.ROLLBACK)
+        request.topic.name = row.topic
+        return await self._rmq_unary("EndTransaction", request, caller)
+
     async def rocketmq_ReceiveMessage(self, row: Row, caller: Caller) -> str:
         try:
             async for reply in self.rmq.ReceiveMessage(rmq_receive(row.topic, row.group),

@@ -159,11 +159,13 @@ async def test_admin(matrix: Matrix) -> None:
 async def test_rocketmq(matrix: Matrix) -> None:
     anyone = ["QueryRoute", "QueryAssignment", "Heartbeat", "NotifyClientTermination",
               "Telemetry"]
-    unsupported = ["PullMessage", "UpdateOffset", "GetOffset", "QueryOffset", "EndTransaction",
+    unsupported = ["PullMessage", "UpdateOffset", "GetOffset", "QueryOffset",
                    "RecallMessage", "SyncLiteSubscription"]
     rows = ([Row("rocketmq", c, who=PRINCIPALS) for c in anyone]
             + [Row("rocketmq", "unsupported", c, who=PRINCIPALS) for c in unsupported]
             + publish_rows("rocketmq", "SendMessage")
+            + publish_rows("rocketmq", "SendHalf")
+            + publish_rows("rocketmq", "EndTransaction")
             + consume_rows("rocketmq", "ReceiveMessage")
             + settle_rows("rocketmq", ["AckMessage", "ChangeInvisibleDuration",
                                        "ForwardMessageToDeadLetterQueue"]))

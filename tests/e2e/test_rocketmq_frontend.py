@@ -455,7 +455,7 @@ def test_unsupported_rpcs_answer_unimplemented(start: Callable[..., Gateway]) ->
     with grpc.insecure_channel(gateway.endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         with pytest.raises(grpc.RpcError) as caught:
-            stub.EndTransaction(service_pb2.EndTransactionRequest(), timeout=5)
+            stub.RecallMessage(service_pb2.RecallMessageRequest(), timeout=5)
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "not supported" in caught.value.details()
 
@@ -476,7 +476,7 @@ def test_bad_requests_get_clear_statuses(start: Callable[..., Gateway]) -> None:
         assert "message_group" in reply.status.message
         assert reply.entries[0].status.code == code.BAD_REQUEST
 
-        message.system_properties.message_type = definition_pb2.MessageType.TRANSACTION
+        message.system_properties.message_type = definition_pb2.MessageType.LITE
         reply = stub.SendMessage(send, timeout=5)
         assert reply.status.code == code.UNSUPPORTED
 

@@ -36,8 +36,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
 METHODS = {method.name: method for method in SERVICE.methods}
-UNSUPPORTED = {"PullMessage", "UpdateOffset", "GetOffset", "QueryOffset", "EndTransaction",
-               "RecallMessage", "SyncLiteSubscription"}
+UNSUPPORTED = {"PullMessage", "UpdateOffset", "GetOffset", "QueryOffset", "RecallMessage",
+               "SyncLiteSubscription"}
 Code = definition_pb2.Code
 BAD_CODES = {Code.INTERNAL_ERROR, Code.INTERNAL_SERVER_ERROR}
 RSS_GROWTH_LIMIT_KB = 256 * 1024

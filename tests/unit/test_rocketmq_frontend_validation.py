@@ -106,7 +106,7 @@ def test_delivery_times_up_to_the_limit_and_in_the_past_pass(seconds: int) -> No
 
 
 def test_unsupported_message_kinds_are_unimplemented() -> None:
-    for kind in (MT.TRANSACTION, MT.LITE):
+    for kind in (MT.LITE,):
         with pytest.raises(Unimplemented, match="messages are not supported"):
             CHECKS.check(_send(_set("system_properties.message_type", kind)))
     gzip = _set("system_properties.body_encoding", definition_pb2.Encoding.GZIP)

@@ -41,6 +41,14 @@ class Undecodable:
         self.message = message
 
 
+class StreamRefused(grpc.aio.AbortError):  # type: ignore[misc]
+    """A stream's frame did not decode: its handler aborts the call INVALID_ARGUMENT."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def decoder(request_type: Any) -> Callable[[bytes], Any]:
     """Deserializer that returns `Undecodable` instead of raising."""
     name = request_type.DESCRIPTOR.full_name
@@ -90,12 +98,17 @@ def _stream_stream(behaviour: Any, response_type: Any) -> Any:
     async def handle(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
         async def decoded() -> AsyncIterator[Any]:
             async for request in requests:
-                await _refuse_undecodable(request, context)
+                if isinstance(request, Undecodable):
+                    # Raised, not aborted here: the servicer may read in a task of its own,
+                    # and a call is aborted only from its handler's task.
+                    raise StreamRefused(request.message)
                 yield request
 
         try:
             async for response in behaviour(decoded(), context):
                 yield response
+        except StreamRefused as refused:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.message)
         except GatewayError as error:
             yield response_type(status=codec.error_status(error))
 

@@ -11,7 +11,7 @@ OK with their ids, the others with the error, so a client retries only those.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
@@ -23,6 +23,7 @@ from gateway.limits import check_deliver_at, check_properties, message_size
 
 from . import codec
 from .codec import Rejected
+from .transactions import HALF_TOPIC
 
 Code = definition_pb2.Code
 
@@ -65,20 +66,28 @@ async def publish(
     request: Any,
     messages: Sequence[OutMessage],
     check_publish: Callable[[str], None],
+    halves: Mapping[int, int] | None = None,
 ) -> Any:
     """Publish `messages` (those of `request`, in its order) topic by topic; the response
-    with one entry per message, in request order."""
+    with one entry per message, in request order. The messages at the indexes of `halves` are
+    half messages of transactions, grown by the bytes given there (their headers do not count
+    against the size limit): stored on `HALF_TOPIC`, their store id is the transaction id."""
+    halves = halves or {}
     by_topic: dict[str, list[int]] = {}
+    checked: set[str] = set()
     for index, message in enumerate(request.messages):
-        by_topic.setdefault(codec.store_name(message.topic), []).append(index)
-    for topic in by_topic:
-        check_publish(topic)
+        topic = codec.store_name(message.topic)
+        if topic not in checked:
+            check_publish(topic)
+            checked.add(topic)
+        by_topic.setdefault(HALF_TOPIC if index in halves else topic, []).append(index)
     ids: dict[int, str] = {}
     failure: GatewayError | None = None
     for topic, indexes in by_topic.items():
         try:
             published = await engine.publish(
                 topic, [messages[i] for i in indexes],
+                grown=[halves[i] for i in indexes] if topic == HALF_TOPIC else (),
                 born=[codec.born_ms(request.messages[i]) for i in indexes])
         except GatewayError as error:
             failure = error
@@ -88,7 +97,11 @@ async def publish(
     failed = codec.error_status(failure) if failure is not None else codec.status()
     statuses = []
     for index, message in enumerate(request.messages):
-        if index in ids:
+        if index in halves and index in ids:
+            entry = response.entries.add(status=codec.status(),
+                                         message_id=message.system_properties.message_id,
+                                         transaction_id=ids[index])
+        elif index in ids:
             entry = response.entries.add(status=codec.status(), message_id=ids[index])
         else:
             entry = response.entries.add(status=failed,

@@ -9,6 +9,7 @@ requests and unsupported RPCs end the call with a gRPC status.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -27,9 +28,9 @@ from gateway.engine.api import (
 )
 from gateway.engine.port import EnginePort
 from gateway.errors import FailedPrecondition, GatewayError, PermissionDenied, Unauthenticated
-from gateway.limits import StreamSlots
+from gateway.limits import StreamSlots, message_size
 
-from . import codec, sending, topology
+from . import codec, sending, topology, transactions
 from .auth import Authenticator, header_text
 from .renewer import Renewer
 from .settings import ORDERLY_UNLIMITED_ATTEMPTS, FrontendSettings
@@ -72,6 +73,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         )
         limits = Limits(settings.max_body_size)
         self._checks = RequestChecks(limits, engine.now_ms)
+        self.transactions = transactions.TransactionDesk(
+            engine, settings.transaction_check, lambda: settings.advertised_endpoint)
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -136,6 +139,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         permissions = self._settings.permissions
         if permissions is not None:
             permissions.checks.check_publish(self._principal(context), topic)
+
+    def _may_publish(self, context: Any, topic: str) -> bool:
+        """Whether the caller may publish to `topic` (and so be asked about its transactions)."""
+        try:
+            self._check_publish(context, topic)
+        except GatewayError:
+            return False
+        return True
 
     def _check_consume(self, context: Any, topic: str, group: str) -> str:
         """Raise unless the caller may consume; the name of its principal ("" when permissions
@@ -252,15 +263,42 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self, request_iterator: AsyncIterator[Any], context: Any
     ) -> AsyncIterator[Any]:
         await self._authenticate_stream(request_iterator, context)
-        async for command in request_iterator:
-            self._checks.check(command)
-            if not command.HasField("settings"):
-                continue
-            client = command.settings
-            reply = topology.settings_reply(
-                client, self._settings, self._endpoints(client.access_point)
-            )
-            yield service_pb2.TelemetryCommand(status=codec.status(), settings=reply)
+        # Replies and the checker's RecoverOrphanedTransactionCommands share one outbox.
+        outbox: asyncio.Queue[Any] = asyncio.Queue(transactions.OUTBOX)
+        reader = asyncio.create_task(self._telemetry_reader(request_iterator, context, outbox))
+        try:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    break
+                yield item
+            await reader  # its error, if it ended with one
+        finally:
+            self.transactions.drop_producer(outbox)
+            reader.cancel()
+
+    async def _telemetry_reader(
+        self, request_iterator: AsyncIterator[Any], context: Any, outbox: asyncio.Queue[Any]
+    ) -> None:
+        try:
+            async for command in request_iterator:
+                self._checks.check(command)
+                if not command.HasField("settings"):
+                    continue
+                client = command.settings
+                if client.client_type in topology.PRODUCERS:
+                    topics = [t for t in map(codec.store_name, client.publishing.topics)
+                              if self._may_publish(context, t)]
+                    self.transactions.drop_producer(outbox)
+                    self.transactions.add_producer(topics, outbox)
+                reply = topology.settings_reply(
+                    client, self._settings, self._endpoints(client.access_point)
+                )
+                await outbox.put(service_pb2.TelemetryCommand(status=codec.status(),
+                                                              settings=reply))
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                outbox.put_nowait(None)
 
     # --- publishing ----------------------------------------------------------------------
 
@@ -269,11 +307,46 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             await self._admit(request, context)
             messages = sending.out_messages(request, self._engine.now_ms(),
                                             self._engine.config.max_message_bytes)
-            return await sending.publish(
-                self._engine, request, messages, lambda topic: self._check_publish(context, topic)
+            halves = self._halves(request, messages)
+            if halves:
+                await self.transactions.wake()
+            response = await sending.publish(
+                self._engine, request, messages, lambda topic: self._check_publish(context, topic),
+                halves,
             )
         except GatewayError as error:
             return sending.refused(request, error)
+        if halves:
+            self.transactions.expect([e.transaction_id for e in response.entries
+                                      if e.transaction_id])
+        return response
+
+    @staticmethod
+    def _halves(request: Any, messages: list[Any]) -> dict[int, int]:
+        """Turn the transactional messages of `request` into half messages: their indexes and
+        the bytes each grew by."""
+        halves = {}
+        for index, message in enumerate(request.messages):
+            props = message.system_properties
+            if props.message_type == definition_pb2.MessageType.TRANSACTION:
+                half = transactions.half_message(
+                    messages[index], message.topic, transactions.recovery_ms(props),
+                    f"messages[{index}]")
+                halves[index] = message_size(half) - message_size(messages[index])
+                messages[index] = half
+        return halves
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        try:
+            await self._admit(request, context)
+            topic = codec.store_name(request.topic)
+            self._check_publish(context, topic)
+            await self.transactions.wake()
+            await self.transactions.end(topic, request.message_id, request.transaction_id,
+                                        request.resolution)
+        except GatewayError as error:
+            return service_pb2.EndTransactionResponse(status=codec.error_status(error))
+        return service_pb2.EndTransactionResponse(status=codec.status())
 
     # --- consuming -----------------------------------------------------------------------
 
@@ -365,8 +438,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         )
         return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=_result_status(result))
 
+    async def start(self) -> None:
+        """Start the transaction checker (after the engine started)."""
+        await self.transactions.start()
+
     async def close(self) -> None:
-        """Stop renewing push deliveries (call before the engine closes)."""
+        """Stop renewing push deliveries and checking transactions (before the engine
+        closes)."""
+        await self.transactions.stop()
         await self._renewer.close()
 
     # --- not offered ---------------------------------------------------------------------
@@ -390,9 +469,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     async def QueryOffset(self, request: Any, context: Any) -> Any:
         await self._unsupported(context, "QueryOffset")
-
-    async def EndTransaction(self, request: Any, context: Any) -> Any:
-        await self._unsupported(context, "EndTransaction (transactional messages)")
 
     async def RecallMessage(self, request: Any, context: Any) -> Any:
         await self._unsupported(context, "RecallMessage")

@@ -6,7 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from adapters.rocketmq.dialect import BACKOFF_MS, DEFAULT_SUSPEND_MS, INT_MAX, SUSPEND_RANGE_MS
+from adapters.rocketmq.dialect import (
+    BACKOFF_MS,
+    DEFAULT_SUSPEND_MS,
+    INT_MAX,
+    INVISIBLE_RANGE_MS,
+    SUSPEND_RANGE_MS,
+)
 from gateway.engine.api import SettleGuard
 
 __all__ = [
@@ -38,6 +44,30 @@ class Checks(Protocol):
     def check_consume(self, principal: Any, topic: str, group: str) -> None: ...
 
     def settle_guard(self, principal: Any) -> SettleGuard | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CheckTimes:
+    """When the gateway asks a producer about a transaction it has not ended (policy ms): first
+    after 10 s (a RocketMQ broker's first check comes 6 s at the earliest, on its check round;
+    10 s is the shortest invisible time of the simple consumer the checker is), then every
+    60 s, 15 checks, as a RocketMQ broker."""
+
+    first_ms: int = 10_000
+    interval_ms: int = 60_000
+    max_checks: int = 15
+    held_bytes: int = 64 << 20
+    """Bodies of half messages held at once; beyond that they wait in the store."""
+
+    def __post_init__(self) -> None:
+        for name in ("first_ms", "interval_ms"):
+            value = getattr(self, name)
+            _check(INVISIBLE_RANGE_MS[0] <= value <= INVISIBLE_RANGE_MS[1],
+                   f"transaction_check.{name}", value,
+                   f"{INVISIBLE_RANGE_MS[0]}..{INVISIBLE_RANGE_MS[1]}")
+        _check(1 <= self.max_checks <= 1000, "transaction_check.max_checks", self.max_checks,
+               "1..1000")
+        _check(self.held_bytes >= 1, "transaction_check.held_bytes", self.held_bytes, ">= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +117,8 @@ class FrontendSettings:
     max_body_size: int = 4 * 1024 * 1024
     deadline_margin_ms: int = 500
     """A receive ends this long before the client's gRPC deadline."""
+    transaction_check: CheckTimes = field(default_factory=CheckTimes)
+    """Checks of half messages whose transaction was not ended (`transactions`)."""
     metrics: bool = True
     """Tell push consumers to export metrics to the gateway (their telemetry reader needs it)."""
 

@@ -19,7 +19,10 @@ ACCEPTED_TYPES = (
     definition_pb2.MessageType.NORMAL,
     definition_pb2.MessageType.FIFO,
     definition_pb2.MessageType.DELAY,
+    definition_pb2.MessageType.TRANSACTION,
 )
+
+PRODUCERS = (definition_pb2.ClientType.PRODUCER,)
 
 
 def endpoints_for(advertised: str, fallback: Any) -> Any:

@@ -26,12 +26,15 @@ from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_PUBLISH_PROPERTIES
 from . import codec
 from .codec import Rejected
 from .settings import RECEIVE_BATCH_MAX
+from .transactions import transactional
 
 Code = definition_pb2.Code
 MessageType = definition_pb2.MessageType
 FilterType = definition_pb2.FilterType
 ClientType = definition_pb2.ClientType
 Encoding = definition_pb2.Encoding
+Resolution = definition_pb2.TransactionResolution
+TransactionSource = definition_pb2.TransactionSource
 AddressScheme = definition_pb2.AddressScheme
 
 TOPIC_MAX_CHARS = 127
@@ -62,8 +65,8 @@ _NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 _NAMESPACE = re.compile(r"[a-zA-Z0-9_-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _ACCEPTED_TYPES = (MessageType.MESSAGE_TYPE_UNSPECIFIED, MessageType.NORMAL, MessageType.FIFO,
-                   MessageType.DELAY)
-_UNSUPPORTED_TYPES = (MessageType.TRANSACTION, MessageType.LITE)
+                   MessageType.DELAY, MessageType.TRANSACTION)
+_UNSUPPORTED_TYPES = (MessageType.LITE,)
 _ENCODINGS = (Encoding.ENCODING_UNSPECIFIED, Encoding.IDENTITY)
 _FILTERS = (FilterType.FILTER_TYPE_UNSPECIFIED, FilterType.TAG)
 
@@ -290,6 +293,7 @@ class RequestChecks:
             "apache.rocketmq.v2.AckMessageRequest": self._ack,
             "apache.rocketmq.v2.ChangeInvisibleDurationRequest": self._change_invisible,
             "apache.rocketmq.v2.ForwardMessageToDeadLetterQueueRequest": self._forward,
+            "apache.rocketmq.v2.EndTransactionRequest": _end_transaction,
         }
 
     def check(self, request: Any) -> None:
@@ -335,13 +339,9 @@ class RequestChecks:
             _topic(entry.topic, f"{field}.topic")
             _filter(entry.expression, f"{field}.expression")
         if subscription.HasField("long_polling_timeout"):
-            _duration_ms(
-                subscription.long_polling_timeout,
-                "settings.subscription.long_polling_timeout",
-                Code.ILLEGAL_POLLING_TIME,
-                0,
-                LONG_POLLING_MAX_MS,
-            )
+            _duration_ms(subscription.long_polling_timeout,
+                         "settings.subscription.long_polling_timeout",
+                         Code.ILLEGAL_POLLING_TIME, 0, LONG_POLLING_MAX_MS)
 
     # --- publishing ----------------------------------------------------------------------
 
@@ -371,8 +371,10 @@ class RequestChecks:
             )
         if message_type not in _ACCEPTED_TYPES:
             raise Rejected(
-                Code.BAD_REQUEST, f"{system}.message_type", message_type, "NORMAL, FIFO or DELAY"
-            )
+                Code.BAD_REQUEST, f"{system}.message_type", message_type,
+                "NORMAL, FIFO, DELAY or TRANSACTION")
+        if message_type == MessageType.TRANSACTION:
+            transactional(props, system)
         if props.body_encoding not in _ENCODINGS:
             raise Unimplemented(
                 f"{system}.body_encoding={props.body_encoding}: only IDENTITY (uncompressed) "
@@ -384,12 +386,8 @@ class RequestChecks:
             raise Rejected(Code.MESSAGE_BODY_EMPTY, f"{field}.body", b"", "a non-empty body")
         limits = self._limits
         if body > limits.max_body_bytes:
-            raise Rejected(
-                Code.MESSAGE_BODY_TOO_LARGE,
-                f"{field}.body",
-                f"<{body} bytes>",
-                f"at most {limits.max_body_bytes} bytes",
-            )
+            raise Rejected(Code.MESSAGE_BODY_TOO_LARGE, f"{field}.body", f"<{body} bytes>",
+                           f"at most {limits.max_body_bytes} bytes")
         if props.HasField("born_timestamp"):  # kept: deliveries show it (`codec.born_ms`)
             _duration_ms(props.born_timestamp, f"{system}.born_timestamp", Code.BAD_REQUEST, 0,
                          TIME_MAX_MS)
@@ -419,12 +417,8 @@ class RequestChecks:
         _topic(request.message_queue.topic, "message_queue.topic")
         _filter(request.filter_expression, "filter_expression")
         if not 0 <= request.batch_size <= RECEIVE_BATCH_MAX:
-            raise Rejected(
-                Code.BAD_REQUEST,
-                "batch_size",
-                request.batch_size,
-                f"0..{RECEIVE_BATCH_MAX} (0 means 1)",
-            )
+            raise Rejected(Code.BAD_REQUEST, "batch_size", request.batch_size,
+                           f"0..{RECEIVE_BATCH_MAX} (0 means 1)")
         if not request.auto_renew:
             low, high = INVISIBLE_RANGE_MS
             if not request.HasField("invisible_duration"):
@@ -439,13 +433,8 @@ class RequestChecks:
                 low, high,
             )
         if request.HasField("long_polling_timeout"):
-            _duration_ms(
-                request.long_polling_timeout,
-                "long_polling_timeout",
-                Code.ILLEGAL_POLLING_TIME,
-                0,
-                LONG_POLLING_MAX_MS,
-            )
+            _duration_ms(request.long_polling_timeout, "long_polling_timeout",
+                         Code.ILLEGAL_POLLING_TIME, 0, LONG_POLLING_MAX_MS)
 
     def _settle_target(self, request: Any) -> None:
         _group(request.group)
@@ -483,6 +472,16 @@ class RequestChecks:
             value = getattr(request, field)
             if value < 0:
                 raise Rejected(Code.BAD_REQUEST, field, value, "0 or more")
+
+
+def _end_transaction(request: Any) -> None:
+    _topic(request.topic, "topic")
+    _message_id(request.message_id, "message_id", required=True)
+    _message_id(request.transaction_id, "transaction_id", required=True)
+    if request.resolution not in (Resolution.COMMIT, Resolution.ROLLBACK):
+        raise Rejected(Code.BAD_REQUEST, "resolution", request.resolution, "COMMIT or ROLLBACK")
+    if request.source not in TransactionSource.values():
+        raise Rejected(Code.BAD_REQUEST, "source", request.source, "a TransactionSource")
 
 
 def _client_type(value: int, field: str) -> None:
