@@ -35,6 +35,10 @@ class AMQPConfig:
     amqp_heartbeat_s: int = setting(60, toml="amqp.heartbeat_s")
     """Heartbeat interval the AMQP front end proposes (0..3600 s; 0: none)."""
     amqp_max_connections: int = setting(1000, toml="amqp.max_connections")
+    amqp_max_pending_publish_mb: int = setting(256, toml="amqp.max_pending_publish_mb")
+    """MiB of published messages read and not yet stored, over every AMQP connection together
+    (1..65536; each connection holds at most 64 MiB of them); past it connections are not read
+    from until stored ones make room."""
     amqp_max_topology_mb: int = setting(128, toml="amqp.max_topology_mb")
     """MiB that every declared queue, exchange and binding (with their arguments) may hold
     in memory together (1..65536)."""
@@ -66,6 +70,9 @@ class AMQPConfig:
         if not 1 <= self.amqp_max_connections <= 100_000:
             raise InvalidArgument("amqp_max_connections", self.amqp_max_connections,
                                   "1..100000")
+        if not 1 <= self.amqp_max_pending_publish_mb <= 65_536:
+            raise InvalidArgument("amqp_max_pending_publish_mb", self.amqp_max_pending_publish_mb,
+                                  "1..65536 MiB")
         if not 1 <= self.amqp_max_topology_mb <= 65_536:
             raise InvalidArgument("amqp_max_topology_mb", self.amqp_max_topology_mb,
                                   "1..65536 MiB")
@@ -186,6 +193,7 @@ class AMQP(Product[AMQPConfig]):
             frame_max=config.amqp_frame_max, heartbeat_s=config.amqp_heartbeat_s,
             max_connections=config.amqp_max_connections,
             max_message_bytes=host.max_message_bytes,
+            total_pending_publish_bytes=config.amqp_max_pending_publish_mb << 20,
             max_topology_bytes=config.amqp_max_topology_mb << 20,
             max_connection_topology_bytes=config.amqp_max_topology_mb_per_connection << 20)
         if host.queries is None:

@@ -29,6 +29,15 @@ def _header(channel: int, size: int) -> bytes:
     return frame.marshal(header.ContentHeader(0, size, commands.Basic.Properties()), channel)
 
 
+def _header_with_trailing_bytes(properties: commands.Basic.Properties) -> list[bytes]:
+    """A publish whose content header carries bytes after its last property (RabbitMQ: 541
+    INTERNAL_ERROR; before, the gateway ignored them and took the message)."""
+    good = frame.marshal(header.ContentHeader(0, 3, properties), 1)
+    payload = good[7:-1] + b"\x00\x01junk"
+    return [method_frame(1, commands.Basic.Publish(routing_key="nowhere")),
+            raw_frame(2, 1, payload), raw_frame(3, 1, b"abc")]
+
+
 CASES = {
     "a body frame on a channel never opened": ([raw_frame(3, 9, b"abc")], 505),
     "a content header on a channel never opened": ([_header(9, 3)], 505),
@@ -36,6 +45,10 @@ CASES = {
     "a heartbeat on channel 1": ([raw_frame(8, 1, b"")], 505),
     "queue.declare on channel 0": ([method_frame(0, commands.Queue.Declare(queue="q"))], 504),
     "basic.qos on channel 0": ([method_frame(0, commands.Basic.Qos(prefetch_count=1))], 504),
+    "a content header with bytes after its properties":
+        (_header_with_trailing_bytes(commands.Basic.Properties()), 541),
+    "a content header with bytes after its headers table": (_header_with_trailing_bytes(
+        commands.Basic.Properties(headers={"a": 1}, content_type="text/plain")), 541),
 }
 
 

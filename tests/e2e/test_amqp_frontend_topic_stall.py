@@ -6,7 +6,8 @@ topology each, far inside a connection's budget) and a routing key of 120 words 
 loop 1.2 s per publish, every other client waiting (a victim's passive declare took seconds).
 Matching now costs a few integer operations per binding word: the event loop never stops
 for long, and what matches is unchanged (tests/unit/test_amqp_topic_routing.py). Nor does a
-batch of messages published together: it is routed a share at a time."""
+batch of messages published together, nor one message through an exchange of more bindings than
+a turn's share: it is routed a share at a time."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import aio_pika
 import pytest
 from pamqp import commands
 
-from adapters.amqp.frontend import topology
+from adapters.amqp.frontend import routeturns
 from adapters.amqp.frontend.framing import method_frame
 from adapters.amqp.frontend.routing import ROUTE_TURN
 from tests.amqp_front import PerTurn, RawAmqp, amqp_gateway, stored, unique
@@ -90,13 +91,13 @@ async def test_a_flood_through_many_bindings_is_routed_a_turn_at_a_time(
     bindings tested while every other client waited; with long topic wildcards, seconds).
     Counted: between two turns, at most `ROUTE_TURN` bindings and one message's more."""
     turns = PerTurn()
-    matches = topology.binding_matches
+    matches = routeturns.binding_matches
 
     def counting(*args: Any) -> bool:
         turns.total += 1
         return matches(*args)
 
-    monkeypatch.setattr(topology, "binding_matches", counting)
+    monkeypatch.setattr(routeturns, "binding_matches", counting)
     async with amqp_gateway(tmp_path / "data") as gw:
         raw = await RawAmqp.connect(gw.port)
         try:
@@ -128,13 +129,13 @@ async def test_dead_letters_through_many_bindings_are_routed_a_turn_at_a_time(
     """The same for a batch of dead letters (messages expiring together in a delay queue whose
     dead-letter exchange has many bindings): before, routed all in one turn."""
     turns = PerTurn()
-    matches = topology.binding_matches
+    matches = routeturns.binding_matches
 
     def counting(*args: Any) -> bool:
         turns.total += 1
         return matches(*args)
 
-    monkeypatch.setattr(topology, "binding_matches", counting)
+    monkeypatch.setattr(routeturns, "binding_matches", counting)
     async with amqp_gateway(tmp_path / "data") as gw:
         raw = await RawAmqp.connect(gw.port)
         try:
@@ -162,3 +163,46 @@ async def test_dead_letters_through_many_bindings_are_routed_a_turn_at_a_time(
             raw.close()
     assert turns.total >= 300 * FLOOD_BINDINGS
     assert turns.most <= ROUTE_TURN + FLOOD_BINDINGS, f"{turns.most} bindings tested in one turn"
+
+
+async def test_one_message_through_more_bindings_than_a_turn_is_routed_a_share_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One message through an exchange of 6,000 bindings: before, all of them were tested in
+    one turn of the event loop (at the topology budget, 100,000 long wildcard patterns: 1-3 s
+    with every client waiting). Counted: at most `ROUTE_TURN` bindings in one turn, and what
+    matches is the same (the bindings it should reach, and no other)."""
+    turns = PerTurn()
+    matches = routeturns.binding_matches
+
+    def counting(*args: Any) -> bool:
+        turns.total += 1
+        return matches(*args)
+
+    monkeypatch.setattr(routeturns, "binding_matches", counting)
+    many = 3 * ROUTE_TURN
+    async with amqp_gateway(tmp_path / "data") as gw:
+        raw = await RawAmqp.connect(gw.port)
+        try:
+            exchange, sink, other = unique("t"), unique("sink"), unique("other")
+            raw.send(1, commands.Exchange.Declare(exchange=exchange, exchange_type="topic",
+                                                  auto_delete=True))
+            await raw.expect(commands.Exchange.DeclareOk)
+            for queue in (sink, other):
+                raw.send(1, commands.Queue.Declare(queue=queue, auto_delete=True))
+                await raw.expect(commands.Queue.DeclareOk)
+            raw.send_raw(b"".join(method_frame(1, commands.Queue.Bind(
+                queue=other if i % 2 else sink, exchange=exchange, routing_key=f"#.k{i}.#"))
+                for i in range(many)))
+            for _ in range(many):
+                await raw.expect(commands.Queue.BindOk)
+            turns.start()
+            raw.publish(1, b"x", f"a.k{many - 2}.b", exchange=exchange)  # the last share's
+            assert await stored(raw, sink, 1) == 1
+            turns.stop()
+            raw.send(1, commands.Queue.Declare(queue=other, passive=True))
+            assert (await raw.expect(commands.Queue.DeclareOk)).message_count == 0
+        finally:
+            raw.close()
+    assert turns.total >= many
+    assert turns.most <= ROUTE_TURN, f"{turns.most} bindings tested in one turn"

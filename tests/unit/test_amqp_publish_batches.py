@@ -37,7 +37,8 @@ async def test_a_published_message_counts_its_headers_against_the_pending_bytes(
     """Flow control holds a connection back by what its waiting messages take: their headers
     too, not only their bodies (a flood of empty bodies with a thousand headers each was never
     held back)."""
-    conn = SimpleNamespace(pending_publish_bytes=0, partial_content_bytes=0)
+    conn = SimpleNamespace(pending_publish_bytes=0, partial_content_bytes=0,
+                           admit=lambda size, then: then())
     channel = Channel(conn, SimpleNamespace(limits=Limits()), 1)  # type: ignore[arg-type]
     queued: list[Publish] = []
     channel._enqueue = queued.append  # type: ignore[method-assign]

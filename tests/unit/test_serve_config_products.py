@@ -139,6 +139,7 @@ def test_a_remote_product_listener_needs_auth() -> None:
     ("[amqp]\nmax_topology_mb = 0\n", "amqp_max_topology_mb", "1..65536 MiB"),
     ("[amqp]\nmax_topology_mb = 8\nmax_topology_mb_per_connection = 9\n",
      "amqp_max_topology_mb_per_connection", "1..8 MiB (amqp_max_topology_mb)"),
+    ("[amqp]\nmax_pending_publish_mb = 0\n", "amqp_max_pending_publish_mb", "1..65536 MiB"),
 ])
 def test_amqp_topology_budgets_out_of_range_are_refused(tmp_path: Path, text: str, field: str,
                                                          allowed: str) -> None:
@@ -157,3 +158,6 @@ def test_amqp_topology_budgets_load_from_the_file_and_the_environment(tmp_path: 
             flat(config, "amqp_max_topology_mb_per_connection")) == (512, 64)
     assert (flat(load(env={}), "amqp_max_topology_mb"),
             flat(load(env={}), "amqp_max_topology_mb_per_connection")) == (128, 32)
+    path.write_text("[amqp]\nmax_pending_publish_mb = 100\n")
+    assert flat(load(str(path), env={}), "amqp_max_pending_publish_mb") == 100
+    assert flat(load(env={}), "amqp_max_pending_publish_mb") == 256

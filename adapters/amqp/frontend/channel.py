@@ -206,8 +206,16 @@ class Channel(ChannelState):
             # Headers count too, at what they take in memory once decoded (far more than on the
             # wire): a flood of header-heavy messages is held back like one of large bodies.
             cost = len(body) + content.held
-            self.conn.pending_publish_bytes += cost
-            self._enqueue(Publish(content.method, properties, body, cost, content.header_size))
+            publish = Publish(content.method, properties, body, cost, content.header_size)
+            self.conn.admit(cost, lambda: self._admitted(publish))
+
+    def _admitted(self, publish: Publish) -> None:
+        """A message that arrived whole has room among those not yet stored: queue it."""
+        self.conn.pending_publish_bytes += publish.cost
+        if self.closing:  # closed while it waited for room: dropped, as what was queued
+            self.conn.published(publish.cost)
+            return
+        self._enqueue(publish)
 
     def _reserve(self, size: int) -> None:
         """Count `size` bytes more of messages still arriving; past the connection's limit,

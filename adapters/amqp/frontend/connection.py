@@ -33,6 +33,7 @@ from adapters.amqp.frontend.errors import (
     AMQPError,
     short,
 )
+from adapters.amqp.frontend.flow import FlowControl
 from adapters.amqp.frontend.framing import FrameReader
 from adapters.amqp.frontend.queues import drop_exclusive
 from gateway.errors import GatewayError
@@ -46,7 +47,7 @@ one turn of the event loop before the others are served."""
 AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
 
 
-class Connection(asyncio.Protocol):
+class Connection(FlowControl, asyncio.Protocol):
     def __init__(self, ctx: Context, on_lost: Any) -> None:
         self.ctx = ctx
         self.id = next(ctx.connection_ids)
@@ -70,6 +71,7 @@ class Connection(asyncio.Protocol):
         self.partial_content_bytes = 0
         """Body bytes of messages still arriving, on every channel (bounded: RESOURCE_ERROR)."""
         self._reading_paused = False
+        self._admission = None
         self._unread = False
         """Frames read from the socket wait in the reader for a turn of their own."""
         self._turn: asyncio.Handle | None = None
@@ -105,15 +107,6 @@ class Connection(asyncio.Protocol):
             log.info("amqp handshake timed out", peer=self.peer)
             self.abort()
 
-    def pause_writing(self) -> None:
-        self.writable.clear()
-
-    def resume_writing(self) -> None:
-        self.writable.set()
-        if self._backlogged:
-            self._backlogged = False
-            self._flow_check()
-
     def write(self, data: bytes) -> None:
         """Frames to send; nothing once the connection is closing (after its connection.close
         only the close-ok may go out: `send`)."""
@@ -136,16 +129,6 @@ class Connection(asyncio.Protocol):
             self.last_write = time.monotonic()
             self._backlog_check(transport)
 
-    def _backlog_check(self, transport: asyncio.Transport) -> None:
-        """Stop reading from a client that does not read what it is sent (returns, confirms,
-        get-oks): nothing it sends is read until the backlog drains below the low-water
-        mark (`resume_writing`)."""
-        if not self._backlogged and not self.writable.is_set() and (
-            transport.get_write_buffer_size() > self.limits.write_backlog_bytes
-        ):
-            self._backlogged = True
-            self._flow_check()
-
     def send(self, channel: int, method: Any) -> None:
         if self.state < CLOSING or (
             self.state == CLOSING and isinstance(method, commands.Connection.CloseOk)
@@ -158,6 +141,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = CLOSED
+        self.forget_room()
         self.writable.set()
         for timer in self._timers:
             timer.cancel()
@@ -251,31 +235,6 @@ class Connection(asyncio.Protocol):
             version_major=0, version_minor=9, server_properties=negotiation.SERVER_PROPERTIES,
             mechanisms=" ".join(sasl.MECHANISMS), locales="en_US"))
         return rest
-
-    def _over(self) -> bool:
-        return self._backlogged or self.pending_publish_bytes > self.limits.pending_publish_bytes
-
-    def _flow_check(self) -> None:
-        """Stop reading while too many published bytes wait to be stored, or while frames
-        already read wait for their turn; read on after."""
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        over = self._over()
-        if self._unread and not over and self._turn is None:
-            self._turn = asyncio.get_running_loop().call_soon(self._read_on)
-        paused = over or self._unread
-        if paused and not self._reading_paused:
-            transport.pause_reading()
-            self._reading_paused = True
-        elif not paused and self._reading_paused:
-            transport.resume_reading()
-            self._reading_paused = False
-
-    def published(self, size: int) -> None:
-        """`size` published bytes were stored (or given up): read on if reading was paused."""
-        self.pending_publish_bytes = max(self.pending_publish_bytes - size, 0)
-        self._flow_check()
 
     def _frame(self, incoming: framing.Incoming) -> None:
         if isinstance(incoming, framing.Heartbeat):
@@ -419,6 +378,7 @@ class Connection(asyncio.Protocol):
 
     def _closing(self) -> None:
         self.state = CLOSING
+        self.forget_room()
         for channel in self.channels.values():
             channel.stop()
         loop = asyncio.get_running_loop()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adapters.amqp.frontend import footprint
+from adapters.amqp.frontend.admission import PublishRoom
 from adapters.amqp.frontend.edge import QueueSettings
 from adapters.amqp.frontend.journal import Journal
 from adapters.amqp.frontend.ports import ConsumerPort, RouterPort, SweeperPort
@@ -61,6 +62,9 @@ class Limits:
     pending_publish_bytes: int = 64 << 20
     """Published bytes of one connection not yet stored; beyond it the connection is not read
     from until they are (flow control)."""
+    total_pending_publish_bytes: int = 256 << 20
+    """The same over every connection together: a message that does not fit waits, its
+    connection not read from, until stored ones make room (`admission`)."""
     max_message_bytes: int = 4 << 20
     write_backlog_bytes: int = 8 << 20
     """Bytes waiting to be sent to a client beyond which the connection is not read from until
@@ -126,8 +130,13 @@ class Context:
     resolved once it is kept or undone. Other methods on the name wait for it (`settled`)."""
     replies: dict[str, Any] = field(default_factory=dict)
     """Direct reply-to consumers by their reply names (`replyto.ReplyConsumer`)."""
+    room: PublishRoom = field(init=False)
+    """Published bytes not yet stored, over every connection (`admission`)."""
     _topics: set[str] = field(default_factory=set)
     _topics_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.room = PublishRoom(self.limits.total_pending_publish_bytes)
 
     async def settled(self, name: str) -> None:
         """Wait until no declaration of queue `name` is under way (not cancelling it)."""

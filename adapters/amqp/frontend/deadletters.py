@@ -40,6 +40,7 @@ from adapters.amqp.dialect import (
 from adapters.amqp.frontend import messages
 from adapters.amqp.frontend.consumers import expires_at
 from adapters.amqp.frontend.context import POLICY, Context
+from adapters.amqp.frontend.routeturns import route
 from adapters.amqp.frontend.routing import ROUTE_TURN
 from adapters.amqp.frontend.topology import DEFAULT, Queue
 from adapters.amqp.frontend.typed import decode as decode_typed
@@ -141,7 +142,8 @@ class DeadLetterRouter:
                 routing_key = props.get(messages.ROUTING_KEY, name)
             message, grown, deaths = self._dead_letter(delivery, queue, exchange.name,
                                                        routing_key)
-            targets = ctx.topology.route(exchange, routing_key, headers_of(message.properties))
+            targets = await route(ctx.topology, exchange, routing_key,
+                                  headers_of(message.properties))
             for target in sorted(targets):
                 if exchange.name == DEFAULT and not await ctx.is_topic(target):
                     continue

@@ -16,6 +16,7 @@ from typing import Any
 from adapters.amqp.dialect import RETRY_INTERVAL_RANGE_S
 from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
+    INTERNAL_ERROR,
     PRECONDITION_FAILED,
     AMQPError,
     short,
@@ -173,10 +174,45 @@ def exchange_alternate(arguments: Mapping[str, FieldValue]) -> str | None:
     return check_name(ALTERNATE_EXCHANGE, name)
 
 
-def consumer_priority(queue: str, arguments: Mapping[str, FieldValue]) -> int:
-    """A `basic.consume`'s `x-priority` (0 without it): an integer of any width, as RabbitMQ
-    takes it; another type is PRECONDITION_FAILED naming the type (RabbitMQ's words). Consume
-    arguments other than `x-priority` are ignored, as RabbitMQ ignores those it does not know."""
+def queue_type(arguments: Mapping[str, FieldValue]) -> str:
+    """A declared queue's type: "quorum", or "classic" (without `x-queue-type`)."""
+    return "quorum" if as_str(arguments.get(QUEUE_TYPE)) == "quorum" else "classic"
+
+
+CANCEL_ON_FAILOVER = "x-cancel-on-ha-failover"
+CREDIT = "x-credit"
+CONSUMER_ARGUMENTS = {
+    "classic": (PRIORITY, CANCEL_ON_FAILOVER, CREDIT),
+    "quorum": (PRIORITY, CREDIT),
+    "stream": ("x-stream-offset", CREDIT),
+}
+"""The consume arguments RabbitMQ (3.10) knows, by the queue type that takes each: one another
+type takes is refused on a queue of this type (406); one no type takes is ignored."""
+_KNOWN_CONSUMER_ARGUMENTS = frozenset(a for names in CONSUMER_ARGUMENTS.values() for a in names)
+
+
+def consumer_priority(queue: str, arguments: Mapping[str, FieldValue],
+                      queue_type: str = "classic") -> int:
+    """A `basic.consume`'s arguments checked as RabbitMQ checks them, and its `x-priority` (0
+    without it): an integer of any width. An `x-credit` that is not a table closes the
+    connection (541, as RabbitMQ); an argument of another queue type (`x-stream-offset`;
+    `x-cancel-on-ha-failover` on a quorum queue) is PRECONDITION_FAILED, and so is an
+    `x-priority` that is not an integer or an `x-cancel-on-ha-failover` that is not a bool,
+    naming the type (RabbitMQ's words). Consume arguments no queue type knows are ignored, as
+    RabbitMQ ignores them."""
+    if CREDIT in arguments and not isinstance(arguments[CREDIT], Mapping):
+        raise AMQPError(INTERNAL_ERROR, f"invalid arg '{CREDIT}': a table (credit, drain), "
+                                        f"got {_type_name(arguments[CREDIT])}", hard=True)
+    taken = CONSUMER_ARGUMENTS[queue_type]
+    for name in arguments:
+        if name in _KNOWN_CONSUMER_ARGUMENTS and name not in taken:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{name}' for queue "
+                                                 f"{short(queue)} in vhost '/' of queue type "
+                                                 f"rabbit_{queue_type}_queue")
+    if CANCEL_ON_FAILOVER in arguments and not isinstance(arguments[CANCEL_ON_FAILOVER], bool):
+        raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{CANCEL_ON_FAILOVER}' for queue "
+                                             f"{short(queue)} in vhost '/': {{unacceptable_type,"
+                                             f"{_type_name(arguments[CANCEL_ON_FAILOVER])}}}")
     if PRIORITY not in arguments:
         return 0
     value = arguments[PRIORITY]
@@ -196,6 +232,10 @@ def _type_name(value: FieldValue) -> str:
         ((list, tuple), "array"))
     if value is None:
         return "void"
+    if isinstance(value, int) and not isinstance(value, bool):
+        # The width the common clients encode it in (its width on the wire is not kept).
+        return next((name for bits, name in ((8, "byte"), (16, "short"), (32, "signedint"))
+                     if -(1 << (bits - 1)) <= value < 1 << (bits - 1)), "long")
     for kind, name in names:
         if isinstance(value, kind):
             return name

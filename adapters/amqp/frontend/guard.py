@@ -16,7 +16,13 @@ import struct
 from pamqp import commands
 from pamqp.base import Frame
 
-from adapters.amqp.frontend.errors import FRAME_ERROR, NOT_IMPLEMENTED, RESOURCE_ERROR, AMQPError
+from adapters.amqp.frontend.errors import (
+    FRAME_ERROR,
+    INTERNAL_ERROR,
+    NOT_IMPLEMENTED,
+    RESOURCE_ERROR,
+    AMQPError,
+)
 
 MAX_ENTRIES = 4096
 """Table entries and array elements in one frame, at every depth together."""
@@ -191,4 +197,9 @@ def check_content_header(payload: bytes) -> tuple[int, int]:
     for kind, flag in zip(_PROPERTY_TYPES, _PROPERTY_FLAGS, strict=True):
         if flags & flag:
             pos = scan.field(pos, kind)
+    if pos < scan.end:
+        # RabbitMQ closes the connection with INTERNAL_ERROR (its property decoder fails on
+        # them); a message must not be stored from a header that does not decode as sent.
+        raise AMQPError(INTERNAL_ERROR, f"cannot decode content header: {scan.end - pos} "
+                                        "bytes after its last property")
     return flags, start

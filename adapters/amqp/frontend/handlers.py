@@ -160,7 +160,8 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
     if channel.conn.consumer_count() >= ctx.limits.max_consumers_per_connection:
         raise AMQPError(RESOURCE_ERROR, f"at most {ctx.limits.max_consumers_per_connection} "
                                         "consumers per connection", CONSUME, hard=False)
-    priority = edge.consumer_priority(queue.name, m.arguments or {})
+    priority = edge.consumer_priority(queue.name, m.arguments or {},
+                                      edge.queue_type(queue.arguments))
     ctx.prioritised = ctx.prioritised or priority != 0
     others = ctx.consumers.get(queue.name, set())
     if (m.exclusive and others) or any(s.exclusive for s in others):

@@ -5,6 +5,7 @@ dead-letter router (`RouterPort`)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from adapters.amqp.frontend.topology import Queue
@@ -35,6 +36,10 @@ class ConnectionPort(Protocol):
 
     def write_backlog(self) -> int:
         """Bytes sent to the client and not yet taken by it."""
+        ...
+
+    def admit(self, size: int, then: Callable[[], None]) -> None:
+        """`then` once a message of `size` bytes has room among those not yet stored."""
         ...
 
     def published(self, size: int) -> None: ...

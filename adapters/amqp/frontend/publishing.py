@@ -27,6 +27,7 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
     short,
 )
+from adapters.amqp.frontend.routeturns import route
 from adapters.amqp.frontend.routing import ROUTE_TURN
 from adapters.amqp.frontend.state import ChannelState
 from gateway.backend.base import OutMessage
@@ -150,7 +151,8 @@ async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMe
     replyto.request(channel, item.properties)
     reply = replyto.is_reply(name, routing_key)
     topics: list[str] = []
-    for queue in [] if reply else sorted(ctx.topology.route(exchange, routing_key, headers)):
+    targets = set() if reply else await route(ctx.topology, exchange, routing_key, headers)
+    for queue in sorted(targets):
         if queue in ctx.topology.queues or (
             queue.isprintable() and not too_long(queue, MAX_NAME_BYTES)
             and await ctx.is_topic(queue)

@@ -29,7 +29,8 @@ from adapters.amqp.frontend.errors import (
     short,
 )
 from adapters.amqp.frontend.footprint import Budget, entity_cost
-from adapters.amqp.frontend.routing import DIRECT, FANOUT, HEADERS, TOPIC, TYPES, binding_matches
+from adapters.amqp.frontend.routeturns import routing
+from adapters.amqp.frontend.routing import DIRECT, FANOUT, HEADERS, TOPIC, TYPES
 from adapters.amqp.frontend.values import FieldValue, table_from_text, table_to_text
 
 DEFAULT = ""
@@ -351,29 +352,10 @@ class Topology:
               headers: Mapping[str, FieldValue]) -> set[str]:
         """The queue names a message reaches (exchange-to-exchange bindings and alternate
         exchanges followed, each exchange once). Through the default exchange: the routing key
-        itself."""
-        if not exchange.name:
-            return {routing_key} if routing_key else set()
+        itself. All at once: `routeturns.route` serves others meanwhile."""
         found: set[str] = set()
-        seen: set[str] = set()
-        todo = [exchange]
-        while todo:
-            current = todo.pop()
-            if current.name in seen:
-                continue
-            seen.add(current.name)
-            matched = False
-            self.bindings_tested += len(current.bindings)
-            for b in current.bindings:
-                if not binding_matches(current.kind, b.key, b.arguments, routing_key, headers):
-                    continue
-                matched = True
-                if b.to_queue:
-                    found.add(b.destination)
-                elif b.destination in self.exchanges:
-                    todo.append(self.exchanges[b.destination])
-            if not matched and current.alternate in self.exchanges:
-                todo.append(self.exchanges[current.alternate])
+        for _ in routing(self, exchange, routing_key, headers, found):
+            pass
         return found
 
     # ------------------------------------------------------------------ journal
