@@ -25,8 +25,12 @@ class Exchange(Protocol):
 
     name: str
     kind: str
-    bindings: list[Any]
     alternate: str | None
+
+    @property
+    def bindings(self) -> list[Any]:
+        """Its bindings; a list never changed once handed out (a change makes a new one)."""
+        ...
 
 
 class Topology(Protocol):
@@ -54,9 +58,7 @@ def routing(topology: Topology, exchange: Exchange, routing_key: str,
             continue
         seen.add(current.name)
         matched = False
-        bindings = current.bindings
-        if len(bindings) > ROUTE_TURN:
-            bindings = list(bindings)  # others may bind and unbind between two shares
+        bindings = current.bindings  # as they are now: a bind or unbind makes a new list
         for start in range(0, len(bindings), ROUTE_TURN):
             if start:
                 yield
