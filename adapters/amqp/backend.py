@@ -200,6 +200,11 @@ class RabbitMQBackend(Backend):
         """Wait for a delivery that arrived after the last fetch drained what it could take."""
         await self._consumer.wait(topic, group, timeout_s)
 
+    async def catch_up(self, topic: str, group: str) -> bool:
+        """Buffer what the broker dealt to the consumer before this call, or take a ready
+        message the consumer was not given (`Consumer.catch_up`)."""
+        return await self._consumer.catch_up(topic, group)
+
     async def ack(self, leases: Sequence[Lease]) -> None:
         """`basic.ack` each leased delivery. Leases whose channel closed are already requeued by
         RabbitMQ (they will be delivered again) and, like unknown ones, are ignored."""

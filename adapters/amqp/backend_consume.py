@@ -318,6 +318,63 @@ class Consumer:
             state.arrived.clear()
         return out
 
+    async def catch_up(self, topic: str, group: str) -> bool:
+        """Bring into the buffer what the broker holds for `topic` that the consumer has not
+        received yet; whether the buffer holds anything now (False when the topic is paused).
+
+        A publish the broker confirmed is in the queue, but its delivery to this consumer may
+        still be on its way (from the broker to the gateway, or behind other frames), or never
+        come while the prefetch is full of leased deliveries or the queue deals its messages
+        out to other consumers (another gateway on the broker): a get that answers from the
+        buffer alone would find nothing where RabbitMQ's own `basic.get` finds the message.
+        So the queue is asked on the consuming channel itself (`sync`): the broker sends a
+        queue's deliveries to a channel before its answer to that channel's declare, and
+        aiormq reads them in order, so every delivery already dealt to the consumer is
+        buffered once the answer came. If the buffer is still empty while the queue has ready
+        messages (dealt to nobody), one is taken with `basic.get` on the same channel (a
+        lease like the consumer's: its tag is the channel's, acked and requeued there; a
+        get is not bound by the prefetch)."""
+        state = await self.topic(topic, group)
+        async with state.lock:
+            ready = await self._sync(state)
+            if ready and not self._any_alive(state):
+                raw = state.channel
+                assert raw is not None  # `_sync` found it consuming
+                async with guard("get", topic), asyncio.timeout(self._confirm_timeout_s):
+                    message = await raw.basic_get(queue_name(topic), no_ack=False)
+                if isinstance(message.delivery, spec.Basic.GetOk):
+                    self._on_delivery(state, message)
+        return self._any_alive(state)
+
+    async def sync(self, topic: str) -> None:
+        """Let every delivery the broker already dealt to `topic`'s consumer reach the buffer
+        (see `catch_up`); nothing when the topic is not consumed."""
+        state = self.topics.get(topic)
+        if state is None:
+            return
+        async with state.lock:
+            await self._sync(state)
+
+    async def _sync(self, state: TopicState) -> int:
+        """One round trip to the queue on its consuming channel (under `state.lock`): its
+        ready message count, 0 when it is not consumed now (paused, or its consumer died).
+        The declare is the one `topic` makes (same arguments): it fails only where consuming
+        would, and a queue deleted just now is declared again as consuming would."""
+        raw = state.channel
+        if state.paused or not state.consuming() or raw is None:
+            return 0
+        async with guard("consume", state.name), asyncio.timeout(self._confirm_timeout_s):
+            ok = await raw.queue_declare(
+                queue_name(state.name), durable=True,
+                arguments=self._publisher.queue_arguments(),  # type: ignore[arg-type]
+            )
+        await asyncio.sleep(0)  # deliveries read before the declare-ok are buffered
+        return ok.message_count or 0
+
+    @staticmethod
+    def _any_alive(state: TopicState) -> bool:
+        return any(held.alive() for held in state.buffer)
+
     async def wait(self, topic: str, group: str, timeout_s: float) -> None:
         """Wait for a delivery that arrived after the last fetch drained what it could take."""
         try:
