@@ -473,15 +473,15 @@ class Delivering(Leaving):
                                                      invisible_ms)
                     return [self._deliver(sub, s, None, invisible_ms, now, real, policy)
                             for s in got]
-                left = give_up - loop.time()
-                if left <= 0 or not self._accepting:
-                    if caught_up or not self._accepting:
-                        return []
-                    # Before answering "nothing": a back end whose fetch reads a buffer filled
-                    # behind the store's back asks the store (a publish confirmed just now).
+                if not caught_up and self._accepting:
+                    # Nothing, where the back end's fetch reads a buffer filled behind the
+                    # store's back: ask the store (a publish confirmed just now) before waiting,
+                    # and once more before answering nothing.
                     caught_up = True
                     if any([await self.backend.catch_up(s, sub.group) for s in sub.sources]):
                         continue
+                left = give_up - loop.time()
+                if left <= 0 or not self._accepting:
                     return []
                 waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
                     asyncio.ensure_future(self.backend.wait(s, sub.group, left))
@@ -489,5 +489,6 @@ class Delivering(Leaving):
                 ]
                 waiters.append(asyncio.shield(woken))  # shared: not cancelled by wait_any
                 await wait_any(waiters)
+                caught_up = caught_up and give_up > loop.time()
         finally:
             sub.pulls -= 1
