@@ -229,9 +229,12 @@ class RabbitMQBackend(Backend):
     ) -> None:
         """One settle batch, all or nothing per consuming channel (`backend_tx`): the retry and
         dead-letter copies are published on the channel the originals came on, in the AMQP
-        transaction that acks them. A release is a requeue in place when that yields the asked
-        counters and the message is visible now; otherwise a copy with the new counters
-        (through a delay queue when visible later) in place of the original.
+        transaction that acks them. A release visible now with the counters unchanged (a
+        delivery handed to no client: more than its consumers had room for, a key held back)
+        goes back into the buffer at its place (`Consumer.put_back`), without a word to the
+        broker; otherwise it is a requeue in place when that yields the asked counters and the
+        message is visible now, else a copy with the new counters (through a delay queue when
+        visible later) in place of the original.
 
         A copy replaces the acked lease with its message id; the lease of an original whose
         channel closed meanwhile is skipped with its copy: RabbitMQ already requeued that
@@ -251,6 +254,11 @@ class RabbitMQBackend(Backend):
         for release in releases:
             held = self._consumer.take(release.lease)
             if held is None:
+                continue
+            if release.visible_at_ms <= now_ms and (release.attempt, release.retries) == (
+                held.attempt, held.retries
+            ):
+                self._consumer.put_back(release.lease.topic, held)  # handed to nobody
                 continue
             taken.append((held, release.lease))
             if release.visible_at_ms <= now_ms and self._requeue_keeps_count(held, release):

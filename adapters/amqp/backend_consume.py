@@ -45,6 +45,8 @@ class Held:
     headers: Mapping[str, object]
     redelivered: bool
     token: str
+    order: int
+    """Its place in arrival order (kept when it is put back under a new token)."""
     envelope: Envelope
     attempt: int
     retries: int
@@ -155,6 +157,7 @@ class Consumer:
             headers=headers,
             redelivered=redelivered,
             token=f"{self._instance}:{self._sequence}",
+            order=self._sequence,
             envelope=decode(
                 headers, properties.message_id, properties.timestamp, self._clock.now_ms()
             ),
@@ -404,7 +407,23 @@ class Consumer:
             return []
         held = [h for h in state.buffer if h.alive()]
         held += [h for h, _ in state.leased.values() if h.alive()]
-        return sorted(held, key=lambda h: int(h.token.rsplit(":", 1)[1]))
+        return sorted(held, key=lambda h: h.order)
+
+    def put_back(self, topic: str, held: Held) -> None:
+        """A leased delivery given back untouched (handed to no client, its counters unchanged)
+        goes back into the buffer at its place in arrival order under a new token (the old
+        lease is void), as if it had never been fetched: before the deliveries that came after
+        it, as RabbitMQ puts a requeued message back at its place. One whose channel closed
+        is left out (RabbitMQ requeued it)."""
+        state = self.topics.get(topic)
+        if state is None or not held.alive():
+            return
+        self._sequence += 1
+        held.token = f"{self._instance}:{self._sequence}"
+        buffer = state.buffer
+        index = next((i for i, h in enumerate(buffer) if h.order > held.order), len(buffer))
+        buffer.insert(index, held)
+        state.arrived.set()
 
 
 async def _ack_unit(consumer: Consumer, group: Sequence[Held], channel: AbstractChannel) -> None:
