@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 
 import structlog
 from aiormq.abc import AbstractChannel
@@ -263,6 +264,7 @@ class RabbitMQBackend(Backend):
             taken.append((held, release.lease))
             if release.visible_at_ms <= now_ms and self._requeue_keeps_count(held, release):
                 requeued.append(held)
+                self._consumer.requeue(release.lease.topic, held)
                 continue
             env = held.envelope
             copy = env.released_copy(held.body, release, now_ms)
@@ -289,6 +291,12 @@ class RabbitMQBackend(Backend):
                 if state is not None and held.alive():
                     state.leased[held.token] = (held, lease.group)
             raise
+        again = {id(held) for held in requeued}
+        for topic in {lease.topic for held, lease in taken if id(held) in again}:
+            # The broker deals a requeued delivery out again at once: have it back in the
+            # buffer, at its place, before anything after it is fetched (best effort).
+            with suppress(Unavailable):
+                await self._consumer.sync(topic)
 
     async def _commit(
         self, moves: list[tuple[str, Send, Held]], acked: list[Held], requeued: list[Held]

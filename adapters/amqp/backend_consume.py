@@ -32,6 +32,9 @@ from gateway.backend.envelope import Envelope
 from gateway.engine.clock import Clock
 from gateway.errors import Unavailable
 
+REQUEUED_KEPT = 10_000
+"""How many requeued deliveries a topic remembers the places of (`Consumer.requeue`)."""
+
 
 @dataclass(slots=True)
 class Held:
@@ -89,6 +92,9 @@ class TopicState:
     consumer_tag: str = ""
     paused: int = 0
     """How many `Consumer.paused` hold the queue unconsumed (a purge)."""
+    requeued: dict[str, int] = field(default_factory=dict)
+    """Message id -> place in arrival order of deliveries given back to the broker
+    (`basic.nack(requeue)`), for their redelivery to take that place again (`Consumer.requeue`)."""
 
     def consuming(self) -> bool:
         """Whether the queue's consumer lives: its channel is open and the broker did not cancel
@@ -165,7 +171,12 @@ class Consumer:
             retries=stated_retries(headers),
         )
         self._unsettled_tags(held.channel).add(held.tag)
-        state.buffer.append(held)
+        place = state.requeued.pop(held.envelope.message_id, None) if redelivered else None
+        if place is None:
+            state.buffer.append(held)
+        else:
+            held.order = place
+            _insert(state.buffer, held)
         if state.wake is None and not state.arrived.is_set():
             state.wake = asyncio.get_running_loop().call_later(
                 self._wake_delay_s, self._wake, state
@@ -420,10 +431,29 @@ class Consumer:
             return
         self._sequence += 1
         held.token = f"{self._instance}:{self._sequence}"
-        buffer = state.buffer
-        index = next((i for i, h in enumerate(buffer) if h.order > held.order), len(buffer))
-        buffer.insert(index, held)
+        _insert(state.buffer, held)
         state.arrived.set()
+
+    def requeue(self, topic: str, held: Held) -> None:
+        """`held` is given back to the broker (`basic.nack(requeue)`): RabbitMQ puts it back at
+        its place in the queue and deals it out again, here behind the deliveries buffered
+        meanwhile; its redelivery takes its place in arrival order again, before them (the
+        last REQUEUED_KEPT remembered, by message id)."""
+        state = self.topics.get(topic)
+        message_id = held.envelope.message_id
+        if state is None or not message_id:
+            return
+        requeued = state.requeued
+        requeued.pop(message_id, None)
+        requeued[message_id] = held.order
+        if len(requeued) > REQUEUED_KEPT:  # others' consumers took some: forget the oldest
+            del requeued[next(iter(requeued))]
+
+
+def _insert(buffer: deque[Held], held: Held) -> None:
+    """Put `held` into `buffer` at its place in arrival order."""
+    index = next((i for i, h in enumerate(buffer) if h.order > held.order), len(buffer))
+    buffer.insert(index, held)
 
 
 async def _ack_unit(consumer: Consumer, group: Sequence[Held], channel: AbstractChannel) -> None:

@@ -55,3 +55,21 @@ async def test_untouched_give_back_keeps_its_place(backend: RabbitMQBackend) -> 
     await backend.ack([first[0].lease, *[m.lease for m in again]])
     stats = await backend.stats(topic, "g", 0)
     assert (stats.ready, stats.leased) == (0, 0)
+
+
+async def test_requeued_delivery_comes_back_at_its_place(backend: RabbitMQBackend) -> None:
+    """A delivery given back after it was handed out (one attempt more: a requeue at the
+    broker, which puts it back at its place in the queue) comes again before the deliveries the
+    back end had buffered after it, as from RabbitMQ itself, as soon as the release returned.
+    (It came after them.)"""
+    topic = f"requeue-{uuid.uuid4().hex[:8]}"
+    assert await backend.fetch(topic, "g", 10, 0) == []
+    await backend.publish(topic, [OutMessage(b) for b in (b"a", b"b", b"c")])
+    assert await backend.catch_up(topic, "g")
+    (first,) = await backend.fetch(topic, "g", 1, 0)
+    assert first.body == b"a"
+    await backend.release([Release(first.lease, 0, first.attempt + 1, first.retries)])
+    again = await backend.fetch(topic, "g", 10, 0)
+    assert bodies(again) == [b"a", b"b", b"c"]
+    assert [m.attempt for m in again] == [1, 0, 0]
+    await backend.ack([m.lease for m in again])
