@@ -87,7 +87,7 @@ class RabbitMQBackend(Backend):
 
     name = "rabbitmq"
     capabilities = frozenset({"delayed-delivery", "per-key-order", "backlog-view",
-                              "purge-keeps-inflight"})
+                              "purge-keeps-inflight", "catch-up"})
     """What this back end can do, for the contract suite: one queue serves one group (no
     "independent-groups"), and the oldest ready time is unknown without consuming the queue
     head (no "oldest-ready-time"). Nor is a queue's newest message: `last_id`

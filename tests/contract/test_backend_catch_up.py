@@ -4,6 +4,8 @@ on a back end that fetches from what a broker consumer buffered, too."""
 
 from __future__ import annotations
 
+import pytest
+
 from gateway.backend.base import Backend
 from tests.contract.test_backend_contract import bodies, msg, names, now_ms
 
@@ -19,6 +21,7 @@ async def fetch_now(backend: Backend, topic: str, group: str) -> list[bytes]:
     return bodies(got)
 
 
+@pytest.mark.requires("catch-up")
 async def test_published_message_is_fetched_at_once_after_catch_up(backend: Backend) -> None:
     topic, group = names()
     assert await fetch_now(backend, topic, group) == []
