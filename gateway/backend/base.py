@@ -216,9 +216,10 @@ class Backend(abc.ABC):
         return whether it may find something now. For a back end that fetches from a buffer
         something else fills asynchronously (a broker consumer), whose `fetch` can find
         nothing just after a publish the broker confirmed: it asks its store for what it has
-        not received yet. A get that is to answer "nothing" calls it first (one round trip to
-        the store; never a wait for messages to come). Default: `fetch` reads the store
-        itself, there is nothing to catch up (False)."""
+        not received yet. A receive that finds nothing calls it before it waits and once more
+        before it answers "nothing" (one round trip to the store each; it never waits for
+        messages to come). Default: `fetch` reads the store itself, there is nothing to catch
+        up (False)."""
         return False
 
     @abc.abstractmethod
