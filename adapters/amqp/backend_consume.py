@@ -4,6 +4,10 @@ until a fetch leases them, and acks folded into `basic.ack(multiple)` where they
 Leases are unacked deliveries of a consumer with manual ack and a prefetch; a lease dies with its
 channel (RabbitMQ requeues the message, which comes back marked redelivered). Counters travel in
 headers and are reconciled with the broker's redelivery evidence (`counters.reconcile_attempt`).
+
+The buffer is kept in the queue's order as RabbitMQ keeps it: a get that finds it empty asks the
+queue first (`Consumer.catch_up`), a delivery given back untouched goes back to its place
+(`put_back`), and a requeued one's redelivery takes its place again (`requeue`).
 """
 
 from __future__ import annotations
