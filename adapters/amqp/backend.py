@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 
 import structlog
 from aiormq.abc import AbstractChannel
@@ -86,7 +87,7 @@ class RabbitMQBackend(Backend):
 
     name = "rabbitmq"
     capabilities = frozenset({"delayed-delivery", "per-key-order", "backlog-view",
-                              "purge-keeps-inflight"})
+                              "purge-keeps-inflight", "catch-up"})
     """What this back end can do, for the contract suite: one queue serves one group (no
     "independent-groups"), and the oldest ready time is unknown without consuming the queue
     head (no "oldest-ready-time"). Nor is a queue's newest message: `last_id`
@@ -200,6 +201,11 @@ class RabbitMQBackend(Backend):
         """Wait for a delivery that arrived after the last fetch drained what it could take."""
         await self._consumer.wait(topic, group, timeout_s)
 
+    async def catch_up(self, topic: str, group: str) -> bool:
+        """Buffer what the broker dealt to the consumer before this call, or take a ready
+        message the consumer was not given (`Consumer.catch_up`)."""
+        return await self._consumer.catch_up(topic, group)
+
     async def ack(self, leases: Sequence[Lease]) -> None:
         """`basic.ack` each leased delivery. Leases whose channel closed are already requeued by
         RabbitMQ (they will be delivered again) and, like unknown ones, are ignored."""
@@ -224,9 +230,12 @@ class RabbitMQBackend(Backend):
     ) -> None:
         """One settle batch, all or nothing per consuming channel (`backend_tx`): the retry and
         dead-letter copies are published on the channel the originals came on, in the AMQP
-        transaction that acks them. A release is a requeue in place when that yields the asked
-        counters and the message is visible now; otherwise a copy with the new counters
-        (through a delay queue when visible later) in place of the original.
+        transaction that acks them. A release visible now with the counters unchanged (a
+        delivery handed to no client: more than its consumers had room for, a key held back)
+        goes back into the buffer at its place (`Consumer.put_back`), without a word to the
+        broker; otherwise it is a requeue in place when that yields the asked counters and the
+        message is visible now, else a copy with the new counters (through a delay queue when
+        visible later) in place of the original.
 
         A copy replaces the acked lease with its message id; the lease of an original whose
         channel closed meanwhile is skipped with its copy: RabbitMQ already requeued that
@@ -247,9 +256,15 @@ class RabbitMQBackend(Backend):
             held = self._consumer.take(release.lease)
             if held is None:
                 continue
+            if release.visible_at_ms <= now_ms and (release.attempt, release.retries) == (
+                held.attempt, held.retries
+            ):
+                self._consumer.put_back(release.lease.topic, held)  # handed to nobody
+                continue
             taken.append((held, release.lease))
             if release.visible_at_ms <= now_ms and self._requeue_keeps_count(held, release):
                 requeued.append(held)
+                self._consumer.requeue(release.lease.topic, held)
                 continue
             env = held.envelope
             copy = env.released_copy(held.body, release, now_ms)
@@ -276,6 +291,12 @@ class RabbitMQBackend(Backend):
                 if state is not None and held.alive():
                     state.leased[held.token] = (held, lease.group)
             raise
+        again = {id(held) for held in requeued}
+        for topic in {lease.topic for held, lease in taken if id(held) in again}:
+            # The broker deals a requeued delivery out again at once: have it back in the
+            # buffer, at its place, before anything after it is fetched (best effort).
+            with suppress(Unavailable):
+                await self._consumer.sync(topic)
 
     async def _commit(
         self, moves: list[tuple[str, Send, Held]], acked: list[Held], requeued: list[Held]

@@ -94,6 +94,7 @@ async def peek(
     redelivered, so its next delivery may count one attempt more."""
     start = after_position + 1
     listing: list[StoredMessage] = []
+    await consumer.sync(topic)  # a message dealt to the consumer is in `held`, not on its way
     for held in consumer.held(topic):
         listing.append(held.stored(topic, group))
     wanted = start + limit - len(listing)

@@ -4,6 +4,10 @@ until a fetch leases them, and acks folded into `basic.ack(multiple)` where they
 Leases are unacked deliveries of a consumer with manual ack and a prefetch; a lease dies with its
 channel (RabbitMQ requeues the message, which comes back marked redelivered). Counters travel in
 headers and are reconciled with the broker's redelivery evidence (`counters.reconcile_attempt`).
+
+The buffer is kept in the queue's order as RabbitMQ keeps it: a get that finds it empty asks the
+queue first (`Consumer.catch_up`), a delivery given back untouched goes back to its place
+(`put_back`), and a requeued one's redelivery takes its place again (`requeue`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from gateway.backend.envelope import Envelope
 from gateway.engine.clock import Clock
 from gateway.errors import Unavailable
 
+REQUEUED_KEPT = 10_000
+"""How many requeued deliveries a topic remembers the places of (`Consumer.requeue`)."""
+
 
 @dataclass(slots=True)
 class Held:
@@ -45,6 +52,8 @@ class Held:
     headers: Mapping[str, object]
     redelivered: bool
     token: str
+    order: int
+    """Its place in arrival order (kept when it is put back under a new token)."""
     envelope: Envelope
     attempt: int
     retries: int
@@ -87,6 +96,9 @@ class TopicState:
     consumer_tag: str = ""
     paused: int = 0
     """How many `Consumer.paused` hold the queue unconsumed (a purge)."""
+    requeued: dict[str, int] = field(default_factory=dict)
+    """Message id -> place in arrival order of deliveries given back to the broker
+    (`basic.nack(requeue)`), for their redelivery to take that place again (`Consumer.requeue`)."""
 
     def consuming(self) -> bool:
         """Whether the queue's consumer lives: its channel is open and the broker did not cancel
@@ -155,6 +167,7 @@ class Consumer:
             headers=headers,
             redelivered=redelivered,
             token=f"{self._instance}:{self._sequence}",
+            order=self._sequence,
             envelope=decode(
                 headers, properties.message_id, properties.timestamp, self._clock.now_ms()
             ),
@@ -162,7 +175,12 @@ class Consumer:
             retries=stated_retries(headers),
         )
         self._unsettled_tags(held.channel).add(held.tag)
-        state.buffer.append(held)
+        place = state.requeued.pop(held.envelope.message_id, None) if redelivered else None
+        if place is None:
+            state.buffer.append(held)
+        else:
+            held.order = place
+            _insert(state.buffer, held)
         if state.wake is None and not state.arrived.is_set():
             state.wake = asyncio.get_running_loop().call_later(
                 self._wake_delay_s, self._wake, state
@@ -318,6 +336,63 @@ class Consumer:
             state.arrived.clear()
         return out
 
+    async def catch_up(self, topic: str, group: str) -> bool:
+        """Bring into the buffer what the broker holds for `topic` that the consumer has not
+        received yet; whether the buffer holds anything now (False when the topic is paused).
+
+        A publish the broker confirmed is in the queue, but its delivery to this consumer may
+        still be on its way (from the broker to the gateway, or behind other frames), or never
+        come while the prefetch is full of leased deliveries or the queue deals its messages
+        out to other consumers (another gateway on the broker): a get that answers from the
+        buffer alone would find nothing where RabbitMQ's own `basic.get` finds the message.
+        So the queue is asked on the consuming channel itself (`sync`): the broker sends a
+        queue's deliveries to a channel before its answer to that channel's declare, and
+        aiormq reads them in order, so every delivery already dealt to the consumer is
+        buffered once the answer came. If the buffer is still empty while the queue has ready
+        messages (dealt to nobody), one is taken with `basic.get` on the same channel (a
+        lease like the consumer's: its tag is the channel's, acked and requeued there; a
+        get is not bound by the prefetch)."""
+        state = await self.topic(topic, group)
+        async with state.lock:
+            ready = await self._sync(state)
+            if ready and not self._any_alive(state):
+                raw = state.channel
+                assert raw is not None  # `_sync` found it consuming
+                async with guard("get", topic), asyncio.timeout(self._confirm_timeout_s):
+                    message = await raw.basic_get(queue_name(topic), no_ack=False)
+                if isinstance(message.delivery, spec.Basic.GetOk):
+                    self._on_delivery(state, message)
+        return self._any_alive(state)
+
+    async def sync(self, topic: str) -> None:
+        """Let every delivery the broker already dealt to `topic`'s consumer reach the buffer
+        (see `catch_up`); nothing when the topic is not consumed."""
+        state = self.topics.get(topic)
+        if state is None:
+            return
+        async with state.lock:
+            await self._sync(state)
+
+    async def _sync(self, state: TopicState) -> int:
+        """One round trip to the queue on its consuming channel (under `state.lock`): its
+        ready message count, 0 when it is not consumed now (paused, or its consumer died).
+        The declare is the one `topic` makes (same arguments): it fails only where consuming
+        would, and a queue deleted just now is declared again as consuming would."""
+        raw = state.channel
+        if state.paused or not state.consuming() or raw is None:
+            return 0
+        async with guard("consume", state.name), asyncio.timeout(self._confirm_timeout_s):
+            ok = await raw.queue_declare(
+                queue_name(state.name), durable=True,
+                arguments=self._publisher.queue_arguments(),  # type: ignore[arg-type]
+            )
+        await asyncio.sleep(0)  # deliveries read before the declare-ok are buffered
+        return ok.message_count or 0
+
+    @staticmethod
+    def _any_alive(state: TopicState) -> bool:
+        return any(held.alive() for held in state.buffer)
+
     async def wait(self, topic: str, group: str, timeout_s: float) -> None:
         """Wait for a delivery that arrived after the last fetch drained what it could take."""
         try:
@@ -347,7 +422,42 @@ class Consumer:
             return []
         held = [h for h in state.buffer if h.alive()]
         held += [h for h, _ in state.leased.values() if h.alive()]
-        return sorted(held, key=lambda h: int(h.token.rsplit(":", 1)[1]))
+        return sorted(held, key=lambda h: h.order)
+
+    def put_back(self, topic: str, held: Held) -> None:
+        """A leased delivery given back untouched (handed to no client, its counters unchanged)
+        goes back into the buffer at its place in arrival order under a new token (the old
+        lease is void), as if it had never been fetched: before the deliveries that came after
+        it, as RabbitMQ puts a requeued message back at its place. One whose channel closed
+        is left out (RabbitMQ requeued it)."""
+        state = self.topics.get(topic)
+        if state is None or not held.alive():
+            return
+        self._sequence += 1
+        held.token = f"{self._instance}:{self._sequence}"
+        _insert(state.buffer, held)
+        state.arrived.set()
+
+    def requeue(self, topic: str, held: Held) -> None:
+        """`held` is given back to the broker (`basic.nack(requeue)`): RabbitMQ puts it back at
+        its place in the queue and deals it out again, here behind the deliveries buffered
+        meanwhile; its redelivery takes its place in arrival order again, before them (the
+        last REQUEUED_KEPT remembered, by message id)."""
+        state = self.topics.get(topic)
+        message_id = held.envelope.message_id
+        if state is None or not message_id:
+            return
+        requeued = state.requeued
+        requeued.pop(message_id, None)
+        requeued[message_id] = held.order
+        if len(requeued) > REQUEUED_KEPT:  # others' consumers took some: forget the oldest
+            del requeued[next(iter(requeued))]
+
+
+def _insert(buffer: deque[Held], held: Held) -> None:
+    """Put `held` into `buffer` at its place in arrival order."""
+    index = next((i for i, h in enumerate(buffer) if h.order > held.order), len(buffer))
+    buffer.insert(index, held)
 
 
 async def _ack_unit(consumer: Consumer, group: Sequence[Held], channel: AbstractChannel) -> None:

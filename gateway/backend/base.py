@@ -211,6 +211,17 @@ class Backend(abc.ABC):
         Spurious returns are allowed; it never raises on timeout.
         """
 
+    async def catch_up(self, topic: str, group: str) -> bool:
+        """Make `fetch` see every message of `topic` that was durable before this call, and
+        return whether it may find something now. For a back end that fetches from a buffer
+        something else fills asynchronously (a broker consumer), whose `fetch` can find
+        nothing just after a publish the broker confirmed: it asks its store for what it has
+        not received yet. A receive that finds nothing calls it before it waits and once more
+        before it answers "nothing" (one round trip to the store each; it never waits for
+        messages to come). Default: `fetch` reads the store itself, there is nothing to catch
+        up (False)."""
+        return False
+
     @abc.abstractmethod
     async def ack(self, leases: Sequence[Lease]) -> None:
         """Remove leased messages for their group; durable on return; unknown leases are ignored."""

@@ -41,7 +41,7 @@ class InMemoryBackend(Backend):
     seekable = skips_delays = removes_by_position = True
     capabilities = frozenset({"delayed-delivery", "per-key-order", "independent-groups",
                               "oldest-ready-time", "backlog-view", "positions", "retry-reset",
-                              "purge-keeps-inflight", "delay-skip"})
+                              "purge-keeps-inflight", "delay-skip", "catch-up"})
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock: Clock = clock or SystemClock()

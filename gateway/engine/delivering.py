@@ -456,6 +456,7 @@ class Delivering(Leaving):
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ms / 1000
         sub.pulls += 1  # in use: not forgotten at `max_groups` while it waits
+        caught_up = False
         try:
             while True:
                 woken = sub.woken()
@@ -472,6 +473,13 @@ class Delivering(Leaving):
                                                      invisible_ms)
                     return [self._deliver(sub, s, None, invisible_ms, now, real, policy)
                             for s in got]
+                if not caught_up and self._accepting:
+                    # Nothing, where the back end's fetch reads a buffer filled behind the
+                    # store's back: ask the store (a publish confirmed just now) before waiting,
+                    # and once more before answering nothing.
+                    caught_up = True
+                    if any([await self.backend.catch_up(s, sub.group) for s in sub.sources]):
+                        continue
                 left = give_up - loop.time()
                 if left <= 0 or not self._accepting:
                     return []
@@ -481,5 +489,6 @@ class Delivering(Leaving):
                 ]
                 waiters.append(asyncio.shield(woken))  # shared: not cancelled by wait_any
                 await wait_any(waiters)
+                caught_up = caught_up and give_up > loop.time()
         finally:
             sub.pulls -= 1

@@ -45,6 +45,7 @@ CAPABILITIES = frozenset(
         "retry-reset",
         "purge-keeps-inflight",
         "delay-skip",
+        "catch-up",
     }
 )
 """Every capability a contract test may require:
@@ -65,6 +66,9 @@ CAPABILITIES = frozenset(
 * delay-skip: `fetch(..., publish_delays=False)` hands one group messages published with a future
   time at once while the topic's other groups wait (`Backend.skips_delays`; a broker that holds
   a delayed message for the whole topic cannot).
+* catch-up: after `catch_up`, `fetch` finds every message whose publish returned before it, at
+  once (a back end fetching from what a broker consumer buffered asks the broker; the Pulsar
+  back end does not yet: its fetch can miss a message its consumer has not received).
 """
 
 REQUIRES: dict[str, str] = {

@@ -44,12 +44,11 @@ async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[s
         yield found
 
 
-@pytest.fixture(params=["gateway", "rabbitmq"])
+@pytest.fixture(params=SERVERS)
 async def url_real_time(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """The gateway on its embedded store or the real RabbitMQ, the gateway's time not scaled: a
-    delivery is not failed for want of an ack within the test. (On the RabbitMQ back end the
-    gateway gives deliveries back after the messages its broker consumer already fetched: a
-    known gap, README "Consumers".)"""
+    """A server, the gateway's time not scaled: a delivery is not failed for want of an ack
+    within the test. (On the RabbitMQ back end the gateway gave deliveries back after the
+    messages its broker consumer already fetched.)"""
     async with server(request.param, tmp_path, time_scale=1.0) as found:
         yield found
 
