@@ -82,6 +82,8 @@ def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
                               "SHARED, KEY_SHARED, EXCLUSIVE, FAILOVER")
     _optional_name("naming", msg.naming)
     check_text("tag_filter", msg.tag_filter)
+    if not msg.tag_filter.isprintable():  # a NUL or line break matches no tag a publish can set
+        raise InvalidArgument("tag_filter", msg.tag_filter, "printable text: tags joined by ||")
 
 
 # ------------------------------------------------------------------------------ Gateway
