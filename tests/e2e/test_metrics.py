@@ -156,3 +156,21 @@ async def test_label_cap_setting_is_checked(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgument) as err:
             build({"data_dir": str(tmp_path), "metrics_label_cap": bad})
         assert err.value.field == "metrics_label_cap"
+
+
+def test_a_topic_named_other_is_told_from_the_names_beyond_the_cap() -> None:
+    """A client could name its topic and group `_other`: its counts and those of every name
+    beyond the cap were one series. A name of that form gets one more leading underscore."""
+    from prometheus_client import generate_latest
+
+    metrics = Metrics(label_cap=2)
+    metrics.count_transition("INFLIGHT", "_other", "_other", "rocketmq", 1)
+    metrics.count_transition("INFLIGHT", "__other", "g", "rocketmq", 1)
+    for i in range(3):  # beyond the cap
+        metrics.count_transition("INFLIGHT", f"late-{i}", f"late-{i}", "rocketmq", 1)
+    text = generate_latest(metrics.registry).decode()
+    lines = [line for line in text.splitlines() if line.startswith("gateway_deliveries_total{")]
+    assert any('topic="__other"' in line and 'group="__other"' in line and line.endswith(" 1.0")
+               for line in lines), lines
+    assert any('topic="___other"' in line for line in lines), lines
+    assert any('topic="_other"' in line and line.endswith(" 3.0") for line in lines), lines
