@@ -113,7 +113,10 @@ def publish(request: pb.PublishRequest, now_ms: int) -> list[OutMessage]:
         delay, deliver_at = message.delay_ms, message.deliver_at_ms
         if delay or deliver_at:
             deliver_at = _deliver_at(i, delay, deliver_at, now_ms)
-        append(OutMessage(message.body, props, message.key, message.tag, deliver_at))
+        tag = message.tag
+        if tag and not tag.isprintable():  # no tag_filter can name it (see `_subscription`)
+            raise InvalidArgument(f"messages[{i}].tag", tag, "printable text (or none)")
+        append(OutMessage(message.body, props, message.key, tag, deliver_at))
     return out
 
 

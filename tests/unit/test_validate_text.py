@@ -30,3 +30,18 @@ def test_a_tag_filter_with_a_control_character_is_refused(tag_filter: str) -> No
 @pytest.mark.parametrize("tag_filter", ["", "*", "a || b", "tagA||tagB", "données"])
 def test_a_printable_tag_filter_passes(tag_filter: str) -> None:
     validate.subscribe(_subscribe(tag_filter))
+
+
+@pytest.mark.parametrize("tag", ["a\0", "a\n", "\x85"])
+def test_a_published_tag_with_a_control_character_is_refused(tag: str) -> None:
+    """No tag_filter can name such a tag: the message could only reach groups that take all."""
+    request = pb.PublishRequest(topic="t", messages=[pb.Message(body=b"x"),
+                                                     pb.Message(body=b"y", tag=tag)])
+    with pytest.raises(InvalidArgument) as caught:
+        validate.publish(request, 0)
+    assert caught.value.field == "messages[1].tag"
+
+
+def test_a_printable_tag_passes() -> None:
+    request = pb.PublishRequest(topic="t", messages=[pb.Message(body=b"x", tag="tag A é")])
+    assert validate.publish(request, 0)[0].tag == "tag A é"
