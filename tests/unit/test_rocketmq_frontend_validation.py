@@ -287,18 +287,3 @@ def test_routes_heartbeats_and_telemetry_settings() -> None:
     for _ in range(validation.MAX_SETTINGS_ENTRIES + 1):
         producer.settings.publishing.topics.add(name="t")
     assert _refused(producer).field == "settings.publishing.topics"
-
-
-@pytest.mark.parametrize("topic", ["%RETRY%billing", "%DLQ%billing", "%RETRY%prod%billing"])
-def test_a_send_to_a_retry_or_dead_letter_topic_is_an_illegal_topic(topic: str) -> None:
-    """It was accepted: a producer could put messages into any group's retry or dead-letter
-    topic, which the gateway writes itself (RocketMQ 5 SDKs retry with ChangeInvisibleDuration
-    and dead-letter with ForwardMessageToDeadLetterQueue, never with SendMessage). ILLEGAL_TOPIC,
-    as RocketMQ's proxy answers a send to a topic clients may not name."""
-    error = _refused(_send(_set("topic.name", topic)))
-    assert error.status_code == Code.ILLEGAL_TOPIC
-    assert error.field == "messages[0].topic.name" and "%RETRY%" in error.allowed
-
-
-def test_a_topic_that_only_contains_the_prefixes_passes() -> None:
-    CHECKS.check(_send(_set("topic.name", "orders%RETRY%x")))

@@ -19,7 +19,6 @@ from typing import Any
 from rocketmq.grpc_protocol import definition_pb2
 
 from adapters.rocketmq.dialect import INVISIBLE_RANGE_MS
-from adapters.rocketmq.naming import DLQ_PREFIX, RETRY_PREFIX
 from gateway.core.properties import TIME_MAX_MS
 from gateway.errors import Unimplemented
 from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_PUBLISH_PROPERTIES
@@ -363,9 +362,6 @@ class RequestChecks:
 
     def _message(self, message: Any, field: str, now_ms: int) -> None:
         _topic(message.topic, f"{field}.topic")
-        if message.topic.name.startswith((RETRY_PREFIX, DLQ_PREFIX)):  # the gateway's to write
-            raise Rejected(Code.ILLEGAL_TOPIC, f"{field}.topic.name", message.topic.name,
-                           "a topic that is no group's %RETRY% or %DLQ% topic")
         props = message.system_properties
         system = f"{field}.system_properties"
         message_type = props.message_type
