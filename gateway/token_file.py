@@ -77,3 +77,14 @@ def check_token(field: str, token: str) -> str:
     if not printable_ascii(token):
         raise InvalidArgument(field, "***", "one line of printable ASCII (a bearer token)")
     return token
+
+
+def check_secret(field: str, value: str) -> None:
+    """A token, password or key a setting holds (a tokens file's `token`, `[pulsar] token`, a
+    RocketMQ key; "" = none): printable ASCII without a blank at either end, what an
+    `authorization` header (gRPC metadata, HTTP) and Pulsar's token auth carry unchanged. A
+    control character forged header lines; a blank at an end is lost by the header. Never
+    echoed."""
+    if not printable_ascii(value) or value != value.strip():
+        raise InvalidArgument(field, "***", "printable ASCII (0x20..0x7E) without a blank at "
+                                            "either end")

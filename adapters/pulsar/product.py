@@ -17,6 +17,7 @@ from adapters.pulsar.backend_codec import pulsar_topic
 from adapters.pulsar.service_url import check_advertised_url
 from gateway.core.registry import Registry
 from gateway.product import FrontEnd, Host, OptionFlag, OwnListener, Product, setting
+from gateway.token_file import check_secret
 
 if TYPE_CHECKING:
     from gateway.backend import Backend
@@ -46,6 +47,7 @@ class PulsarConfig:
     pulsar_token: str = setting("", toml="pulsar.token")
 
     def __post_init__(self) -> None:
+        check_secret("pulsar_token", self.pulsar_token)
         if self.pulsar_advertised:
             check_advertised_url(self.pulsar_advertised)
 

@@ -16,6 +16,7 @@ from adapters.rocketmq import dialect
 from gateway.core.registry import Registry
 from gateway.errors import InvalidArgument
 from gateway.product import FrontEnd, Host, OptionFlag, Product, setting
+from gateway.token_file import check_secret
 
 if TYPE_CHECKING:
     import grpc
@@ -45,6 +46,7 @@ class RocketMQConfig:
     """Consumer groups that consume in order (RocketMQ keeps this on the group)."""
 
     def __post_init__(self) -> None:
+        check_keys(ACCESS_KEY, self.rocketmq_access_key, SECRET_KEY, self.rocketmq_secret_key)
         # Half a pair turned nothing on: a secret key alone left signatures unchecked.
         for given, missing in ((self.rocketmq_secret_key, ACCESS_KEY),
                                (self.rocketmq_access_key, SECRET_KEY)):
@@ -52,6 +54,16 @@ class RocketMQConfig:
                 other = SECRET_KEY if missing == ACCESS_KEY else ACCESS_KEY
                 raise InvalidArgument(missing, "", f"non-empty, given with {other} (the two "
                                                    "turn on signature checks together)")
+
+
+def check_keys(access_field: str, access_key: str, secret_field: str, secret_key: str) -> None:
+    """A key pair's characters: each a secret's (`check_secret`); the access key travels in
+    the signature header as `Credential=AK,`, so it has no comma and no blank either."""
+    check_secret(secret_field, secret_key)
+    check_secret(access_field, access_key)
+    if "," in access_key or " " in access_key:
+        raise InvalidArgument(access_field, "***", "printable ASCII without a blank or comma "
+                                                   "(it is sent as Credential=KEY,)")
 
 
 class RocketMQFrontEnd:
@@ -129,6 +141,8 @@ class RocketMQ(Product[RocketMQConfig]):
             keyed: dict[str, Any] = {}
             for principal in host.authorizer.by_digest.values():
                 key = principal.extra(ACCESS_KEY)
+                check_keys(f"principal[{principal.name}].{ACCESS_KEY}", key,
+                           f"principal[{principal.name}].{SECRET_KEY}", principal.extra(SECRET_KEY))
                 if bool(key) != bool(principal.extra(SECRET_KEY)):  # half a pair: as above
                     raise InvalidArgument(
                         f"principal[{principal.name}].{SECRET_KEY if key else ACCESS_KEY}", "",

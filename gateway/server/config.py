@@ -150,9 +150,9 @@ class ServeConfig:
                 ("http://", "https://")):
             raise InvalidArgument("tracing_endpoint", self.tracing_endpoint,
                                   "an http:// or https:// URL")
-        if not 1 <= len(self.tracing_service_name) <= 255:
+        if not _usable_id(self.tracing_service_name):  # no control characters, as gateway_id
             raise InvalidArgument("tracing_service_name", self.tracing_service_name,
-                                  "1..255 characters")
+                                  "1..255 bytes (UTF-8) of printable characters")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise InvalidArgument("log_level", self.log_level, "debug, info, warning, error")
 
@@ -346,7 +346,8 @@ def _flatten(doc: Mapping[str, Any], keys: _Keys) -> dict[str, Any]:
                    if isinstance(v, str)):
                 # TOML's "\u0000" is the only way a NUL reaches a setting (flags and the
                 # environment cannot carry one): a path with it was a ValueError traceback.
-                raise InvalidArgument(f"{section}.{key}", value, "text without NUL characters")
+                shown = "***" if name.endswith(("token", "_key")) else value  # a secret
+                raise InvalidArgument(f"{section}.{key}", shown, "text without NUL characters")
             flat[name] = value
     return flat
 

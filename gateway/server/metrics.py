@@ -3,7 +3,8 @@ and Python collectors, the gRPC status code on request counts, and bounded label
 
 Topic and group labels are capped (`metrics_label_cap`, default 100 each): the first values
 seen keep their names, every later one is counted under `_other`, so a client that invents
-names cannot grow the registry (or the gateway's memory). Attempt labels above 32 are `_other`
+names cannot grow the registry (or the gateway's memory); a name of that form itself (`_other`,
+`__other`, ...) is shown with one more leading underscore. Attempt labels above 32 are `_other`
 too. Method labels are the registered methods only (an unknown method has no handler).
 
 The engine's counts are plain dicts bumped on the hot path (`count_transition`,
@@ -66,8 +67,11 @@ class LabelCap:
         if kept is not None:
             return kept
         if len(self.kept) < self.cap:
-            self.kept[value] = value
-            return value
+            # A topic or group a client names `_other` (`__other`, ...) gets one more leading
+            # underscore: it was one series with the names beyond the cap.
+            kept = "_" + value if value.lstrip("_") == "other" and value[0] == "_" else value
+            self.kept[value] = kept
+            return kept
         return OTHER
 
 

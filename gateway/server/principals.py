@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidArgument
-from gateway.token_file import read_toml
+from gateway.limits import check_name
+from gateway.token_file import check_secret, read_toml
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ def load_principals(
         name = entry.get("name", "")
         if not isinstance(name, str) or not name:
             raise InvalidArgument(f"principal[{i}].name", name, "a non-empty string")
+        check_name(f"principal[{i}].name", name)  # it goes into log lines and refusals
         for key in entry:
             if key not in known:  # a misspelt key (`admn`, `publsh`) was ignored silently
                 raise InvalidArgument(f"principal[{name}].{key}", "***",
@@ -91,6 +93,8 @@ def load_principals(
                                   "token_sha256")
         if token and not isinstance(token, str):
             raise InvalidArgument(f"principal[{name}].token", "***", "a string")
+        if token:
+            check_secret(f"principal[{name}].token", token)
         if digest and not (isinstance(digest, str) and len(digest) == 64
                            and all(c in "0123456789abcdefABCDEF" for c in digest)):
             raise InvalidArgument(f"principal[{name}].token_sha256", "***",

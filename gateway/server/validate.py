@@ -82,6 +82,8 @@ def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
                               "SHARED, KEY_SHARED, EXCLUSIVE, FAILOVER")
     _optional_name("naming", msg.naming)
     check_text("tag_filter", msg.tag_filter)
+    if not msg.tag_filter.isprintable():  # a NUL or line break matches no tag a publish can set
+        raise InvalidArgument("tag_filter", msg.tag_filter, "printable text: tags joined by ||")
 
 
 # ------------------------------------------------------------------------------ Gateway
@@ -111,7 +113,10 @@ def publish(request: pb.PublishRequest, now_ms: int) -> list[OutMessage]:
         delay, deliver_at = message.delay_ms, message.deliver_at_ms
         if delay or deliver_at:
             deliver_at = _deliver_at(i, delay, deliver_at, now_ms)
-        append(OutMessage(message.body, props, message.key, message.tag, deliver_at))
+        tag = message.tag
+        if tag and not tag.isprintable():  # no tag_filter can name it (see `_subscription`)
+            raise InvalidArgument(f"messages[{i}].tag", tag, "printable text (or none)")
+        append(OutMessage(message.body, props, message.key, tag, deliver_at))
     return out
 
 

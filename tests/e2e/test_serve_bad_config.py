@@ -282,3 +282,56 @@ def test_the_publish_budget_and_gateway_id_are_checked(
     assert all(word in done.stderr for word in words) or (
         flag == "--max-publish-mb" and flag in done.stderr), done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (BASE + '[tracing]\nservice_name = "gw\\nlevel=error forged"\n',
+     ("tracing_service_name=", "printable")),
+    (BASE + '[tracing]\nservice_name = "gw\\u001b[31m"\n', ("tracing_service_name=", "printable")),
+    (BASE + '[pulsar]\ntoken = "s3cret\\r\\nX-Forged: 1"\n', ("pulsar_token=", "printable ASCII")),
+    (BASE + '[pulsar]\ntoken = "s3cret\\u0000"\n', ("pulsar.token=",)),
+    (BASE + '[pulsar]\ntoken = " s3cret"\n', ("pulsar_token=", "printable ASCII")),
+    (BASE + '[rocketmq]\naccess_key = "ak"\nsecret_key = "s3cret\\u0007"\n',
+     ("rocketmq_secret_key=", "printable ASCII")),
+    (BASE + '[rocketmq]\naccess_key = "a, k"\nsecret_key = "s3cret"\n',
+     ("rocketmq_access_key=", "printable ASCII", "comma")),
+])
+def test_a_control_character_in_a_text_setting_is_refused(
+    tmp_path: Path, text: str, words: tuple[str, ...]
+) -> None:
+    """A service name, token or key with a line break or another control character was taken
+    as it was: the service name went into every trace resource and log line (a forged second
+    line), a token into the back end's authorization header. The secret is never echoed."""
+    (tmp_path / "gateway.toml").write_text(text)
+    done = serve(tmp_path, "--config", "gateway.toml")
+    refused(done, *words)
+    assert "s3cret" not in done.stderr
+
+
+def test_a_control_character_in_the_pulsar_token_variable_is_refused(tmp_path: Path) -> None:
+    done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
+                 GATEWAY_PULSAR_TOKEN="s3cret\x1b")
+    refused(done, "GATEWAY_PULSAR_TOKEN=", "printable ASCII")
+    assert "s3cret" not in done.stderr
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    (TOKEN.replace('name = "app"', 'name = "app\\nforged"'), ("principal[0].name=", "printable")),
+    (TOKEN.replace('name = "app"', 'name = "app\\u0085"'), ("principal[0].name=", "printable")),
+    (TOKEN.replace('name = "app"', 'name = "   "'), ("principal[0].name=", "non-empty")),
+    (TOKEN.replace('name = "app"', f'name = "{"x" * 256}"'), ("principal[0].name=", "255")),
+    (TOKEN.replace('"secret"', '"s3cret\\u0000"'), ("principal[app].token", "printable ASCII")),
+    (TOKEN.replace('"secret"', '"s3cr\u00e9t"'), ("principal[app].token", "printable ASCII")),
+    (TOKEN.replace('"secret"', '"s3cret "'), ("principal[app].token", "printable ASCII")),
+])
+def test_a_tokens_file_name_or_token_with_a_control_character_is_refused(
+    tmp_path: Path, text: str, words: tuple[str, ...]
+) -> None:
+    """A principal's name goes into log lines, refusals and metrics; a line break in it forged
+    a log line. A token no `authorization` header can carry (a control or non-ASCII character,
+    a blank at either end that the header loses) made a principal no client could be."""
+    (tmp_path / "tokens.toml").write_text(text, encoding="utf-8")
+    done = serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data",
+                 "--tokens-file", "tokens.toml")
+    refused(done, *words)
+    assert "s3cr" not in done.stderr
