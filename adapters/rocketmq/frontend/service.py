@@ -289,7 +289,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 if client.client_type in topology.PRODUCERS:
                     topics = [t for t in map(codec.store_name, client.publishing.topics)
                               if self._may_publish(context, t)]
-                    self.transactions.drop_producer(outbox)
                     self.transactions.add_producer(topics, outbox)
                 reply = topology.settings_reply(
                     client, self._settings, self._endpoints(client.access_point)

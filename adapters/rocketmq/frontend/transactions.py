@@ -145,6 +145,8 @@ class TransactionDesk:
         self._room = asyncio.Event()
         self._room.set()
         self._producers: dict[str, dict[int, asyncio.Queue[Any]]] = {}
+        self._declared: dict[int, list[str]] = {}
+        """Each producer stream's topics (by its outbox's id)."""
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
         self._waking = False
@@ -166,15 +168,20 @@ class TransactionDesk:
     # --- producers' telemetry streams ------------------------------------------------------
 
     def add_producer(self, topics: list[str], outbox: asyncio.Queue[Any]) -> None:
+        """A producer's stream declared `topics` (what it declared before is dropped)."""
+        self.drop_producer(outbox)
+        self._declared[id(outbox)] = topics
         for topic in topics:
             self._producers.setdefault(topic, {})[id(outbox)] = outbox
 
     def drop_producer(self, outbox: asyncio.Queue[Any]) -> None:
-        for topic in list(self._producers):
-            streams = self._producers[topic]
-            streams.pop(id(outbox), None)
-            if not streams:
-                del self._producers[topic]
+        """The stream ended: only its own topics are looked at (not every producer's)."""
+        for topic in self._declared.pop(id(outbox), ()):
+            streams = self._producers.get(topic)
+            if streams is not None:
+                streams.pop(id(outbox), None)
+                if not streams:
+                    del self._producers[topic]
 
     # --- the checker ---------------------------------------------------------------------
 
