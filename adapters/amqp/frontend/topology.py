@@ -85,11 +85,6 @@ class Binding:
                               table_to_text(self.arguments))
         return self._identity
 
-    def same(self, other: Binding) -> bool:
-        return (self.source, self.destination, self.to_queue, self.key) == (
-            other.source, other.destination, other.to_queue, other.key
-        ) and self.identity() == other.identity()
-
 
 @dataclass(slots=True)
 class Exchange:

@@ -59,6 +59,7 @@ _GATEWAY_CODES: Mapping[str, int] = {
 
 
 STATUS_MAX_CHARS = 1024
+NANOS_MAX = 999_999_999
 """Longest status message sent back (values in errors are cut by `gateway.errors`)."""
 
 
@@ -136,6 +137,18 @@ def md5_hex(body: bytes) -> str:
 def to_ms(stamp: Any) -> int:
     """Milliseconds of a protobuf Timestamp or Duration."""
     return int(stamp.seconds) * 1000 + int(stamp.nanos) // 1_000_000
+
+
+def duration_ms(duration: Any, field: str, code: int, low_ms: int, high_ms: int) -> int:
+    """A protobuf Duration within low..high ms."""
+    allowed = f"{low_ms}..{high_ms} ms"
+    seconds, nanos = duration.seconds, duration.nanos
+    if seconds < 0 or not 0 <= nanos <= NANOS_MAX:
+        raise Rejected(code, field, f"{seconds} s {nanos} ns", allowed)
+    ms = to_ms(duration)
+    if not low_ms <= ms <= high_ms:
+        raise Rejected(code, field, f"{ms} ms", allowed)
+    return ms
 
 
 def set_to_ms(stamp: Any, ms: int) -> None:

@@ -103,13 +103,9 @@ def transactional(props: Any, system: str) -> None:
             raise Rejected(Code.BAD_REQUEST, f"{system}.{name}", "set",
                            "unset on a TRANSACTION message")
     if props.HasField("orphaned_transaction_recovery_duration"):
-        duration = props.orphaned_transaction_recovery_duration
-        ms = codec.to_ms(duration)
-        if duration.seconds < 0 or not 0 <= duration.nanos < 10**9 or not (
-                RECOVERY_RANGE_MS[0] <= ms <= RECOVERY_RANGE_MS[1]):
-            raise Rejected(Code.BAD_REQUEST, f"{system}.orphaned_transaction_recovery_duration",
-                           f"{duration.seconds} s {duration.nanos} ns",
-                           f"{RECOVERY_RANGE_MS[0]}..{RECOVERY_RANGE_MS[1]} ms")
+        codec.duration_ms(props.orphaned_transaction_recovery_duration,
+                          f"{system}.orphaned_transaction_recovery_duration", Code.BAD_REQUEST,
+                          *RECOVERY_RANGE_MS)
 
 
 def recovery_ms(props: Any) -> int:

@@ -24,7 +24,8 @@ from gateway.errors import Unimplemented
 from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_PUBLISH_PROPERTIES
 
 from . import codec
-from .codec import Rejected
+from .codec import NANOS_MAX, Rejected
+from .codec import duration_ms as _duration_ms
 from .settings import RECEIVE_BATCH_MAX
 from .transactions import transactional
 
@@ -58,7 +59,6 @@ MAX_ADDRESSES = 16
 HOST_MAX_CHARS = 255
 MAX_SETTINGS_ENTRIES = 1024
 """Topics a producer or subscriptions a consumer may declare in its Settings."""
-NANOS_MAX = 999_999_999
 DAY_MS = 86_400_000
 
 _NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
@@ -115,18 +115,6 @@ def _group(resource: Any, field: str = "group") -> None:
 def _optional_group(request: Any) -> None:
     if request.HasField("group") and (request.group.name or request.group.resource_namespace):
         _group(request.group)
-
-
-def _duration_ms(duration: Any, field: str, code: int, low_ms: int, high_ms: int) -> int:
-    """A protobuf Duration within low..high ms."""
-    allowed = f"{low_ms}..{high_ms} ms"
-    seconds, nanos = duration.seconds, duration.nanos
-    if seconds < 0 or not 0 <= nanos <= NANOS_MAX:
-        raise Rejected(code, field, f"{seconds} s {nanos} ns", allowed)
-    ms = codec.to_ms(duration)
-    if not low_ms <= ms <= high_ms:
-        raise Rejected(code, field, f"{ms} ms", allowed)
-    return ms
 
 
 def _receipt(handle: str, field: str) -> None:
