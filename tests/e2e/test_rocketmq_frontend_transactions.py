@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -57,6 +58,34 @@ def _producer(started: list[Any], gateway: Gateway, topic: str, checker: Checker
     return producer
 
 
+@dataclass
+class Rig:
+    """A gateway, a topic, a transactional producer of it and the producer's checker."""
+
+    gateway: Gateway
+    topic: str
+    producer: Producer
+    checker: Checker
+    started: list[Any]
+
+    def consumer(self, topic: str = "") -> Any:
+        """A new simple consumer group of `topic` (the rig's by default)."""
+        return _simple(self.started, _config(self.gateway), _name("g"), topic or self.topic)
+
+
+def _rig(starts: Callable[..., Gateway], started: list[Any], times: CheckTimes = NEVER,
+         answer: int = Resolution.COMMIT) -> Rig:
+    gateway = starts(_settings(transaction_check=times))
+    topic = _name("t")
+    checker = Checker(answer)
+    return Rig(gateway, topic, _producer(started, gateway, topic, checker), checker, started)
+
+
+def _send_raw(gateway: Gateway, request: Any) -> Any:
+    with grpc.insecure_channel(gateway.endpoint) as channel:
+        return service_pb2_grpc.MessagingServiceStub(channel).SendMessage(request, timeout=10)
+
+
 def _send_half(producer: Producer, topic: str, body: bytes) -> tuple[Any, Any]:
     transaction = producer.begin_transaction()
     message = _message(topic, body, tag="tx", keys="k1",
@@ -68,12 +97,9 @@ def _send_half(producer: Producer, topic: str, body: bytes) -> tuple[Any, Any]:
 def test_a_committed_half_message_reaches_consumers_with_its_own_id(
     start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
 ) -> None:
-    gateway = start(_settings(transaction_check=NEVER))
-    topic = _name("t")
-    checker = Checker()
-    producer = _producer(clients, gateway, topic, checker)
-    consumer = _simple(clients, _config(gateway), _name("g"), topic)
-    transaction, receipt = _send_half(producer, topic, b"paid")
+    rig = _rig(start, clients)
+    consumer = rig.consumer()
+    transaction, receipt = _send_half(rig.producer, rig.topic, b"paid")
     assert receipt.transaction_id
     assert consumer.receive(1, 30) == []  # invisible until committed (2 s long poll)
     transaction.commit()
@@ -83,19 +109,17 @@ def test_a_committed_half_message_reaches_consumers_with_its_own_id(
     assert got.tag == "tx" and set(got.keys) == {"k1"}
     assert got.properties == {"order": "42"}
     consumer.ack(got)
-    assert checker.asked.empty()
+    assert rig.checker.asked.empty()
 
 
 def test_a_rolled_back_half_message_never_reaches_consumers(
     start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
 ) -> None:
-    gateway = start(_settings(transaction_check=NEVER))
-    topic = _name("t")
-    producer = _producer(clients, gateway, topic, Checker())
-    consumer = _simple(clients, _config(gateway), _name("g"), topic)
-    transaction, _ = _send_half(producer, topic, b"cancelled")
+    rig = _rig(start, clients)
+    consumer = rig.consumer()
+    transaction, _ = _send_half(rig.producer, rig.topic, b"cancelled")
     transaction.rollback()
-    producer.send(_message(topic, b"after"))
+    rig.producer.send(_message(rig.topic, b"after"))
     (got,) = _receive(consumer, 1)
     assert got.body == b"after"
     consumer.ack(got)
@@ -106,15 +130,12 @@ def test_an_open_transaction_is_checked_and_the_checkers_commit_delivers_it(
     start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
 ) -> None:
     # First check after 10 s of policy time (100 ms scaled).
-    gateway = start(_settings(transaction_check=CheckTimes(first_ms=10_000)))
-    topic = _name("t")
-    checker = Checker(Resolution.COMMIT)
-    producer = _producer(clients, gateway, topic, checker)
-    consumer = _simple(clients, _config(gateway), _name("g"), topic)
-    _, receipt = _send_half(producer, topic, b"orphan")  # never committed by the sender
-    asked = checker.asked.get(timeout=WAIT_S)
+    rig = _rig(start, clients, CheckTimes(first_ms=10_000))
+    consumer = rig.consumer()
+    _, receipt = _send_half(rig.producer, rig.topic, b"orphan")  # never committed by the sender
+    asked = rig.checker.asked.get(timeout=WAIT_S)
     assert asked.message_id == receipt.message_id
-    assert asked.topic == topic and asked.body == b"orphan"
+    assert asked.topic == rig.topic and asked.body == b"orphan"
     assert asked.properties == {"order": "42"}
     (got,) = _receive(consumer, 1)
     assert (got.body, got.message_id) == (b"orphan", receipt.message_id)
@@ -124,41 +145,35 @@ def test_an_undecided_transaction_is_checked_max_checks_times_then_dead_lettered
     start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
 ) -> None:
     times = CheckTimes(first_ms=10_000, interval_ms=10_000, max_checks=3)
-    gateway = start(_settings(transaction_check=times))
-    topic = _name("t")
-    checker = Checker(Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
-    producer = _producer(clients, gateway, topic, checker)
-    _send_half(producer, topic, b"undecided")
+    rig = _rig(start, clients, times, Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+    _send_half(rig.producer, rig.topic, b"undecided")
     for _ in range(3):
-        checker.asked.get(timeout=WAIT_S)
-    dead = _simple(clients, _config(gateway), _name("ops"), "%DLQ%CID_RMQ_SYS_TRANS")
+        rig.checker.asked.get(timeout=WAIT_S)
+    dead = rig.consumer("%DLQ%CID_RMQ_SYS_TRANS")
     (letter,) = _receive(dead, 1)
     assert letter.body == b"undecided"
-    assert checker.asked.empty()
-    consumer = _simple(clients, _config(gateway), _name("g"), topic)
-    assert consumer.receive(1, 30) == []
+    assert rig.checker.asked.empty()
+    assert rig.consumer().receive(1, 30) == []
 
 
 def test_end_transaction_refuses_ids_it_does_not_hold(
     start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
 ) -> None:
-    gateway = start(_settings(transaction_check=NEVER))
-    topic = _name("t")
-    producer = _producer(clients, gateway, topic, Checker())
-    consumer = _simple(clients, _config(gateway), _name("g"), topic)
-    transaction, receipt = _send_half(producer, topic, b"kept")
+    rig = _rig(start, clients)
+    consumer = rig.consumer()
+    transaction, receipt = _send_half(rig.producer, rig.topic, b"kept")
 
     def end(**fields: Any) -> Any:
         request = service_pb2.EndTransactionRequest(
             message_id=receipt.message_id, transaction_id=receipt.transaction_id,
             resolution=Resolution.COMMIT)
-        request.topic.name = topic
+        request.topic.name = rig.topic
         for name, value in fields.items():
             if name == "topic":
                 request.topic.name = value
             else:
                 setattr(request, name, value)
-        with grpc.insecure_channel(gateway.endpoint) as channel:
+        with grpc.insecure_channel(rig.gateway.endpoint) as channel:
             return service_pb2_grpc.MessagingServiceStub(channel).EndTransaction(
                 request, timeout=10)
 
@@ -179,13 +194,11 @@ def test_end_transaction_refuses_ids_it_does_not_hold(
 def test_half_messages_stay_on_the_half_topic_until_ended(
     start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
 ) -> None:
-    gateway = start(_settings(transaction_check=NEVER))
-    topic = _name("t")
-    producer = _producer(clients, gateway, topic, Checker())
-    _send_half(producer, topic, b"hidden")
+    rig = _rig(start, clients)
+    _send_half(rig.producer, rig.topic, b"hidden")
     # The half topic is an ordinary topic another group can read (an operator, say): it holds
     # the half, under RocketMQ's own name.
-    reader = _simple(clients, _config(gateway), _name("ops"), HALF_TOPIC)
+    reader = rig.consumer(HALF_TOPIC)
     (half,) = _receive(reader, 1)
     assert half.body == b"hidden"
 
@@ -201,14 +214,12 @@ def test_a_transactional_message_with_a_message_group_is_refused(
     props.message_id = "01ABC"
     props.message_type = definition_pb2.MessageType.TRANSACTION
     props.message_group = "g"
-    with grpc.insecure_channel(gateway.endpoint) as channel:
-        response = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(request, timeout=10)
+    response = _send_raw(gateway, request)
     assert response.status.code == Code.BAD_REQUEST
     assert "message_group" in response.status.message
     props.ClearField("message_group")
     props.orphaned_transaction_recovery_duration.seconds = -1
-    with grpc.insecure_channel(gateway.endpoint) as channel:
-        response = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(request, timeout=10)
+    response = _send_raw(gateway, request)
     assert response.status.code == Code.BAD_REQUEST
     assert "orphaned_transaction_recovery_duration" in response.status.message
 
@@ -243,13 +254,11 @@ def test_a_transactional_message_of_the_largest_size_is_taken_and_committed(
     start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
 ) -> None:
     """The half message's own headers do not count against the size limit."""
-    gateway = start(_settings(transaction_check=NEVER))
-    topic = _name("t")
-    producer = _producer(clients, gateway, topic, Checker())
-    consumer = _simple(clients, _config(gateway), _name("g"), topic)
+    rig = _rig(start, clients)
+    consumer = rig.consumer()
     body = b"x" * (4 * 1024 * 1024)
-    transaction = producer.begin_transaction()
-    producer.send(_message(topic, body), transaction)
+    transaction = rig.producer.begin_transaction()
+    rig.producer.send(_message(rig.topic, body), transaction)
     transaction.commit()
     (got,) = _receive(consumer, 1)
     assert got.body == body
