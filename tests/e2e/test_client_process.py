@@ -19,8 +19,9 @@ WAIT_S = 20.0
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[GatewayClient]:
-    # RocketMQ's first retry waits 10 s of policy time: 10 ms here.
-    async with running_gateway(tmp_path / "data", time_scale=0.001) as app, \
+    # RocketMQ's first retry waits 10 s of policy time: 100 ms here. (At 0.001 its 1 min push
+    # delivery timeout was 60 ms, and a delivery a loaded machine held longer came again.)
+    async with running_gateway(tmp_path / "data", time_scale=0.01) as app, \
             GatewayClient(f"127.0.0.1:{app.grpc_port}") as connected:
         yield connected
 
