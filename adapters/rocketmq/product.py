@@ -30,6 +30,9 @@ log = structlog.get_logger("gateway.server")
 SDK_MODULES = {"rocketmq.grpc_protocol": "rocketmq-python-client"}
 ACCESS_KEY = "rocketmq_access_key"
 SECRET_KEY = "rocketmq_secret_key"
+CHECK_SECONDS = (dialect.INVISIBLE_RANGE_MS[0] // 1000, dialect.INVISIBLE_RANGE_MS[1] // 1000)
+"""Transaction check times: the checker is a simple consumer, held to its invisible range."""
+MAX_CHECKS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +47,24 @@ class RocketMQConfig:
     rocketmq_fifo_groups: tuple[str, ...] = setting(
         (), toml="rocketmq.fifo_groups", allowed="a list of group names")
     """Consumer groups that consume in order (RocketMQ keeps this on the group)."""
+    rocketmq_transaction_check_first_s: int = setting(
+        10, toml="rocketmq.transaction_check_first_s")
+    """Seconds after a transactional send that a producer is first asked about a transaction
+    it has not ended (10..43200; a message's own recovery duration, if longer, wins)."""
+    rocketmq_transaction_check_interval_s: int = setting(
+        60, toml="rocketmq.transaction_check_interval_s")
+    """Seconds between further checks of a transaction still open (10..43200)."""
+    rocketmq_transaction_check_max: int = setting(15, toml="rocketmq.transaction_check_max")
+    """Checks before an open transaction's half message is dead-lettered (1..1000)."""
 
     def __post_init__(self) -> None:
+        for key in ("rocketmq_transaction_check_first_s", "rocketmq_transaction_check_interval_s"):
+            seconds = getattr(self, key)
+            if not CHECK_SECONDS[0] <= seconds <= CHECK_SECONDS[1]:
+                raise InvalidArgument(key, seconds, f"{CHECK_SECONDS[0]}..{CHECK_SECONDS[1]} s")
+        if not 1 <= self.rocketmq_transaction_check_max <= MAX_CHECKS:
+            raise InvalidArgument("rocketmq_transaction_check_max",
+                                  self.rocketmq_transaction_check_max, f"1..{MAX_CHECKS}")
         check_keys(ACCESS_KEY, self.rocketmq_access_key, SECRET_KEY, self.rocketmq_secret_key)
         # Half a pair turned nothing on: a secret key alone left signatures unchecked.
         for given, missing in ((self.rocketmq_secret_key, ACCESS_KEY),
@@ -131,7 +150,7 @@ class RocketMQ(Product[RocketMQConfig]):
         """From the config section; with a tokens file, SDKs must sign with a principal's keys
         and are held to its permissions like every other listener."""
         from adapters.rocketmq.frontend import FrontendSettings
-        from adapters.rocketmq.frontend.settings import Permissions
+        from adapters.rocketmq.frontend.settings import CheckTimes, Permissions
 
         credentials: dict[str, str] | None = None
         if config.rocketmq_access_key:
@@ -160,6 +179,10 @@ class RocketMQ(Product[RocketMQConfig]):
             credentials=credentials,
             fifo_groups=frozenset(config.rocketmq_fifo_groups),
             permissions=permissions,
+            transaction_check=CheckTimes(
+                first_ms=config.rocketmq_transaction_check_first_s * 1000,
+                interval_ms=config.rocketmq_transaction_check_interval_s * 1000,
+                max_checks=config.rocketmq_transaction_check_max),
         )
 
 

@@ -161,3 +161,44 @@ def test_amqp_topology_budgets_load_from_the_file_and_the_environment(tmp_path: 
     path.write_text("[amqp]\nmax_pending_publish_mb = 100\n")
     assert flat(load(str(path), env={}), "amqp_max_pending_publish_mb") == 100
     assert flat(load(env={}), "amqp_max_pending_publish_mb") == 256
+
+
+@pytest.mark.parametrize(("text", "field", "allowed"), [
+    ("[rocketmq]\ntransaction_check_first_s = 9\n", "rocketmq_transaction_check_first_s",
+     "10..43200 s"),
+    ("[rocketmq]\ntransaction_check_interval_s = 43201\n",
+     "rocketmq_transaction_check_interval_s", "10..43200 s"),
+    ("[rocketmq]\ntransaction_check_interval_s = -60\n",
+     "rocketmq_transaction_check_interval_s", "10..43200 s"),
+    ("[rocketmq]\ntransaction_check_max = 0\n", "rocketmq_transaction_check_max", "1..1000"),
+    ("[rocketmq]\ntransaction_check_max = 1001\n", "rocketmq_transaction_check_max", "1..1000"),
+])
+def test_rocketmq_transaction_checks_out_of_range_are_refused(
+    tmp_path: Path, text: str, field: str, allowed: str
+) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(text)
+    with pytest.raises(InvalidArgument) as raised:
+        load(str(path), env={})
+    assert (raised.value.field, raised.value.allowed) == (field, allowed)
+
+
+def test_rocketmq_transaction_checks_reach_the_front_end(tmp_path: Path) -> None:
+    """The three check settings of the file (or the environment) are the checker's times."""
+    pytest.importorskip("rocketmq.grpc_protocol")
+    from adapters.rocketmq.frontend.settings import CheckTimes
+    from adapters.rocketmq.product import PRODUCT
+
+    path = tmp_path / "gateway.toml"
+    path.write_text("[rocketmq]\ntransaction_check_first_s = 30\n"
+                    "transaction_check_interval_s = 120\n")
+    config = load(str(path), env={"GATEWAY_ROCKETMQ_TRANSACTION_CHECK_MAX": "3"})
+    section = config.section(PRODUCT)
+    times = PRODUCT._settings(_NoAuthHost(), section).transaction_check
+    assert times == CheckTimes(first_ms=30_000, interval_ms=120_000, max_checks=3)
+    default = PRODUCT._settings(_NoAuthHost(), load(env={}).section(PRODUCT))
+    assert default.transaction_check == CheckTimes()  # 10 s, 60 s, 15 checks: a broker's
+
+
+class _NoAuthHost:
+    authorizer = None
