@@ -127,8 +127,11 @@ class AdminClient:
         response = await self._call("ListTopics", pb.ListTopicsRequest())
         return list(response.topics)
 
-    async def groups(self) -> pb.ListGroupsResponse:
-        response: pb.ListGroupsResponse = await self._call("ListGroups", pb.ListGroupsRequest())
+    async def groups(self, topic: str = "", group: str = "") -> pb.ListGroupsResponse:
+        """The groups the gateway knows (its first 1000), only `topic`'s and only those named
+        `group` when given."""
+        response: pb.ListGroupsResponse = await self._call(
+            "ListGroups", pb.ListGroupsRequest(topic=topic, group=group))
         return response
 
     async def describe(self, topic: str, group: str) -> pb.DescribeGroupResponse:

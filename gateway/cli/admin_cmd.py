@@ -104,8 +104,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         return p
 
     command("topics", "list every topic the gateway holds", topics, group=False)
-    command("groups", "list the groups the gateway knows, with their counts", groups,
-            group=False)
+    listing = command("groups", "list the groups the gateway knows, with their counts (its "
+                      "first 1000)", groups, group=False)
+    listing.add_argument("--topic", default="", help="only this topic's groups")
+    listing.add_argument("--group", default="", help="only groups of this name")
     command("describe", "a group's counts, policy, naming scheme and consumers", describe)
     command("retries", "a group's waiting retries by attempt number", retries)
     purge = command("purge", "drop a group's messages that wait for delivery (ready, delayed, "
@@ -213,7 +215,7 @@ async def topics(client: AdminClient, args: argparse.Namespace, out: TextIO) -> 
 
 
 async def groups(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
-    response = await client.groups()
+    response = await client.groups(args.topic, args.group)
     if args.json:
         render.emit_json(render.to_dict(response), out)
         return EXIT_OK

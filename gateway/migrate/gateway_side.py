@@ -267,7 +267,13 @@ class GatewaySource(_Side):
         if view.consumers or view.inflight or view.waiting_retry or view.dead_letters:
             return
         try:
-            listed = await client.groups()
+            # The group itself first: a gateway lists at most 1000 groups, and one that knows
+            # more might leave it out of a longer list (one before the filters lists them all,
+            # so the topic is matched here too).
+            listed = await client.groups(self.topic, self.group)
+            if any((g.topic, g.group) == (self.topic, self.group) for g in listed.groups):
+                return
+            listed = await client.groups(self.topic)
         except grpc.aio.AioRpcError as exc:
             _raise(exc, "source", self.name)
         groups = sorted({g.group for g in listed.groups if g.topic == self.topic})

@@ -69,7 +69,9 @@ class AdminService(MoveCalls, admin_pb2_grpc.AdminServicer):
         return self._group(request.topic, request.group, view)
 
     async def ListGroups(self, request: admin_pb2.ListGroupsRequest, context: Ctx) -> Any:
-        pairs = await self.admin.groups(self.totals.groups())
+        validate.list_groups(request)
+        pairs = [(topic, group) for topic, group in await self.admin.groups(self.totals.groups())
+                 if request.topic in ("", topic) and request.group in ("", group)]
         response = admin_pb2.ListGroupsResponse(truncated=len(pairs) > MAX_GROUPS)
         scans: Scans = {}
         for topic, group in pairs[:MAX_GROUPS]:

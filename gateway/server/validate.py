@@ -206,6 +206,14 @@ def group(
     check_name("group", request.group)
 
 
+def list_groups(request: admin.ListGroupsRequest) -> None:
+    """Both filters are optional; a given one is a name."""
+    if request.topic:
+        check_name("topic", request.topic)
+    if request.group:
+        check_name("group", request.group)
+
+
 def list_dead_letters(request: admin.ListDeadLettersRequest) -> tuple[int, int]:
     """The page size and the position to continue after (-1: from the start)."""
     check_name("topic", request.topic)

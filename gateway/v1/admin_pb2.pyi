@@ -196,8 +196,12 @@ class ListTopicsResponse(_message.Message):
     def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("topic", "group")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
 
 class GroupSummary(_message.Message):
     __slots__ = ("topic", "group", "view")
