@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.backend.base import OutMessage, StoredMessage
+from gateway.core.selector import MessageSelector
 from gateway.values import value
 
 
@@ -68,6 +69,9 @@ class SubscriptionSpec:
     consumer_id: str = ""
     tag_filter: str = ""
     """A tag expression (`*`, `a||b`); "" or `*` matches every message."""
+    selector: MessageSelector | None = None
+    """A condition on properties (`gateway.core.selector`); a message it does not select is
+    not for this group, as one the tag filter leaves out. None selects every message."""
     initial_position: InitialPosition = InitialPosition.EARLIEST
     """Where the group starts when the back end does not know it yet (on back ends that keep
     groups' positions, `Backend.seekable`; others start groups where they do)."""

@@ -246,17 +246,19 @@ class Delivering(Leaving):
         return [s for s in got if s.properties.get(ORIGIN_GROUP, group) == group]
 
     async def _filter(self, sub: Subscription, got: list[StoredMessage]) -> list[StoredMessage]:
-        """Drop tag-filtered messages (acked: not for this group) and, for ordered queues,
-        every message whose key already has one in flight (given back at once, in order)."""
-        blocks = sub.policy.blocks_queue
-        if not blocks and matches_all(sub.spec.tag_filter):
-            return got  # no tag filter, no ordering: every message goes out
+        """Drop messages the tag filter or selector leaves out (acked: not for this group)
+        and, for ordered queues, every message whose key already has one in flight (given back
+        at once, in order)."""
+        blocks, selector = sub.policy.blocks_queue, sub.spec.selector
+        if not blocks and matches_all(sub.spec.tag_filter) and selector is None:
+            return got  # no filter, no ordering: every message goes out
         keep: list[StoredMessage] = []
         skip: list[Lease] = []
         back: list[Release] = []
         now = self.clock.now_ms()
         for stored in got:
-            if not matches_tag(sub.spec.tag_filter, stored.tag):
+            if not matches_tag(sub.spec.tag_filter, stored.tag) or (
+                    selector is not None and not selector.matches(stored.tag, stored.properties)):
                 skip.append(stored.lease)
             elif sub.policy.blocks_queue and stored.key in sub.blocked_keys:
                 back.append(Release(stored.lease, now, stored.attempt, stored.retries))
