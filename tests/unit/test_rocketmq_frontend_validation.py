@@ -208,9 +208,15 @@ def test_receive_ranges() -> None:
     for request, code, field in cases:
         error = _refused(request)
         assert (error.status_code, error.field) == (code, field), error.message
-    sql = _receive(invisible_ms=30_000)
-    sql.filter_expression.type = definition_pb2.FilterType.SQL
-    assert _refused(sql).status_code == Code.ILLEGAL_FILTER_EXPRESSION
+    for text in ("", "a >", "a > 5 b", "(" * 100 + "a = 1" + ")" * 100, "a = 1" * 1000):
+        sql = _receive(invisible_ms=30_000)
+        sql.filter_expression.type = definition_pb2.FilterType.SQL
+        sql.filter_expression.expression = text
+        error = _refused(sql)
+        assert (error.status_code, error.field) == (Code.ILLEGAL_FILTER_EXPRESSION,
+                                                    "filter_expression.expression"), text
+    sql.filter_expression.expression = "a > 5 AND TAGS IN ('x', 'y')"
+    CHECKS.check(sql)  # taken
     long = _receive(invisible_ms=30_000)
     long.filter_expression.expression = "a||" * 10_000
     assert _refused(long).status_code == Code.ILLEGAL_FILTER_EXPRESSION

@@ -19,6 +19,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from adapters.rocketmq.dialect import DEFAULT_SUSPEND_MS
+from gateway.core.selector import MessageSelector
 from gateway.engine.api import (
     SettleAction,
     SettleGuard,
@@ -34,7 +35,7 @@ from . import codec, sending, topology, transactions
 from .auth import Authenticator, header_text
 from .renewer import Renewer
 from .settings import ORDERLY_UNLIMITED_ATTEMPTS, FrontendSettings
-from .validation import Limits, RequestChecks
+from .validation import TAGS, Limits, RequestChecks
 
 Code = definition_pb2.Code
 
@@ -223,7 +224,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             policy=policy,
             options=options,
             consumer_id=client_id,
-            tag_filter=expression.expression.strip(),
+            **_filters(expression),
         )
 
     def _wait_ms(self, request: Any, context: Any) -> int:
@@ -482,3 +483,8 @@ def _result_status(result: SettleResult) -> Any:
     return codec.status(codec.rocketmq_code(result.error_code), result.error or result.error_code)
 
 
+def _filters(expression: Any) -> dict[str, Any]:
+    """The tag filter or the selector of a (validated) filter expression."""
+    if expression.type == definition_pb2.FilterType.SQL:
+        return {"selector": MessageSelector.compile(expression.expression, TAGS)}
+    return {"tag_filter": expression.expression.strip()}

@@ -20,6 +20,7 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from adapters.rocketmq.dialect import INVISIBLE_RANGE_MS
 from gateway.core.properties import TIME_MAX_MS
+from gateway.core.selector import MessageSelector, SelectorError
 from gateway.errors import Unimplemented
 from gateway.limits import MAX_BATCH, MAX_DELAY_MS, MAX_PUBLISH_PROPERTIES
 
@@ -68,7 +69,9 @@ _ACCEPTED_TYPES = (MessageType.MESSAGE_TYPE_UNSPECIFIED, MessageType.NORMAL, Mes
                    MessageType.DELAY, MessageType.TRANSACTION)
 _UNSUPPORTED_TYPES = (MessageType.LITE,)
 _ENCODINGS = (Encoding.ENCODING_UNSPECIFIED, Encoding.IDENTITY)
-_FILTERS = (FilterType.FILTER_TYPE_UNSPECIFIED, FilterType.TAG)
+_FILTERS = (FilterType.FILTER_TYPE_UNSPECIFIED, FilterType.TAG, FilterType.SQL)
+TAGS = "TAGS"
+"""The name an SQL92 filter gives a message's tag."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +165,15 @@ def _endpoints(endpoints: Any, field: str) -> None:
 def _filter(expression: Any, field: str) -> None:
     code = Code.ILLEGAL_FILTER_EXPRESSION
     if expression.type not in _FILTERS:
-        raise Rejected(code, f"{field}.type", expression.type, "TAG (SQL92 is not supported)")
+        raise Rejected(code, f"{field}.type", expression.type, "TAG or SQL")
     text = expression.expression
+    if expression.type == FilterType.SQL:
+        try:
+            MessageSelector.compile(text, TAGS)
+        except SelectorError as exc:
+            raise Rejected(code, f"{field}.expression", text,
+                           f"an SQL92 condition ({exc})") from None
+        return
     if len(text) > FILTER_MAX_CHARS or _has_control(text):
         raise Rejected(
             code,
