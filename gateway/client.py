@@ -142,6 +142,7 @@ class GatewayClient:
         consumer_id: str = "",
         tag_filter: str = "",
         reconnect: Reconnect | bool | None = None,
+        selector: str = "",
     ) -> ConsumeStream:
         """A push subscription (enter it with `async with`). When its stream fails, `async
         for` and `next()` raise `StreamFailed`; with `reconnect` (a `Reconnect`, or True for
@@ -154,6 +155,7 @@ class GatewayClient:
                 topic=topic, group=group, policy=policy, policy_options=dict(options or {}),
                 consumer_type=consumer_type, broadcast=broadcast, naming=naming,
                 prefetch=prefetch, consumer_id=consumer_id, tag_filter=tag_filter,
+                selector=selector,
             ),
             metadata=self.metadata,
             reconnect=again,
@@ -171,12 +173,13 @@ class GatewayClient:
         options: Mapping[str, str] | None = None,
         consumer_type: gateway_pb2.ConsumerType = gateway_pb2.CONSUMER_TYPE_SHARED,
         naming: str = "",
+        selector: str = "",
     ) -> list[Message]:
         response = await self.stub.Receive(
             gateway_pb2.ReceiveRequest(
                 topic=topic, group=group, policy=policy, policy_options=dict(options or {}),
                 consumer_type=consumer_type, naming=naming, max_messages=max_messages,
-                invisible_ms=invisible_ms, wait_ms=wait_ms,
+                invisible_ms=invisible_ms, wait_ms=wait_ms, selector=selector,
             ),
             metadata=self.metadata or None,
         )

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gateway.core.registry import SUBSCRIPTION_TYPE
+from gateway.core.selector import MessageSelector
 from gateway.engine.api import (
     ACK,
     ConsumerType,
@@ -59,6 +60,7 @@ def subscription(msg: pb.Subscribe | pb.ReceiveRequest, owner: str = "") -> Subs
         naming=msg.naming,
         consumer_id=getattr(msg, "consumer_id", ""),
         tag_filter=msg.tag_filter,
+        selector=MessageSelector.compile(msg.selector) if msg.selector else None,
         owner=owner,
     )
 

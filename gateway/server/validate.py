@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from gateway.backend import OutMessage
 from gateway.core.properties import TIME_MAX_MS
+from gateway.core.selector import MessageSelector, SelectorError
 from gateway.errors import InvalidArgument
 from gateway.limits import (
     MAX_BATCH,
@@ -84,6 +85,12 @@ def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
     check_text("tag_filter", msg.tag_filter)
     if not msg.tag_filter.isprintable():  # a NUL or line break matches no tag a publish can set
         raise InvalidArgument("tag_filter", msg.tag_filter, "printable text: tags joined by ||")
+    if msg.selector:
+        try:
+            MessageSelector.compile(msg.selector)
+        except SelectorError as exc:
+            raise InvalidArgument("selector", msg.selector,
+                                  f"an SQL92 condition ({exc})") from None
 
 
 # ------------------------------------------------------------------------------ Gateway

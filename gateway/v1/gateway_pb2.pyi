@@ -78,7 +78,7 @@ class PublishResult(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., message_ids: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., error: _Optional[str] = ..., status: _Optional[bytes] = ...) -> None: ...
 
 class Subscribe(_message.Message):
-    __slots__ = ("topic", "group", "policy", "policy_options", "consumer_type", "broadcast", "naming", "prefetch", "consumer_id", "tag_filter")
+    __slots__ = ("topic", "group", "policy", "policy_options", "consumer_type", "broadcast", "naming", "prefetch", "consumer_id", "tag_filter", "selector")
     class PolicyOptionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +96,7 @@ class Subscribe(_message.Message):
     PREFETCH_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     TAG_FILTER_FIELD_NUMBER: _ClassVar[int]
+    SELECTOR_FIELD_NUMBER: _ClassVar[int]
     topic: str
     group: str
     policy: str
@@ -106,7 +107,8 @@ class Subscribe(_message.Message):
     prefetch: int
     consumer_id: str
     tag_filter: str
-    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., policy: _Optional[str] = ..., policy_options: _Optional[_Mapping[str, str]] = ..., consumer_type: _Optional[_Union[ConsumerType, str]] = ..., broadcast: _Optional[bool] = ..., naming: _Optional[str] = ..., prefetch: _Optional[int] = ..., consumer_id: _Optional[str] = ..., tag_filter: _Optional[str] = ...) -> None: ...
+    selector: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., policy: _Optional[str] = ..., policy_options: _Optional[_Mapping[str, str]] = ..., consumer_type: _Optional[_Union[ConsumerType, str]] = ..., broadcast: _Optional[bool] = ..., naming: _Optional[str] = ..., prefetch: _Optional[int] = ..., consumer_id: _Optional[str] = ..., tag_filter: _Optional[str] = ..., selector: _Optional[str] = ...) -> None: ...
 
 class SettleBatch(_message.Message):
     __slots__ = ("settlements", "credit", "acks", "fails")
@@ -218,7 +220,7 @@ class Delivery(_message.Message):
     def __init__(self, receipt: _Optional[str] = ..., message_id: _Optional[str] = ..., topic: _Optional[str] = ..., original_topic: _Optional[str] = ..., body: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., key: _Optional[str] = ..., tag: _Optional[str] = ..., attempt: _Optional[int] = ..., retries: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., publish_ms: _Optional[int] = ..., deliver_at_ms: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class ReceiveRequest(_message.Message):
-    __slots__ = ("topic", "group", "policy", "policy_options", "consumer_type", "naming", "tag_filter", "max_messages", "invisible_ms", "wait_ms")
+    __slots__ = ("topic", "group", "policy", "policy_options", "consumer_type", "naming", "tag_filter", "max_messages", "invisible_ms", "wait_ms", "selector")
     class PolicyOptionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +238,7 @@ class ReceiveRequest(_message.Message):
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
     WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    SELECTOR_FIELD_NUMBER: _ClassVar[int]
     topic: str
     group: str
     policy: str
@@ -246,7 +249,8 @@ class ReceiveRequest(_message.Message):
     max_messages: int
     invisible_ms: int
     wait_ms: int
-    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., policy: _Optional[str] = ..., policy_options: _Optional[_Mapping[str, str]] = ..., consumer_type: _Optional[_Union[ConsumerType, str]] = ..., naming: _Optional[str] = ..., tag_filter: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+    selector: str
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., policy: _Optional[str] = ..., policy_options: _Optional[_Mapping[str, str]] = ..., consumer_type: _Optional[_Union[ConsumerType, str]] = ..., naming: _Optional[str] = ..., tag_filter: _Optional[str] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., wait_ms: _Optional[int] = ..., selector: _Optional[str] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("deliveries",)
