@@ -32,6 +32,9 @@ MAX_TEXT = 4096
 """Characters a selector may have."""
 MAX_DEPTH = 64
 """Nesting of parentheses and NOT a selector may have."""
+MAX_TERMS = 64
+"""Conditions (comparisons, tests, values) a selector may have: each costs every message it
+is asked about about a microsecond, on the loop every client shares."""
 
 _TOKEN = re.compile(r"""
     \s*(?:
@@ -39,8 +42,8 @@ _TOKEN = re.compile(r"""
     | (?P<str>'(?:[^']|'')*')
     | (?P<id>[A-Za-z_$][A-Za-z0-9_$]*)
     | (?P<op><>|>=|<=|[=<>(),+-])
-    )""", re.VERBOSE)
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+    )""", re.VERBOSE | re.ASCII)
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 KEYWORDS = frozenset({"AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE",
                       "CONTAINS", "STARTSWITH", "ENDSWITH"})
 _TEXT_TESTS: dict[str, Callable[[str, str], bool]] = {
@@ -72,7 +75,7 @@ class MessageSelector:
         return self._test(tag, properties) is True
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)  # a pull consumer sends its selector with every receive
 def _compiled(text: str, tag_name: str) -> MessageSelector:
     if len(text) > MAX_TEXT:
         raise SelectorError(f"at most {MAX_TEXT} characters")
@@ -85,16 +88,21 @@ def _compiled(text: str, tag_name: str) -> MessageSelector:
 
 # ------------------------------------------------------------------------------ values
 def _number(value: Value) -> int | float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int | float):
+    kind = type(value)
+    if kind is str:
+        assert isinstance(value, str)
+        if value.isascii() and value.isdigit() and len(value) < 4000:  # the common case
+            return int(value)
+        if not _NUMBER.fullmatch(value):
+            return None
+        try:
+            return float(value) if any(c in value for c in ".eE") else int(value)
+        except ValueError:  # more digits than int() converts: no number a selector can name
+            return None
+    if kind is int or kind is float:
+        assert isinstance(value, int | float)
         return value
-    if not _NUMBER.fullmatch(value):
-        return None
-    try:
-        return float(value) if any(c in value for c in ".eE") else int(value)
-    except ValueError:  # more digits than int() converts: no number a selector can name
-        return None
+    return None
 
 
 def _truth(value: Value) -> bool | None:
@@ -150,6 +158,11 @@ class _Parser:
             self.tokens.append((kind, value, start))
             pos = match.end()
         self.at = 0
+        self.terms = 0
+
+    def position(self) -> int:
+        token = self.peek()
+        return -1 if token is None else token[2]
 
     def peek(self) -> tuple[str, str, int] | None:
         return self.tokens[self.at] if self.at < len(self.tokens) else None
@@ -193,7 +206,13 @@ class _Parser:
             return lambda tag, props: _not(_truth(inner(tag, props)))
         return self.predicate(depth)
 
+    def count(self, terms: int = 1) -> None:
+        self.terms += terms
+        if self.terms > MAX_TERMS:
+            raise SelectorError(f"at most {MAX_TERMS} conditions")
+
     def predicate(self, depth: int) -> Getter:
+        self.count(0 if self.peek() == ("op", "(", self.position()) else 1)  # not a group
         left = self.operand(depth)
         op = self.take_kw("=", "<>", ">", ">=", "<", "<=")
         if op is not None:
@@ -204,6 +223,7 @@ class _Parser:
             return lambda tag, props: (left(tag, props) is None) != negated
         negated = self.take_kw("NOT") is not None
         if self.take_kw("BETWEEN"):
+            self.count()  # two comparisons
             low = self.operand(depth)
             self.expect("AND")
             high = self.operand(depth)
@@ -270,8 +290,14 @@ class _Parser:
         raise self.error("a value")
 
 
+_CONSTANT = "selector_constant"
+
+
 def _constant(value: Value) -> Getter:
-    return lambda tag, props: value
+    def get(tag: str, props: Mapping[str, str]) -> Value:
+        return value
+    setattr(get, _CONSTANT, value)  # read back by `_compare`
+    return get
 
 
 def _or(left: Getter, right: Getter) -> Getter:
@@ -301,6 +327,15 @@ def _compare(op: str, left: Getter, right: Getter) -> Getter:
             None if (same := _equal(left(tag, props), right(tag, props))) is None
             else same != negated)
     order = _ORDER[op]
+    if hasattr(right, _CONSTANT):  # `a > 5`: the constant's number once, not per message
+        bound = _number(getattr(right, _CONSTANT))
+        if bound is None:
+            return _constant(None)
+
+        def against(tag: str, props: Mapping[str, str]) -> bool | None:
+            a = _number(left(tag, props))
+            return None if a is None else order(a, bound)
+        return against
 
     def test(tag: str, props: Mapping[str, str]) -> bool | None:
         a, b = _number(left(tag, props)), _number(right(tag, props))

@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.selector import MAX_DEPTH, MAX_TEXT, MessageSelector, SelectorError
+from gateway.core.selector import (
+    MAX_DEPTH,
+    MAX_TERMS,
+    MAX_TEXT,
+    MessageSelector,
+    SelectorError,
+)
 
 CASES = [
     ("a > 5 AND b = 'abc'", {"a": "10", "b": "abc"}, True),
@@ -48,6 +54,9 @@ CASES = [
     ("a > 5 and not b = 'x' or c is null", {"a": "6", "b": "y", "c": "1"}, True),
     ("TRUE", {}, True),
     ("NULL", {}, False),
+    ("a > 'x'", {"a": "7"}, False),  # no number to compare with
+    ("a > b", {"a": "7", "b": "6.5"}, True),  # two properties
+    ("a < 8", {"a": "\u0663"}, False),  # an Arabic-Indic digit is no number in SQL's sense
 ]
 
 
@@ -86,11 +95,19 @@ def test_selectors_compare_by_text_and_tag_name() -> None:
     ("NOT " * (MAX_DEPTH + 2) + "a = 1", f"nested more than {MAX_DEPTH}"),
     ("a" * (MAX_TEXT + 1), f"at most {MAX_TEXT} characters"),
     ("a = 1\x00", "unexpected"),
+    (" OR ".join(f"a = {i}" for i in range(MAX_TERMS + 1)), f"at most {MAX_TERMS} conditions"),
+    (" OR ".join(f"a BETWEEN {i} AND 9" for i in range(MAX_TERMS // 2 + 1)), "conditions"),
 ])
+
 def test_a_selector_that_does_not_parse_says_where_and_why(text: str, why: str) -> None:
     with pytest.raises(SelectorError) as raised:
         MessageSelector.compile(text)
     assert why in str(raised.value)
+
+
+def test_parentheses_are_no_conditions() -> None:
+    text = " OR ".join(f"((a = {i}))" for i in range(MAX_TERMS))
+    assert MessageSelector.compile(text).matches("", {"a": str(MAX_TERMS - 1)})
 
 
 WORDS = st.sampled_from(["a", "b", "TAGS", "AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL",
