@@ -4,20 +4,22 @@ per topic, then answer (returns for unroutable mandatory messages, then publishe
 A message is stored in every queue's topic its exchange routes it to. Through the default
 exchange that is the topic its routing key names, when that is a declared queue or a topic the
 gateway holds; a message that reaches no queue is dropped, or returned (`basic.return`, 312
-NO_ROUTE) when published `mandatory`. A confirm (`basic.ack`) means the message is durable in
+NO_ROUTE) when published `mandatory`. Through a delayed-message exchange its `x-delay` header
+makes it wait (`delayed`). A confirm (`basic.ack`) means the message is durable in
 every topic it was routed to; `basic.nack` means it may not be (the back end failed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from pamqp import commands
 
-from adapters.amqp.frontend import edge, framing, messages, replyto
+from adapters.amqp.frontend import delayed, edge, framing, messages, replyto
 from adapters.amqp.frontend.consumers import expires_at
 from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
@@ -160,7 +162,10 @@ async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMe
             topics.append(queue)
     edge.check_user_id(item.properties.user_id, channel.conn.user)
     message = messages.out_message(item.properties, item.body, name, routing_key)
-    check_message(message, 0, ctx.engine.now_ms(), ctx.limits.max_message_bytes)
+    now_ms = ctx.engine.now_ms()
+    if exchange.kind == delayed.DELAYED and (wait_ms := delayed.delay_ms(headers)):
+        message = dataclasses.replace(message, deliver_at_ms=now_ms + wait_ms)
+    check_message(message, 0, now_ms, ctx.limits.max_message_bytes)
     authorizer = ctx.authorizer
     if authorizer is not None:
         for topic in topics:

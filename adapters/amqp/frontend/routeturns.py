@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
+from adapters.amqp.frontend.delayed import routing_kind
 from adapters.amqp.frontend.routing import ROUTE_TURN, binding_matches
 from adapters.amqp.frontend.values import FieldValue
 
@@ -26,6 +27,7 @@ class Exchange(Protocol):
     name: str
     kind: str
     alternate: str | None
+    arguments: dict[str, FieldValue]
 
     @property
     def bindings(self) -> list[Any]:
@@ -58,6 +60,7 @@ def routing(topology: Topology, exchange: Exchange, routing_key: str,
             continue
         seen.add(current.name)
         matched = False
+        kind = routing_kind(current.kind, current.arguments)
         bindings = current.bindings  # as they are now: a bind or unbind makes a new list
         for start in range(0, len(bindings), ROUTE_TURN):
             if start:
@@ -65,7 +68,7 @@ def routing(topology: Topology, exchange: Exchange, routing_key: str,
             share = bindings[start:start + ROUTE_TURN]
             topology.bindings_tested += len(share)
             for b in share:
-                if not binding_matches(current.kind, b.key, b.arguments, routing_key, headers):
+                if not binding_matches(kind, b.key, b.arguments, routing_key, headers):
                     continue
                 matched = True
                 if b.to_queue:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.amqp.frontend import edge
+from adapters.amqp.frontend import delayed, edge
 from adapters.amqp.frontend.edge import QueueSettings
 from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
@@ -179,9 +179,9 @@ class Topology:
             return None
         if not name:
             raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-        if kind not in TYPES:
+        if kind not in (*TYPES, delayed.DELAYED):
             raise AMQPError(COMMAND_INVALID, f"unknown exchange type {short(kind)}; "
-                                             f"allowed: {', '.join(TYPES)}")
+                                             f"allowed: {', '.join((*TYPES, delayed.DELAYED))}")
         existing = self.exchanges.get(name)
         if existing is not None:
             for what, got, have in (("type", kind, existing.kind),
@@ -192,6 +192,8 @@ class Topology:
                     raise _inequivalent("exchange", name, what, got, have)
             return None
         edge.check_declarable("exchange", name)
+        if kind == delayed.DELAYED:
+            delayed.check(arguments)
         alternate = edge.exchange_alternate(arguments)
         if len(self.exchanges) >= MAX_EXCHANGES + len(BUILTIN) + 1:
             raise _limit(f"declare exchange {short(name)}", "exchange", MAX_EXCHANGES)
@@ -308,7 +310,8 @@ class Topology:
             destination_durable = self.queue(binding.destination).durable
         else:
             destination_durable = self.exchange(binding.destination).durable
-        edge.check_binding_arguments(source.kind, binding.arguments)
+        edge.check_binding_arguments(delayed.routing_kind(source.kind, source.arguments),
+                                     binding.arguments)
         if binding.identity() in source.table:
             return None
         if self.binding_count >= MAX_BINDINGS:
