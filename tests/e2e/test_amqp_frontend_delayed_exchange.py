@@ -103,3 +103,32 @@ async def test_a_delay_past_the_longest_is_refused_not_shortened(url: str) -> No
     code, text, got = await session(url, run)
     assert code == 406 and "x-delay" in text
     assert got == [b"fine"]  # the next publish still works
+
+
+async def test_a_dead_letter_through_a_delayed_exchange_waits_for_its_x_delay(url: str) -> None:
+    """The retry pattern of a dead-letter exchange that is a delayed-message exchange: a
+    rejected message comes back to the work queue after its `x-delay`."""
+    def run(connection: pika.BlockingConnection) -> tuple[list[tuple[bytes, float]], float]:
+        ch = connection.channel()
+        retry, work = unique("retry-x"), unique("work")
+        ch.exchange_declare(retry, "x-delayed-message", arguments={"x-delayed-type": "direct"})
+        ch.queue_declare(work, arguments={"x-dead-letter-exchange": retry,
+                                          "x-dead-letter-routing-key": "again"})
+        again = unique("again")
+        ch.queue_declare(again)
+        ch.queue_bind(again, retry, "again")
+        ch.basic_publish("", work, b"failing", pika.BasicProperties(
+            headers={"x-delay": DELAY_MS}))
+        method = None
+        deadline = time.monotonic() + 10
+        while method is None and time.monotonic() < deadline:
+            method, _, _ = ch.basic_get(work)
+        assert method is not None
+        start = time.monotonic()
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        got = _wait_for(ch, again, 1)
+        return [(body, at - start) for body, _, at in got], start
+
+    got, _ = await session(url, run)
+    assert [body for body, _ in got] == [b"failing"]
+    assert got[0][1] >= DELAY_MS / 1000 * 0.9

@@ -37,7 +37,7 @@ from adapters.amqp.dialect import (
     LAST_DEATH_REASON,
     REJECTED,
 )
-from adapters.amqp.frontend import messages
+from adapters.amqp.frontend import delayed, messages
 from adapters.amqp.frontend.consumers import expires_at
 from adapters.amqp.frontend.context import POLICY, Context
 from adapters.amqp.frontend.routeturns import route
@@ -142,8 +142,10 @@ class DeadLetterRouter:
                 routing_key = props.get(messages.ROUTING_KEY, name)
             message, grown, deaths = self._dead_letter(delivery, queue, exchange.name,
                                                        routing_key)
-            targets = await route(ctx.topology, exchange, routing_key,
-                                  headers_of(message.properties))
+            headers = headers_of(message.properties)
+            if exchange.kind == delayed.DELAYED:  # held there for its x-delay, as published
+                message = delayed.held(message, headers, ctx.engine.now_ms())
+            targets = await route(ctx.topology, exchange, routing_key, headers)
             for target in sorted(targets):
                 if exchange.name == DEFAULT and not await ctx.is_topic(target):
                     continue
