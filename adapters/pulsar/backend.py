@@ -42,7 +42,7 @@ from typing import Any
 import pulsar as pulsar_client
 
 from adapters.pulsar.backend_buffer import Held, SubState
-from adapters.pulsar.backend_codec import decode, pulsar_topic, reconcile_attempt
+from adapters.pulsar.backend_codec import decode, id_text, pulsar_topic, reconcile_attempt
 from adapters.pulsar.backend_handoff import Handoff
 from adapters.pulsar.backend_send import Item, Publisher
 from adapters.pulsar.client_log import native_logger
@@ -62,6 +62,8 @@ pulsar: Any = pulsar_client
 """pulsar-client ships no type information: its classes are used untyped."""
 
 PROBE_TOPIC = "gateway-health-probe"
+CATCH_UP_S = 0.5
+"""Longest `catch_up` waits for the consumer to receive up to the topic's last message."""
 
 
 class PulsarBackend(Backend):
@@ -76,7 +78,8 @@ class PulsarBackend(Backend):
     """
 
     name = "pulsar"
-    capabilities = frozenset({"delayed-delivery", "independent-groups", "per-key-order"})
+    capabilities = frozenset({"delayed-delivery", "independent-groups", "per-key-order",
+                              "catch-up"})
     """The client library sees only what a subscription has received: no broker backlog view
     for `peek`, `remove`, `purge` or `stats` (that needs Pulsar's admin API). No
     "purge-keeps-inflight": a purge's seek moves the subscription past leased messages too, so
@@ -231,10 +234,12 @@ class PulsarBackend(Backend):
         if self._subs.get((sub.topic, sub.group)) is not sub:
             return  # closed meanwhile: the broker redelivers it to the next consumer
         seq = next(self._seq)
+        mid = message.message_id()
+        sub.received = max(sub.received, (mid.ledger_id(), mid.entry_id()))
         env = decode(
             message.properties(),
             message.partition_key() or "",
-            _id_text(message.message_id()),
+            id_text(mid),
             message.publish_timestamp(),
         )
         attempt = reconcile_attempt(
@@ -305,6 +310,19 @@ class PulsarBackend(Backend):
         self._resume(sub)
         return [held.stored(topic, group) for held in taken]
 
+    async def catch_up(self, topic: str, group: str) -> bool:
+        """Let what the broker dealt the consumer and it has not received yet reach the buffer
+        (a confirmed publish may still be on its way): up to the topic's last message id (one
+        round trip), waiting at most `CATCH_UP_S` (`SubState.receive_up_to`); whether the
+        buffer holds anything now."""
+        sub = await self._sub(topic, group)
+        try:
+            last = await asyncio.to_thread(sub.consumer.get_last_message_id)
+        except pulsar.PulsarException:
+            return bool(sub.buffer)
+        await sub.receive_up_to((last.ledger_id(), last.entry_id()), CATCH_UP_S)
+        return bool(sub.buffer)
+
     async def wait(self, topic: str, group: str, timeout_s: float) -> None:
         """Wait for a message received after the last fetch, or a buffered one coming due."""
         try:
@@ -369,7 +387,7 @@ class PulsarBackend(Backend):
         for sub, helds in back.items():
             sub.put_back(helds)
         for sub, pending in copies.items():
-            items = [_copy(held, release, now_ms) for held, release in pending]
+            items = [held.retry_copy(release, now_ms) for held, release in pending]
             try:
                 await self._send(sub.topic, items)
             except Unavailable:
@@ -468,22 +486,11 @@ class PulsarBackend(Backend):
         return sorted(self._topics)
 
 
-def _copy(held: Held, release: Release, now_ms: int) -> tuple[OutMessage, str, int]:
-    """The retry copy of a held message with the released counters and visible time."""
-    env = held.envelope
-    return env.released_copy(held.message.data(), release, now_ms), env.message_id, env.publish_ms
-
-
 def _ack_all(consumer: Any, messages: Sequence[Any]) -> None:
     """Worker thread: acknowledge messages one by one, skipping failures."""
     for message in messages:
         with contextlib.suppress(pulsar.PulsarException):
             consumer.acknowledge(message)
-
-
-def _id_text(message_id: Any) -> str:
-    """A Pulsar message id as `ledger:entry:partition:batch`."""
-    return str(message_id).strip("()").replace(",", ":")
 
 
 def _quietly(call: Callable[[], object]) -> None:

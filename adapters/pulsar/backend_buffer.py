@@ -8,12 +8,13 @@ and excluded keys; `put_back` returns a message to the front. Nothing here talks
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.backend.base import Lease, StoredMessage
+from gateway.backend.base import Lease, OutMessage, Release, StoredMessage
 from gateway.backend.envelope import Envelope
 
 
@@ -42,6 +43,13 @@ class Held:
     passed: bool = False
     """A purge moved the subscription past it while it was leased: the broker no longer
     holds it, so a release must send a copy."""
+
+    def retry_copy(self, release: Release, now_ms: int) -> tuple[OutMessage, str, int]:
+        """Its retry copy with the released counters and visible time, its id and publish
+        time."""
+        env = self.envelope
+        return (env.released_copy(self.message.data(), release, now_ms), env.message_id,
+                env.publish_ms)
 
     @property
     def key(self) -> str:
@@ -80,6 +88,8 @@ class SubState:
     paused: bool = False
     connected: bool = True
     """Whether the consumer was connected when last looked at."""
+    received: tuple[int, int] = (-1, -1)
+    """(ledger, entry) of the newest message the consumer received (`PulsarBackend.catch_up`)."""
 
     def add(self, held: Held) -> None:
         """Buffer a received message; an identical copy still buffered (the broker delivering
@@ -90,6 +100,19 @@ class SubState:
                 break
         self.buffer.append(held)
         self.arrived.set()
+
+    async def receive_up_to(self, position: tuple[int, int], seconds: float) -> None:
+        """Wait until the consumer received the message at (ledger, entry) `position`, at most
+        `seconds`: one it will not get soon (dealt to another gateway's consumer, or held by
+        the broker until its delivery time) costs that wait."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.received < position and (left := deadline - loop.time()) > 0:
+            self.arrived.clear()  # set by the next arrival (a buffered one had set it)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), left)
+        if self.buffer:
+            self.arrived.set()
 
     def drop_buffered(self) -> int:
         """Forget buffered messages after the consumer lost its connection: the broker delivers

@@ -17,6 +17,7 @@ Everything here is pure: no client, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from gateway.backend.base import OutMessage
 from gateway.backend.envelope import Envelope
@@ -117,3 +118,8 @@ def reconcile_attempt(stated: int, redelivery_count: int, remembered: int | None
     if remembered is None:
         return derived
     return max(derived, remembered + 1)
+
+
+def id_text(message_id: Any) -> str:
+    """A Pulsar message id as `ledger:entry:partition:batch`."""
+    return str(message_id).strip("()").replace(",", ":")

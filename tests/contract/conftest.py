@@ -67,8 +67,8 @@ CAPABILITIES = frozenset(
   time at once while the topic's other groups wait (`Backend.skips_delays`; a broker that holds
   a delayed message for the whole topic cannot).
 * catch-up: after `catch_up`, `fetch` finds every message whose publish returned before it, at
-  once (a back end fetching from what a broker consumer buffered asks the broker; the Pulsar
-  back end does not yet: its fetch can miss a message its consumer has not received).
+  once (a back end fetching from what a broker consumer buffered asks the broker: RabbitMQ's
+  flushes its channel, Pulsar's waits until its consumer received the topic's last message).
 """
 
 REQUIRES: dict[str, str] = {
