@@ -40,6 +40,7 @@ async def front_end(
     async with running_gateway(
         data_dir=tmp_path / "data", listen="127.0.0.1:0", clock=SystemClock()
     ) as app:
+        options.setdefault("queries", app.engine)
         instance = PulsarFrontEnd(app.engine, "127.0.0.1", 0, **options)
         await instance.start()
         try:

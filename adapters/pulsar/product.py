@@ -94,7 +94,8 @@ class Pulsar(Product[PulsarConfig]):
         return OwnListener(PulsarFrontEnd(
             host.engine, address, port, advertised_url=config.pulsar_advertised or None,
             max_message_size=host.max_message_bytes, authorizer=host.authorizer,
-            state_dir=f"{host.data_dir}/pulsar" if host.data_dir else None, tls=host.tls))
+            state_dir=f"{host.data_dir}/pulsar" if host.data_dir else None, tls=host.tls,
+            queries=host.queries))
 
 
 PRODUCT = Pulsar()

@@ -45,7 +45,8 @@ class Stack:
             running_gateway(data_dir=self.data_dir, listen="127.0.0.1:0", clock=SystemClock())
         )
         self.front = PulsarFrontEnd(
-            app.engine, "127.0.0.1", self.port, state_dir=self.data_dir / "pulsar"
+            app.engine, "127.0.0.1", self.port, state_dir=self.data_dir / "pulsar",
+            queries=app.engine,
         )
         await self.front.start()
         self.port = self.front.port

@@ -2,12 +2,12 @@
 
 The gateway runs as `gateway serve --pulsar-listen` on a free port. A control message is published
 with pulsar-client first; then seeded generators send valid CONNECT / PRODUCER / SEND / SUBSCRIBE /
-FLOW / ACK / ... sessions whose frames are mutated (bit flips, truncation, huge and tiny sizes,
-extreme and negative numbers, invalid UTF-8, missing fields, wrong wire types, garbage, ZLIB bombs,
-LZ4 / ZSTD / SNAPPY payloads,
-batch counts that lie) over many connections. Afterwards: the process is up, its log has no
-traceback, the control message is consumed exactly once, and the process's peak RSS grew by less
-than `RSS_GROWTH_KIB`. Bounded to about a minute (fixed seed, fixed number of connections).
+FLOW / ACK / GET_TOPICS_OF_NAMESPACE / ... sessions whose frames are mutated (bit flips,
+truncation, huge and tiny sizes, extreme and negative numbers, invalid UTF-8, missing fields,
+wrong wire types, garbage, ZLIB bombs, LZ4 / ZSTD / SNAPPY payloads, batch counts that lie) over
+many connections. Afterwards: the process is up, its log has no traceback, the control message
+is consumed exactly once, and the process's peak RSS grew by less than `RSS_GROWTH_KIB`. Bounded
+to about a minute (fixed seed, fixed number of connections).
 """
 
 from __future__ import annotations
@@ -129,6 +129,9 @@ def session(rng: random.Random, topic: str) -> list[tuple[Message, Message | Non
         ),
         command(Cmd.GET_LAST_MESSAGE_ID, "getLastMessageId", consumer_id=1, request_id=5),
         command(Cmd.GET_SCHEMA, "getSchema", topic=topic, request_id=6),
+        command(Cmd.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", request_id=12,
+                namespace=rng.choice(["public/default", "a/b", "public", "x/y/z"]),
+                mode=rng.choice([0, 1, 2]), topics_pattern="persistent://public/default/.*"),
         command(Cmd.SEEK, "seek", consumer_id=1, request_id=10,
                 message_publish_time=rng.choice([0, 2**40, 2**64 - 1])),
         seek_to(message_id(rng)),

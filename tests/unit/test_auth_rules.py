@@ -142,3 +142,15 @@ def test_denials_cut_long_names_short(authz: Authorizer) -> None:
     with pytest.raises(GatewayError) as err:
         authz.check_consume(ALICE, "B" * 100_000, "ga")
     assert len(err.value.message) < 400
+
+
+def test_may_consume_topic_is_consuming_with_some_own_group(authz: Authorizer) -> None:
+    """What a topic listing shows a principal (the Pulsar front end's pattern subscriptions)."""
+    assert authz.may_consume_topic(None, "anything")  # authentication off
+    assert authz.may_consume_topic(ALICE, "A")
+    assert not authz.may_consume_topic(ALICE, "B")
+    assert not authz.may_consume_topic(BOB, "A")  # no group, no consume pattern
+    assert authz.may_consume_topic(DAVE, "B")
+    assert authz.may_consume_topic(ALICE, "A-ga-DLQ")  # its own destination
+    assert not authz.may_consume_topic(DAVE, "A-ga-DLQ")  # another group's
+    assert not authz.may_consume_topic(DAVE, "x" * 600)  # too long a name: no topic

@@ -32,6 +32,7 @@ from adapters.pulsar.frontend import (
     edge,
     framing,
     lookups,
+    namespaces,
     replies,
     unserved,
 )
@@ -288,6 +289,8 @@ class Connection(ConsumerCommands):
         kind = cmd.type
         if kind == Cmd.GET_LAST_MESSAGE_ID:
             await self._last_message_id(cmd.getLastMessageId)
+        elif kind == Cmd.GET_TOPICS_OF_NAMESPACE:
+            await self._topics_of_namespace(cmd.getTopicsOfNamespace)
         elif (reply := await lookups.answer(
                 cmd, self._shared.service_url, self._shared.schemas,
                 functools.partial(self._check, group=None))) is not None:
@@ -297,6 +300,19 @@ class Connection(ConsumerCommands):
             log.info("pulsar command not supported, refused", type=kind, connection=self.id)
         else:
             log.info("pulsar command not supported, ignored", type=kind, connection=self.id)
+
+    async def _topics_of_namespace(self, request: pb.CommandGetTopicsOfNamespace) -> None:
+        authorizer = self._shared.authorizer
+
+        def may_consume(topic: str) -> bool:
+            return authorizer is None or authorizer.may_consume_topic(self._principal, topic)
+
+        try:
+            reply = await namespaces.answer(request, self._shared.listing, may_consume)
+        except Exception as exc:
+            self._refuse(request.request_id, exc, "GET_TOPICS_OF_NAMESPACE")
+            return
+        self.write(reply)
 
     async def _producer(self, request: pb.CommandProducer) -> None:
         existing = self._producers.get(request.producer_id)

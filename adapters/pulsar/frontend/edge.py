@@ -67,6 +67,7 @@ COMMAND_FIELDS: dict[int, str] = {
     Cmd.GET_SCHEMA: "getSchema",
     Cmd.GET_OR_CREATE_SCHEMA: "getOrCreateSchema",
     Cmd.SEEK: "seek",
+    Cmd.GET_TOPICS_OF_NAMESPACE: "getTopicsOfNamespace",
 }
 """The commands the front end serves and the BaseCommand field that carries each."""
 
@@ -254,6 +255,18 @@ def _redeliver(body: Any) -> None:
 MAX_PUBLISH_TIME = 2**63 - 1
 
 
+def _topics_of_namespace(body: Any) -> None:
+    """A namespace is `tenant/namespace`: two non-empty parts of a topic's name."""
+    field = "getTopicsOfNamespace.namespace"
+    check_name(field, body.namespace)
+    parts = body.namespace.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise refused(field, body.namespace, "tenant/namespace")
+    mode = declared_enum(body, "mode")
+    if mode not in pb.CommandGetTopicsOfNamespace.Mode.values():
+        raise refused("getTopicsOfNamespace.mode", mode, "PERSISTENT, NON_PERSISTENT or ALL")
+
+
 def _seek(body: Any) -> None:
     has_id, has_time = body.HasField("message_id"), body.HasField("message_publish_time")
     if has_id == has_time:
@@ -298,6 +311,7 @@ _CHECKS = {
     Cmd.PARTITIONED_METADATA: _topic("partitionMetadata.topic"),
     Cmd.GET_SCHEMA: _topic("getSchema.topic"),
     Cmd.SEEK: _seek,
+    Cmd.GET_TOPICS_OF_NAMESPACE: _topics_of_namespace,
 }
 
 _CHUNK_FIELDS = ("uuid", "num_chunks_from_msg", "total_chunk_msg_size", "chunk_id")

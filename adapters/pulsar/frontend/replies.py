@@ -238,6 +238,16 @@ def last_message_id(
     return encode_command(cmd)
 
 
+def topics_of_namespace(request_id: int, topics: list[str]) -> bytes:
+    """A namespace's topics, unfiltered (the client applies its pattern) and without a hash."""
+    cmd = Cmd(type=Cmd.GET_TOPICS_OF_NAMESPACE_RESPONSE)
+    reply = cmd.getTopicsOfNamespaceResponse
+    reply.request_id = request_id
+    reply.topics.extend(topics)
+    reply.filtered = False
+    return encode_command(cmd)
+
+
 def schema_not_found(request_id: int, topic: str) -> bytes:
     cmd = Cmd(type=Cmd.GET_SCHEMA_RESPONSE)
     reply = cmd.getSchemaResponse

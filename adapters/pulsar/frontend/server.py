@@ -16,6 +16,7 @@ from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.framing import PARTIAL_FACTOR, PartialFrames
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.journal import Journal
+from adapters.pulsar.frontend.namespaces import TopicListing
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.readers import ReaderGroups
 from adapters.pulsar.frontend.schemas import SchemaRegistry
@@ -28,7 +29,7 @@ from adapters.pulsar.frontend.shared import (
 from adapters.pulsar.frontend.subscriptions import SubscriptionRegistry
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.frames import FRAME_OVERHEAD, MAX_MESSAGE_SIZE
-from gateway.engine.port import EnginePort
+from gateway.engine.port import EnginePort, EngineQueries
 from gateway.errors import InvalidArgument
 
 log = structlog.get_logger(__name__)
@@ -80,6 +81,10 @@ class PulsarFrontEnd:
     dropped at the next start (`adapters.pulsar.frontend.readers`), and topics keep their
     schemas (`adapters.pulsar.frontend.schemas`); without one they last as long as the front
     end.
+
+    With the engine's `queries` it serves pattern (regex) subscriptions: GET_TOPICS_OF_NAMESPACE
+    lists the gateway's topics (`adapters.pulsar.frontend.namespaces`); without them it lists
+    none.
     """
 
     def __init__(
@@ -101,8 +106,10 @@ class PulsarFrontEnd:
         partial_frame_bytes: int | None = None,
         state_dir: str | Path | None = None,
         tls: ssl.SSLContext | None = None,
+        queries: EngineQueries | None = None,
     ) -> None:
         self._engine = engine
+        self._listing = TopicListing(queries)
         self._host = host
         self._requested_port = port
         self._advertised_url = advertised_url
@@ -192,6 +199,7 @@ class PulsarFrontEnd:
             readers=self._readers,
             schemas=self._schemas,
             partial=PartialFrames(self._partial_frame_bytes),
+            listing=self._listing,
         )
         log.info("pulsar front end listening", url=self.service_url)
 

@@ -13,6 +13,7 @@ from adapters.pulsar.frontend.consumers import MAX_UNACKED
 from adapters.pulsar.frontend.framing import PARTIAL_FACTOR, PartialFrames
 from adapters.pulsar.frontend.ids import DedupRegistry, IdAllocator
 from adapters.pulsar.frontend.names import NameLocks
+from adapters.pulsar.frontend.namespaces import TopicListing
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.readers import ReaderGroups
 from adapters.pulsar.frontend.schemas import SchemaRegistry
@@ -58,3 +59,5 @@ class Shared:
     """Shared and Exclusive producers per topic."""
     schemas: SchemaRegistry = field(default_factory=SchemaRegistry)
     """The topics' schema versions (`adapters.pulsar.frontend.schemas`)."""
+    listing: TopicListing = field(default_factory=lambda: TopicListing(None))
+    """The topics pattern subscriptions list (`adapters.pulsar.frontend.namespaces`)."""

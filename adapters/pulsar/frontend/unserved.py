@@ -1,8 +1,12 @@
-"""Commands the front end does not serve: pattern (regex) subscriptions' topic listing and
-watching, consumer stats, transactions. One that carries a request id is answered ERROR
-NotAllowedError naming the command, so the client fails that call at once (a pattern subscribe
-raises) instead of waiting its operation timeout for an answer that never comes; one without a
-request id is ignored, as before.
+"""Commands the front end does not serve: topic-list watching, consumer stats, transactions.
+One that carries a request id is answered ERROR NotAllowedError naming the command, so the
+client fails that call at once instead of waiting its operation timeout for an answer that never
+comes; one without a request id is ignored, as before.
+
+Pattern (regex) subscriptions are served by polling (`adapters.pulsar.frontend.namespaces`
+answers GET_TOPICS_OF_NAMESPACE). CONNECTED does not announce `supports_topic_watchers`, so a
+client does not send WATCH_TOPIC_LIST; one that does anyway is refused, and a pattern consumer
+goes on polling.
 
 These commands are not in the front end's `wire.proto` subset, so their bodies arrive as unknown
 fields of BaseCommand (each under the field number equal to its type, as in Pulsar's
@@ -17,13 +21,13 @@ from adapters.pulsar.wire import wire_pb2 as pb
 
 Cmd = pb.BaseCommand
 
-_PATTERN = "pattern (regex) subscriptions are not served: subscribe to the topics by name"
+_WATCH = ("topic-list watching is not served: pattern subscriptions poll "
+          "GET_TOPICS_OF_NAMESPACE")
 _TRANSACTIONS = "transactions are not served"
 NOT_SERVED: dict[int, str] = {
     Cmd.CONSUMER_STATS: "consumer stats are not served",
-    Cmd.GET_TOPICS_OF_NAMESPACE: _PATTERN,
-    Cmd.WATCH_TOPIC_LIST: _PATTERN,
-    Cmd.WATCH_TOPIC_LIST_CLOSE: _PATTERN,
+    Cmd.WATCH_TOPIC_LIST: _WATCH,
+    Cmd.WATCH_TOPIC_LIST_CLOSE: _WATCH,
     Cmd.NEW_TXN: _TRANSACTIONS,
     Cmd.ADD_PARTITION_TO_TXN: _TRANSACTIONS,
     Cmd.ADD_SUBSCRIPTION_TO_TXN: _TRANSACTIONS,
