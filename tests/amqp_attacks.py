@@ -189,7 +189,10 @@ CASES = [
         consumer_tag="x", delivery_tag=1, routing_key="k")), 503, method=(60, 60)),
     Case("connection method on a channel",
          lambda c: method_bytes(1, commands.Connection.Open()), 503, method=(10, 40)),
-    Case("transactions", lambda c: method_bytes(1, commands.Tx.Select()), 540, method=(90, 10)),
+    Case("tx.commit without tx.select", lambda c: method_bytes(1, commands.Tx.Commit()), 406,
+         hard=False, method=(90, 20)),
+    Case("tx.rollback without tx.select", lambda c: method_bytes(1, commands.Tx.Rollback()), 406,
+         hard=False, method=(90, 30)),
     Case("basic.recover-async", lambda c: method_bytes(1, commands.Basic.RecoverAsync()), 540),
     Case("connection.update-secret", lambda c: method_bytes(0, commands.Connection.UpdateSecret(
         new_secret="x", reason="r")), 540, method=(10, 70)),

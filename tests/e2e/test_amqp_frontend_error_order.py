@@ -46,11 +46,11 @@ async def test_messages_published_before_a_channel_error_are_stored(url: str,
     assert await session(url, run) == (406, 200)
 
 
-async def test_messages_published_before_a_refused_transaction_are_stored(
+async def test_messages_published_before_a_refused_commit_are_stored(
     tmp_path: Path,
 ) -> None:
-    """The gateway refuses `tx.select` (540, the connection closes; RabbitMQ has
-    transactions): the messages published before it on the channel are stored all the same."""
+    """A `tx.commit` on a channel that is not transactional is refused (406, the channel
+    closes): the messages published before it on the channel are stored all the same."""
     queue = unique("order")
     async with server("gateway", tmp_path) as url:
 
@@ -60,8 +60,8 @@ async def test_messages_published_before_a_refused_transaction_are_stored(
             for i in range(200):
                 ch.basic_publish("", queue, f"m{i}".encode())
             try:
-                ch.tx_select()
-            except pika.exceptions.ConnectionClosedByBroker as exc:
+                ch.tx_commit()
+            except pika.exceptions.ChannelClosedByBroker as exc:
                 return int(exc.reply_code)
             return 0
 
@@ -71,5 +71,5 @@ async def test_messages_published_before_a_refused_transaction_are_stored(
             ch.queue_delete(queue)
             return stored
 
-        assert await session(url, publish) == 540
+        assert await session(url, publish) == 406
         assert await session(url, count) == 200

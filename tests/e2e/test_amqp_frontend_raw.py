@@ -71,11 +71,12 @@ async def test_channel_flow_pauses_deliveries(raw: RawAmqp) -> None:
     assert deliver.consumer_tag == "c"
 
 
-async def test_transactions_are_refused_with_not_implemented(raw: RawAmqp) -> None:
-    raw.send(1, commands.Tx.Select())
+async def test_a_commit_on_a_channel_that_is_not_transactional_is_406(raw: RawAmqp) -> None:
+    raw.send(1, commands.Tx.Commit())
     channel, close = await raw.closed_with()
-    assert (channel, close.reply_code) == (0, 540)
-    assert "tx" in close.reply_text
+    assert (channel, close.reply_code) == (1, 406)
+    assert "channel is not transactional" in close.reply_text
+    assert (close.class_id, close.method_id) == (90, 20)
 
 
 async def test_recover_requeues_every_unacknowledged_delivery(raw: RawAmqp) -> None:

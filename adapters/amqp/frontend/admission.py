@@ -31,6 +31,9 @@ class PublishRoom:
         """Bytes of admitted messages not yet stored."""
         self.most = 0
         """The most ever held at once."""
+        self.in_transactions = 0
+        """Bytes of messages channel transactions hold until their commit (`txn`): out of
+        `held`, bounded by `limit` on their own."""
         self._waiting: deque[tuple[Waiter, int]] = deque()
 
     @property
@@ -45,6 +48,10 @@ class PublishRoom:
             return True
         self._waiting.append((waiter, size))
         return False
+
+    def hold_now(self, size: int) -> None:
+        """Hold `size` bytes at once, room or not (a commit's messages, already in memory)."""
+        self._hold(size)
 
     def give(self, size: int) -> None:
         """`size` held bytes were stored or given up: admit who waits, in order, while they

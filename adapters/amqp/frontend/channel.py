@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 from pamqp import commands
 
-from adapters.amqp.frontend import framing, handlers, replyto
+from adapters.amqp.frontend import framing, handlers, replyto, txn
 from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
     CHANNEL_ERROR,
@@ -234,11 +234,11 @@ class Channel(ChannelState):
                 raise AMQPError(NOT_IMPLEMENTED, "immediate=true", PUBLISH)
             self._content = _Content(method)
         elif isinstance(method, commands.Basic.Ack):
-            self.settle_tags(method.delivery_tag or 0, method.multiple, None, (60, 80))
+            self._settle(method.delivery_tag or 0, method.multiple, None, (60, 80))
         elif isinstance(method, commands.Basic.Nack):
-            self.settle_tags(method.delivery_tag or 0, method.multiple, method.requeue, (60, 120))
+            self._settle(method.delivery_tag or 0, method.multiple, method.requeue, (60, 120))
         elif isinstance(method, commands.Basic.Reject):
-            self.settle_tags(method.delivery_tag or 0, False, method.requeue, (60, 90))
+            self._settle(method.delivery_tag or 0, False, method.requeue, (60, 90))
         elif isinstance(method, commands.Channel.Flow):
             if method.active:
                 self.flow.set()
@@ -260,8 +260,8 @@ class Channel(ChannelState):
         elif isinstance(method, commands.Channel.Open):
             self._enqueue(method)  # refused in its turn, after what came before it
         elif isinstance(method, commands.Tx.Select | commands.Tx.Commit | commands.Tx.Rollback):
-            raise AMQPError(NOT_IMPLEMENTED, "transactions (tx.*) are not supported; use "
-                                             "publisher confirms", _ids(method), hard=True)
+            self.tx_selected = self.tx_selected or isinstance(method, commands.Tx.Select)
+            self._enqueue(method)  # in its turn, after the publishes before it
         elif isinstance(method, commands.Basic.RecoverAsync):
             raise AMQPError(NOT_IMPLEMENTED, "basic.recover-async", (60, 100), hard=True)
         elif isinstance(method, CLIENT_METHODS):
@@ -269,6 +269,14 @@ class Channel(ChannelState):
         else:
             raise AMQPError(COMMAND_INVALID, f"{method.name} is not sent by clients",
                             _ids(method), hard=True)
+
+    def _settle(self, tag: int, multiple: bool, requeue: bool | None,
+                method: tuple[int, int]) -> None:
+        """An ack, nack or reject: at once, or after a `tx.select` in its turn (`txn`)."""
+        if self.tx_selected:
+            self._enqueue(txn.Settle(tag, multiple, requeue, method))
+        else:
+            self.settle_tags(tag, multiple, requeue, method)
 
     # ------------------------------------------------------------------ the worker
     def _enqueue(self, item: Any) -> None:
@@ -282,7 +290,13 @@ class Channel(ChannelState):
             item = work[0]
             try:
                 if isinstance(item, Publish):
-                    await publish_batch(self, next_batch(work))
+                    if self.tx is not None:
+                        txn.hold_publishes(self, next_batch(work))
+                    else:
+                        await publish_batch(self, next_batch(work))
+                elif isinstance(item, txn.Settle):
+                    work.popleft()
+                    txn.hold_settle(self, item)
                 elif isinstance(item, _Failure):
                     work.popleft()
                     self._failed(item.exc)
@@ -320,7 +334,14 @@ class Channel(ChannelState):
             self.conn.send(self.number, commands.Channel.CloseOk())
             self.conn.channel_closed(self.number)
             return
-        reply = await handlers.handle(self, method)
+        if isinstance(method, commands.Tx.Select):
+            reply = txn.select(self)
+        elif isinstance(method, commands.Tx.Commit):
+            reply = await txn.commit(self)
+        elif isinstance(method, commands.Tx.Rollback):
+            reply = txn.rollback(self)
+        else:
+            reply = await handlers.handle(self, method)
         if reply is not None and not getattr(method, "nowait", False):
             self.send(reply)
 
@@ -365,6 +386,7 @@ class Channel(ChannelState):
         if self._worker is not None and self._worker is not asyncio.current_task():
             self._worker.cancel()
         self.conn.published(dropped)
+        txn.discard(self)  # an open transaction's messages and settlements are dropped
 
     async def tear_down(self) -> None:
         """Stop every consumer (their unacked deliveries go back to their queues) and give back

@@ -17,6 +17,7 @@ from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
     NOT_ALLOWED,
     NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
     RESOURCE_ERROR,
     AMQPError,
     from_gateway,
@@ -67,6 +68,8 @@ async def handle(channel: ChannelState, method: Any) -> Any:
         case commands.Basic.Recover():
             return recover(channel, method)
         case commands.Confirm.Select():
+            if channel.tx is not None:
+                raise AMQPError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
             channel.confirming = True
             return commands.Confirm.SelectOk()
     raise AMQPError(NOT_IMPLEMENTED, f"{method.name}", hard=True)

@@ -41,6 +41,10 @@ class ChannelState:
         self.closing = False
         """A Channel.Close was sent or received: frames are discarded until the handshake ends."""
         self.confirming = False
+        self.tx: Any = None
+        """The channel's transaction (`txn.Transaction`) once `tx.select` was applied."""
+        self.tx_selected = False
+        """A `tx.select` came (settlements from then on go through the worker, in order)."""
         self.publish_seq = 0
         self.unstored = ""
         """Why messages published on the channel were not stored (the latest store failure):
