@@ -242,7 +242,9 @@ def test_producer_kinds_reach_a_simple_consumer(
     config = _config(gateway)
     producer = _producer(clients, config, topic)
     consumer = _simple(clients, config, group, topic)
-    deliver_at_s = int(time.time()) + 1
+    # At least 2 s ahead (`int` cuts up to 1 s off): a time already past when the send arrives
+    # is "now", and the message comes as an ordinary one (without its delivery timestamp).
+    deliver_at_s = int(time.time()) + 3
     normal = producer.send(_message(topic, b"normal", tag="TagA", keys="k1", properties={"p": "v"}))
     fifo = producer.send(_message(topic, b"fifo", message_group="G1"))
     delayed = producer.send(_message(topic, b"delayed", delivery_timestamp=deliver_at_s))
@@ -273,7 +275,8 @@ def test_simple_consumer_extends_and_gets_redeliveries(
     _producer(clients, config, topic).send(_message(topic, b"work"))
     consumer = _simple(clients, config, group, topic)
 
-    (first,) = _receive(consumer, 1, invisible_s=10)
+    # 300 s (3 s scaled): a loaded machine still extends it before it is visible again.
+    (first,) = _receive(consumer, 1, invisible_s=300)
     old_handle = first.receipt_handle
     consumer.change_invisible_duration(first, 600)
     assert first.receipt_handle, "ChangeInvisibleDuration must return a receipt handle"
