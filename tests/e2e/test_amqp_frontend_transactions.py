@@ -184,3 +184,39 @@ async def test_a_transaction_past_its_bound_closes_the_channel_and_frees_its_roo
         code, got = await session(found, run)
     assert code == 506
     assert got == [b"after"]
+
+
+@pytest.mark.parametrize("case", ["unknown", "twice"])
+async def test_a_bad_ack_in_a_transaction_is_refused_at_once_and_drops_the_transaction(
+    url: str, case: str,
+) -> None:
+    """RabbitMQ checks an ack's delivery tag when the ack comes, in a transaction too (an
+    unknown tag, or one already acked in this transaction): 406 closes the channel then, and
+    the publish held before it is never stored."""
+    def run(connection: pika.BlockingConnection) -> tuple[int, str, list[bytes]]:
+        queue = unique("txq")
+        ch = connection.channel()
+        ch.queue_declare(queue)
+        ch.basic_publish("", queue, b"first")
+        tx = connection.channel()
+        tx.tx_select()
+        tag = 99
+        if case == "twice":
+            method = None
+            deadline = time.monotonic() + 10
+            while method is None and time.monotonic() < deadline:
+                method, _, _ = tx.basic_get(queue)
+            assert method is not None
+            tag = method.delivery_tag
+            tx.basic_ack(tag)
+        tx.basic_publish("", queue, b"held")
+        with pytest.raises(ChannelClosedByBroker) as closed:
+            tx.basic_ack(tag)
+            tx.tx_commit()
+        left = _get_all(ch, queue, 1.0)
+        return closed.value.reply_code, str(closed.value.reply_text), left
+
+    code, text, left = await session(url, run)
+    assert code == 406
+    assert "unknown delivery tag" in text
+    assert b"held" not in left

@@ -26,7 +26,7 @@ from pamqp import commands
 
 from adapters.amqp.frontend.errors import PRECONDITION_FAILED, RESOURCE_ERROR, AMQPError
 from adapters.amqp.frontend.publishing import Publish, next_batch, publish_batch
-from adapters.amqp.frontend.state import ChannelState
+from adapters.amqp.frontend.state import UNSIGNED_64, ChannelState
 
 MAX_CHANNEL_BYTES = 64 << 20
 """Bytes of messages one channel's transaction may hold (bodies and decoded headers)."""
@@ -52,6 +52,8 @@ class Transaction:
 
     work: list[Publish | Settle] = field(default_factory=list)
     held_bytes: int = 0
+    settled: set[int] = field(default_factory=set)
+    """Delivery tags a held ack, nack or reject covers: acking one again is an unknown tag."""
 
 
 def select(channel: ChannelState) -> Any:
@@ -84,15 +86,29 @@ def hold_publishes(channel: ChannelState, batch: list[Publish]) -> None:
 
 def hold_settle(channel: ChannelState, settle: Settle) -> None:
     """Keep an ack, nack or reject for the commit (applied at once outside a transaction)."""
-    if channel.tx is None:
+    tx = channel.tx
+    if tx is None:
         channel.settle_tags(settle.tag, settle.multiple, settle.requeue, settle.method)
+        return
+    # RabbitMQ checks the tag when the ack comes, not at the commit: a bad one closes the channel
+    # now and the transaction is dropped with it (nothing held before it is stored).
+    tag = settle.tag & UNSIGNED_64
+    open_tags = [t for t in channel.unacked if t not in tx.settled]
+    if settle.multiple and not tag:
+        tx.settled.update(open_tags)
+    elif tag not in channel.unacked or tag in tx.settled:
+        raise AMQPError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", settle.method)
+    elif settle.multiple:
+        tx.settled.update(t for t in open_tags if t <= tag)
     else:
-        channel.tx.work.append(settle)
+        tx.settled.add(tag)
+    tx.work.append(settle)
 
 
 async def commit(channel: ChannelState) -> Any:
     tx = _transaction(channel, COMMIT)
     work, tx.work = tx.work, []
+    tx.settled.clear()
     _release(channel, tx)
     run: list[Publish] = []
     for item in work:
@@ -110,6 +126,7 @@ async def commit(channel: ChannelState) -> Any:
 def rollback(channel: ChannelState) -> Any:
     tx = _transaction(channel, ROLLBACK)
     tx.work = []
+    tx.settled.clear()
     _release(channel, tx)
     return commands.Tx.RollbackOk()
 
