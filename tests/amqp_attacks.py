@@ -193,6 +193,16 @@ CASES = [
          hard=False, method=(90, 20)),
     Case("tx.rollback without tx.select", lambda c: method_bytes(1, commands.Tx.Rollback()), 406,
          hard=False, method=(90, 30)),
+    Case("tx.select in confirm mode", lambda c: method_bytes(1, commands.Tx.Select()), 406,
+         hard=False, method=(90, 10), setup=lambda c: (
+             c.send_method(1, commands.Confirm.Select()), c.expect(commands.Confirm.SelectOk, 1))),
+    Case("confirm.select in tx mode", lambda c: method_bytes(1, commands.Confirm.Select()), 406,
+         hard=False, method=(85, 10), setup=lambda c: (
+             c.send_method(1, commands.Tx.Select()), c.expect(commands.Tx.SelectOk, 1))),
+    Case("unknown delivery tag acked in a transaction",
+         lambda c: method_bytes(1, commands.Basic.Ack(delivery_tag=99)), 406, hard=False,
+         method=(60, 80), setup=lambda c: (
+             c.send_method(1, commands.Tx.Select()), c.expect(commands.Tx.SelectOk, 1))),
     Case("basic.recover-async", lambda c: method_bytes(1, commands.Basic.RecoverAsync()), 540),
     Case("connection.update-secret", lambda c: method_bytes(0, commands.Connection.UpdateSecret(
         new_secret="x", reason="r")), 540, method=(10, 70)),
