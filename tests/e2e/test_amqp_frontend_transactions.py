@@ -220,3 +220,29 @@ async def test_a_bad_ack_in_a_transaction_is_refused_at_once_and_drops_the_trans
     assert code == 406
     assert "unknown delivery tag" in text
     assert b"held" not in left
+
+
+async def test_basic_recover_leaves_a_delivery_acked_in_the_transaction_to_the_commit(
+    url: str,
+) -> None:
+    """On RabbitMQ an ack in a transaction takes its delivery out of the channel's
+    unacknowledged ones at once: `basic.recover` does not hand it back, the commit acks it."""
+    def run(connection: pika.BlockingConnection) -> list[bytes]:
+        queue = unique("txq")
+        ch = connection.channel()
+        ch.queue_declare(queue)
+        ch.basic_publish("", queue, b"a")
+        tx = connection.channel()
+        tx.tx_select()
+        method = None
+        deadline = time.monotonic() + 10
+        while method is None and time.monotonic() < deadline:
+            method, _, _ = tx.basic_get(queue)
+        assert method is not None
+        tx.basic_ack(method.delivery_tag)
+        tx.basic_recover(requeue=True)
+        tx.tx_commit()
+        tx.close()
+        return _get_all(ch, queue, 1.0)
+
+    assert await session(url, run) == []

@@ -235,16 +235,18 @@ async def get(channel: ChannelState, m: commands.Basic.Get) -> None:
 
 
 def recover(channel: ChannelState, m: commands.Basic.Recover) -> Any:
-    """Every unacknowledged delivery of the channel fails, as `nack` with requeue would."""
+    """Every unacknowledged delivery of the channel fails, as `nack` with requeue would (not one
+    a settlement held by the channel's transaction covers: as on RabbitMQ, the commit has it)."""
     if not m.requeue:
         raise AMQPError(NOT_IMPLEMENTED, "requeue=false", RECOVER, hard=True)
     failed = []
-    for unacked in channel.unacked.values():
+    held = channel.tx.settled if channel.tx is not None else set()  # the commit settles these
+    for tag in [t for t in channel.unacked if t not in held]:
+        unacked = channel.unacked.pop(tag)
         if unacked.session is not None:
             unacked.session.held -= 1
         if unacked.receipt:
             failed.append(Settlement(unacked.receipt, SettleAction.FAIL))
-    channel.unacked.clear()
     channel.settle_later([], failed)
     channel.top_up()
     return commands.Basic.RecoverOk()
