@@ -93,13 +93,12 @@ def hold_settle(channel: ChannelState, settle: Settle) -> None:
     # RabbitMQ checks the tag when the ack comes, not at the commit: a bad one closes the channel
     # now and the transaction is dropped with it (nothing held before it is stored).
     tag = settle.tag & UNSIGNED_64
-    open_tags = [t for t in channel.unacked if t not in tx.settled]
     if settle.multiple and not tag:
-        tx.settled.update(open_tags)
+        tx.settled.update(channel.unacked)
     elif tag not in channel.unacked or tag in tx.settled:
         raise AMQPError(PRECONDITION_FAILED, f"unknown delivery tag {tag}", settle.method)
-    elif settle.multiple:
-        tx.settled.update(t for t in open_tags if t <= tag)
+    elif settle.multiple:  # (the unacked tags alone: one ack is not a walk over all of them)
+        tx.settled.update(t for t in channel.unacked if t <= tag)
     else:
         tx.settled.add(tag)
     tx.work.append(settle)
