@@ -311,10 +311,9 @@ class PulsarBackend(Backend):
         return [held.stored(topic, group) for held in taken]
 
     async def catch_up(self, topic: str, group: str) -> bool:
-        """Let what the broker dealt the consumer and it has not received yet reach the buffer
-        (a confirmed publish may still be on its way): up to the topic's last message id (one
-        round trip), waiting at most `CATCH_UP_S` (`SubState.receive_up_to`); whether the
-        buffer holds anything now."""
+        """Let what the broker dealt the consumer reach the buffer (a confirmed publish may be on
+        its way): up to the topic's last message id (one round trip), waiting at most
+        `CATCH_UP_S` (`SubState.receive_up_to`); whether the buffer holds anything now."""
         sub = await self._sub(topic, group)
         try:
             last = await asyncio.to_thread(sub.consumer.get_last_message_id)
@@ -420,10 +419,13 @@ class PulsarBackend(Backend):
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1
     ) -> list[StoredMessage]:
-        """Messages held for the group (buffered and leased), positions in arrival order."""
+        """Messages held for the group (buffered and leased), in arrival order; a first page
+        catches up first (`catch_up`): a message published before the peek is listed."""
         sub = self._subs.get((topic, group))
         if sub is None:
             return []
+        if after_position < 0:
+            await self.catch_up(topic, group)
         listing = [h for h in sub.all_held() if h.seq > after_position]
         return [held.stored(topic, group) for held in listing[: max(limit, 0)]]
 
