@@ -15,8 +15,7 @@ Mapping (Pulsar's own mechanisms, so native clients see the same topics and mess
   goes back to the front of the buffer (the broker still holds it unacked); otherwise a copy with
   the new counters is published to the same topic, delayed to the visible time, and the original
   is acknowledged, which is how Pulsar's `reconsumeLater` works;
-* attempts: `x-gateway-attempt` reconciled with Pulsar's redelivery count
-  (`backend_codec.reconcile_attempt`).
+* attempts: `x-gateway-attempt` reconciled with the redelivery count (`backend_codec`).
 
 Broker trouble: the client reconnects producers and consumers by itself with back-off. While a
 producer or consumer is disconnected, or the periodic lookup probe fails, `healthy()` is False
