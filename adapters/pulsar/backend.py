@@ -418,13 +418,13 @@ class PulsarBackend(Backend):
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1
     ) -> list[StoredMessage]:
-        """Messages held for the group (buffered and leased), in arrival order; a first page
-        catches up first (`catch_up`): a message published before the peek is listed."""
+        """Messages held for the group, in arrival order; a first page `catch_up`s first."""
         sub = self._subs.get((topic, group))
         if sub is None:
             return []
         if after_position < 0:
-            await self.catch_up(topic, group)
+            with contextlib.suppress(Unavailable, BackendUnreachable):  # list what is held
+                await self.catch_up(topic, group)
         listing = [h for h in sub.all_held() if h.seq > after_position]
         return [held.stored(topic, group) for held in listing[: max(limit, 0)]]
 
