@@ -15,8 +15,7 @@ Mapping (Pulsar's own mechanisms, so native clients see the same topics and mess
   goes back to the front of the buffer (the broker still holds it unacked); otherwise a copy with
   the new counters is published to the same topic, delayed to the visible time, and the original
   is acknowledged, which is how Pulsar's `reconsumeLater` works;
-* attempts: `x-gateway-attempt` reconciled with Pulsar's redelivery count
-  (`backend_codec.reconcile_attempt`).
+* attempts: `x-gateway-attempt` reconciled with the redelivery count (`backend_codec`).
 
 Broker trouble: the client reconnects producers and consumers by itself with back-off. While a
 producer or consumer is disconnected, or the periodic lookup probe fails, `healthy()` is False
@@ -311,10 +310,9 @@ class PulsarBackend(Backend):
         return [held.stored(topic, group) for held in taken]
 
     async def catch_up(self, topic: str, group: str) -> bool:
-        """Let what the broker dealt the consumer and it has not received yet reach the buffer
-        (a confirmed publish may still be on its way): up to the topic's last message id (one
-        round trip), waiting at most `CATCH_UP_S` (`SubState.receive_up_to`); whether the
-        buffer holds anything now."""
+        """Let what the broker dealt the consumer reach the buffer (a confirmed publish may be on
+        its way): up to the topic's last message id (one round trip), waiting at most
+        `CATCH_UP_S` (`SubState.receive_up_to`); whether the buffer holds anything now."""
         sub = await self._sub(topic, group)
         try:
             last = await asyncio.to_thread(sub.consumer.get_last_message_id)
@@ -420,10 +418,13 @@ class PulsarBackend(Backend):
     async def peek(
         self, topic: str, group: str, limit: int, after_position: int = -1
     ) -> list[StoredMessage]:
-        """Messages held for the group (buffered and leased), positions in arrival order."""
+        """Messages held for the group, in arrival order; a first page `catch_up`s first."""
         sub = self._subs.get((topic, group))
         if sub is None:
             return []
+        if after_position < 0:
+            with contextlib.suppress(Unavailable, BackendUnreachable):  # list what is held
+                await self.catch_up(topic, group)
         listing = [h for h in sub.all_held() if h.seq > after_position]
         return [held.stored(topic, group) for held in listing[: max(limit, 0)]]
 
