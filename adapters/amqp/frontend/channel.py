@@ -291,7 +291,7 @@ class Channel(ChannelState):
             try:
                 if isinstance(item, Publish):
                     if self.tx is not None:
-                        txn.hold_publishes(self, next_batch(work))
+                        await txn.hold_publishes(self, next_batch(work))
                     else:
                         await publish_batch(self, next_batch(work))
                 elif isinstance(item, txn.Settle):

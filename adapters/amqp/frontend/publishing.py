@@ -54,6 +54,8 @@ class Publish:
     """What it counts against the connection's pending publish bytes: body and headers."""
     header_bytes: int = 0
     """Its content header's size on the wire."""
+    route: tuple[list[str], OutMessage] | None = None
+    """In a transaction: its queues and message, routed and checked when it came (`held`)."""
 
 
 BATCH_HEADERS = MAX_PUBLISH_PROPERTIES // 10
@@ -118,7 +120,11 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
             channel.publish_seq += 1
             seq = channel.publish_seq
         try:
-            topics, message = await _route(channel, item)
+            if item.route is None:
+                topics, message = await _route(channel, item)
+            else:  # routed when it came (a transaction's): the queues deleted since are left out
+                topics = [t for t in item.route[0] if await _exists(channel, t)]
+                message = item.route[1]
         except AMQPError as exc:
             error = exc.at(PUBLISH)
             break
@@ -155,10 +161,7 @@ async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMe
     topics: list[str] = []
     targets = set() if reply else await route(ctx.topology, exchange, routing_key, headers)
     for queue in sorted(targets):
-        if queue in ctx.topology.queues or (
-            queue.isprintable() and not too_long(queue, MAX_NAME_BYTES)
-            and await ctx.is_topic(queue)
-        ):
+        if await _exists(channel, queue):
             topics.append(queue)
     edge.check_user_id(item.properties.user_id, channel.conn.user)
     message = messages.out_message(item.properties, item.body, name, routing_key)
@@ -173,6 +176,34 @@ async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMe
     if reply:
         replyto.deliver(channel, routing_key, item.properties, item.body)
     return topics, message
+
+
+async def _exists(channel: ChannelState, queue: str) -> bool:
+    """Whether a message routed to `queue` has a topic to go to."""
+    ctx = channel.ctx
+    return queue in ctx.topology.queues or (
+        queue.isprintable() and not too_long(queue, MAX_NAME_BYTES)
+        and await ctx.is_topic(queue)
+    )
+
+
+async def held(channel: ChannelState, batch: list[Publish]) -> None:
+    """Route and check a transaction's publishes when they come, as RabbitMQ does: a bad one
+    (no such exchange, an internal one, another user's id, no permission, too large) raises now,
+    which closes the channel and drops the whole transaction; the commit stores the rest as
+    routed here."""
+    topology = channel.ctx.topology
+    tested = topology.bindings_tested
+    for item in batch:
+        if topology.bindings_tested - tested > ROUTE_TURN:  # others' turn (a stall otherwise)
+            await asyncio.sleep(0)
+            tested = topology.bindings_tested
+        try:
+            item.route = await _route(channel, item)
+        except AMQPError as exc:
+            raise exc.at(PUBLISH) from None
+        except GatewayError as exc:
+            raise from_gateway(exc, PUBLISH) from None
 
 
 async def _store(channel: ChannelState, by_topic: dict[str, list[OutMessage]]) -> dict[str, str]:

@@ -25,7 +25,7 @@ from typing import Any
 from pamqp import commands
 
 from adapters.amqp.frontend.errors import PRECONDITION_FAILED, RESOURCE_ERROR, AMQPError
-from adapters.amqp.frontend.publishing import Publish, next_batch, publish_batch
+from adapters.amqp.frontend.publishing import Publish, held, next_batch, publish_batch
 from adapters.amqp.frontend.state import UNSIGNED_64, ChannelState
 
 MAX_CHANNEL_BYTES = 64 << 20
@@ -64,8 +64,9 @@ def select(channel: ChannelState) -> Any:
     return commands.Tx.SelectOk()
 
 
-def hold_publishes(channel: ChannelState, batch: list[Publish]) -> None:
-    """Keep `batch` for the commit; their bytes leave the connection's room (module doc)."""
+async def hold_publishes(channel: ChannelState, batch: list[Publish]) -> None:
+    """Keep `batch` for the commit, routed and checked now (`publishing.held`); their bytes
+    leave the connection's room (module doc)."""
     tx = channel.tx
     assert tx is not None
     room = channel.ctx.room
@@ -82,6 +83,7 @@ def hold_publishes(channel: ChannelState, batch: list[Publish]) -> None:
         raise AMQPError(RESOURCE_ERROR, f"transactions hold more than {room.limit} bytes of "
                                         "messages over every connection: commit more often",
                         (60, 40), hard=False)
+    await held(channel, batch)
 
 
 def hold_settle(channel: ChannelState, settle: Settle) -> None:
