@@ -33,6 +33,8 @@ LAST_DEATH_QUEUE = "x-last-death-queue"
 the first-death ones are kept from the first."""
 REJECTED = "rejected"
 EXPIRED = "expired"
+MAXLEN = "maxlen"
+"""Dropped from the head of a queue past its `x-max-length`."""
 
 
 
@@ -100,11 +102,12 @@ class RabbitMQDialect:
 
 def death_reason(reason: str) -> str:
     """RabbitMQ's name for why a message died: `rejected` (nack or reject without requeue),
-    `expired` (its TTL passed), `delivery_limit` (its retries ran out)."""
+    `expired` (its TTL passed), `maxlen` (dropped from a full queue's head), `delivery_limit` (its
+    retries ran out)."""
     if "exhausted" in reason:
         return "delivery_limit"
-    if reason == EXPIRED:
-        return EXPIRED
+    if reason in (EXPIRED, MAXLEN):
+        return reason
     return REJECTED
 
 

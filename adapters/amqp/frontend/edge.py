@@ -40,9 +40,7 @@ PRIORITY = "x-priority"
 QUEUE_TYPES = ("classic", "quorum")
 UNSUPPORTED_QUEUE_ARGUMENTS = {
     "x-expires": "queues do not expire",
-    "x-max-length": "queues have no length limit",
-    "x-max-length-bytes": "queues have no length limit",
-    "x-overflow": "queues have no length limit",
+    "x-max-length-bytes": "queues have no limit in bytes; x-max-length limits their messages",
     "x-max-priority": "messages are not reordered by priority",
     "x-delivery-limit": "the retry limit is document 001's 16 retries",
     "x-dead-letter-strategy": "dead letters are routed at least once",
@@ -54,6 +52,12 @@ UNSUPPORTED_QUEUE_ARGUMENTS = {
 than silently ignored. Other arguments are kept and ignored, as RabbitMQ does with those it
 does not know."""
 MAX_TTL_MS = 2**32 - 1
+MAX_LENGTH = "x-max-length"
+OVERFLOW = "x-overflow"
+DROP_HEAD = "drop-head"
+REJECT_PUBLISH = "reject-publish"
+OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH)
+MAX_LENGTH_LIMIT = 2**63 - 1
 ALTERNATE_EXCHANGE = "alternate-exchange"
 
 
@@ -89,6 +93,10 @@ class QueueSettings:
     dead_letter_routing_key: str | None = None
     message_ttl_ms: int | None = None
     single_active: bool = False
+    max_length: int | None = None
+    """`x-max-length`: ready messages the queue keeps at most (None: no limit)."""
+    overflow: str = DROP_HEAD
+    """`x-overflow`: what a publish past `max_length` does (`maxlength`)."""
 
 
 def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSettings:
@@ -143,7 +151,30 @@ def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSetti
         if not isinstance(value, bool):
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{SINGLE_ACTIVE}': a boolean")
         single = value
-    return QueueSettings(group, interval, dlx, dlrk, ttl, single)
+    max_length, overflow = _max_length(arguments)
+    return QueueSettings(group, interval, dlx, dlrk, ttl, single, max_length, overflow)
+
+
+def _max_length(arguments: Mapping[str, FieldValue]) -> tuple[int | None, str]:
+    """`x-max-length` (a non-negative integer) and `x-overflow` (drop-head, reject-publish)."""
+    length = None
+    if MAX_LENGTH in arguments:
+        length = as_int(arguments[MAX_LENGTH])
+        if length is None or not 0 <= length <= MAX_LENGTH_LIMIT:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{MAX_LENGTH}': "
+                                                 f"{short(arguments[MAX_LENGTH])}; allowed: "
+                                                 f"0..{MAX_LENGTH_LIMIT} messages")
+    overflow = DROP_HEAD
+    if OVERFLOW in arguments:
+        raw = as_str(arguments[OVERFLOW])
+        if raw not in OVERFLOWS:
+            why = (" (dead-lettering refused publishes is not supported by the gateway)"
+                   if raw == "reject-publish-dlx" else "")
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{OVERFLOW}': "
+                                                 f"{short(arguments[OVERFLOW])}; allowed: "
+                                                 f"{', '.join(OVERFLOWS)}{why}")
+        overflow = raw
+    return length, overflow
 
 
 def check_quorum(name: str, arguments: Mapping[str, FieldValue], *, server_named: bool,

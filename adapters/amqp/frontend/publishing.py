@@ -19,7 +19,7 @@ from typing import Any
 
 from pamqp import commands
 
-from adapters.amqp.frontend import delayed, edge, framing, messages, replyto
+from adapters.amqp.frontend import delayed, edge, framing, maxlength, messages, replyto
 from adapters.amqp.frontend.consumers import expires_at
 from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
@@ -32,6 +32,7 @@ from adapters.amqp.frontend.errors import (
 from adapters.amqp.frontend.routeturns import route
 from adapters.amqp.frontend.routing import ROUTE_TURN
 from adapters.amqp.frontend.state import ChannelState
+from adapters.amqp.frontend.topology import Queue
 from gateway.backend.base import OutMessage
 from gateway.errors import GatewayError
 from gateway.limits import (
@@ -95,6 +96,8 @@ class _Routed:
     item: Publish
     seq: int
     topics: list[str]
+    rejected: bool = False
+    """A queue it was routed to was full (`x-overflow` reject-publish): not stored there."""
 
 
 async def publish_batch(channel: ChannelState, batch: list[Publish]) -> None:
@@ -134,7 +137,12 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
         routed.append(_Routed(item, seq, topics))
         for topic in topics:
             by_topic.setdefault(topic, []).append(message)
-    failed = await _store(channel, by_topic)
+    full = maxlength.rejecting(channel.ctx, list(by_topic))
+    async with maxlength.admitting(channel.ctx, full):
+        failed = await _admit(channel, full, by_topic, routed)
+        failed.update(await _store(channel, {t: m for t, m in by_topic.items() if m
+                                             and t not in failed}))
+    await maxlength.trim(channel.ctx, [t for t in by_topic if t not in failed])
     _expiring(channel, by_topic, failed)
     if failed:
         channel.unstored = next(iter(failed.values()))
@@ -206,6 +214,27 @@ async def held(channel: ChannelState, batch: list[Publish]) -> None:
             raise from_gateway(exc, PUBLISH) from None
 
 
+async def _admit(channel: ChannelState, full: list[Queue], by_topic: dict[str, list[OutMessage]],
+                 routed: list[_Routed]) -> dict[str, str]:
+    """Cut each `reject-publish` queue's messages to the room it has; those left out are
+    marked rejected. The queues whose room could not be counted, with why (as if failed)."""
+    failed: dict[str, str] = {}
+    for queue in full:
+        try:
+            room = await maxlength.room(channel.ctx, queue)
+        except GatewayError as exc:
+            failed[queue.name] = exc.message
+            continue
+        kept = by_topic[queue.name]
+        if room >= len(kept):
+            continue
+        by_topic[queue.name] = kept[:room]
+        owners = [r for r in routed if queue.name in r.topics]
+        for r in owners[room:]:
+            r.rejected = True
+    return failed
+
+
 async def _store(channel: ChannelState, by_topic: dict[str, list[OutMessage]]) -> dict[str, str]:
     """Publish every topic's messages (in batches of at most MAX_BATCH); the topics that
     failed, with why."""
@@ -255,7 +284,7 @@ def _answer(channel: ChannelState, routed: list[_Routed], failed: dict[str, str]
     if channel.confirming:
         acked_upto = 0
         for r in routed:
-            if failed and any(t in failed for t in r.topics):
+            if r.rejected or (failed and any(t in failed for t in r.topics)):
                 if acked_upto:
                     frames.append(_ack(channel.number, acked_upto))
                     acked_upto = 0

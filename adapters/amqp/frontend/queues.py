@@ -8,7 +8,7 @@ import asyncio
 import structlog
 from pamqp import commands
 
-from adapters.amqp.frontend import access, edge, framing, replyto
+from adapters.amqp.frontend import access, edge, framing, maxlength, replyto
 from adapters.amqp.frontend.context import Context
 from adapters.amqp.frontend.errors import (
     NOT_FOUND,
@@ -93,6 +93,7 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
         if ctx.router is not None:
             ctx.router.ensure(queue)
     channel.last_queue = queue.name
+    await maxlength.trim(ctx, [queue.name])  # a backlog past a limit it declares (drop-head)
     return framing.reply(commands.Queue.DeclareOk, queue=queue.name,
                                     message_count=await ready_count(ctx, queue),
                                     consumer_count=ctx.consumer_count(queue.name))

@@ -1,0 +1,110 @@
+"""Queue length limits (`x-max-length`, `x-overflow`), as RabbitMQ has them.
+
+Only ready messages count; deliveries not yet acknowledged do not. Past the limit:
+
+* `drop-head` (the default): the oldest ready messages are dead-lettered with reason `maxlen`
+  (dropped, without a dead-letter exchange) until the queue holds its limit. A publish through
+  this front end trims the queues it stored into before it is confirmed, and so does a declare.
+* `reject-publish`: a publish that would go past the limit is not stored in that queue: with
+  publisher confirms it is nacked, without them it is dropped.
+
+The limit is looked at on AMQP publishes and declares: messages that reach the queue's topic
+through another front end are counted at the next AMQP publish to it, not trimmed when they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Sequence
+
+import structlog
+
+from adapters.amqp.dialect import MAXLEN
+from adapters.amqp.frontend.context import Context, queue_spec
+from adapters.amqp.frontend.edge import REJECT_PUBLISH
+from adapters.amqp.frontend.topology import Queue
+from gateway.engine.api import SettleAction, Settlement
+from gateway.errors import GatewayError
+from gateway.limits import MAX_BATCH
+
+log = structlog.get_logger(__name__)
+
+_locks: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.WeakValueDictionary()
+"""One trim or admission at a time per queue (two at once would both count the same excess);
+a lock lives while someone holds or waits for it."""
+
+
+def limited(ctx: Context, topic: str) -> Queue | None:
+    """The queue of `topic` when it has a length limit."""
+    queue = ctx.topology.queues.get(topic)
+    if queue is None or queue.settings.max_length is None:
+        return None
+    return queue
+
+
+async def ready(ctx: Context, queue: Queue) -> int:
+    """Messages ready for the queue's group."""
+    view = await ctx.queries.admin.describe(queue.name, queue.settings.group)
+    return max(view.ready, 0)
+
+
+def _lock(ctx: Context, name: str) -> asyncio.Lock:
+    key = (id(ctx), name)
+    lock = _locks.get(key)
+    if lock is None:
+        lock = _locks[key] = asyncio.Lock()
+    return lock
+
+
+def rejecting(ctx: Context, topics: Sequence[str]) -> list[Queue]:
+    """The `reject-publish` queues of `topics` that have a limit, by name."""
+    found = [q for t in topics if (q := limited(ctx, t)) is not None
+             and q.settings.overflow == REJECT_PUBLISH]
+    return sorted(found, key=lambda q: q.name)
+
+
+@contextlib.asynccontextmanager
+async def admitting(ctx: Context, queues: Sequence[Queue]) -> AsyncIterator[None]:
+    """Hold the queues (in name order) while their room is counted and the publish stored."""
+    async with contextlib.AsyncExitStack() as stack:
+        for queue in queues:
+            await stack.enter_async_context(_lock(ctx, queue.name))
+        yield
+
+
+async def room(ctx: Context, queue: Queue) -> int:
+    """How many more messages a `reject-publish` queue takes now."""
+    limit = queue.settings.max_length
+    assert limit is not None
+    return max(limit - await ready(ctx, queue), 0)
+
+
+async def trim(ctx: Context, topics: Sequence[str]) -> None:
+    """Dead-letter the oldest ready messages of each `drop-head` queue of `topics` past its
+    limit. A failure is logged, not raised: the messages stay, the next publish trims again."""
+    for topic in topics:
+        queue = limited(ctx, topic)
+        if queue is None or queue.settings.overflow == REJECT_PUBLISH:
+            continue
+        try:
+            async with _lock(ctx, queue.name):
+                await _trim(ctx, queue)
+        except GatewayError as exc:
+            log.info("amqp queue not trimmed to its x-max-length", queue=queue.name,
+                     error=exc.message)
+
+
+async def _trim(ctx: Context, queue: Queue) -> None:
+    limit = queue.settings.max_length
+    assert limit is not None
+    excess = await ready(ctx, queue) - limit
+    spec = queue_spec(queue, queue.declared_by)
+    while excess > 0 and ctx.topology.queues.get(queue.name) is queue:
+        got = await ctx.engine.receive(spec, min(excess, MAX_BATCH), None, 0)
+        if not got:
+            return
+        await ctx.engine.settle([Settlement(d.receipt, SettleAction.DEAD_LETTER, reason=MAXLEN)
+                                 for d in got])
+        excess -= len(got)
