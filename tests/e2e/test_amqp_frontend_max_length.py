@@ -28,7 +28,8 @@ from tests.e2e.test_amqp_frontend_transactions import SERVERS, _get_all
 
 @pytest.fixture(params=SERVERS)
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    async with server(request.param, tmp_path) as found:
+    """The time not scaled: a delivery held unacknowledged does not time out in the test."""
+    async with server(request.param, tmp_path, time_scale=1.0) as found:
         yield found
 
 
@@ -88,6 +89,34 @@ async def test_unacknowledged_deliveries_do_not_count(url: str) -> None:
     held, kept = await session(url, run)
     assert held == b"m0"
     assert kept == [b"m3", b"m4"]
+
+
+async def test_a_push_consumers_unacknowledged_delivery_stays_while_the_head_is_dropped(
+    url: str,
+) -> None:
+    def run(connection: pika.BlockingConnection) -> tuple[list[bytes], list[bytes]]:
+        queue = unique("mlq")
+        ch = connection.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, arguments={"x-max-length": 3})
+        consumer = connection.channel()
+        consumer.basic_qos(prefetch_count=1)
+        held: list[bytes] = []
+        consumer.basic_consume(queue, lambda c, m, p, body: held.append(body))
+        ch.basic_publish("", queue, b"m0")
+        deadline = time.monotonic() + 10
+        while not held and time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.05)
+        for i in range(1, 10):
+            ch.basic_publish("", queue, b"m%d" % i)
+        connection.process_data_events(time_limit=0.3)  # prefetch 1: nothing more comes
+        left = _get_all(ch, queue, 1.0)
+        consumer.close()
+        return held, left
+
+    held, left = await session(url, run)
+    assert held == [b"m0"]
+    assert left == [b"m7", b"m8", b"m9"]
 
 
 async def test_reject_publish_nacks_what_does_not_fit(url: str) -> None:
