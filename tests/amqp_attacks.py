@@ -340,7 +340,7 @@ ANY_TABLE = st.dictionaries(
     st.sampled_from(["x-retry-interval", "x-dead-letter-exchange", "x-dead-letter-routing-key",
                      "x-message-ttl", "x-consumer-group", "x-queue-type", "x-match",
                      "alternate-exchange", "x-single-active-consumer", "x-max-length",
-                     "x-overflow", "k", "amqp.exchange", ""]),
+                     "x-overflow", "x-expires", "k", "amqp.exchange", ""]),
     st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                   st.dictionaries(st.text(max_size=3), inner,
                                                                   max_size=3)), max_leaves=6),

@@ -132,6 +132,8 @@ class Context:
     """Direct reply-to consumers by their reply names (`replyto.ReplyConsumer`)."""
     room: PublishRoom = field(init=False)
     """Published bytes not yet stored, over every connection (`admission`)."""
+    last_used: dict[str, int] = field(default_factory=dict)
+    """When each queue with an `x-expires` was last used, engine time (`leases`)."""
     _topics: set[str] = field(default_factory=set)
     _topics_at: float = 0.0
 
@@ -174,6 +176,13 @@ class Context:
 
     def consumer_count(self, queue: str) -> int:
         return len(self.consumers.get(queue, ()))
+
+    def used(self, name: str) -> None:
+        """A queue was declared, read or consumed, or its last consumer left: an `x-expires`
+        queue's unused time starts again."""
+        queue = self.topology.queues.get(name)
+        if queue is not None and queue.settings.expires_ms is not None:
+            self.last_used[name] = self.engine.now_ms()
 
     def implicit_queue(self, name: str) -> Queue:
         """A gateway topic no AMQP client declared, as a queue: consumed by the group of its

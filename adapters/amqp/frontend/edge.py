@@ -39,7 +39,6 @@ PRIORITY = "x-priority"
 """Consume argument: the consumer's priority (higher first while it has prefetch room)."""
 QUEUE_TYPES = ("classic", "quorum")
 UNSUPPORTED_QUEUE_ARGUMENTS = {
-    "x-expires": "queues do not expire",
     "x-max-length-bytes": "queues have no limit in bytes; x-max-length limits their messages",
     "x-max-priority": "messages are not reordered by priority",
     "x-delivery-limit": "the retry limit is document 001's 16 retries",
@@ -58,6 +57,7 @@ DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
 OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH)
 MAX_LENGTH_LIMIT = 2**63 - 1
+EXPIRES = "x-expires"
 ALTERNATE_EXCHANGE = "alternate-exchange"
 
 
@@ -97,6 +97,8 @@ class QueueSettings:
     """`x-max-length`: ready messages the queue keeps at most (None: no limit)."""
     overflow: str = DROP_HEAD
     """`x-overflow`: what a publish past `max_length` does (`maxlength`)."""
+    expires_ms: int | None = None
+    """`x-expires`: the queue is deleted once unused this long (`leases`); None: never."""
 
 
 def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSettings:
@@ -152,7 +154,14 @@ def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSetti
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{SINGLE_ACTIVE}': a boolean")
         single = value
     max_length, overflow = _max_length(arguments)
-    return QueueSettings(group, interval, dlx, dlrk, ttl, single, max_length, overflow)
+    expires = None
+    if EXPIRES in arguments:
+        expires = as_int(arguments[EXPIRES])
+        if expires is None or not 1 <= expires <= MAX_LENGTH_LIMIT:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{EXPIRES}': "
+                                                 f"{short(arguments[EXPIRES])}; allowed: "
+                                                 f"1..{MAX_LENGTH_LIMIT} ms")
+    return QueueSettings(group, interval, dlx, dlrk, ttl, single, max_length, overflow, expires)
 
 
 def _max_length(arguments: Mapping[str, FieldValue]) -> tuple[int | None, str]:

@@ -152,6 +152,7 @@ async def consume(channel: ChannelState, m: commands.Basic.Consume) -> None:
         return
     queue = await queues.find(channel, m.queue, CONSUME)
     access.consume(channel, queue, CONSUME)
+    ctx.used(queue.name)
     tag = m.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
     edge.check_name("consumer_tag", tag)
     if tag in channel.consumers or replyto.tag_in_use(channel, tag):
@@ -207,6 +208,7 @@ async def get(channel: ChannelState, m: commands.Basic.Get) -> None:
     ctx = channel.ctx
     queue = await queues.find(channel, m.queue, GET)
     access.consume(channel, queue, GET)
+    ctx.used(queue.name)
     spec = queue_spec(queue, owner(channel))
     for _ in range(MAX_EXPIRED_SKIPS):
         try:

@@ -93,6 +93,7 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
         if ctx.router is not None:
             ctx.router.ensure(queue)
     channel.last_queue = queue.name
+    ctx.used(queue.name)
     await maxlength.trim(ctx, [queue.name])  # a backlog past a limit it declares (drop-head)
     return framing.reply(commands.Queue.DeclareOk, queue=queue.name,
                                     message_count=await ready_count(ctx, queue),
@@ -261,7 +262,9 @@ async def drop_exclusive(ctx: Context, connection: int) -> None:
 
 
 async def consumer_gone(ctx: Context, queue: Queue) -> None:
-    """An auto-delete queue goes when its last consumer does."""
+    """An auto-delete queue goes when its last consumer does (an `x-expires` one starts its
+    unused time then)."""
+    ctx.used(queue.name)
     if queue.auto_delete and queue.had_consumers and not ctx.consumer_count(queue.name) and (
         ctx.topology.queues.get(queue.name) is queue
     ):

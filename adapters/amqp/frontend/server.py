@@ -17,6 +17,7 @@ from adapters.amqp.frontend.deadletters import DeadLetterRouter
 from adapters.amqp.frontend.expiry import Sweeper
 from adapters.amqp.frontend.footprint import Budget
 from adapters.amqp.frontend.journal import Journal
+from adapters.amqp.frontend.leases import QueueLeases
 from adapters.amqp.frontend.topology import Topology
 from gateway.engine.port import EnginePort, EngineQueries
 from gateway.errors import Unavailable
@@ -47,6 +48,7 @@ class AMQPFrontEnd:
         self.ctx = Context(engine, queries, authorizer, topology, journal, limits)
         self.ctx.router = DeadLetterRouter(self.ctx)
         self._sweeper = Sweeper(self.ctx)
+        self._leases = QueueLeases(self.ctx)
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
 
@@ -58,6 +60,7 @@ class AMQPFrontEnd:
             ctx.router.ensure(queue)
         await queues.restore(ctx)
         self._sweeper.start()
+        self._leases.start()
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
@@ -94,6 +97,7 @@ class AMQPFrontEnd:
                 await asyncio.wait_for(conn.wait_closed(), self.ctx.limits.close_timeout_s)
             conn.abort()
         await self._sweeper.close()
+        await self._leases.close()
         if self.ctx.router is not None:
             await self.ctx.router.close()
         if self._server is not None:

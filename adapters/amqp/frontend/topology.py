@@ -483,8 +483,9 @@ def _shown(settings: QueueSettings) -> dict[str, object]:
                               ("x-dead-letter-routing-key", settings.dead_letter_routing_key),
                               ("x-message-ttl", settings.message_ttl_ms),
                               ("x-single-active-consumer", settings.single_active),
-                              ("x-max-length", settings.max_length), ("x-overflow",
-                               None if settings.overflow == "drop-head" else settings.overflow))
+                              ("x-max-length", settings.max_length), ("x-expires",
+                               settings.expires_ms), ("x-overflow", None if settings.overflow ==
+                               "drop-head" else settings.overflow))
             if v is not None and v is not False}
 
 
