@@ -25,6 +25,7 @@ RETRY_INTERVAL_RANGE_S = (10, 1800)
 DEFAULT_RETRY_INTERVAL_S = 60
 ACK_TIMEOUT_MS = MINUTE_MS
 MAX_RETRIES = 16
+MAX_DELIVERY_LIMIT = 2**31 - 1
 FIRST_DEATH_REASON = "x-first-death-reason"
 FIRST_DEATH_QUEUE = "x-first-death-queue"
 LAST_DEATH_REASON = "x-last-death-reason"
@@ -45,13 +46,17 @@ def policy(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPoli
         "x_retry_interval_s", DEFAULT_RETRY_INTERVAL_S, low, high, "s"
     )
     dlx = reader.text("x_dead_letter_exchange")
-    reader.forbid("max_retries", "not configurable for RabbitMQ (16 retries)")
+    reader.forbid("max_retries", "not configurable for RabbitMQ (16 retries; a quorum queue's "
+                                 "x_delivery_limit sets it)")
+    # A quorum queue's `x-delivery-limit` (AMQP front end): failed deliveries before the
+    # message is dead-lettered, in place of document 001's 16.
+    limit = reader.optional_integer("x_delivery_limit", 0, MAX_DELIVERY_LIMIT)
     return RetryPolicy(
         name="rabbitmq",
         dialect=DIALECT,
         backoff=FixedBackoff(interval_s * SECOND_MS),
         naming=naming or RABBITMQ,
-        max_retries=MAX_RETRIES,
+        max_retries=MAX_RETRIES if limit is None else limit,
         placement=Placement.IN_PLACE,
         delivery_timeout_ms=ACK_TIMEOUT_MS,
         dead_letter=bool(dlx),

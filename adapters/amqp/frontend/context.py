@@ -101,6 +101,8 @@ def spec_for(name: str, settings: QueueSettings, owner: str = "") -> Subscriptio
     if settings.dead_letter_exchange is not None:
         options["x_dead_letter_exchange"] = settings.dead_letter_exchange or \
             DEFAULT_EXCHANGE_OPTION
+    if settings.delivery_limit is not None:
+        options["x_delivery_limit"] = str(settings.delivery_limit)
     return SubscriptionSpec(
         topic=name, group=settings.group, policy=POLICY, options=options, naming=NAMING,
         consumer_type=ConsumerType.FAILOVER if settings.single_active else ConsumerType.SHARED,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.amqp.dialect import RETRY_INTERVAL_RANGE_S
+from adapters.amqp.dialect import MAX_DELIVERY_LIMIT, RETRY_INTERVAL_RANGE_S
 from adapters.amqp.frontend.errors import (
     ACCESS_REFUSED,
     INTERNAL_ERROR,
@@ -41,7 +41,6 @@ QUEUE_TYPES = ("classic", "quorum")
 UNSUPPORTED_QUEUE_ARGUMENTS = {
     "x-max-length-bytes": "queues have no limit in bytes; x-max-length limits their messages",
     "x-max-priority": "messages are not reordered by priority",
-    "x-delivery-limit": "the retry limit is document 001's 16 retries",
     "x-dead-letter-strategy": "dead letters are routed at least once",
     "x-max-age": "streams are not served",
     "x-stream-max-segment-size-bytes": "streams are not served",
@@ -58,6 +57,7 @@ REJECT_PUBLISH = "reject-publish"
 OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH)
 MAX_LENGTH_LIMIT = 2**63 - 1
 EXPIRES = "x-expires"
+DELIVERY_LIMIT = "x-delivery-limit"
 ALTERNATE_EXCHANGE = "alternate-exchange"
 
 
@@ -99,6 +99,20 @@ class QueueSettings:
     """`x-overflow`: what a publish past `max_length` does (`maxlength`)."""
     expires_ms: int | None = None
     """`x-expires`: the queue is deleted once unused this long (`leases`); None: never."""
+    delivery_limit: int | None = None
+    """`x-delivery-limit`: failed deliveries before the message is dead-lettered (the policy's
+    `max_retries`); None: the policy's 16."""
+
+    def shown(self) -> dict[str, object]:
+        """The arguments as a redeclare is compared against them (inequivalent if they differ)."""
+        return {k: v for k, v in (
+            (GROUP_ARGUMENT, self.group), (RETRY_INTERVAL, self.retry_interval_s),
+            (DLX, self.dead_letter_exchange), (DLRK, self.dead_letter_routing_key),
+            (MESSAGE_TTL, self.message_ttl_ms), (SINGLE_ACTIVE, self.single_active),
+            (MAX_LENGTH, self.max_length), (EXPIRES, self.expires_ms),
+            (OVERFLOW, None if self.overflow == DROP_HEAD else self.overflow),
+            (DELIVERY_LIMIT, self.delivery_limit),
+        ) if v is not None and v is not False}
 
 
 def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSettings:
@@ -161,7 +175,15 @@ def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSetti
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{EXPIRES}': "
                                                  f"{short(arguments[EXPIRES])}; allowed: "
                                                  f"1..{MAX_LENGTH_LIMIT} ms")
-    return QueueSettings(group, interval, dlx, dlrk, ttl, single, max_length, overflow, expires)
+    limit = None
+    if DELIVERY_LIMIT in arguments:
+        limit = as_int(arguments[DELIVERY_LIMIT])
+        if limit is None or not 0 <= limit <= MAX_DELIVERY_LIMIT:
+            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{DELIVERY_LIMIT}': "
+                                                 f"{short(arguments[DELIVERY_LIMIT])}; allowed: "
+                                                 f"0..{MAX_DELIVERY_LIMIT} failed deliveries")
+    return QueueSettings(group, interval, dlx, dlrk, ttl, single, max_length, overflow, expires,
+                         limit)
 
 
 def _max_length(arguments: Mapping[str, FieldValue]) -> tuple[int | None, str]:

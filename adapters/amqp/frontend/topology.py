@@ -250,7 +250,7 @@ class Topology:
                 if got != have:
                     raise _inequivalent("queue", name, what, got, have)
             if settings != existing.settings:
-                got_args, have_args = _shown(settings), _shown(existing.settings)
+                got_args, have_args = settings.shown(), existing.settings.shown()
                 # As RabbitMQ: the first argument that differs, by name (None: absent).
                 differs = next((k for k in sorted({*got_args, *have_args})
                                 if got_args.get(k) != have_args.get(k)), None)
@@ -474,19 +474,6 @@ def transient(queue: Queue) -> Change:
     """The record of a queue that does not outlive the server (non-durable or exclusive): its
     group, created at declare, is dropped at the next start unless the queue was deleted."""
     return {"op": "transient", "name": queue.name, "group": queue.settings.group}
-
-
-def _shown(settings: QueueSettings) -> dict[str, object]:
-    return {k: v for k, v in (("x-consumer-group", settings.group),
-                              ("x-retry-interval", settings.retry_interval_s),
-                              ("x-dead-letter-exchange", settings.dead_letter_exchange),
-                              ("x-dead-letter-routing-key", settings.dead_letter_routing_key),
-                              ("x-message-ttl", settings.message_ttl_ms),
-                              ("x-single-active-consumer", settings.single_active),
-                              ("x-max-length", settings.max_length), ("x-expires",
-                               settings.expires_ms), ("x-overflow", None if settings.overflow ==
-                               "drop-head" else settings.overflow))
-            if v is not None and v is not False}
 
 
 def _binding_record(b: Binding) -> dict[str, Any]:
