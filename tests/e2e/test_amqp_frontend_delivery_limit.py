@@ -1,5 +1,6 @@
 """`x-delivery-limit` (a quorum queue's poison-message limit) with unmodified pika, against the
-gateway's AMQP front end and the real RabbitMQ on 127.0.0.1:5672 with the same calls: a message
+gateway's AMQP front end (on its embedded store and on the real RabbitMQ as its back end) and the
+real RabbitMQ on 127.0.0.1:5672 itself, with the same calls: a message
 nacked with requeue is delivered again until it has failed more than the limit, then
 dead-lettered with reason `delivery_limit`. The gateway carries it out as the policy's retry
 limit (each requeue waits the queue's `x-retry-interval`, document 001; here 10 s, 0.1 s at the
@@ -22,7 +23,7 @@ from tests.e2e.test_amqp_frontend_client_parity import server, session
 from tests.e2e.test_amqp_frontend_transactions import SERVERS
 
 
-@pytest.fixture(params=SERVERS)
+@pytest.fixture(params=[*SERVERS, "gateway-on-rabbitmq"])
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     async with server(request.param, tmp_path) as found:
         yield found

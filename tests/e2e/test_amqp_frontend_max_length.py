@@ -1,5 +1,6 @@
 """Queue length limits (`x-max-length`, `x-overflow`) with unmodified pika, each case against
-the gateway's AMQP front end and the real RabbitMQ on 127.0.0.1:5672 with the same calls: past
+the gateway's AMQP front end (on its embedded store and on the real RabbitMQ as its back end) and
+against the real RabbitMQ on 127.0.0.1:5672 itself, with the same calls: past
 the limit the oldest ready messages are dead-lettered with reason `maxlen` (drop-head), or a
 publish is refused and nacked (reject-publish); deliveries not yet acknowledged do not count.
 (Before, declaring either argument was refused with 406.)"""
@@ -26,7 +27,7 @@ from tests.e2e.test_amqp_frontend_restart import connect
 from tests.e2e.test_amqp_frontend_transactions import SERVERS, _get_all
 
 
-@pytest.fixture(params=SERVERS)
+@pytest.fixture(params=[*SERVERS, "gateway-on-rabbitmq"])
 async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """The time not scaled: a delivery held unacknowledged does not time out in the test."""
     async with server(request.param, tmp_path, time_scale=1.0) as found:
