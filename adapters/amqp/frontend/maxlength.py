@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import structlog
 
@@ -36,12 +36,11 @@ _locks: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = weakref.Wea
 a lock lives while someone holds or waits for it."""
 
 
-def limited(ctx: Context, topic: str) -> Queue | None:
-    """The queue of `topic` when it has a length limit."""
-    queue = ctx.topology.queues.get(topic)
-    if queue is None or queue.settings.max_length is None:
-        return None
-    return queue
+def limited_of(ctx: Context, topics: Iterable[str]) -> list[Queue]:
+    """The queues of `topics` that have a length limit."""
+    queues = ctx.topology.queues
+    return [q for t in topics if (q := queues.get(t)) is not None
+            and q.settings.max_length is not None]
 
 
 async def ready(ctx: Context, queue: Queue) -> int:
@@ -58,11 +57,10 @@ def _lock(ctx: Context, name: str) -> asyncio.Lock:
     return lock
 
 
-def rejecting(ctx: Context, topics: Sequence[str]) -> list[Queue]:
-    """The `reject-publish` queues of `topics` that have a limit, by name."""
-    found = [q for t in topics if (q := limited(ctx, t)) is not None
-             and q.settings.overflow == REJECT_PUBLISH]
-    return sorted(found, key=lambda q: q.name)
+def rejecting(limited: Sequence[Queue]) -> list[Queue]:
+    """The `reject-publish` queues of `limited`, by name."""
+    return sorted((q for q in limited if q.settings.overflow == REJECT_PUBLISH),
+                  key=lambda q: q.name)
 
 
 @contextlib.asynccontextmanager
@@ -81,12 +79,11 @@ async def room(ctx: Context, queue: Queue) -> int:
     return max(limit - await ready(ctx, queue), 0)
 
 
-async def trim(ctx: Context, topics: Sequence[str]) -> None:
-    """Dead-letter the oldest ready messages of each `drop-head` queue of `topics` past its
+async def trim(ctx: Context, limited: Sequence[Queue]) -> None:
+    """Dead-letter the oldest ready messages of each `drop-head` queue of `limited` past its
     limit. A failure is logged, not raised: the messages stay, the next publish trims again."""
-    for topic in topics:
-        queue = limited(ctx, topic)
-        if queue is None or queue.settings.overflow == REJECT_PUBLISH:
+    for queue in limited:
+        if queue.settings.overflow == REJECT_PUBLISH:
             continue
         try:
             async with _lock(ctx, queue.name):

@@ -137,12 +137,16 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
         routed.append(_Routed(item, seq, topics))
         for topic in topics:
             by_topic.setdefault(topic, []).append(message)
-    full = maxlength.rejecting(channel.ctx, list(by_topic))
-    async with maxlength.admitting(channel.ctx, full):
-        failed = await _admit(channel, full, by_topic, routed)
-        failed.update(await _store(channel, {t: m for t, m in by_topic.items() if m
-                                             and t not in failed}))
-    await maxlength.trim(channel.ctx, [t for t in by_topic if t not in failed])
+    limited = maxlength.limited_of(channel.ctx, by_topic)
+    if not limited:  # (the common case: no queue with a length limit)
+        failed = await _store(channel, by_topic)
+    else:
+        full = maxlength.rejecting(limited)
+        async with maxlength.admitting(channel.ctx, full):
+            failed = await _admit(channel, full, by_topic, routed)
+            failed.update(await _store(channel, {t: m for t, m in by_topic.items() if m
+                                                 and t not in failed}))
+        await maxlength.trim(channel.ctx, [q for q in limited if q.name not in failed])
     _expiring(channel, by_topic, failed)
     if failed:
         channel.unstored = next(iter(failed.values()))

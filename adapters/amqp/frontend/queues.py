@@ -94,7 +94,7 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
             ctx.router.ensure(queue)
     channel.last_queue = queue.name
     ctx.used(queue.name)
-    await maxlength.trim(ctx, [queue.name])  # a backlog past a limit it declares (drop-head)
+    await maxlength.trim(ctx, maxlength.limited_of(ctx, [queue.name]))  # a backlog past it
     return framing.reply(commands.Queue.DeclareOk, queue=queue.name,
                                     message_count=await ready_count(ctx, queue),
                                     consumer_count=ctx.consumer_count(queue.name))
