@@ -150,13 +150,7 @@ def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSetti
         check_name(DLRK, dlrk, allow_empty=True)
         if dlx is None:
             raise AMQPError(PRECONDITION_FAILED, f"{DLRK} defined, but {DLX} is not defined")
-    ttl = None
-    if MESSAGE_TTL in arguments:
-        ttl = as_int(arguments[MESSAGE_TTL])
-        if ttl is None or not 0 <= ttl <= MAX_TTL_MS:
-            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{MESSAGE_TTL}': "
-                                                 f"{short(arguments[MESSAGE_TTL])}; allowed: "
-                                                 f"0..{MAX_TTL_MS} ms")
+    ttl = _integer(arguments, MESSAGE_TTL, 0, MAX_TTL_MS, "ms")
     if QUEUE_TYPE in arguments and as_str(arguments[QUEUE_TYPE]) not in QUEUE_TYPES:
         raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{QUEUE_TYPE}': "
                                              f"{short(arguments[QUEUE_TYPE])}; allowed: "
@@ -167,34 +161,27 @@ def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSetti
         if not isinstance(value, bool):
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{SINGLE_ACTIVE}': a boolean")
         single = value
-    max_length, overflow = _max_length(arguments)
-    expires = None
-    if EXPIRES in arguments:
-        expires = as_int(arguments[EXPIRES])
-        if expires is None or not 1 <= expires <= MAX_LENGTH_LIMIT:
-            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{EXPIRES}': "
-                                                 f"{short(arguments[EXPIRES])}; allowed: "
-                                                 f"1..{MAX_LENGTH_LIMIT} ms")
-    limit = None
-    if DELIVERY_LIMIT in arguments:
-        limit = as_int(arguments[DELIVERY_LIMIT])
-        if limit is None or not 0 <= limit <= MAX_DELIVERY_LIMIT:
-            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{DELIVERY_LIMIT}': "
-                                                 f"{short(arguments[DELIVERY_LIMIT])}; allowed: "
-                                                 f"0..{MAX_DELIVERY_LIMIT} failed deliveries")
-    return QueueSettings(group, interval, dlx, dlrk, ttl, single, max_length, overflow, expires,
-                         limit)
+    return QueueSettings(
+        group, interval, dlx, dlrk, ttl, single,
+        _integer(arguments, MAX_LENGTH, 0, MAX_LENGTH_LIMIT, "messages"), _overflow(arguments),
+        _integer(arguments, EXPIRES, 1, MAX_LENGTH_LIMIT, "ms"),
+        _integer(arguments, DELIVERY_LIMIT, 0, MAX_DELIVERY_LIMIT, "failed deliveries"))
 
 
-def _max_length(arguments: Mapping[str, FieldValue]) -> tuple[int | None, str]:
-    """`x-max-length` (a non-negative integer) and `x-overflow` (drop-head, reject-publish)."""
-    length = None
-    if MAX_LENGTH in arguments:
-        length = as_int(arguments[MAX_LENGTH])
-        if length is None or not 0 <= length <= MAX_LENGTH_LIMIT:
-            raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{MAX_LENGTH}': "
-                                                 f"{short(arguments[MAX_LENGTH])}; allowed: "
-                                                 f"0..{MAX_LENGTH_LIMIT} messages")
+def _integer(arguments: Mapping[str, FieldValue], key: str, low: int, high: int,
+             unit: str) -> int | None:
+    """An integer argument in `low..high` (None: not given)."""
+    if key not in arguments:
+        return None
+    value = as_int(arguments[key])
+    if value is None or not low <= value <= high:
+        raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{key}': {short(arguments[key])}; "
+                                             f"allowed: {low}..{high} {unit}")
+    return value
+
+
+def _overflow(arguments: Mapping[str, FieldValue]) -> str:
+    """`x-overflow`: drop-head (the default) or reject-publish."""
     overflow = DROP_HEAD
     if OVERFLOW in arguments:
         raw = as_str(arguments[OVERFLOW])
@@ -205,7 +192,7 @@ def _max_length(arguments: Mapping[str, FieldValue]) -> tuple[int | None, str]:
                                                  f"{short(arguments[OVERFLOW])}; allowed: "
                                                  f"{', '.join(OVERFLOWS)}{why}")
         overflow = raw
-    return length, overflow
+    return overflow
 
 
 def check_quorum(name: str, arguments: Mapping[str, FieldValue], *, server_named: bool,

@@ -16,8 +16,6 @@ up waits behind one at the head whose time is not.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Sequence
 
 import structlog
@@ -25,6 +23,7 @@ import structlog
 from adapters.amqp.dialect import EXPIRED
 from adapters.amqp.frontend.consumers import expired, expires_at
 from adapters.amqp.frontend.context import Context, queue_spec
+from adapters.amqp.frontend.periodic import Periodic
 from adapters.amqp.frontend.topology import Queue
 from gateway.backend.base import StoredMessage
 from gateway.engine.api import SettleAction, Settlement
@@ -44,13 +43,16 @@ LOOKS_PER_TICK = 64
 READY = "ready"
 
 
-class Sweeper:
+class Sweeper(Periodic):
     """Dead-letters expired messages at the head of queues without consumers."""
 
+    TICK_S = TICK_S
+    FAILED = "amqp expiry sweep failed"
+
     def __init__(self, ctx: Context) -> None:
+        super().__init__()
         self._ctx = ctx
         self._due: dict[str, int] = {}
-        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         """Start sweeping; every queue is looked at once (its messages may have been stored
@@ -62,31 +64,15 @@ class Sweeper:
         now = self._ctx.engine.now_ms()
         for name in self._ctx.topology.queues:
             self._due[name] = now
-        self._task = asyncio.ensure_future(self._run())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        self.begin()
 
     def touch(self, queue: str, at_ms: int) -> None:
         """A message that may expire at `at_ms` went to `queue`: look at it then."""
-        if self._task is None:
+        if not self.running:
             return
         due = self._due.get(queue)
         if due is None or at_ms < due:
             self._due[queue] = at_ms
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug: said, and the next tick tries again
-                log.error("amqp expiry sweep failed", error=str(exc), exc_info=True)
 
     async def sweep(self) -> None:
         """Look at every queue that is due."""

@@ -9,46 +9,29 @@ The queues are looked at every `TICK_S`; a queue goes at most that much after it
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 import structlog
 
 from adapters.amqp.frontend import queues
 from adapters.amqp.frontend.context import Context
+from adapters.amqp.frontend.periodic import Periodic
 
 log = structlog.get_logger(__name__)
 
-TICK_S = 0.1
 
-
-class QueueLeases:
+class QueueLeases(Periodic):
     """Deletes the `x-expires` queues left unused for their time."""
 
+    TICK_S = 0.1
+    FAILED = "amqp queue expiry failed"
+
     def __init__(self, ctx: Context) -> None:
+        super().__init__()
         self._ctx = ctx
-        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         for name in self._ctx.topology.queues:
             self._ctx.used(name)
-        self._task = asyncio.ensure_future(self._run())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a bug: said, and the next tick tries again
-                log.error("amqp queue expiry failed", error=str(exc), exc_info=True)
+        self.begin()
 
     async def sweep(self) -> None:
         """Delete every queue whose unused time has passed."""

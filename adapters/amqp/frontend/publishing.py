@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,12 +113,7 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
     routed: list[_Routed] = []
     by_topic: dict[str, list[OutMessage]] = {}
     error: AMQPError | None = None
-    topology = channel.ctx.topology
-    tested = topology.bindings_tested
-    for item in batch:
-        if topology.bindings_tested - tested > ROUTE_TURN:  # others' turn (a stall otherwise)
-            await asyncio.sleep(0)
-            tested = topology.bindings_tested
+    async for item in _in_turns(channel, batch):
         seq = 0
         if channel.confirming:
             channel.publish_seq += 1
@@ -157,6 +153,18 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
                         hard=False)
     if error is not None:
         raise error
+
+
+async def _in_turns(channel: ChannelState, batch: list[Publish]) -> AsyncIterator[Publish]:
+    """The batch's publishes, the loop served between them once routing has tested more than
+    ROUTE_TURN bindings (a stall for every other client otherwise)."""
+    topology = channel.ctx.topology
+    tested = topology.bindings_tested
+    for item in batch:
+        if topology.bindings_tested - tested > ROUTE_TURN:
+            await asyncio.sleep(0)
+            tested = topology.bindings_tested
+        yield item
 
 
 async def _route(channel: ChannelState, item: Publish) -> tuple[list[str], OutMessage]:
@@ -204,12 +212,7 @@ async def held(channel: ChannelState, batch: list[Publish]) -> None:
     (no such exchange, an internal one, another user's id, no permission, too large) raises now,
     which closes the channel and drops the whole transaction; the commit stores the rest as
     routed here."""
-    topology = channel.ctx.topology
-    tested = topology.bindings_tested
-    for item in batch:
-        if topology.bindings_tested - tested > ROUTE_TURN:  # others' turn (a stall otherwise)
-            await asyncio.sleep(0)
-            tested = topology.bindings_tested
+    async for item in _in_turns(channel, batch):
         try:
             item.route = await _route(channel, item)
         except AMQPError as exc:
