@@ -17,6 +17,10 @@ from gateway.server.auth import current_owner, current_settle_guard
 from gateway.tracing.context import from_metadata, with_carrier
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
 
+SETTLE_WINDOW = 32
+"""Settle batches of one Consume stream read and not yet answered at most: the next frame is
+read once an answer has gone out, so a client that does not read its answers stops being read
+(gRPC's flow control holds it back) instead of having the gateway keep every answer."""
 RESPONSE_BYTES = 4 * 1024 * 1024
 """Deliveries one response carries at most, in message bytes (at least one delivery): gRPC
 clients receive at most 4 MiB per message by default, and the server sends at most 64 MiB."""
@@ -107,7 +111,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 )
             )
         )
-        reader = asyncio.ensure_future(self._read(request_iterator, consumer, outbox))
+        room = asyncio.Semaphore(SETTLE_WINDOW)
+        reader = asyncio.ensure_future(self._read(request_iterator, consumer, outbox, room))
         pump = asyncio.ensure_future(self._pump(consumer, outbox))
         try:
             while True:
@@ -117,6 +122,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 if isinstance(item, Exception):
                     raise item
                 yield item
+                if item.HasField("results"):
+                    room.release()
         finally:
             reader.cancel()
             pump.cancel()
@@ -127,9 +134,12 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         requests: AsyncIterator[gateway_pb2.ConsumeRequest],
         consumer: ConsumerPort,
         outbox: Outbox,
+        room: asyncio.Semaphore,
     ) -> None:
         """Apply credit at once; settle batches run concurrently (so the store commits many in
-        one transaction) while their answers go out in the order the batches came in.
+        one transaction) while their answers go out in the order the batches came in, at most
+        SETTLE_WINDOW of them unanswered (`room`: a slot per batch, given back once its answer
+        went out).
 
         A settle batch already read is carried out even if the stream ends meanwhile. A bad
         frame (a second subscribe, zero credit, too many settlements) ends the stream with its
@@ -146,6 +156,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 elif kind == "settle":
                     settle = req.settle
                     validate.settle_batch(settle)
+                    await room.acquire()
                     previous = asyncio.ensure_future(self._settle_batch(settle, outbox, previous))
                     self._settling.add(previous)
                     previous.add_done_callback(self._settling.discard)

@@ -1,0 +1,105 @@
+"""Attack round 10: the public gRPC API (Gateway and Admin) of a real `gateway serve` process,
+driven as an outsider would, beyond what the fuzzing (tests/fuzz/test_fuzz_grpc.py) checks.
+
+* A Consume stream whose client sent settle batches and never read the answers had the gateway
+  keep every answer (an unbounded queue per stream): 200 batches of 10000 unknown acks
+  (about 14 MB sent) grew the gateway by about 400 MB, and the growth had no end. The answers
+  owed now hold back the reading of the stream, as PublishStream's do.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gateway.v1 import gateway_pb2 as pb
+from gateway.v1 import gateway_pb2_grpc
+from tests.console.gateway_proc import APP_TOKEN, Gateway, start, stop
+
+pytestmark = pytest.mark.slow
+
+META = [("authorization", f"Bearer {APP_TOKEN}")]
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    running = start(tmp_path_factory.mktemp("round10") / "data")
+    try:
+        yield running
+    finally:
+        stop(running)
+
+
+@pytest.fixture
+def stub(gw: Gateway) -> Iterator[gateway_pb2_grpc.GatewayStub]:
+    with grpc.insecure_channel(gw.target) as channel:
+        yield gateway_pb2_grpc.GatewayStub(channel)
+
+
+def rss_mb(gw: Gateway) -> int:
+    status = Path(f"/proc/{gw.proc.pid}/status").read_text()
+    found = re.search(r"VmRSS:\s+(\d+) kB", status)
+    assert found is not None
+    return int(found.group(1)) // 1024
+
+
+def topic() -> str:
+    return f"r10-{uuid.uuid4().hex[:8]}"
+
+
+def round_trip(stub: gateway_pb2_grpc.GatewayStub) -> None:
+    """Another client publishes, receives and acks as usual."""
+    t = topic()
+    stub.Publish(pb.PublishRequest(topic=t, messages=[pb.Message(body=b"still")]),
+                 metadata=META, timeout=10)
+    got = stub.Receive(pb.ReceiveRequest(topic=t, group="g", policy="rocketmq-simple",
+                                         max_messages=1, wait_ms=5000), metadata=META,
+                       timeout=10).deliveries
+    assert [d.body for d in got] == [b"still"]
+    done = stub.Settle(pb.SettleRequest(settlements=[pb.Settlement(
+        receipt=got[0].receipt, ack=pb.Ack())]), metadata=META, timeout=10)
+    assert done.results[0].ok
+
+
+BATCHES = 200
+GROWTH_MB = 120
+"""What the gateway may grow by while one stream's answers are not read (about 32 settle
+answers of 1 MB are owed, and gRPC's buffers): it grew by about 2 MB per batch sent."""
+
+
+def test_settle_answers_nobody_reads_do_not_pile_up(gw: Gateway,
+                                                    stub: gateway_pb2_grpc.GatewayStub) -> None:
+    before = rss_mb(gw)
+    batch = pb.ConsumeRequest(settle=pb.SettleBatch(acks=[f"x{i}" for i in range(10_000)]))
+    sent = 0
+    stop_sending = threading.Event()
+
+    def frames() -> Iterator[pb.ConsumeRequest]:
+        nonlocal sent
+        yield pb.ConsumeRequest(subscribe=pb.Subscribe(topic=topic(), group="g",
+                                                       policy="rocketmq"))
+        for _ in range(BATCHES):
+            yield batch
+            sent += 1
+        stop_sending.wait(60)
+
+    call = stub.Consume(frames(), metadata=META)  # its answers are never read
+    try:
+        deadline = time.monotonic() + 8
+        peak = before
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            peak = max(peak, rss_mb(gw))
+        assert peak - before < GROWTH_MB, (before, peak, sent)
+        assert sent < BATCHES, "the gateway read every batch of a stream nobody reads"
+        round_trip(stub)
+    finally:
+        stop_sending.set()
+        call.cancel()
