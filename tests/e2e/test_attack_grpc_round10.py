@@ -5,6 +5,8 @@ driven as an outsider would, beyond what the fuzzing (tests/fuzz/test_fuzz_grpc.
   keep every answer (an unbounded queue per stream): 200 batches of 10000 unknown acks
   (about 14 MB sent) grew the gateway by about 400 MB, and the growth had no end. The answers
   owed now hold back the reading of the stream, as PublishStream's do.
+* A Settle with one receipt twice said the receipt was "unknown, expired or already settled";
+  it names the repeated settlement.
 """
 
 from __future__ import annotations
@@ -103,3 +105,26 @@ def test_settle_answers_nobody_reads_do_not_pile_up(gw: Gateway,
     finally:
         stop_sending.set()
         call.cancel()
+
+
+def test_a_receipt_repeated_in_a_settle_is_named_as_repeated(
+        stub: gateway_pb2_grpc.GatewayStub) -> None:
+    """A Settle with one receipt twice was refused as if the receipt were "unknown, expired or
+    already settled" (the receipt was good, and nothing said which settlement was wrong)."""
+    t = topic()
+    stub.Publish(pb.PublishRequest(topic=t, messages=[pb.Message(body=b"m")]), metadata=META,
+                 timeout=10)
+    got = stub.Receive(pb.ReceiveRequest(topic=t, group="g", policy="rocketmq-simple",
+                                         max_messages=1, wait_ms=5000), metadata=META,
+                       timeout=10).deliveries
+    ack = pb.Settlement(receipt=got[0].receipt, ack=pb.Ack())
+    fail = pb.Settlement(receipt=got[0].receipt, fail=pb.Fail())
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.Settle(pb.SettleRequest(settlements=[ack, fail]), metadata=META, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    details = refused.value.details() or ""
+    assert "repeated" in details and "settlements[1]" in details, details
+    assert "unknown" not in details, details
+    # Nothing was applied: the one settlement alone goes through.
+    assert stub.Settle(pb.SettleRequest(settlements=[ack]), metadata=META,
+                       timeout=10).results[0].ok
