@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
@@ -21,6 +22,9 @@ SETTLE_WINDOW = 32
 """Settle batches of one Consume stream read and not yet answered at most: the next frame is
 read once an answer has gone out, so a client that does not read its answers stops being read
 (gRPC's flow control holds it back) instead of having the gateway keep every answer."""
+SETTLE_WINDOW_ENTRIES = 50_000
+"""Settlements, acks and fails of those batches at most (one batch may pass it alone): an
+answer holds up to one result of about 1 KiB (a receipt echoed, an error) for each."""
 RESPONSE_BYTES = 4 * 1024 * 1024
 """Deliveries one response carries at most, in message bytes (at least one delivery): gRPC
 clients receive at most 4 MiB per message by default, and the server sends at most 64 MiB."""
@@ -111,7 +115,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 )
             )
         )
-        room = asyncio.Semaphore(SETTLE_WINDOW)
+        room = _Owed()
         reader = asyncio.ensure_future(self._read(request_iterator, consumer, outbox, room))
         pump = asyncio.ensure_future(self._pump(consumer, outbox))
         try:
@@ -123,7 +127,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                     raise item
                 yield item
                 if item.HasField("results"):
-                    room.release()
+                    room.give()
         finally:
             reader.cancel()
             pump.cancel()
@@ -134,12 +138,12 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         requests: AsyncIterator[gateway_pb2.ConsumeRequest],
         consumer: ConsumerPort,
         outbox: Outbox,
-        room: asyncio.Semaphore,
+        room: _Owed,
     ) -> None:
         """Apply credit at once; settle batches run concurrently (so the store commits many in
         one transaction) while their answers go out in the order the batches came in, at most
-        SETTLE_WINDOW of them unanswered (`room`: a slot per batch, given back once its answer
-        went out).
+        SETTLE_WINDOW of them (and SETTLE_WINDOW_ENTRIES of their entries) unanswered:
+        `room`, given back as the answers go out.
 
         A settle batch already read is carried out even if the stream ends meanwhile. A bad
         frame (a second subscribe, zero credit, too many settlements) ends the stream with its
@@ -156,7 +160,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 elif kind == "settle":
                     settle = req.settle
                     validate.settle_batch(settle)
-                    await room.acquire()
+                    await room.take(len(settle.settlements) + len(settle.acks)
+                                    + len(settle.fails))
                     previous = asyncio.ensure_future(self._settle_batch(settle, outbox, previous))
                     self._settling.add(previous)
                     previous.add_done_callback(self._settling.discard)
@@ -252,6 +257,34 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                     await outbox.put(response)
         except Unavailable:
             await outbox.put(None)
+
+
+class _Owed:
+    """The settle batches of a stream read and not yet answered, and their entries; answers go
+    out in the order the batches were read."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.entries = 0
+        self._sizes: collections.deque[int] = collections.deque()
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def take(self, entries: int) -> None:
+        """Wait for room, then count a batch of `entries` read."""
+        await self._room.wait()
+        self.batches += 1
+        self.entries += entries
+        self._sizes.append(entries)
+        if self.batches >= SETTLE_WINDOW or self.entries >= SETTLE_WINDOW_ENTRIES:
+            self._room.clear()
+
+    def give(self) -> None:
+        """The oldest batch's answer went out."""
+        self.batches -= 1
+        self.entries -= self._sizes.popleft()
+        if self.batches < SETTLE_WINDOW and self.entries < SETTLE_WINDOW_ENTRIES:
+            self._room.set()
 
 
 def fitting(deliveries: list[Delivery]) -> tuple[list[Delivery], list[Delivery]]:

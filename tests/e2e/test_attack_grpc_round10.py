@@ -4,7 +4,8 @@ driven as an outsider would, beyond what the fuzzing (tests/fuzz/test_fuzz_grpc.
 * A Consume stream whose client sent settle batches and never read the answers had the gateway
   keep every answer (an unbounded queue per stream): 200 batches of 10000 unknown acks
   (about 14 MB sent) grew the gateway by about 400 MB, and the growth had no end. The answers
-  owed now hold back the reading of the stream, as PublishStream's do.
+  owed (32 batches, 50000 settlements, acks and fails at most) now hold back the reading of
+  the stream, as PublishStream's do.
 * A Settle with one receipt twice said the receipt was "unknown, expired or already settled";
   it names the repeated settlement.
 """
@@ -70,16 +71,24 @@ def round_trip(stub: gateway_pb2_grpc.GatewayStub) -> None:
     assert done.results[0].ok
 
 
-BATCHES = 200
-GROWTH_MB = 120
-"""What the gateway may grow by while one stream's answers are not read (about 32 settle
-answers of 1 MB are owed, and gRPC's buffers): it grew by about 2 MB per batch sent."""
+SMALL = pb.ConsumeRequest(settle=pb.SettleBatch(acks=[f"x{i}" for i in range(10_000)]))
+"""10000 acks of unknown receipts: 69 KB, answered by 10000 failures (about 1 MB)."""
+LARGE = pb.ConsumeRequest(settle=pb.SettleBatch(settlements=[
+    pb.Settlement(receipt=f"{i:05}" * 204, ack=pb.Ack()) for i in range(10_000)]))
+"""10000 settlements of unknown receipts of 1020 bytes: 10 MB, answered by 13 MB."""
 
 
-def test_settle_answers_nobody_reads_do_not_pile_up(gw: Gateway,
-                                                    stub: gateway_pb2_grpc.GatewayStub) -> None:
+@pytest.mark.parametrize("batch, batches, growth_mb", [
+    # Every answer was kept: about 2 MB more per batch sent, without end.
+    (SMALL, 200, 120),
+    # 32 answers of 13 MB each were still owed with a window of batches alone.
+    (LARGE, 60, 320),
+], ids=["small", "large"])
+def test_settle_answers_nobody_reads_do_not_pile_up(
+    gw: Gateway, stub: gateway_pb2_grpc.GatewayStub, batch: pb.ConsumeRequest, batches: int,
+    growth_mb: int,
+) -> None:
     before = rss_mb(gw)
-    batch = pb.ConsumeRequest(settle=pb.SettleBatch(acks=[f"x{i}" for i in range(10_000)]))
     sent = 0
     stop_sending = threading.Event()
 
@@ -87,7 +96,7 @@ def test_settle_answers_nobody_reads_do_not_pile_up(gw: Gateway,
         nonlocal sent
         yield pb.ConsumeRequest(subscribe=pb.Subscribe(topic=topic(), group="g",
                                                        policy="rocketmq"))
-        for _ in range(BATCHES):
+        for _ in range(batches):
             yield batch
             sent += 1
         stop_sending.wait(60)
@@ -99,8 +108,8 @@ def test_settle_answers_nobody_reads_do_not_pile_up(gw: Gateway,
         while time.monotonic() < deadline:
             time.sleep(0.5)
             peak = max(peak, rss_mb(gw))
-        assert peak - before < GROWTH_MB, (before, peak, sent)
-        assert sent < BATCHES, "the gateway read every batch of a stream nobody reads"
+        assert peak - before < growth_mb, (before, peak, sent)
+        assert sent < batches, "the gateway read every batch of a stream nobody reads"
         round_trip(stub)
     finally:
         stop_sending.set()
