@@ -8,12 +8,16 @@ driven as an outsider would, beyond what the fuzzing (tests/fuzz/test_fuzz_grpc.
   the stream, as PublishStream's do.
 * A Settle with one receipt twice said the receipt was "unknown, expired or already settled";
   it names the repeated settlement.
+* A response of deliveries (Receive, Consume) was cut at 4 MiB of message bytes, leaving out
+  each delivery's receipt, id and names: with long names it passed gRPC's default client limit
+  and failed RESOURCE_EXHAUSTED, its deliveries left invisible.
 * A client that cancelled a stream while the gateway wrote to it left an error line with
   gRPC's traceback (ExecuteBatchError) in the log, one per stream, at will.
 """
 
 from __future__ import annotations
 
+import queue
 import re
 import threading
 import time
@@ -161,3 +165,35 @@ def test_a_client_gone_mid_write_logs_no_error(gw: Gateway,
     added = gw.log.read_text()[len(before):]
     assert "ExecuteBatchError" not in added, added[-2000:]
     round_trip(stub)
+
+
+def test_deliveries_with_long_names_fit_a_default_client(gw: Gateway) -> None:
+    """A response of deliveries was cut at 4 MiB of message bytes, not counting each
+    delivery's receipt, id, topic, original topic and group: on a topic and group of 255 bytes
+    a Receive of 300-byte messages answered 4.5 MB, which a client with gRPC's default limit
+    (4 MiB) could not take (RESOURCE_EXHAUSTED), and the 4096 deliveries stayed invisible."""
+    t = topic().ljust(255, "t")
+    group = "g".ljust(255, "g")
+    with grpc.insecure_channel(gw.target) as channel:  # gRPC's default limits
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        for _ in range(2):
+            stub.Publish(pb.PublishRequest(topic=t, messages=[pb.Message(body=b"x" * 300)]
+                                           * 5000), metadata=META, timeout=60)
+        got = stub.Receive(pb.ReceiveRequest(topic=t, group=group, policy="rocketmq-simple",
+                                             max_messages=10_000, wait_ms=1000),
+                           metadata=META, timeout=30)
+        assert len(got.deliveries) > 0 and got.ByteSize() <= 4 * 1024 * 1024
+        consumed = len(got.deliveries)
+        frames: queue.Queue[pb.ConsumeRequest | None] = queue.Queue()
+        frames.put(pb.ConsumeRequest(subscribe=pb.Subscribe(
+            topic=t, group=group, policy="rocketmq", prefetch=10_000)))
+        call = stub.Consume(iter(frames.get, None), metadata=META, timeout=30)
+        try:
+            for response in call:
+                assert response.ByteSize() <= 4 * 1024 * 1024
+                consumed += len(response.deliveries.deliveries)
+                if consumed >= 10_000:
+                    break
+        finally:
+            frames.put(None)
+            call.cancel()
