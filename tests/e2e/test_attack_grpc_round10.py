@@ -11,6 +11,8 @@ driven as an outsider would, beyond what the fuzzing (tests/fuzz/test_fuzz_grpc.
 * A response of deliveries (Receive, Consume) was cut at 4 MiB of message bytes, leaving out
   each delivery's receipt, id and names: with long names it passed gRPC's default client limit
   and failed RESOURCE_EXHAUSTED, its deliveries left invisible.
+* RemoveExported removed exported messages a consumer had taken since the export (which
+  ExportMessages refuses): processed twice. It is refused the same way.
 * A client that cancelled a stream while the gateway wrote to it left an error line with
   gRPC's traceback (ExecuteBatchError) in the log, one per stream, at will.
 """
@@ -28,13 +30,15 @@ from pathlib import Path
 import grpc
 import pytest
 
+from gateway.v1 import admin_pb2 as apb
+from gateway.v1 import admin_pb2_grpc, gateway_pb2_grpc
 from gateway.v1 import gateway_pb2 as pb
-from gateway.v1 import gateway_pb2_grpc
-from tests.console.gateway_proc import APP_TOKEN, Gateway, start, stop
+from tests.console.gateway_proc import ADMIN_TOKEN, APP_TOKEN, Gateway, start, stop
 
 pytestmark = pytest.mark.slow
 
 META = [("authorization", f"Bearer {APP_TOKEN}")]
+ADMIN_META = [("authorization", f"Bearer {ADMIN_TOKEN}")]
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +201,29 @@ def test_deliveries_with_long_names_fit_a_default_client(gw: Gateway) -> None:
         finally:
             frames.put(None)
             call.cancel()
+
+
+def test_remove_exported_is_refused_while_a_delivery_is_in_flight(gw: Gateway) -> None:
+    """ExportMessages is refused while the group's deliveries are in flight, but a consumer
+    that took an exported message after the export had it removed under it by RemoveExported:
+    processed here and, as a copy, where it went (and its dead-lettering made a dead letter of
+    a message that was gone)."""
+    t = topic()
+    with grpc.insecure_channel(gw.target) as channel:
+        stub, admin = gateway_pb2_grpc.GatewayStub(channel), admin_pb2_grpc.AdminStub(channel)
+        stub.Publish(pb.PublishRequest(topic=t, messages=[pb.Message(body=b"m")] * 2),
+                     metadata=META, timeout=10)
+        page = admin.ExportMessages(apb.ExportMessagesRequest(
+            topic=t, group="g", part=apb.MESSAGE_PART_READY), metadata=ADMIN_META, timeout=10)
+        remove = apb.RemoveExportedRequest(topic=t, group="g", part=apb.MESSAGE_PART_READY,
+                                           positions=[m.position for m in page.messages])
+        got = stub.Receive(pb.ReceiveRequest(topic=t, group="g", policy="rocketmq-simple",
+                                             max_messages=1, wait_ms=5000), metadata=META,
+                           timeout=10).deliveries
+        with pytest.raises(grpc.RpcError) as refused:
+            admin.RemoveExported(remove, metadata=ADMIN_META, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "in flight" in (refused.value.details() or "")
+        assert stub.Settle(pb.SettleRequest(settlements=[pb.Settlement(
+            receipt=got[0].receipt, ack=pb.Ack())]), metadata=META, timeout=10).results[0].ok
+        assert admin.RemoveExported(remove, metadata=ADMIN_META, timeout=10).removed == 1
