@@ -29,6 +29,9 @@ QUIET = ("py4j",)
 """Chatty libraries held at warning unless the level is debug (py4j logs every call between
 Python and Spark's JVM at info and debug)."""
 
+GRPC_CORE = "grpc._cython.cygrpc"
+"""The logger of gRPC's server core, which logs a client going away as an error (`_ClientGone`)."""
+
 _ROOT_HANDLER = "gateway-json"
 _STREAM: list[TextIO | None] = [None]
 """Where `configure` sends lines (None: standard error as it is at each line)."""
@@ -90,6 +93,9 @@ def configure(level: str, stream: TextIO | None = None) -> None:
     root.setLevel(numeric)
     for name in QUIET:
         logging.getLogger(name).setLevel(numeric if numeric <= logging.DEBUG else logging.WARNING)
+    core = logging.getLogger(GRPC_CORE)
+    if not any(isinstance(f, _ClientGone) for f in core.filters):
+        core.addFilter(_ClientGone())
     logging.captureWarnings(True)
 
 
@@ -129,3 +135,17 @@ class _JsonHandler(logging.Handler):
             out.flush()
         except Exception:
             self.handleError(record)
+
+
+class _ClientGone(logging.Filter):
+    """gRPC's core logs an error with a traceback (`ExecuteBatchError`) when the client of a
+    stream went away (cancelled, disconnected) while a response was being written to it: the
+    client's doing, which any client can repeat at will, not a fault of the gateway. Such a
+    line is kept at debug."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        if kind is None or kind.__name__ != "ExecuteBatchError":
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)

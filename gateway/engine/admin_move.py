@@ -63,7 +63,7 @@ class MoveVerbs:
             f"group {group!r} of topic {topic!r} has {state.consumers} consumer(s) open"
             f"{using}; stop them first")
 
-    def _none_in_flight(self, topic: str, group: str) -> None:
+    def _none_in_flight(self, topic: str, group: str, verb: str = "export") -> None:
         """Refuse while deliveries of the group are in flight to pull consumers (push ones are
         refused above): each would be processed twice, there and where it is copied to."""
         flying = sum(1 for u in self._engine.unsettled(topic, group) if not u.held)
@@ -71,7 +71,7 @@ class MoveVerbs:
             raise FailedPrecondition(
                 f"group {group!r} of topic {topic!r} has {flying} "
                 f"{'delivery' if flying == 1 else 'deliveries'} in flight; stop its consumers "
-                "and export once they are settled or their time to settle has passed")
+                f"and {verb} once they are settled or their time to settle has passed")
 
     # ----------------------------------------------------------------- rename
     async def rename(
@@ -210,6 +210,10 @@ class MoveVerbs:
         destination may be shared by the group's topics (`%DLQ%{group}`), and the position of
         another topic's message there would remove that message (refused, nothing removed)."""
         self._removable()
+        # As for export: a consumer that took an exported message after the export would
+        # process it here while its copy is processed where it went (and settle what is gone).
+        self._no_consumers(topic, group)
+        self._none_in_flight(topic, group, "remove")
         source = await self._part_topic(topic, group, part, naming)
         if part != READY:
             await self._check_owned(topic, group, part, source, positions)

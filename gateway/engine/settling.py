@@ -230,12 +230,13 @@ class Settling(EngineBase):
         """Every item decided, or the first bad one's error; an `InvalidArgument` names the
         item (`settlements[i].delay_ms`: its index and the `Settlement` field), since the
         caller cannot otherwise tell which of the batch it was."""
-        seen: set[str] = set()
+        seen: dict[str, int] = {}
         decided: list[_Decided] = []
         for i, item in enumerate(settlements):
-            if item.receipt in seen:
-                raise StaleReceipt(item.receipt)
-            seen.add(item.receipt)
+            first = seen.setdefault(item.receipt, i)
+            if first != i:  # valid maybe, but settled once only: say so, not "unknown"
+                raise StaleReceipt(item.receipt, f"repeated: settlements[{i}] settles the "
+                                                 f"delivery settlements[{first}] settles")
             try:
                 decided.append(self._decide(item, now, guard))
             except InvalidArgument as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
@@ -17,9 +18,22 @@ from gateway.server.auth import current_owner, current_settle_guard
 from gateway.tracing.context import from_metadata, with_carrier
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
 
+SETTLE_WINDOW = 32
+"""Settle batches of one Consume stream read and not yet answered at most: the next frame is
+read once an answer has gone out, so a client that does not read its answers stops being read
+(gRPC's flow control holds it back) instead of having the gateway keep every answer."""
+SETTLE_WINDOW_ENTRIES = 50_000
+"""Settlements, acks and fails of those batches at most (one batch may pass it alone): an
+answer holds up to one result of about 1 KiB (a receipt echoed, an error) for each."""
 RESPONSE_BYTES = 4 * 1024 * 1024
-"""Deliveries one response carries at most, in message bytes (at least one delivery): gRPC
-clients receive at most 4 MiB per message by default, and the server sends at most 64 MiB."""
+"""Deliveries one response carries at most, in bytes (at least one delivery): gRPC clients
+receive at most 4 MiB per message by default, and the server sends at most 64 MiB."""
+DELIVERY_OVERHEAD = 128
+"""Bytes of a Delivery on the wire besides its strings, bytes and properties, at most: the
+field tags and lengths, the numbers (attempt, retries, times), the message's own length."""
+PROPERTY_OVERHEAD = 12
+"""Bytes of one property on the wire besides its key and value, at most (a map entry's tag
+and length, its key's and value's tags and lengths)."""
 
 Ctx: TypeAlias = Any  # grpc.aio.ServicerContext
 Outbox: TypeAlias = asyncio.Queue[gateway_pb2.ConsumeResponse | Exception | None]
@@ -107,7 +121,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 )
             )
         )
-        reader = asyncio.ensure_future(self._read(request_iterator, consumer, outbox))
+        room = _Owed()
+        reader = asyncio.ensure_future(self._read(request_iterator, consumer, outbox, room))
         pump = asyncio.ensure_future(self._pump(consumer, outbox))
         try:
             while True:
@@ -117,6 +132,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 if isinstance(item, Exception):
                     raise item
                 yield item
+                if item.HasField("results"):
+                    room.give()
         finally:
             reader.cancel()
             pump.cancel()
@@ -127,9 +144,12 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         requests: AsyncIterator[gateway_pb2.ConsumeRequest],
         consumer: ConsumerPort,
         outbox: Outbox,
+        room: _Owed,
     ) -> None:
         """Apply credit at once; settle batches run concurrently (so the store commits many in
-        one transaction) while their answers go out in the order the batches came in.
+        one transaction) while their answers go out in the order the batches came in, at most
+        SETTLE_WINDOW of them (and SETTLE_WINDOW_ENTRIES of their entries) unanswered:
+        `room`, given back as the answers go out.
 
         A settle batch already read is carried out even if the stream ends meanwhile. A bad
         frame (a second subscribe, zero credit, too many settlements) ends the stream with its
@@ -146,6 +166,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 elif kind == "settle":
                     settle = req.settle
                     validate.settle_batch(settle)
+                    await room.take(len(settle.settlements) + len(settle.acks)
+                                    + len(settle.fails))
                     previous = asyncio.ensure_future(self._settle_batch(settle, outbox, previous))
                     self._settling.add(previous)
                     previous.add_done_callback(self._settling.discard)
@@ -243,11 +265,47 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             await outbox.put(None)
 
 
+class _Owed:
+    """The settle batches of a stream read and not yet answered, and their entries; answers go
+    out in the order the batches were read."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.entries = 0
+        self._sizes: collections.deque[int] = collections.deque()
+        self._room = asyncio.Event()
+        self._room.set()
+
+    async def take(self, entries: int) -> None:
+        """Wait for room, then count a batch of `entries` read."""
+        await self._room.wait()
+        self.batches += 1
+        self.entries += entries
+        self._sizes.append(entries)
+        if self.batches >= SETTLE_WINDOW or self.entries >= SETTLE_WINDOW_ENTRIES:
+            self._room.clear()
+
+    def give(self) -> None:
+        """The oldest batch's answer went out."""
+        self.batches -= 1
+        self.entries -= self._sizes.popleft()
+        if self.batches < SETTLE_WINDOW and self.entries < SETTLE_WINDOW_ENTRIES:
+            self._room.set()
+
+
 def fitting(deliveries: list[Delivery]) -> tuple[list[Delivery], list[Delivery]]:
-    """The longest prefix of `deliveries` within RESPONSE_BYTES (at least one), and the rest."""
+    """The longest prefix of `deliveries` within RESPONSE_BYTES (at least one), and the rest.
+    A delivery counts as it goes on the wire: its message, and its receipt, id and names
+    (a topic, group and original topic of 255 bytes each made deliveries of 300-byte bodies
+    about 1.2 KB, and a response of 4096 of them passed the clients' 4 MiB limit), with
+    protobuf's own bytes (`DELIVERY_OVERHEAD`, `PROPERTY_OVERHEAD`)."""
     total = 0
     for n, d in enumerate(deliveries):
-        total += len(d.body) + utf8_len(d.key) + utf8_len(d.tag) + properties_size(d.properties)
+        total += (len(d.body) + utf8_len(d.key) + utf8_len(d.tag) + utf8_len(d.receipt)
+                  + utf8_len(d.message_id) + utf8_len(d.topic) + utf8_len(d.original_topic)
+                  + utf8_len(d.group) + DELIVERY_OVERHEAD)
+        if d.properties:
+            total += properties_size(d.properties) + PROPERTY_OVERHEAD * len(d.properties)
         if total > RESPONSE_BYTES and n > 0:
             return deliveries[:n], deliveries[n:]
     return deliveries, []

@@ -211,7 +211,8 @@ class AdminServicer:
         dead-letter destination may be shared by a group's topics (`%DLQ%{group}`): each position
         must hold a message of `topic` (INVALID_ARGUMENT naming `positions[i]` otherwise, and nothing
         is removed). FAILED_PRECONDITION on a back end that cannot remove by position
-        (DescribeGroupResponse.cannot_remove_exported).
+        (DescribeGroupResponse.cannot_remove_exported), and as for ExportMessages while push
+        consumers are open on the group or deliveries of it are in flight to pull consumers.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

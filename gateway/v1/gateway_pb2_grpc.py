@@ -99,6 +99,8 @@ class GatewayServicer:
         FAILED_PRECONDITION; `Credit` of 0, credit beyond the limit, a SettleBatch of more than
         10000 settlements and acks, a frame with no kind, or bytes that are not a ConsumeRequest
         INVALID_ARGUMENT. A bad settlement inside a SettleBatch only fails its own result.
+        At most 32 SettleBatches (and 50000 of their settlements, acks and fails) are unanswered at
+        a time: the gateway reads the next frame once an answer went out.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
