@@ -258,9 +258,13 @@ def run(args: argparse.Namespace) -> int:
         configure_logging(config.log_level)
         for variable, meant in unknown_env(os.environ):  # a typo ran with the default
             log.warning("unknown setting variable ignored", variable=variable, meant=meant)
+        in_file = _file_values(config)
         for key, backend in unused.items():
             if env_name(key) in os.environ:  # one manifest may serve several sidecars
                 log.warning("setting not used", variable=env_name(key), backend=config.backend,
+                            setting_of=backend)
+            elif key in in_file:  # `[pulsar] token` on another back end: ignored, unsaid
+                log.warning("setting not used", setting=in_file[key], backend=config.backend,
                             setting_of=backend)
         return asyncio.run(serve(config))
     except InvalidArgument as exc:
@@ -280,6 +284,14 @@ def run(args: argparse.Namespace) -> int:
     except Exception:
         log.exception("gateway failed")
         return 1
+
+
+def _file_values(config: ServeConfig) -> dict[str, str]:
+    """The products' settings that are not at their defaults, by flat key, each with its place
+    in the config file (`pulsar.token`)."""
+    return {spec.key: spec.setting.toml for product in installed()
+            for spec in settings_of(product.config_type)
+            if config.value(spec.key) != spec.default}
 
 
 def check_files(config: ServeConfig) -> None:

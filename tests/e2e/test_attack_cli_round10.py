@@ -123,3 +123,52 @@ def test_an_empty_config_path_is_refused_not_ignored(tmp_path: Path) -> None:
     refused(serve(tmp_path, "--listen", "127.0.0.1:0", "--data-dir", "data", "--config", ""),
             "config=''", "a readable TOML file")
     assert not (tmp_path / "data").exists()
+
+
+def test_sigterm_stops_a_gateway_whose_log_reader_went_away(tmp_path: Path) -> None:
+    """`gateway serve 2>&1 | head` (or a log collector that died): the `stopping` line raised
+    BrokenPipeError in the SIGTERM handler before it set the stop, and the gateway ignored
+    every SIGTERM after (only SIGKILL ended it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--listen", "127.0.0.1:0",
+         "--data-dir", str(tmp_path / "data")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        while "gateway listening" not in proc.stderr.readline():
+            assert time.monotonic() < deadline and proc.poll() is None
+        proc.stderr.close()  # the reader goes away
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_file_setting_of_another_back_end_is_said_at_start(tmp_path: Path) -> None:
+    """`[pulsar] token` on the embedded back end was ignored without a word (the same as a
+    flag is refused, and a variable is warned about)."""
+    (tmp_path / "gateway.toml").write_text('[pulsar]\ntoken = "t0ken"\n')
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--listen", "127.0.0.1:0",
+         "--data-dir", str(tmp_path / "data"), "--config", "gateway.toml"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={k: v for k, v in dict(os.environ, PYTHONPATH=str(REPO)).items()
+             if not k.startswith("GATEWAY_")})
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 60
+        while "gateway listening" not in (lines[-1] if lines else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, lines
+            lines.append(proc.stderr.readline())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    unused = [line for line in lines if "setting not used" in line]
+    assert len(unused) == 1 and '"pulsar.token"' in unused[0], lines
+    assert "t0ken" not in "".join(lines)
