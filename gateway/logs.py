@@ -108,6 +108,8 @@ def _write(line: str) -> None:
     drops it: `stopping` raised BrokenPipeError in the SIGTERM handler, before the stop, and
     `gateway serve 2>&1 | head` (or a dead log collector) then ignored every SIGTERM."""
     out = _STREAM[0] or sys.stderr
+    if out is None:  # started with stderr closed (`2>&-`): nowhere to write
+        return
     try:
         out.write(line + "\n")
         out.flush()

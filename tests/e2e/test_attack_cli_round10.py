@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -172,3 +173,29 @@ def test_a_file_setting_of_another_back_end_is_said_at_start(tmp_path: Path) -> 
     unused = [line for line in lines if "setting not used" in line]
     assert len(unused) == 1 and '"pulsar.token"' in unused[0], lines
     assert "t0ken" not in "".join(lines)
+
+
+def test_a_gateway_started_with_stderr_closed_serves(tmp_path: Path) -> None:
+    """`gateway serve 2>&-` (a daemon started without a stderr): the first log line was an
+    AttributeError on `None`, exit status 1, nothing said anywhere."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "serve", "--listen", f"127.0.0.1:{port}",
+         "--data-dir", str(tmp_path / "data")],
+        stdout=subprocess.DEVNULL, cwd=tmp_path, preexec_fn=lambda: os.close(2),
+        env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.returncode
+            with socket.socket() as c:
+                if c.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
