@@ -199,3 +199,12 @@ def test_a_gateway_started_with_stderr_closed_serves(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_python_dash_m_gateway_runs_the_command(tmp_path: Path) -> None:
+    """`python -m gateway ...` said "No module named gateway.__main__" (exit 1): only
+    `python -m gateway.cli` and the console script ran it."""
+    done = subprocess.run([sys.executable, "-m", "gateway", "serve", "--max-rpcs", "0"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    refused(done, "max_rpcs=0", "1..1000000")
