@@ -297,7 +297,8 @@ def _flatten(doc: Mapping[str, Any], keys: _Keys) -> dict[str, Any]:
             name = known[key]
             kind = keys.kinds[name]
             if kind is tuple and (not isinstance(value, list)
-                                  or not all(isinstance(v, str) for v in value)):
+                                  or not all(isinstance(v, str) and v.strip() for v in value)):
+                # an empty name ("" or " ") was dropped without a word
                 raise InvalidArgument(f"{section}.{key}", value, keys.allowed[name])
             if kind is _PRINCIPALS:
                 if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):

@@ -208,3 +208,11 @@ def test_python_dash_m_gateway_runs_the_command(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=tmp_path, timeout=60,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))
     refused(done, "max_rpcs=0", "1..1000000")
+
+
+@pytest.mark.parametrize("names", ['["", "orders"]', '["orders", "  "]'])
+def test_an_empty_name_in_a_list_setting_is_refused(tmp_path: Path, names: str) -> None:
+    """`fifo_groups = ["", "orders"]` served with the empty name dropped without a word."""
+    (tmp_path / "gateway.toml").write_text(f"[rocketmq]\nfifo_groups = {names}\n")
+    refused(serve(tmp_path, "--config", "gateway.toml", "--listen", "127.0.0.1:0",
+                  "--data-dir", "data"), "rocketmq.fifo_groups=", "a list of group names")
