@@ -12,6 +12,7 @@ import os
 import signal
 import ssl
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 
 import structlog
@@ -115,6 +116,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(run=run)
 
 
+def ascii_number(kind: type) -> Callable[[str], object]:
+    """`kind` (int, float or str) for a flag, refusing digits other than ASCII ones: Python
+    reads `٣` (an Arabic-Indic 3) as 3, and a port of such digits is refused already."""
+    if kind not in (int, float):
+        return kind
+
+    def parse(text: str) -> object:
+        if not text.isascii():
+            raise ValueError(text)
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse's "invalid int value: ..."
+    return parse
+
+
 def describe_default(value: object) -> str:
     """How a default reads in a flag's help."""
     if value == "" or value == ():
@@ -139,7 +155,7 @@ class _OwnFlags:
         self.defaults = {f.name: f.default for f in fields(ServeConfig)}
 
     def add(self, flag: str, key: str, text: str, kind: type = str) -> None:
-        self.parser.add_argument(flag, dest=key, type=kind, metavar=key.upper(),
+        self.parser.add_argument(flag, dest=key, type=ascii_number(kind), metavar=key.upper(),
                                  help=flag_help(text, key, self.defaults[key]))
 
     def switch(self, flag: str, key: str, text: str) -> None:
@@ -160,8 +176,8 @@ def _add_product_flags(p: argparse.ArgumentParser) -> None:
                 p.add_argument(spec.setting.flag, dest=spec.key, action="store_const",
                                const=True, help=help_text)
             elif spec.kind in (int, float):
-                p.add_argument(spec.setting.flag, dest=spec.key, type=spec.kind, help=help_text,
-                               metavar=spec.key.upper())
+                p.add_argument(spec.setting.flag, dest=spec.key, type=ascii_number(spec.kind),
+                               help=help_text, metavar=spec.key.upper())
             else:  # text; a list is comma-separated, as in the environment
                 p.add_argument(spec.setting.flag, dest=spec.key, help=help_text,
                                metavar=spec.key.upper())

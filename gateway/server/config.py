@@ -338,6 +338,8 @@ def _coerce(name: str, value: Any, kind: object) -> Any:
         return tuple(str(v).strip() for v in items if str(v).strip())
     text = str(value)
     try:
+        if kind in (int, float) and not text.isascii():  # `٣` (an Arabic-Indic 3) was 3
+            raise ValueError(text)
         if kind is int:
             return int(text)
         if kind is float:

@@ -216,3 +216,27 @@ def test_an_empty_name_in_a_list_setting_is_refused(tmp_path: Path, names: str) 
     (tmp_path / "gateway.toml").write_text(f"[rocketmq]\nfifo_groups = {names}\n")
     refused(serve(tmp_path, "--config", "gateway.toml", "--listen", "127.0.0.1:0",
                   "--data-dir", "data"), "rocketmq.fifo_groups=", "a list of group names")
+
+
+@pytest.mark.parametrize(("args", "env", "words"), [
+    (["--cache-mb", "\u0663"], {}, ("--cache-mb", "invalid int value")),
+    (["--grace-s", "\u0661"], {}, ("--grace-s", "invalid float value")),
+    (["--rabbitmq-start-wait-s", "\u0661"], {}, ("--rabbitmq-start-wait-s", "invalid float")),
+    ([], {"GATEWAY_CACHE_MB": "\u0663"}, ("GATEWAY_CACHE_MB=", "an integer")),
+])
+def test_a_number_of_non_ascii_digits_is_refused(tmp_path: Path, args: list[str],
+                                                 env: dict[str, str],
+                                                 words: tuple[str, ...]) -> None:
+    """Python reads `٣` (an Arabic-Indic 3) as 3: `--cache-mb ٣` served with 3 MiB, where a
+    port of such digits is refused."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "serve", "--listen", "127.0.0.1:0",
+             "--data-dir", "data", *args],
+            capture_output=True, text=True, cwd=tmp_path, timeout=60,
+            env=dict(os.environ, PYTHONPATH=str(REPO), **env))
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the gateway started: {exc.stderr!r}") from None
+    assert "Traceback" not in done.stderr and done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert all(word in line for word in words), line
