@@ -106,9 +106,33 @@ def announce(event: str, level: str = "info", **fields: object) -> None:
     stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     line = json.dumps({"event": event, **fields, "level": level, "timestamp": stamp},
                       default=str)
+    _write(line)
+
+
+def _write(line: str) -> None:
+    """Write one line; a stream that cannot take it (its reader went away, the disk is full)
+    drops it: `stopping` raised BrokenPipeError in the SIGTERM handler, before the stop, and
+    `gateway serve 2>&1 | head` (or a dead log collector) then ignored every SIGTERM."""
     out = _STREAM[0] or sys.stderr
-    out.write(line + "\n")
-    out.flush()
+    if out is None:  # started with stderr closed (`2>&-`): nowhere to write
+        return
+    try:
+        out.write(line + "\n")
+        out.flush()
+    except BrokenPipeError:
+        _to_devnull(out)  # nobody reads it: later lines, and the flush at exit, go nowhere
+    except (OSError, ValueError):  # ENOSPC, EIO, a closed stream: this line is lost
+        pass
+
+
+def _to_devnull(out: TextIO) -> None:
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 class _Lines:
@@ -117,9 +141,7 @@ class _Lines:
     are cached: a later `configure` moves them all)."""
 
     def msg(self, message: str) -> None:
-        out = _STREAM[0] or sys.stderr
-        out.write(message + "\n")
-        out.flush()
+        _write(message)
 
     log = debug = info = warn = warning = error = critical = exception = fatal = msg
 
@@ -130,9 +152,7 @@ class _JsonHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = self.format(record)
-            out = _STREAM[0] or sys.stderr
-            out.write(line + "\n")
-            out.flush()
+            _write(line)
         except Exception:
             self.handleError(record)
 

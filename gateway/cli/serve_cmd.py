@@ -12,6 +12,7 @@ import os
 import signal
 import ssl
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 
 import structlog
@@ -115,6 +116,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(run=run)
 
 
+def ascii_number(kind: type) -> Callable[[str], object]:
+    """`kind` (int, float or str) for a flag, refusing digits other than ASCII ones: Python
+    reads `٣` (an Arabic-Indic 3) as 3, and a port of such digits is refused already."""
+    if kind not in (int, float):
+        return kind
+
+    def parse(text: str) -> object:
+        if not text.isascii():
+            raise ValueError(text)
+        return kind(text)
+
+    parse.__name__ = kind.__name__  # argparse's "invalid int value: ..."
+    return parse
+
+
 def describe_default(value: object) -> str:
     """How a default reads in a flag's help."""
     if value == "" or value == ():
@@ -139,7 +155,7 @@ class _OwnFlags:
         self.defaults = {f.name: f.default for f in fields(ServeConfig)}
 
     def add(self, flag: str, key: str, text: str, kind: type = str) -> None:
-        self.parser.add_argument(flag, dest=key, type=kind, metavar=key.upper(),
+        self.parser.add_argument(flag, dest=key, type=ascii_number(kind), metavar=key.upper(),
                                  help=flag_help(text, key, self.defaults[key]))
 
     def switch(self, flag: str, key: str, text: str) -> None:
@@ -160,8 +176,8 @@ def _add_product_flags(p: argparse.ArgumentParser) -> None:
                 p.add_argument(spec.setting.flag, dest=spec.key, action="store_const",
                                const=True, help=help_text)
             elif spec.kind in (int, float):
-                p.add_argument(spec.setting.flag, dest=spec.key, type=spec.kind, help=help_text,
-                               metavar=spec.key.upper())
+                p.add_argument(spec.setting.flag, dest=spec.key, type=ascii_number(spec.kind),
+                               help=help_text, metavar=spec.key.upper())
             else:  # text; a list is comma-separated, as in the environment
                 p.add_argument(spec.setting.flag, dest=spec.key, help=help_text,
                                metavar=spec.key.upper())
@@ -258,9 +274,13 @@ def run(args: argparse.Namespace) -> int:
         configure_logging(config.log_level)
         for variable, meant in unknown_env(os.environ):  # a typo ran with the default
             log.warning("unknown setting variable ignored", variable=variable, meant=meant)
+        in_file = _file_values(config)
         for key, backend in unused.items():
             if env_name(key) in os.environ:  # one manifest may serve several sidecars
                 log.warning("setting not used", variable=env_name(key), backend=config.backend,
+                            setting_of=backend)
+            elif key in in_file:  # `[pulsar] token` on another back end: ignored, unsaid
+                log.warning("setting not used", setting=in_file[key], backend=config.backend,
                             setting_of=backend)
         return asyncio.run(serve(config))
     except InvalidArgument as exc:
@@ -280,6 +300,14 @@ def run(args: argparse.Namespace) -> int:
     except Exception:
         log.exception("gateway failed")
         return 1
+
+
+def _file_values(config: ServeConfig) -> dict[str, str]:
+    """The products' settings that are not at their defaults, by flat key, each with its place
+    in the config file (`pulsar.token`)."""
+    return {spec.key: spec.setting.toml for product in installed()
+            for spec in settings_of(product.config_type)
+            if config.value(spec.key) != spec.default}
 
 
 def check_files(config: ServeConfig) -> None:

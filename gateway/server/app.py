@@ -30,6 +30,7 @@ from gateway.engine.observe import Observer
 from gateway.errors import InvalidArgument, Unavailable
 from gateway.limits import StreamSlots
 from gateway.product import AnyProduct, FrontEnd, Host, build_registry, installed
+from gateway.server.addresses import join_host_port
 from gateway.server.admin_api import AdminService
 from gateway.server.api import GatewayService
 from gateway.server.auth import AuthInterceptor, Authorizer
@@ -40,7 +41,6 @@ from gateway.server.config import (
     backends,
     build,
     check_listener,
-    join_host_port,
 )
 from gateway.server.errors import DecodeGuard, ErrorInterceptor
 from gateway.server.metrics import TimingInterceptor, directory_size

@@ -11,7 +11,6 @@ flat key, place in the file, flag); they are parsed into its frozen section
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import os
 import socket
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,6 +20,8 @@ from typing import Any, TypeVar
 from gateway.errors import InvalidArgument
 from gateway.limits import MAX_NAME_BYTES, too_long
 from gateway.product import AnyProduct, Product, installed, settings_of
+from gateway.server.addresses import check_port_free, host_port, http_url, loopback
+from gateway.server.config_hints import key_hint, section_hint
 from gateway.token_file import read_toml
 
 EMBEDDED = "embedded"
@@ -121,7 +122,7 @@ class ServeConfig:
         for name, address in self.listeners():
             if address or name == "listen":
                 host, port = check_listener(name, address, self)
-                _check_port_free(name, address, host, port, taken)
+                check_port_free(name, address, host, port, taken)
         if not 1 <= self.metrics_label_cap <= 100_000:
             raise InvalidArgument("metrics_label_cap", self.metrics_label_cap, "1..100000")
         if not 0 <= self.cache_mb <= 65536:
@@ -146,10 +147,10 @@ class ServeConfig:
                                   ", ".join(TRACING_PROTOCOLS))
         if not 0 <= self.tracing_sample_ratio <= 1:
             raise InvalidArgument("tracing_sample_ratio", self.tracing_sample_ratio, "0..1")
-        if self.tracing_endpoint and not self.tracing_endpoint.startswith(
-                ("http://", "https://")):
+        if self.tracing_endpoint and not http_url(self.tracing_endpoint):
             raise InvalidArgument("tracing_endpoint", self.tracing_endpoint,
-                                  "an http:// or https:// URL")
+                                  "an http:// or https:// URL with a host (and a port in "
+                                  "1..65535)")
         if not _usable_id(self.tracing_service_name):  # no control characters, as gateway_id
             raise InvalidArgument("tracing_service_name", self.tracing_service_name,
                                   "1..255 bytes (UTF-8) of printable characters")
@@ -204,48 +205,13 @@ def check_listener(field: str, address: str, config: ServeConfig) -> tuple[str, 
     """(host, port) of a listener; without a tokens file it must be a loopback address unless
     `allow_remote_unauthenticated` is set. The one rule for every listener."""
     host, port = host_port(field, address)
-    if not config.tokens_file and not config.allow_remote_unauthenticated and not _loopback(host):
+    if not config.tokens_file and not config.allow_remote_unauthenticated and not loopback(host):
         raise InvalidArgument(
             field, address,
             "a loopback address (127.0.0.0/8, ::1, localhost) while no tokens_file is "
             "configured (set allow_remote_unauthenticated to listen elsewhere without auth)",
         )
     return host, port
-
-
-_ANY_HOST = ("", "0.0.0.0", "::", "localhost")
-"""Hosts that may stand for the same socket as another spelling of the address."""
-
-
-def _check_port_free(name: str, address: str, host: str, port: int,
-                     taken: list[tuple[str, str, str, int]]) -> None:
-    """Refuse a listener on a port another listener of this config has (port 0 excepted): one
-    line naming both settings, where binding the second failed half way through start-up with
-    'address already in use' and no setting named."""
-    if port:
-        for other, other_address, other_host, other_port in taken:
-            if port == other_port and (host == other_host or host in _ANY_HOST
-                                       or other_host in _ANY_HOST):
-                raise InvalidArgument(name, address, f"a port no other listener has ({other} "
-                                      f"is {other_address})")
-    taken.append((name, address, host, port))
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def host_port(field: str, value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isascii() or not port.isdigit() \
-            or not 0 <= int(port) <= 65535:
-        raise InvalidArgument(field, value, "HOST:PORT with a port in 0..65535")
-    return host.strip("[]"), int(port)
 
 
 def default_gateway_id() -> str:
@@ -257,11 +223,6 @@ def default_gateway_id() -> str:
 def _usable_id(name: str) -> bool:
     """1..MAX_NAME_BYTES bytes of printable UTF-8, not only blanks (a gateway id)."""
     return bool(name.strip()) and name.isprintable() and not too_long(name, MAX_NAME_BYTES)
-
-
-def join_host_port(host: str, port: int) -> str:
-    """HOST:PORT again, an IPv6 address in brackets (`[::1]:50051`), as gRPC needs it."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 SECTIONS = {
@@ -326,15 +287,18 @@ def _flatten(doc: Mapping[str, Any], keys: _Keys) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for section, table in doc.items():
         if section not in keys.toml or not isinstance(table, dict):
-            raise InvalidArgument("config", section, "sections " + ", ".join(keys.toml))
+            raise InvalidArgument("config", section, section_hint(section, keys.toml)
+                                  + "sections " + ", ".join(keys.toml))
         for key, value in table.items():
             known = keys.toml[section]
             if key not in known:
-                raise InvalidArgument(f"{section}.{key}", value, "keys " + ", ".join(sorted(known)))
+                raise InvalidArgument(f"{section}.{key}", value, key_hint(section, key, keys.toml)
+                                      + "keys " + ", ".join(sorted(known)))
             name = known[key]
             kind = keys.kinds[name]
             if kind is tuple and (not isinstance(value, list)
-                                  or not all(isinstance(v, str) for v in value)):
+                                  or not all(isinstance(v, str) and v.strip() for v in value)):
+                # an empty name ("" or " ") was dropped without a word
                 raise InvalidArgument(f"{section}.{key}", value, keys.allowed[name])
             if kind is _PRINCIPALS:
                 if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
@@ -374,6 +338,8 @@ def _coerce(name: str, value: Any, kind: object) -> Any:
         return tuple(str(v).strip() for v in items if str(v).strip())
     text = str(value)
     try:
+        if kind in (int, float) and not text.isascii():  # `٣` (an Arabic-Indic 3) was 3
+            raise ValueError(text)
         if kind is int:
             return int(text)
         if kind is float:
@@ -444,7 +410,7 @@ def load(
     products = installed() if products is None else products
     keys = _keys(products)
     values: dict[str, Any] = {}
-    if path:
+    if path is not None:  # `--config ""` (an unset variable) ran on defaults, unsaid
         values.update(_flatten(read_toml("config", path, "TOML file"), keys))
     environ = os.environ if env is None else env
     from_env: set[str] = set()

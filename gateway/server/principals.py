@@ -99,6 +99,9 @@ def load_principals(
                            and all(c in "0123456789abcdefABCDEF" for c in digest)):
             raise InvalidArgument(f"principal[{name}].token_sha256", "***",
                                   "64 hexadecimal digits (the SHA-256 of the token)")
+        for key in extra_fields:  # `secret = ["s"]` was the text "['s']", `true` "True"
+            if key in entry and not isinstance(entry[key], str):
+                raise InvalidArgument(f"principal[{name}].{key}", "***", "a string")
         admin = entry.get("admin", False)
         if not isinstance(admin, bool):  # `admin = "false"` granted admin (bool("false"))
             raise InvalidArgument(f"principal[{name}].admin", admin, "true or false")

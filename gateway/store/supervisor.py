@@ -77,7 +77,13 @@ class Supervisor:
         await writer.start()
         try:
             self.reader = rd.Reader(self._dir)
-            loaded = await self.reader.run(_load)
+            try:
+                loaded = await self.reader.run(_load)
+            except sqlite3.DatabaseError as exc:
+                # A damaged store file (`database disk image is malformed`) was a traceback
+                # and exit status 1: one line naming the directory instead.
+                raise Unavailable(f"embedded store did not open: cannot read the store in "
+                                  f"{self._dir.resolve()}: {exc}") from None
             if writer.failed is not None:  # it ended meanwhile: nobody would restart it
                 raise Unavailable(f"embedded store did not open: {writer.failed}")
         except BaseException:
