@@ -9,7 +9,6 @@ checks CSRF tokens and, against DNS rebinding, that the Host header names a loop
 
 from __future__ import annotations
 
-import ipaddress
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from gateway.admin_client import AdminClient
 from gateway.console.sessions import COOKIE, IDLE_S, Session, Sessions
+from gateway.server.addresses import loopback
 from gateway.token_file import printable_ascii
 
 HERE = Path(__file__).parent
@@ -289,10 +289,4 @@ def _safe_next(value: str | None) -> str:
 
 def _loopback_host(host: str) -> bool:
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    name = name.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return loopback(name.strip("[]").lower())
