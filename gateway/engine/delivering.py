@@ -122,8 +122,8 @@ class Delivering(Leaving):
         sub = await self._settled_subscription(spec, policy, anonymous, exclusive=True)
         consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked, policy,
                             self._config.max_unacked_bytes)
-        consumer.on_close = self._consumer_closed
-        consumer.on_cancel = self._consumer_cancelled
+        consumer.on_close = lambda c: self._leave(self._consumer_closed(c))
+        consumer.on_cancel = lambda c, untaken: self._leave(self._consumer_cancelled(c, untaken))
         sub.consumers.append(consumer)
         sub.announce()
         if sub.task is None or sub.task.done():
@@ -454,7 +454,8 @@ class Delivering(Leaving):
         await self._check_topic(spec.topic)
         sub = await self._settled_subscription(spec, policy, False, exclusive=False)
         if sub.own_group and not sub.consumers:
-            self._drop_later(sub)  # a pull consumer's own group lasts while it keeps receiving
+            # A pull consumer's own group lasts while it keeps receiving.
+            self._drop_later(sub, self.clock.now_ms())
         loop = asyncio.get_running_loop()
         give_up = loop.time() + wait_ms / 1000
         sub.pulls += 1  # in use: not forgotten at `max_groups` while it waits

@@ -68,10 +68,11 @@ class Expiring(Settling):
                 return
         self._spawn(self._expire(keys))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _expire(self, keys: list[int]) -> None:
         batch = Batch()
@@ -150,12 +151,13 @@ class Expiring(Settling):
         return len(self.subscriptions) < self._config.max_groups
 
     # ------------------------------------------------- idle broadcast groups
-    def _drop_later(self, sub: Subscription) -> None:
-        """(Re)schedule the drop of a broadcast consumer's own group after the idle period."""
+    def _drop_later(self, sub: Subscription, left_ms: int) -> None:
+        """(Re)schedule the drop of a broadcast consumer's own group, the idle period after its
+        last consumer left at `left_ms`."""
         if not sub.expiry_key:
             sub.expiry_key = next(self._expiry_keys)
             self._expiring[sub.expiry_key] = sub
-        self.timers.schedule(self.clock.now_ms() + self._config.broadcast_idle_ms,
+        self.timers.schedule(left_ms + self._config.broadcast_idle_ms,
                              sub.expiry_key)
 
     def _keep_group(self, sub: Subscription) -> None:

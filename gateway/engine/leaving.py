@@ -4,7 +4,10 @@ for the next consumer of that product."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from dataclasses import replace
+from typing import Any
 
 import structlog
 
@@ -22,9 +25,17 @@ log = structlog.get_logger("gateway.engine")
 class Leaving(Expiring):
     """Consumers leaving their subscription."""
 
+    async def _leave(self, work: Coroutine[Any, Any, None]) -> None:
+        """Carry a consumer's cancel or close (`work`) out to its end even when its caller is
+        cancelled meanwhile: a gRPC stream's handler is cancelled again while it closes its
+        consumer, and a close cut short at its give-back's write left the consumer's broadcast
+        group for good (never dropped, its idle timer never armed)."""
+        await asyncio.shield(self._spawn(work))
+
     async def _consumer_closed(self, consumer: Consumer) -> None:
         sub = consumer.sub
         last = self._leaves_unattended(consumer)
+        left_ms = self.clock.now_ms()  # its group's idle period starts now, not after the write
         await self._give_back(consumer, list(consumer.receipts), uncounted=last)
         for held in [h for h in self.inflight.values() if h.held and h.consumer is consumer]:
             held.consumer = None
@@ -35,7 +46,7 @@ class Leaving(Expiring):
             if sub.anonymous or self._config.broadcast_idle_ms == 0:
                 await self._drop_group(sub)
             else:
-                self._drop_later(sub)
+                self._drop_later(sub, left_ms)
 
     def _leaves_unattended(self, consumer: Consumer) -> bool:
         """Whether `consumer` closing leaves its group without anyone, under a policy whose
