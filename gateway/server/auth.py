@@ -188,8 +188,9 @@ class Authorizer:
                 if self._may_consume(principal, topic, group, 0):
                     allowed.add(key)
                     return
-                refused[key] = (f"{principal.name} may not settle deliveries of {_short(topic)} "
-                                f"to group {_short(group)}: it may not consume them")
+                # Not named: the topic and group are another principal's to know.
+                refused[key] = (f"{principal.name} may not settle this delivery: it is of a "
+                                f"topic and group {principal.name} may not consume")
             raise PermissionDenied(refused[key])
 
         return guard

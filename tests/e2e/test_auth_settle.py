@@ -90,6 +90,31 @@ async def test_settle_of_another_principals_receipt_is_refused(app: GatewayApp) 
         await owner_settles(gw, [receipt])
 
 
+async def test_a_refused_settle_does_not_name_the_owners_topic_or_group(
+    app: GatewayApp,
+) -> None:
+    """The refusal told billing which topic and group payroll's receipt was of."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        gw = gateway_pb2_grpc.GatewayStub(channel)
+        (receipt,) = await payroll_receipts(gw, 1)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await gw.Settle(gateway_pb2.SettleRequest(settlements=[ack(receipt)]),
+                            metadata=BILLING)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        said = refused.value.details() or ""
+        assert "billing may not settle this delivery" in said and "payroll" not in said
+        later: asyncio.Queue[gateway_pb2.ConsumeRequest | None] = asyncio.Queue()
+        call = gw.Consume(consume_requests("orders", "billing", later), metadata=BILLING)
+        assert (await call.read()).WhichOneof("kind") == "subscribed"
+        await later.put(gateway_pb2.ConsumeRequest(
+            settle=gateway_pb2.SettleBatch(settlements=[ack(receipt)])))
+        (result,) = (await call.read()).results.results
+        assert result.error_code == "PERMISSION_DENIED" and "payroll" not in result.error
+        await later.put(None)
+        call.cancel()
+        await owner_settles(gw, [receipt])
+
+
 async def test_settle_frames_on_a_stream_are_checked(app: GatewayApp) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
         gw = gateway_pb2_grpc.GatewayStub(channel)
