@@ -424,11 +424,24 @@ def load(
             values[name] = value
             from_env.discard(name)
     try:
+        _refuse_empty_guards(values)
         return build(values, products)
     except InvalidArgument as exc:
         if exc.field in from_env:  # name the variable the user set, not the internal key
             raise InvalidArgument(env_name(exc.field), exc.value, exc.allowed) from None
         raise
+
+
+GUARDS = ("tokens_file", "tls_cert", "tls_key", "tls_client_ca")
+"""Settings that turn a protection on: set to an empty value (`--tokens-file "$UNSET"`, an
+empty `GATEWAY_TLS_CERT` in a manifest) each turned it off without a word."""
+
+
+def _refuse_empty_guards(values: Mapping[str, Any]) -> None:
+    for name in GUARDS:
+        if name in values and isinstance(values[name], str) and not values[name].strip():
+            raise InvalidArgument(name, values[name], "a file path (leave the setting out to "
+                                  "serve without it)")
 
 
 def env_name(key: str) -> str:
