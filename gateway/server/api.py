@@ -25,6 +25,11 @@ read once an answer has gone out, so a client that does not read its answers sto
 SETTLE_WINDOW_ENTRIES = 50_000
 """Settlements, acks and fails of those batches at most (one batch may pass it alone): an
 answer holds up to one result of about 1 KiB (a receipt echoed, an error) for each."""
+DELIVERIES_AHEAD = 2
+"""Responses of deliveries a Consume stream builds ahead of its writer: the rest wait as the
+engine's deliveries (bodies held once, shared with their records). Built without a bound, a
+client that does not read had every delivery its prefetch allows copied into a response as well
+(10 such streams of 1 MiB messages grew the gateway by 2.1 GB)."""
 RESPONSE_BYTES = 4 * 1024 * 1024
 """Deliveries one response carries at most, in bytes (at least one delivery): gRPC clients
 receive at most 4 MiB per message by default, and the server sends at most 64 MiB."""
@@ -122,8 +127,9 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
             )
         )
         room = _Owed()
+        ahead = asyncio.Semaphore(DELIVERIES_AHEAD)
         reader = asyncio.ensure_future(self._read(request_iterator, consumer, outbox, room))
-        pump = asyncio.ensure_future(self._pump(consumer, outbox))
+        pump = asyncio.ensure_future(self._pump(consumer, outbox, ahead))
         try:
             while True:
                 item = await outbox.get()
@@ -134,6 +140,8 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
                 yield item
                 if item.HasField("results"):
                     room.give()
+                elif item.HasField("deliveries"):
+                    ahead.release()
         finally:
             reader.cancel()
             pump.cancel()
@@ -251,16 +259,22 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         acks_failed: dict[int, SettleResult] = outcomes.pop(0) if acks else {}
         return done, fails_failed, acks_failed
 
-    async def _pump(self, consumer: ConsumerPort, outbox: Outbox) -> None:
+    async def _pump(self, consumer: ConsumerPort, outbox: Outbox,
+                    ahead: asyncio.Semaphore) -> None:
         try:
             while True:
+                await ahead.acquire()  # taken from the engine once the writer has room
                 batch = await consumer.next_batch(256)
+                if not batch:
+                    ahead.release()
                 while batch:
                     part, batch = fitting(batch)
                     response = gateway_pb2.ConsumeResponse()
                     response.deliveries.SetInParent()
                     convert.add_deliveries(response.deliveries.deliveries, part)
                     await outbox.put(response)
+                    if batch:
+                        await ahead.acquire()
         except Unavailable:
             await outbox.put(None)
 
