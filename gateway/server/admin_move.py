@@ -87,6 +87,8 @@ def _copy(i: int, m: pb.MovedMessage, max_bytes: int) -> Copy:
     if len(m.properties) > MAX_PROPERTIES or "" in m.properties:
         raise InvalidArgument(f"{field}.properties", f"{len(m.properties)} entries",
                               f"at most {MAX_PROPERTIES} properties with non-empty keys")
+    if m.tag and not m.tag.isprintable():  # as Publish: no tag_filter could name it
+        raise InvalidArgument(f"{field}.tag", m.tag, "printable text (or none)")
     if m.deliver_at_ms < 0:
         raise InvalidArgument(f"{field}.deliver_at_ms", m.deliver_at_ms,
                               "0 or a wall-clock ms time")

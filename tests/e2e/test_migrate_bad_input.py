@@ -84,6 +84,9 @@ BAD: list[tuple[str, Any, str]] = [
         copy(properties={f"p{i}": "v" for i in range(1025)})]), "messages[0].properties"),
     ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[
         copy(attempt=2**32 - 1)]), "messages[0].attempt"),
+    # Publish refuses a tag no tag_filter can name; ImportMessages stored it.
+    ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[
+        copy(), copy(tag="a\x00b")]), "messages[1].tag"),
     ("ImportMessages", pb.ImportMessagesRequest(topic="t", ledger="l", messages=[
         copy(properties={f"p{i}": "" for i in range(1024)})] * 98), "100000"),
     ("ImportMessages", pb.ImportMessagesRequest(topic="t", group="g", ledger="l", messages=[
