@@ -251,9 +251,10 @@ class Product(ABC, Generic[S]):
         missing dependencies here."""
         return None
 
-    def migration_side(self, url: Url, role: str) -> Source | Destination:
+    def migration_side(self, url: Url, role: str, timeout_s: float = 30.0) -> Source | Destination:
         """The copy source (`role` "source") or destination ("destination") that `url`, of one
-        of its `migration_schemes`, names; not opened yet. `require()` its dependencies first;
+        of its `migration_schemes`, names; not opened yet; one call to the broker gives up after
+        `timeout_s` (`--timeout-s`). `require()` its dependencies first;
         refuse a URL it cannot use with `InvalidArgument`."""
         raise NotImplementedError(f"{self.name} offers no migration side {url.scheme!r}")
 

@@ -95,10 +95,10 @@ def _queue(url: Url, field: str) -> str:
     return name
 
 
-async def _connect(url: Url, side: str) -> AbstractConnection:
+async def _connect(url: Url, side: str, timeout_s: float) -> AbstractConnection:
     quiet_library_logs()  # the error below says it in one line; aiormq said it first
     try:
-        return await aio_pika.connect(_broker_url(url), timeout=CONNECT_TIMEOUT_S)
+        return await aio_pika.connect(_broker_url(url), timeout=timeout_s)
     except ProbableAuthenticationError as exc:
         raise NotAllowed(f"{side} {url.shown}: RabbitMQ refused the credentials: {exc}") from None
     except InvalidFrameError as exc:
@@ -121,8 +121,9 @@ def _unavailable(url: Url, side: str, exc: BaseException) -> GatewayError:
 class QueueSource:
     """The messages of one RabbitMQ queue; see the module docstring."""
 
-    def __init__(self, url: Url) -> None:
+    def __init__(self, url: Url, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self._url = url
+        self._timeout_s = timeout_s
         self.queue_name = _queue(url, "from")
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
@@ -155,7 +156,7 @@ class QueueSource:
         return ("", "")
 
     async def open(self) -> None:
-        self._connection = await _connect(self._url, "source")
+        self._connection = await _connect(self._url, "source", self._timeout_s)
         try:
             self._channel = await self._connection.channel(publisher_confirms=False)
             self._queue = await self._channel.declare_queue(self.queue_name, passive=True)
@@ -253,8 +254,9 @@ class QueueSource:
 class QueueDestination:
     """Copies published into one RabbitMQ queue, once each; see the module docstring."""
 
-    def __init__(self, url: Url) -> None:
+    def __init__(self, url: Url, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         self._url = url
+        self._timeout_s = timeout_s
         self.queue_name = _queue(url, "to")
         # Within 255 bytes: a queue name over 240 bytes made `Q.migrate-ledger` one that
         # RabbitMQ cannot have (a ValueError traceback before anything was copied).
@@ -274,7 +276,7 @@ class QueueDestination:
         return ""  # each counted as the source hands it out (all are ready messages here)
 
     async def open(self) -> None:
-        self._connection = await _connect(self._url, "destination")
+        self._connection = await _connect(self._url, "destination", self._timeout_s)
         try:
             await self._exists()
             await self._lock()
@@ -306,7 +308,7 @@ class QueueDestination:
     async def check(self) -> str:
         """A dry run's check, changing nothing: the connection (credentials, virtual host) and
         the queue (a passive declare); no ledger queue, no lock."""
-        self._connection = await _connect(self._url, "destination")
+        self._connection = await _connect(self._url, "destination", self._timeout_s)
         try:
             await self._exists()
         except BROKER_ERRORS as exc:
@@ -486,6 +488,9 @@ def _amqp_message(item: Item) -> aio_pika.Message:
     )
 
 
-def side(url: Url, role: str) -> QueueSource | QueueDestination:
-    """The source or destination an `amqp://` URL names."""
-    return QueueSource(url) if role == "source" else QueueDestination(url)
+def side(url: Url, role: str, timeout_s: float = CONNECT_TIMEOUT_S
+         ) -> QueueSource | QueueDestination:
+    """The source or destination an `amqp://` URL names (`timeout_s`: its connect's)."""
+    if role == "source":
+        return QueueSource(url, timeout_s)
+    return QueueDestination(url, timeout_s)

@@ -150,12 +150,12 @@ class AMQP(Product[AMQPConfig]):
     migration_schemes = ("amqp", "amqps")
     migration_ports = MIGRATION_PORTS
 
-    def migration_side(self, url: Url, role: str) -> Source | Destination:
+    def migration_side(self, url: Url, role: str, timeout_s: float = 30.0) -> Source | Destination:
         self.require("rabbitmq queue side of migrate copy",
                      {"aio_pika": "aio-pika", "aiormq": "aiormq"})
         from adapters.amqp.migrate import side
 
-        return side(url, role)
+        return side(url, role, timeout_s)
 
     def migration_path(self, url: Url) -> str:
         return vhost(url)

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -69,14 +70,16 @@ OPERATION_TIMEOUT_S = 30
 QUIET = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
 
 
-def _client(url: Url) -> pulsar.Client:
+def _client(url: Url, timeout_s: float) -> pulsar.Client:
+    """A client whose connects and operations give up after `timeout_s` (`--timeout-s`)."""
     service = url.parts._replace(path="", query="", fragment="").geturl()
     token_file = url.option("token-file")
     auth = None
     if token_file:
         auth = pulsar.AuthenticationToken(read_token_file("token-file", token_file))
     return pulsar.Client(service, authentication=auth, logger=QUIET,
-                         operation_timeout_seconds=OPERATION_TIMEOUT_S)
+                         operation_timeout_seconds=max(1, math.ceil(timeout_s)),
+                         connection_timeout_ms=max(1, int(timeout_s * 1000)))
 
 
 def _topic(url: Url, field: str) -> str:
@@ -89,7 +92,8 @@ def _topic(url: Url, field: str) -> str:
 class TopicSource:
     """A subscription's backlog on a Pulsar topic; see the module docstring."""
 
-    def __init__(self, url: Url) -> None:
+    def __init__(self, url: Url, timeout_s: float = OPERATION_TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
         url.only("from", ("subscription", "token-file"))
         self._url = url
         self.topic = _topic(url, "from")
@@ -120,7 +124,7 @@ class TopicSource:
         return ("", "")
 
     async def open(self) -> None:
-        client = self._client = _client(self._url)
+        client = self._client = _client(self._url, self._timeout_s)
         try:
             self._consumer = await asyncio.to_thread(
                 client.subscribe, self.topic, self.subscription,
@@ -205,7 +209,8 @@ def _key(message: pulsar.Message, out: OutMessage) -> str:
 class TopicDestination:
     """Copies sent to a Pulsar topic; see the module docstring."""
 
-    def __init__(self, url: Url) -> None:
+    def __init__(self, url: Url, timeout_s: float = OPERATION_TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
         url.only("to", ("token-file",))
         self._url = url
         self.topic = _topic(url, "to")
@@ -228,7 +233,7 @@ class TopicDestination:
                 "broker allows that")
 
     async def open(self) -> None:
-        client = self._client = _client(self._url)
+        client = self._client = _client(self._url, self._timeout_s)
         try:
             self._producer = await asyncio.to_thread(client.create_producer, self.topic,
                                                      batching_enabled=True,
@@ -311,6 +316,9 @@ class TopicDestination:
                 await asyncio.to_thread(client.close)
 
 
-def side(url: Url, role: str) -> TopicSource | TopicDestination:
+def side(url: Url, role: str, timeout_s: float = OPERATION_TIMEOUT_S
+         ) -> TopicSource | TopicDestination:
     """The source or destination a `pulsar://` URL names."""
-    return TopicSource(url) if role == "source" else TopicDestination(url)
+    if role == "source":
+        return TopicSource(url, timeout_s)
+    return TopicDestination(url, timeout_s)

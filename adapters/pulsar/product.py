@@ -66,11 +66,11 @@ class Pulsar(Product[PulsarConfig]):
     migration_schemes = ("pulsar", "pulsar+ssl")
     migration_ports = MIGRATION_PORTS
 
-    def migration_side(self, url: Url, role: str) -> Source | Destination:
+    def migration_side(self, url: Url, role: str, timeout_s: float = 30.0) -> Source | Destination:
         self.require("pulsar topic side of migrate copy", {"pulsar": "pulsar-client"})
         from adapters.pulsar.migrate import side
 
-        return side(url, role)
+        return side(url, role, timeout_s)
 
     def migration_path(self, url: Url) -> str:
         return pulsar_topic(url.path)  # `orders` is persistent://public/default/orders

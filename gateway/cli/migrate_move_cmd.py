@@ -126,7 +126,8 @@ def add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     copy.add_argument("--tls-ca", dest="tls_ca", default="",
                       help="PEM roots for gateways:// sides")
     copy.add_argument("--timeout-s", dest="timeout_s", type=float, default=60.0,
-                      help="give up on one call to a gateway after this long (default 60)")
+                      help="give up on one call to a gateway, or a connect to a broker, after this "
+                      "long (default 60)")
     copy.add_argument("--json", action="store_true", help="print the summary as JSON")
     copy.set_defaults(run=run_copy)
 

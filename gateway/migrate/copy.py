@@ -105,8 +105,9 @@ class Credentials:
     timeout_s: float = 30.0
 
 
-SideFactory = Callable[[Url, str], object]
-"""(url, role "source" / "destination") -> a Source or Destination (a product's)."""
+SideFactory = Callable[[Url, str, float], object]
+"""(url, role "source" / "destination", call timeout in s) -> a Source or Destination (a
+product's)."""
 
 
 def default_ports(products: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -143,7 +144,7 @@ def open_side(text: str, role: str, credentials: Credentials,
     if factory is None:
         known = ", ".join(sorted({*SCHEMES, *products}))
         raise InvalidArgument(field_name, url.shown, f"a URL of scheme {known}")
-    side = factory(url, role)
+    side = factory(url, role, credentials.timeout_s)
     return side  # type: ignore[return-value]
 
 
