@@ -19,6 +19,7 @@ from gateway.core.policy import MINUTE_MS, SECOND_MS, Placement, RetryPolicy
 from gateway.core.properties import DEAD_LETTER_ROUTE, DEATH_REASON, ORIGINAL_QUEUE, RETRIES
 from gateway.core.registry import Registry
 from gateway.core.traits import CountName, DeadLetterOption, IntervalOption, PolicyTraits
+from gateway.errors import InvalidArgument
 
 DIALECT = "rabbitmq"
 RETRY_INTERVAL_RANGE_S = (10, 1800)
@@ -36,6 +37,8 @@ REJECTED = "rejected"
 EXPIRED = "expired"
 MAXLEN = "maxlen"
 """Dropped from the head of a queue past its `x-max-length`."""
+MAX_EXCHANGE_BYTES = 255
+"""An AMQP short string: the longest exchange name."""
 
 
 
@@ -46,6 +49,11 @@ def policy(options: Mapping[str, str], naming: NamingScheme | None) -> RetryPoli
         "x_retry_interval_s", DEFAULT_RETRY_INTERVAL_S, low, high, "s"
     )
     dlx = reader.text("x_dead_letter_exchange")
+    if dlx and (len(dlx.encode()) > MAX_EXCHANGE_BYTES or not dlx.isprintable()):
+        # Taken as it was: a name no exchange can have, or one a line break splits in logs.
+        raise InvalidArgument("x_dead_letter_exchange", dlx,
+                              f"an exchange name of 1..{MAX_EXCHANGE_BYTES} bytes of printable "
+                              "text (or none)")
     reader.forbid("max_retries", "not configurable for RabbitMQ (16 retries; a quorum queue's "
                                  "x_delivery_limit sets it)")
     # A quorum queue's `x-delivery-limit` (AMQP front end): failed deliveries before the

@@ -41,6 +41,20 @@ def test_retry_interval_not_a_number(make_policy):
     assert "10..1800" in info.value.message
 
 
+@pytest.mark.parametrize("name", ["a\nb", "nul\x00", "x" * 256, "\u00e9" * 128])
+def test_a_dead_letter_exchange_no_exchange_can_have_is_refused(make_policy, name):
+    """`plan --dlx` and a Subscribe's options took any text as the exchange's name."""
+    with pytest.raises(InvalidArgument) as info:
+        make_policy("rabbitmq", x_dead_letter_exchange=name)
+    assert info.value.field == "x_dead_letter_exchange"
+    assert "1..255 bytes" in info.value.message
+
+
+@pytest.mark.parametrize("name", ["dlx", "my dlx", "x" * 255, "\u00e9" * 127, "a/b:c"])
+def test_a_dead_letter_exchange_name_is_taken(make_policy, name):
+    assert make_policy("rabbitmq", x_dead_letter_exchange=name).dead_letter
+
+
 def test_unacked_for_a_minute_counts_as_failure(driver):
     """A message not acknowledged within 1 minute counts as a failure (001)."""
     d = driver("rabbitmq", x_retry_interval_s=10)
