@@ -30,7 +30,12 @@ class Leaving(Expiring):
         cancelled meanwhile: a gRPC stream's handler is cancelled again while it closes its
         consumer, and a close cut short at its give-back's write left the consumer's broadcast
         group for good (never dropped, its idle timer never armed)."""
-        await asyncio.shield(self._spawn(work))
+        task = self._spawn(work)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_said)  # nobody waits for it now: its failure is logged
+            raise
 
     async def _consumer_closed(self, consumer: Consumer) -> None:
         sub = consumer.sub
@@ -123,3 +128,8 @@ class Leaving(Expiring):
         if not sub.consumers and sub.task is not None:
             sub.task.cancel()
             sub.task = None
+
+
+def _said(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.warning("a consumer's leave failed", error=getattr(exc, "message", repr(exc)))

@@ -9,10 +9,12 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.backend.base import OutMessage
 from gateway.engine.config import EngineConfig
 from gateway.engine.dispatch import Consumer
+from gateway.errors import Unavailable
 
 from .harness import GROUP, TOPIC, Harness, idle
 from .semantics import SECOND
@@ -21,9 +23,9 @@ IDLE_MS = 60 * SECOND
 
 
 class SlowWrites:
-    """Holds the back end's next `carry_out` until `go` is set."""
+    """Holds the back end's next `carry_out` until `go` is set (then fails it, with `fail`)."""
 
-    def __init__(self, h: Harness) -> None:
+    def __init__(self, h: Harness, fail: bool = False) -> None:
         self.go = asyncio.Event()
         self.waiting = asyncio.Event()
         real = h.backend.carry_out
@@ -31,14 +33,16 @@ class SlowWrites:
         async def held(copies: Sequence[OutMessage], acks: object, releases: object) -> object:
             self.waiting.set()
             await self.go.wait()
+            if fail:
+                raise Unavailable("the store is away")
             return await real(copies, acks, releases)  # type: ignore[arg-type]
 
         h.backend.carry_out = held  # type: ignore[method-assign]
 
 
-async def close_cancelled(h: Harness, consumer: Consumer) -> None:
+async def close_cancelled(h: Harness, consumer: Consumer, fail: bool = False) -> None:
     """Close `consumer` from a task cancelled during the close's write."""
-    slow = SlowWrites(h)
+    slow = SlowWrites(h, fail)
     task = asyncio.ensure_future(consumer.close())
     await slow.waiting.wait()
     task.cancel()
@@ -82,5 +86,20 @@ async def test_a_named_groups_idle_timer_is_armed_though_its_close_was_cancelled
         assert (TOPIC, f"{GROUP}#lobby") in h.engine.subscriptions
         await h.advance(1)
         assert (TOPIC, f"{GROUP}#lobby") not in h.engine.subscriptions
+    finally:
+        await h.engine.close()
+
+
+async def test_a_leave_that_fails_after_its_caller_went_is_logged() -> None:
+    h = Harness()
+    await h.engine.start()
+    try:
+        await h.publish(b"1")
+        consumer = await h.open(h.spec("rocketmq"), credit=1)
+        assert len(h.pushed(consumer)) == 1
+        with capture_logs() as logs:
+            await close_cancelled(h, consumer, fail=True)
+        said = [e for e in logs if e["event"] == "a consumer's leave failed"]
+        assert [e["error"] for e in said] == ["the store is away"], logs
     finally:
         await h.engine.close()
