@@ -19,8 +19,10 @@ from gateway.client import GatewayClient
 from gateway.server.app import running_gateway
 from gateway.v1 import admin_pb2
 
-SCALE = 0.001
-"""Policy waits run 1000x faster: RocketMQ's first retry (10 s) comes after 10 ms."""
+SCALE = 0.01
+"""Policy waits run 100x faster: RocketMQ's first retry (10 s) comes after 100 ms, and its
+1-minute consume timeout passes after 600 ms (at 1000x, 60 ms: a fail sent later than that
+under load found its delivery expired)."""
 
 
 @pytest.fixture
@@ -52,7 +54,7 @@ async def test_each_group_gets_and_manages_its_own_retries_and_dead_letters(
             attempts.append(msg.attempt)
             assert (await msg.fail()).ok
         assert attempts == [1, 2, 3]
-        await asyncio.sleep(0.5)  # past every retry's time, many times over
+        await asyncio.sleep(1.0)  # past every retry's time (10 s and 30 s: 0.4 s here)
         assert await b.next(0.5) is None  # b never sees a's retries
 
     admin = client.admin
