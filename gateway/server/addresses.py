@@ -41,7 +41,8 @@ def host_port(field: str, value: str) -> tuple[str, int]:
     bracketed = host[:1] == "[" or host[-1:] == "]"
     if not sep or not host or not port.isascii() or not port.isdigit() \
             or not 0 <= int(port) <= 65535 \
-            or (bracketed and not (host[:1] == "[" and host[-1:] == "]" and ":" in host)):
+            or (bracketed and not (host[:1] == "[" and host[-1:] == "]" and ":" in host)) \
+            or (not bracketed and ":" in host):  # `::1:50051`: the address ::1:50051 too
         raise InvalidArgument(field, value, "HOST:PORT with a port in 0..65535 (an IPv6 "
                               "host in brackets: [::1]:PORT)")
     return host[1:-1] if bracketed else host, int(port)

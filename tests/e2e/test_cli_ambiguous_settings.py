@@ -1,7 +1,10 @@
-"""A setting that turns a protection on, given an empty value, is refused: `--tokens-file ""`
-(an unset variable in a script), an empty `GATEWAY_TLS_CERT` in a manifest or
-`tls_client_ca = ""` in a config file each served without authentication or TLS, and said so
-only in the start line's `auth` or `tls` field."""
+"""Settings given a value that reads two ways are refused, naming the setting.
+
+* A setting that turns a protection on, given an empty value (`--tokens-file ""` from an unset
+  variable in a script, an empty `GATEWAY_TLS_CERT` in a manifest, `tls_client_ca = ""` in a
+  config file), served without authentication or TLS, said only in the start line.
+* An IPv6 listen address without brackets (`::1:0`) was read as [::1]:0.
+"""
 
 from __future__ import annotations
 
@@ -39,3 +42,13 @@ def test_an_empty_variable_is_refused_naming_it(tmp_path: Path) -> None:
 def test_an_empty_value_in_the_config_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "gateway.toml").write_text('[auth]\ntokens_file = ""\n')
     refused(serve(tmp_path, *BASE, "--config", "gateway.toml"), "tokens_file=''")
+
+
+@pytest.mark.parametrize(("flag", "address"), [
+    ("--listen", "::1:0"), ("--listen", ":::0"), ("--amqp-listen", "::1:5673"),
+])
+def test_an_ipv6_listen_address_without_brackets_is_refused(tmp_path: Path, flag: str,
+                                                           address: str) -> None:
+    """`::1:0` served on [::1]:0, though it is also the address ::1:0 (with no port)."""
+    key = flag[2:].replace("-", "_")
+    refused(serve(tmp_path, *BASE, flag, address), f"{key}={address!r}", "[::1]:PORT")
