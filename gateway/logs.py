@@ -10,10 +10,12 @@ warnings of the `warnings` module included. The level comes from `--log-level`, 
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TextIO
@@ -31,6 +33,10 @@ Python and Spark's JVM at info and debug)."""
 
 GRPC_CORE = "grpc._cython.cygrpc"
 """The logger of gRPC's server core, which logs a client going away as an error (`_ClientGone`)."""
+
+WAITING_LINES = 10_000
+"""Lines a background writer (`background`) keeps for a log reader that does not keep up;
+past it they are dropped and counted."""
 
 _ROOT_HANDLER = "gateway-json"
 _STREAM: list[TextIO | None] = [None]
@@ -103,13 +109,87 @@ def configure(level: str, stream: TextIO | None = None) -> None:
 def announce(event: str, level: str = "info", **fields: object) -> None:
     """A JSON line shown at every log level: what a supervisor or a script waits for (the
     address served, why the process exits). Written even before `configure`."""
+    _write(_json_line(event, level, **fields))
+
+
+def _json_line(event: str, level: str, **fields: object) -> str:
     stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-    line = json.dumps({"event": event, **fields, "level": level, "timestamp": stamp},
+    return json.dumps({"event": event, **fields, "level": level, "timestamp": stamp},
                       default=str)
-    _write(line)
+
+
+class _Background:
+    """Lines written by a thread of their own. A log reader that stopped reading (a stalled
+    collector, `serve 2>&1 | slow`) filled the pipe, and the next line's write then blocked the
+    event loop: the gateway stopped serving every client until the reader came back. Lines now
+    wait in a bounded queue; past WAITING_LINES they are dropped, and how many is said in a
+    line once the stream takes lines again."""
+
+    def __init__(self) -> None:
+        self._lines: collections.deque[str] = collections.deque()
+        self._ready = threading.Condition()
+        self._dropped = 0
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="gateway-log", daemon=True)
+        self._thread.start()
+
+    def put(self, line: str) -> None:
+        with self._ready:
+            if len(self._lines) >= WAITING_LINES:
+                self._dropped += 1
+                return
+            self._lines.append(line)
+            self._ready.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._lines:
+                    self._busy = False
+                    self._ready.notify_all()
+                    self._ready.wait()
+                self._busy = True
+                lines = list(self._lines)
+                self._lines.clear()
+                dropped, self._dropped = self._dropped, 0
+            if dropped:
+                _write_now(_json_line("log lines dropped: the log reader did not keep up",
+                                      "warning", dropped=dropped))
+            for line in lines:
+                _write_now(line)
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait until every line waiting is written, at most `timeout_s`."""
+        with self._ready:
+            self._ready.wait_for(lambda: not self._lines and not self._busy, timeout_s)
+
+
+_BACKGROUND: list[_Background | None] = [None]
+
+
+def background() -> None:
+    """Write lines from a thread of their own from now on (`serve`; see `_Background`)."""
+    if _BACKGROUND[0] is None:
+        _BACKGROUND[0] = _Background()
+
+
+def drain(timeout_s: float = 2.0) -> None:
+    """Write the lines still waiting (at most `timeout_s`), then write in the caller again: a
+    command's last words (`gateway: error: ...`) come after its log lines."""
+    writer, _BACKGROUND[0] = _BACKGROUND[0], None
+    if writer is not None:
+        writer.drain(timeout_s)
 
 
 def _write(line: str) -> None:
+    writer = _BACKGROUND[0]
+    if writer is not None:
+        writer.put(line)
+    else:
+        _write_now(line)
+
+
+def _write_now(line: str) -> None:
     """Write one line; a stream that cannot take it (its reader went away, the disk is full)
     drops it: `stopping` raised BrokenPipeError in the SIGTERM handler, before the stop, and
     `gateway serve 2>&1 | head` (or a dead log collector) then ignored every SIGTERM."""

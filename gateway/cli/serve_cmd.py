@@ -184,8 +184,10 @@ def _add_product_flags(p: argparse.ArgumentParser) -> None:
 
 
 def configure_logging(level: str) -> None:
-    """Every line of the gateway's log stream JSON, at `level` (`gateway.logs`)."""
+    """Every line of the gateway's log stream JSON, at `level` (`gateway.logs`), written from
+    a thread of its own (a log reader that does not keep up must not stop the gateway)."""
     logs.configure(level)
+    logs.background()
 
 
 async def serve(config: ServeConfig) -> int:
@@ -292,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
         raise
     except BackendUnreachable as exc:
         # Not a usage error: the back end may come (or let the gateway in) later.
+        logs.drain()
         print(f"gateway: error: {exc.message} (exit status {EXIT_BACKEND_LOST})",
               file=sys.stderr, flush=True)
         return EXIT_BACKEND_LOST
@@ -300,6 +303,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception:
         log.exception("gateway failed")
         return 1
+    finally:
+        logs.drain()
 
 
 def _file_values(config: ServeConfig) -> dict[str, str]:

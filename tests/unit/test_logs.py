@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -124,3 +125,45 @@ def test_levels_are_checked() -> None:
     assert bad.value.field == logs.ENV and "debug, info, warning, error" in bad.value.message
     with pytest.raises(InvalidArgument):
         logs.configure("verbose")
+
+
+class Stuck(io.StringIO):
+    """A stream whose first write waits until `go` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.go = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.entered.set()
+        self.go.wait(30)
+        return super().write(text)
+
+
+def test_lines_wait_for_a_slow_reader_and_past_the_limit_are_counted() -> None:
+    """`serve` writes from a thread of its own: a write that blocks (a full pipe) holds up that
+    thread, not the caller; past WAITING_LINES the lines are dropped and then counted."""
+    out = Stuck()
+    try:
+        logs.configure("info", out)
+        logs.background()
+        logs.announce("first")
+        assert out.entered.wait(10)
+        extra = 7
+        for i in range(logs.WAITING_LINES + extra):  # none of these calls blocks
+            logs.announce(f"line {i}")
+        out.go.set()
+        logs.drain(30)
+        said = json_lines(out.getvalue())
+        assert said[0]["event"] == "first"
+        assert said[1]["event"] == "log lines dropped: the log reader did not keep up"
+        assert said[1]["dropped"] == extra and "timestamp" in said[1]
+        assert [e["event"] for e in said[2:]] == [f"line {i}"
+                                                  for i in range(logs.WAITING_LINES)]
+        logs.announce("after the drain")  # written by the caller again
+        assert json_lines(out.getvalue())[-1]["event"] == "after the drain"
+    finally:
+        out.go.set()
+        logs.drain(5)
+        logs.configure("info")
