@@ -148,6 +148,19 @@ class TooManyCalls(GatewayError):
     reason = "TOO_MANY_CALLS"
 
 
+class TooManyTopics(GatewayError):
+    """The back end holds `--max-topics` topics: a new one is not created on first use."""
+
+    code = "RESOURCE_EXHAUSTED"
+    reason = "TOO_MANY_TOPICS"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the gateway holds its maximum of {limit} topics (max_topics, "
+                         "--max-topics), retry and dead-letter destinations included: a new "
+                         "topic is refused; use an existing one")
+        self.limit = limit
+
+
 class TooManyGroups(GatewayError):
     """The engine runs as many groups as it may (`--max-groups`): a new one is refused."""
 

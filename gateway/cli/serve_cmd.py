@@ -33,8 +33,8 @@ OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "commit_timeout_s", "g
              "time_scale", "max_message_bytes", "log_level", "admin_listen", "console_listen",
              "tokens_file", "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated",
              "telemetry", "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_publish_mb",
-             "max_groups", "max_groups_per_principal", "max_rpcs", "tracing", "tracing_endpoint",
-             "metrics_label_cap", "gateway_id")
+             "max_groups", "max_groups_per_principal", "max_topics", "max_rpcs", "tracing",
+             "tracing_endpoint", "metrics_label_cap", "gateway_id")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
                           for spec in settings_of(product.config_type) if spec.setting.flag)
@@ -88,6 +88,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     own.add("--max-groups-per-principal", "max_groups_per_principal", "most of them one "
             "principal (token) runs at once; 0: half of --max-groups with --tokens-file, all of "
             "them without", int)
+    own.add("--max-topics", "max_topics", "most topics the back end holds (retry and "
+            "dead-letter destinations included) for a new one to be made on first use", int)
     own.add("--max-rpcs", "max_rpcs", "calls and open streams served at once", int)
     own.add("--log-level", "log_level", "debug, info, warning or error")
     own.add("--admin-listen", "admin_listen", "Prometheus metrics on HOST:PORT (/metrics)")

@@ -37,7 +37,7 @@ from gateway.engine.config import EngineConfig
 from gateway.engine.dispatch import InFlight, Subscription
 from gateway.engine.observe import Observer, Observers, Tally, Transition
 from gateway.engine.timers import TimerService
-from gateway.errors import InvalidArgument, NotFound
+from gateway.errors import InvalidArgument, NotFound, TooManyTopics
 from gateway.limits import check_name
 
 log = structlog.get_logger("gateway.engine")
@@ -122,6 +122,11 @@ class EngineBase:
         self._accepting = True
         self._tasks: set[asyncio.Task[None]] = set()
         self._known_topics: set[str] = set(self._config.topics)
+        """Topics known to exist (`known_topic`)."""
+        self._uncounted: set[str] = set()
+        self._counted_topics = self._uncounted
+        """Topics counted against `max_topics`: the back end's, and the new names taken since
+        (`_check_topic`); `_uncounted` until the first new name."""
         self._tally: Tally | None = None
         """While a batch is carried out: its transition counts, given to the counting observers
         once at its end (see `_counted`)."""
@@ -194,11 +199,27 @@ class EngineBase:
                                   f"{', '.join(modes) or 'none'})") from None
 
     async def _check_topic(self, topic: str) -> None:
-        if self._config.auto_create or topic in self._known_topics:
+        """Refuse a topic that does not exist when auto-create is off, or a new one when the
+        back end holds `max_topics`. Topics are counted from the back end at the first new name
+        and at the cap (deleted ones then leave the count), one by one in between."""
+        config = self._config
+        if not config.auto_create:
+            if topic not in self._known_topics:
+                self._known_topics.update(await self.backend.topics())
+                if topic not in self._known_topics:
+                    raise NotFound(f"topic {topic!r} does not exist and auto-create is off")
             return
-        self._known_topics.update(await self.backend.topics())
-        if topic not in self._known_topics:
-            raise NotFound(f"topic {topic!r} does not exist and auto-create is off")
+        counted = self._counted_topics
+        if topic in counted:
+            return
+        if counted is self._uncounted or len(counted) >= config.max_topics:
+            held = set(await self.backend.topics())
+            counted = self._counted_topics = held
+            if topic in held:
+                return
+            if len(held) >= config.max_topics:
+                raise TooManyTopics(config.max_topics)
+        counted.add(topic)
 
     # ------------------------------------------------------------- receipts
     def _new_receipt(self) -> tuple[int, str]:

@@ -38,6 +38,10 @@ class EngineConfig:
     runs at once, so that one client cannot take every group there is; 0 means `max_groups`
     (no share of its own). A principal at it is refused a new group (RESOURCE_EXHAUSTED)
     after its own idle groups are forgotten; other principals go on."""
+    max_topics: int = 100_000
+    """Most topics the back end holds (retry and dead-letter destinations included) for a new
+    one to be created on first use: topic names a client makes up (a publish, a receive, a
+    subscribe on any name its permissions allow) each made a topic kept for good."""
     auto_create: bool = True
     """Create topics and groups on first use; when False only `topics` and existing ones work."""
     topics: tuple[str, ...] = ()
@@ -70,6 +74,8 @@ class EngineConfig:
                                   "1 MiB..64 GiB")
         if not 1 <= self.max_groups <= 10_000_000:
             raise InvalidArgument("max_groups", self.max_groups, "1..10000000")
+        if not 1 <= self.max_topics <= 10_000_000:
+            raise InvalidArgument("max_topics", self.max_topics, "1..10000000")
         if not 0 <= self.max_groups_per_principal <= self.max_groups:
             raise InvalidArgument("max_groups_per_principal", self.max_groups_per_principal,
                                   f"0..max_groups ({self.max_groups}); 0: max_groups")

@@ -119,6 +119,7 @@ class GatewayApp:
             max_publish_bytes=config.max_publish_mb << 20,
             max_groups=config.max_groups,
             max_groups_per_principal=config.groups_per_principal,
+            max_topics=config.max_topics,
         )
         from gateway.server.metrics import Metrics
 

@@ -17,6 +17,7 @@ from gateway.errors import (
     NotFound,
     PermissionDenied,
     TooManyGroups,
+    TooManyTopics,
     Unauthenticated,
     Unavailable,
     shorten,
@@ -100,7 +101,7 @@ def from_gateway(exc: GatewayError, method: tuple[int, int] = (0, 0)) -> AMQPErr
         return AMQPError(NOT_FOUND, exc.message, method)
     if isinstance(exc, MessageTooLarge | InvalidArgument):
         return AMQPError(PRECONDITION_FAILED, exc.message, method)
-    if isinstance(exc, TooManyGroups):
+    if isinstance(exc, TooManyGroups | TooManyTopics):
         return AMQPError(RESOURCE_ERROR, exc.message, method, hard=False)
     if isinstance(exc, Unavailable):
         # The channel closes (a soft error, unlike RabbitMQ's resource alarms which block the

@@ -18,6 +18,7 @@ from gateway.errors import (
     NotFound,
     PermissionDenied,
     TooManyGroups,
+    TooManyTopics,
     Unauthenticated,
     Unavailable,
     Unimplemented,
@@ -33,6 +34,7 @@ _ERRORS: tuple[tuple[type[GatewayError], int], ...] = (
     (AlreadyExists, pb.ConsumerBusy),
     (MessageTooLarge, pb.NotAllowedError),
     (TooManyGroups, pb.NotAllowedError),  # as Pulsar's maxSubscriptionsPerTopic
+    (TooManyTopics, pb.NotAllowedError),  # as Pulsar's maxTopicsPerNamespace
     (IncompatibleSchema, pb.IncompatibleSchema),
     (InvalidArgument, pb.NotAllowedError),
     (Unimplemented, pb.NotAllowedError),
