@@ -55,6 +55,12 @@ def check_name(field: str, value: str) -> None:
                                             "printable characters")
 
 
+def check_tag(field: str, tag: str) -> None:
+    """A message's tag: none, or printable text (no tag_filter can name another)."""
+    if tag and not tag.isprintable():
+        raise InvalidArgument(field, tag, "printable text (or none)")
+
+
 def too_long(text: str, limit: int) -> bool:
     """Whether `text` has more than `limit` bytes of UTF-8 (a huge one is not encoded)."""
     return len(text) > limit or utf8_len(text) > limit

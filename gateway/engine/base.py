@@ -123,10 +123,9 @@ class EngineBase:
         self._tasks: set[asyncio.Task[None]] = set()
         self._known_topics: set[str] = set(self._config.topics)
         """Topics known to exist (`known_topic`)."""
-        self._uncounted: set[str] = set()
-        self._counted_topics = self._uncounted
+        self._counted_topics: set[str] | None = None
         """Topics counted against `max_topics`: the back end's, and the new names taken since
-        (`_check_topic`); `_uncounted` until the first new name."""
+        (`_check_topic`); None until the first new name."""
         self._tally: Tally | None = None
         """While a batch is carried out: its transition counts, given to the counting observers
         once at its end (see `_counted`)."""
@@ -210,9 +209,9 @@ class EngineBase:
                     raise NotFound(f"topic {topic!r} does not exist and auto-create is off")
             return
         counted = self._counted_topics
-        if topic in counted:
+        if counted is not None and topic in counted:
             return
-        if counted is self._uncounted or len(counted) >= config.max_topics:
+        if counted is None or len(counted) >= config.max_topics:
             held = set(await self.backend.topics())
             counted = self._counted_topics = held
             if topic in held:

@@ -20,6 +20,7 @@ from gateway.limits import (
     check_batch,
     check_name,
     check_publish_properties,
+    check_tag,
     message_size,
     properties_size,
     too_long,
@@ -87,8 +88,7 @@ def _copy(i: int, m: pb.MovedMessage, max_bytes: int) -> Copy:
     if len(m.properties) > MAX_PROPERTIES or "" in m.properties:
         raise InvalidArgument(f"{field}.properties", f"{len(m.properties)} entries",
                               f"at most {MAX_PROPERTIES} properties with non-empty keys")
-    if m.tag and not m.tag.isprintable():  # as Publish: no tag_filter could name it
-        raise InvalidArgument(f"{field}.tag", m.tag, "printable text (or none)")
+    check_tag(f"{field}.tag", m.tag)  # as Publish
     if m.deliver_at_ms < 0:
         raise InvalidArgument(f"{field}.deliver_at_ms", m.deliver_at_ms,
                               "0 or a wall-clock ms time")

@@ -30,6 +30,7 @@ from gateway.limits import (
     check_name,
     check_properties,
     check_publish_properties,
+    check_tag,
     check_text,
     too_long,
 )
@@ -121,8 +122,8 @@ def publish(request: pb.PublishRequest, now_ms: int) -> list[OutMessage]:
         if delay or deliver_at:
             deliver_at = _deliver_at(i, delay, deliver_at, now_ms)
         tag = message.tag
-        if tag and not tag.isprintable():  # no tag_filter can name it (see `_subscription`)
-            raise InvalidArgument(f"messages[{i}].tag", tag, "printable text (or none)")
+        if tag:
+            check_tag(f"messages[{i}].tag", tag)
         append(OutMessage(message.body, props, message.key, tag, deliver_at))
     return out
 
