@@ -39,7 +39,6 @@ from gateway.errors import (
     InvalidArgument,
     Unavailable,
 )
-from gateway.limits import MAX_RECEIVE, MAX_WAIT_MS
 
 EXCLUSIVE = ConsumerType.EXCLUSIVE
 
@@ -47,11 +46,6 @@ log = structlog.get_logger("gateway.engine")
 
 OWN_MARK = "#"
 """Between a broadcast consumer's group and its consumer id in the name of its own group."""
-
-DEFAULT_INVISIBLE_MS = 30_000
-"""A receive that chooses no invisible duration under a policy where each receive chooses one
-gets this one, within the policy's range."""
-
 
 class Delivering(Leaving):
     """Subscriptions, push consumers and pull receives."""
@@ -427,71 +421,3 @@ class Delivering(Leaving):
         deadline = self._arm(n, receipt, decision.record, now, real)
         self._emit(new, READY, decision, real)
         return self._delivery(new, deadline)
-
-    # ------------------------------------------------------------------ pull
-    async def receive(
-        self,
-        spec: SubscriptionSpec,
-        max_messages: int,
-        invisible_ms: int | None,
-        wait_ms: int,
-    ) -> list[Delivery]:
-        """Pull: lease up to `max_messages`, waiting up to `wait_ms` for the first."""
-        if not self._accepting:
-            raise Unavailable("the gateway is shutting down")
-        if not 1 <= max_messages <= MAX_RECEIVE:
-            raise InvalidArgument("max_messages", max_messages, f"1..{MAX_RECEIVE}")
-        if not 0 <= wait_ms <= MAX_WAIT_MS:
-            raise InvalidArgument("wait_ms", wait_ms, f"0..{MAX_WAIT_MS} ms")
-        policy = self.policy_for(spec)
-        if policy.invisible_range_ms is not None and invisible_ms is None:
-            low, high = policy.invisible_range_ms
-            invisible_ms = min(max(DEFAULT_INVISIBLE_MS, low), high)
-        if invisible_ms is not None:
-            # Validate before anything is leased.
-            decide(Record("check", spec.topic, spec.group), ev.Deliver("check", invisible_ms),
-                   policy, self._time.policy_now())
-        await self._check_topic(spec.topic)
-        sub = await self._settled_subscription(spec, policy, False, exclusive=False)
-        if sub.own_group and not sub.consumers:
-            # A pull consumer's own group lasts while it keeps receiving.
-            self._drop_later(sub, self.clock.now_ms())
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + wait_ms / 1000
-        sub.pulls += 1  # in use: not forgotten at `max_groups` while it waits
-        caught_up = False
-        try:
-            while True:
-                woken = sub.woken()
-                if sub.held and not sub.consumers:
-                    # Ordered retries due again go out first, before anything behind them.
-                    return [self._redeliver_held(sub, None, policy)
-                            for _ in range(min(max_messages, len(sub.held)))]
-                got = await self._fetch(sub, max_messages, self._config.max_unacked_bytes)
-                if got:
-                    now, real = self._time.both()
-                    if self._plain(sub):
-                        with self._counted():
-                            return self._deliver_all(sub, got, None, now, real, policy,
-                                                     invisible_ms)
-                    return [self._deliver(sub, s, None, invisible_ms, now, real, policy)
-                            for s in got]
-                if not caught_up and self._accepting:
-                    # Nothing, where the back end's fetch reads a buffer filled behind the
-                    # store's back: ask the store (a publish confirmed just now) before waiting,
-                    # and once more before answering nothing.
-                    caught_up = True
-                    if any([await self.backend.catch_up(s, sub.group) for s in sub.sources]):
-                        continue
-                left = give_up - loop.time()
-                if left <= 0 or not self._accepting:
-                    return []
-                waiters: list[asyncio.Future[object] | asyncio.Task[object]] = [
-                    asyncio.ensure_future(self.backend.wait(s, sub.group, left))
-                    for s in sub.sources
-                ]
-                waiters.append(asyncio.shield(woken))  # shared: not cancelled by wait_any
-                await wait_any(waiters)
-                caught_up = caught_up and give_up > loop.time()
-        finally:
-            sub.pulls -= 1

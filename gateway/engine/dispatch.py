@@ -44,6 +44,8 @@ class InFlight:
     settling it frees the key, whichever policy it is settled under."""
     due_ms: int = 0
     """Held: the clock time its retry is due."""
+    pulled: str | None = None
+    """The principal whose pull holds its body (`gateway.engine.pulled`); None: not counted."""
 
 
 class Consumer:
@@ -110,8 +112,8 @@ class Consumer:
             await self.ready.wait()
 
     def add_credit(self, n: int) -> None:
-        """More credit; the dispatcher is woken only if this consumer had none: with credit
-        left, the dispatcher is either busy or waiting for messages, not for credit."""
+        """More credit; the dispatcher is woken only if it had none (with credit left, the
+        dispatcher is busy or waits for messages)."""
         if n <= 0 or self.closed or self.cancelled:
             return
         had = self.credit
@@ -126,8 +128,7 @@ class Consumer:
         return taken
 
     def room(self) -> int:
-        """Deliveries this consumer may take now: its credit, within `max_unacked` and (none
-        once it holds that many bytes) `max_unacked_bytes`."""
+        """Deliveries it may take now: its credit within `max_unacked` and `max_unacked_bytes`."""
         if self.unacked_bytes >= self.max_unacked_bytes:
             return 0
         return min(self.credit, self.max_unacked - len(self.receipts))
@@ -137,9 +138,8 @@ class Consumer:
         return self.max_unacked_bytes - self.unacked_bytes
 
     def settled(self, receipt: str) -> None:
-        """A delivery of this consumer's is settled; wakes the dispatcher if that gave room.
-        A cancelled consumer that kept its place (`Subscription.hand_over`) leaves with its
-        last one."""
+        """A delivery of its own is settled; wakes the dispatcher if that gave room. A cancelled
+        consumer that kept its place (`Subscription.hand_over`) leaves with its last one."""
         size = self.forget(receipt)
         if self.cancelled and not self.receipts:
             self.sub.hand_over(self)

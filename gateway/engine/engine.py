@@ -22,10 +22,10 @@ from gateway.engine.admin import GroupAdmin
 from gateway.engine.base import debug_enabled
 from gateway.engine.clock import Clock
 from gateway.engine.config import EngineConfig
-from gateway.engine.delivering import Delivering
 from gateway.engine.dispatch import Subscription
 from gateway.engine.observe import Observer
 from gateway.engine.port import GroupState, Unsettled
+from gateway.engine.pulling import Pulling
 from gateway.errors import InvalidArgument
 from gateway.limits import check_batch, check_message, check_name
 
@@ -49,7 +49,7 @@ def with_born(messages: Sequence[OutMessage], born: Sequence[int]) -> list[OutMe
     return out
 
 
-class Engine(Delivering):
+class Engine(Pulling):
     """Publish, deliver (push and pull), settle, time out; see `gateway.engine.port` for what
     callers may use."""
 

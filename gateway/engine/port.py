@@ -155,10 +155,13 @@ class EnginePort(Protocol):
         ...
 
     async def receive(
-        self, spec: SubscriptionSpec, max_messages: int, invisible_ms: int | None, wait_ms: int
+        self, spec: SubscriptionSpec, max_messages: int, invisible_ms: int | None, wait_ms: int,
+        *, counted: bool = True,
     ) -> list[Delivery]:
         """Pull: lease up to `max_messages`, waiting up to `wait_ms` for the first (may return
-        none). `invisible_ms` (policy time) where the policy lets a receive choose it."""
+        none). `invisible_ms` (policy time) where the policy lets a receive choose it. The
+        bodies held count against `spec.owner`'s `max_pulled_bytes` unless not `counted` (a
+        front end's own receive that settles what it gets at once)."""
         ...
 
     async def settle(

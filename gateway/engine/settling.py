@@ -316,7 +316,7 @@ class Settling(EngineBase):
         if outcome is EXTEND:
             self.inflight.pop(inf.receipt, None)
             moved = InFlight(record.receipt, record, stored, sub, inf.consumer, policy,
-                             blocks=inf.blocks)
+                             blocks=inf.blocks, pulled=inf.pulled)
             self.inflight[record.receipt] = moved
             if inf.consumer is not None:
                 inf.consumer.moved(inf.receipt, record.receipt)
@@ -379,7 +379,7 @@ class Settling(EngineBase):
             batch.held[n] = (due, [])
         _, receipt = self._new_receipt()
         held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, inf.policy,
-                        held=True, due_ms=due, timer=n, blocks=inf.blocks)
+                        held=True, due_ms=due, timer=n, blocks=inf.blocks, pulled=inf.pulled)
         self.inflight[receipt] = held
         batch.held[n][1].append(receipt)
 

@@ -123,7 +123,8 @@ class Sweeper(Periodic):
 
     async def _take(self, queue: Queue, count: int) -> None:
         ctx = self._ctx
-        got = await ctx.engine.receive(queue_spec(queue, queue.declared_by), count, None, 0)
+        got = await ctx.engine.receive(queue_spec(queue, queue.declared_by), count, None, 0,
+                                        counted=False)
         now = ctx.engine.now_ms()
         settlements = [
             Settlement(d.receipt, SettleAction.DEAD_LETTER, reason=EXPIRED)

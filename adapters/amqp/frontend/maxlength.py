@@ -99,7 +99,8 @@ async def _trim(ctx: Context, queue: Queue) -> None:
     excess = await ready(ctx, queue) - limit
     spec = queue_spec(queue, queue.declared_by)
     while excess > 0 and ctx.topology.queues.get(queue.name) is queue:
-        got = await ctx.engine.receive(spec, min(excess, MAX_BATCH), None, 0)
+        got = await ctx.engine.receive(spec, min(excess, MAX_BATCH), None, 0,
+                                        counted=False)
         if not got:
             return
         await ctx.engine.settle([Settlement(d.receipt, SettleAction.DEAD_LETTER, reason=MAXLEN)

@@ -220,7 +220,8 @@ class TransactionDesk:
             await self._room.wait()
             try:
                 deliveries = await self._engine.receive(
-                    self.spec, RECEIVE_BATCH, self._times.first_ms, RECEIVE_WAIT_MS)
+                    self.spec, RECEIVE_BATCH, self._times.first_ms, RECEIVE_WAIT_MS,
+                    counted=False)  # the gateway's own; `_room` bounds what it holds
             except GatewayError as error:
                 log.warning("transaction checker: receive failed: %s", error.message)
                 await asyncio.sleep(1.0)
