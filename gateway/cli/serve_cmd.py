@@ -32,7 +32,7 @@ from gateway.server.config import (
 OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "commit_timeout_s", "grace_s",
              "time_scale", "max_message_bytes", "log_level", "admin_listen", "console_listen",
              "tokens_file", "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated",
-             "telemetry", "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_pulled_mb",
+             "telemetry", "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_held_mb",
              "max_publish_mb",
              "max_groups", "max_groups_per_principal", "max_topics", "max_rpcs", "tracing",
              "tracing_endpoint", "metrics_label_cap", "gateway_id")
@@ -82,8 +82,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     own.add("--max-unacked", "max_unacked", "most deliveries one consumer holds unsettled", int)
     own.add("--max-unacked-mb", "max_unacked_mb", "most MiB of message bodies one consumer "
             "holds unsettled (at least one delivery)", int)
-    own.add("--max-pulled-mb", "max_pulled_mb", "most MiB of bodies of pulled deliveries "
-            "(Receive, simple consumers, basic.get) one principal holds unsettled", int)
+    own.add("--max-held-mb", "max_held_mb", "most MiB of message bodies one principal "
+            "(token) holds unsettled, its consumers and pulls together", int)
     own.add("--max-publish-mb", "max_publish_mb", "most MiB of messages of publishes stored at "
             "once, every front end together; more wait their turn", int)
     own.add("--max-groups", "max_groups", "most topic/group subscriptions run at once (about "

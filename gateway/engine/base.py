@@ -35,8 +35,9 @@ from gateway.engine.budget import PublishBudget
 from gateway.engine.clock import Clock, TimeBase
 from gateway.engine.config import EngineConfig
 from gateway.engine.dispatch import InFlight, Subscription
+from gateway.engine.holdings import Holdings
+from gateway.engine.inflight import InFlightTable
 from gateway.engine.observe import Observer, Observers, Tally, Transition
-from gateway.engine.pulled import InFlightTable
 from gateway.engine.timers import TimerService
 from gateway.errors import InvalidArgument, NotFound, TooManyTopics
 from gateway.limits import check_name
@@ -107,7 +108,9 @@ class EngineBase:
         self.observers = Observers(observers)
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
         """By (topic, group): the engine's own table (callers use `group_state`)."""
-        self.inflight = InFlightTable()
+        self.holdings = Holdings(self._config.max_held_bytes)
+        """The bytes of bodies each principal's deliveries hold (`max_held_bytes`)."""
+        self.inflight = InFlightTable(self.holdings)
         """By receipt: the engine's own table (callers use `unsettled`, `unsettled_count`)."""
         self._timer_receipts: dict[int, Due] = {}
         """By timer key: the deliveries whose deadline it stands for."""

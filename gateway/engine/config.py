@@ -25,9 +25,10 @@ class EngineConfig:
     credit beyond it waits until the consumer settles."""
     max_unacked_bytes: int = 64 << 20
     """Most bytes of bodies one push consumer holds unsettled (at least one delivery)."""
-    max_pulled_bytes: int = 256 << 20
-    """Most bytes of bodies of pulled deliveries (`receive`) one principal holds unsettled: a
-    receive at it gets nothing until some are settled or time out (`gateway.engine.pulled`)."""
+    max_held_bytes: int = 256 << 20
+    """Most bytes of bodies one principal's deliveries hold unsettled, every consumer and pull
+    of it together (`gateway.engine.holdings`): at it, its consumers get nothing more and its
+    receives wait, until some are settled or time out."""
     max_publish_bytes: int = 128 << 20
     """Most bytes of messages (`gateway.limits.message_size`) of publishes the back end stores
     at once, every front end together; a publish that does not fit waits (one larger than all
@@ -72,8 +73,8 @@ class EngineConfig:
         if not 1 << 20 <= self.max_unacked_bytes <= 1 << 36:
             raise InvalidArgument("max_unacked_bytes", self.max_unacked_bytes,
                                   "1 MiB..64 GiB")
-        if not 1 << 20 <= self.max_pulled_bytes <= 1 << 36:
-            raise InvalidArgument("max_pulled_bytes", self.max_pulled_bytes, "1 MiB..64 GiB")
+        if not 1 << 20 <= self.max_held_bytes <= 1 << 36:
+            raise InvalidArgument("max_held_bytes", self.max_held_bytes, "1 MiB..64 GiB")
         if not 1 << 20 <= self.max_publish_bytes <= 1 << 36:
             raise InvalidArgument("max_publish_bytes", self.max_publish_bytes,
                                   "1 MiB..64 GiB")

@@ -115,7 +115,8 @@ class Delivering(Leaving):
             spec = replace(spec, consumer_id=consumer_id)
         sub = await self._settled_subscription(spec, policy, anonymous, exclusive=True)
         consumer = Consumer(sub, consumer_id, credit, self._config.max_unacked, policy,
-                            self._config.max_unacked_bytes)
+                            self._config.max_unacked_bytes, owner=spec.owner,
+                            holdings=self.holdings)
         consumer.on_close = lambda c: self._leave(self._consumer_closed(c))
         consumer.on_cancel = lambda c, untaken: self._leave(self._consumer_cancelled(c, untaken))
         sub.consumers.append(consumer)
@@ -207,9 +208,19 @@ class Delivering(Leaving):
     async def _fetch(self, sub: Subscription, want: int, budget: int | None) -> list[StoredMessage]:
         """Up to `want` messages for `sub`, their bodies within about `budget` bytes (None: what
         its consumers have room for): the back end reads no more from disk than that, so a
-        backlog of large messages is not read into memory only to be given back."""
+        backlog of large messages is not read into memory only to be given back. The budget of
+        consumers of one principal is reserved in its holdings while the fetch is under way,
+        so its other groups' fetches meanwhile do not take the same room."""
         if budget is None:
             budget = sub.byte_room(self._config.max_unacked_bytes)
+            holder = sub.holder()
+            if holder is not None:
+                budget = max(1, min(budget, self.holdings.room(holder)))
+                self.holdings.add(holder, budget)
+                try:
+                    return await self._fetch(sub, want, budget)
+                finally:
+                    self.holdings.less(holder, budget)  # delivered with no await between
         exclude = frozenset(sub.blocked_keys) if sub.policy.blocks_queue else frozenset()
         if sub.parked:
             exclude = exclude.union(sub.parked)
@@ -358,7 +369,8 @@ class Delivering(Leaving):
         group = sub.group
         deadline = delivery_deadline(policy, invisible_ms, now)
         n = next(self._counter) if deadline else 0
-        inflight = self.inflight
+        owner = consumer.owner if consumer is not None else None
+        entries: dict[str, InFlight] = {}
         receipts = self._new_receipts(len(got))
         deliveries: list[Delivery] = []
         attempts: dict[tuple[str, int], int] = {}
@@ -369,8 +381,8 @@ class Delivering(Leaving):
             attempt = stored.attempt + 1
             record = delivered(stored.message_id, topic, group, stored.attempt, stored.retries,
                                receipt, deadline, now)
-            inflight[receipt] = InFlight(receipt, record, stored, sub, consumer, policy, False,
-                                         n, False)
+            entries[receipt] = InFlight(receipt, record, stored, sub, consumer, policy, False,
+                                        n, False, 0, owner)
             deliveries.append(Delivery(
                 receipt, stored.message_id, stored.topic, topic, stored.body,
                 visible_properties(props), stored.key, stored.tag, attempt, stored.retries,
@@ -378,6 +390,7 @@ class Delivering(Leaving):
                 born_ms(props) if BORN_MS in props else 0))
             key = (topic, attempt)
             attempts[key] = attempts.get(key, 0) + 1
+        self.inflight.put_all(entries, owner)
         if n:
             self._arm_all(n, receipts, deadline_real)
         if self.observers.counters:

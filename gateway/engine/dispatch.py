@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import bisect
-import hashlib
 import itertools
 import zlib
 from collections import deque
@@ -15,6 +13,8 @@ from gateway.backend import StoredMessage
 from gateway.core.policy import Placement, RetryPolicy
 from gateway.core.record import Record
 from gateway.engine.api import ConsumerType, Delivery, SubscriptionSpec
+from gateway.engine.holdings import Holdings
+from gateway.engine.keyring import KeyRing
 from gateway.errors import Unavailable
 
 MAX_UNACKED_BYTES = 64 << 20
@@ -44,8 +44,9 @@ class InFlight:
     settling it frees the key, whichever policy it is settled under."""
     due_ms: int = 0
     """Held: the clock time its retry is due."""
-    pulled: str | None = None
-    """The principal whose pull holds its body (`gateway.engine.pulled`); None: not counted."""
+    owner: str | None = None
+    """The principal that holds its body: its consumer's, or the one whose pull took it
+    (`gateway.engine.inflight`); None: not counted."""
 
 
 class Consumer:
@@ -55,8 +56,13 @@ class Consumer:
     def __init__(
         self, sub: Subscription, consumer_id: str, credit: int, max_unacked: int = 50_000,
         policy: RetryPolicy | None = None, max_unacked_bytes: int = MAX_UNACKED_BYTES,
+        *, owner: str | None = None, holdings: Holdings | None = None,
     ) -> None:
         self.sub = sub
+        self.owner = owner if holdings is not None else None
+        """The principal whose `holdings` its deliveries count in (None: not counted)."""
+        self.holdings = holdings if owner is not None else None
+        self._as = owner or ""
         self._policy = policy
         self.id = consumer_id
         self.credit = credit
@@ -131,11 +137,19 @@ class Consumer:
         """Deliveries it may take now: its credit within `max_unacked` and `max_unacked_bytes`."""
         if self.unacked_bytes >= self.max_unacked_bytes:
             return 0
+        holdings = self.holdings
+        if holdings is not None and holdings.full(self._as):
+            holdings.starved.add(self.sub)  # woken when there is room again
+            return 0
         return min(self.credit, self.max_unacked - len(self.receipts))
 
     def byte_room(self) -> int:
-        """Bytes of bodies it may take now (the delivery that passes it is the last)."""
-        return self.max_unacked_bytes - self.unacked_bytes
+        """Bytes of bodies it may take now (the delivery that passes it is the last), within
+        its principal's room."""
+        room = self.max_unacked_bytes - self.unacked_bytes
+        if self.holdings is not None:
+            return min(room, self.holdings.room(self._as))
+        return room
 
     def settled(self, receipt: str) -> None:
         """A delivery of its own is settled; wakes the dispatcher if that gave room. A cancelled
@@ -249,7 +263,7 @@ class Subscription:
     """Where `share` goes on dealing (an index into the consumers with room)."""
     _run: tuple[Consumer | None, int] = (None, 0)
     """`pick`'s current run: its consumer and how many more messages it may take in a row."""
-    _ring: KeyRing = field(default_factory=lambda: KeyRing())
+    _ring: KeyRing[Consumer] = field(default_factory=lambda: KeyRing())
 
     @property
     def topic(self) -> str:
@@ -296,6 +310,11 @@ class Subscription:
         self.wake.set()
         if self.pulls_woken is not None and not self.pulls_woken.done():
             self.pulls_woken.set_result(None)
+
+    def holder(self) -> str | None:
+        """The principal whose holdings its receivers' deliveries all count in, if one."""
+        owners = {c.owner for c in self.receivers()}
+        return owners.pop() if len(owners) == 1 else None
 
     def byte_room(self, enough: int) -> int:
         """The byte room of the consumers with room that get deliveries, summed (at least 1);
@@ -354,10 +373,14 @@ class Subscription:
         """Deal `got` out round robin over `live` (shared consumption, no key rules): runs of
         up to the policy's `dispatch_run` messages to the next consumer in turn that has room
         (its room permitting), then the next one's turn. Returns each consumer's share, in
-        order, and the messages none had room for."""
+        order, and the messages none had room for. Consumers of one principal share its room
+        (`Holdings`): the message that passes it is the last of the batch."""
         count = len(live)
         if not count:
             return [], got
+        holder = self.holder()
+        holdings = live[0].holdings
+        cap = holdings.room(holder) if holder is not None and holdings is not None else None
         run = max(1, self.policy.dispatch_run)
         rooms = [max(0, c.room()) for c in live]
         byte_rooms = [c.byte_room() for c in live]
@@ -370,21 +393,26 @@ class Subscription:
             while not rooms[turn]:
                 turn = (turn + 1) % count
             n = min(run, rooms[turn], total - taken)
-            budget = byte_rooms[turn]
+            budget = byte_rooms[turn] if cap is None else min(byte_rooms[turn], cap)
+            spent = 0
             for i in range(taken, taken + n):  # the bytes it may hold: the last one passes them
-                budget -= len(got[i].body)
-                if budget <= 0:
+                spent += len(got[i].body)
+                if spent >= budget:
                     n = i + 1 - taken
                     break
-            byte_rooms[turn] = budget
+            byte_rooms[turn] -= spent
             shares[turn].extend(got[taken:taken + n])
             rooms[turn] -= n
             left -= n
-            if budget <= 0:  # full: no more for it in this batch
+            if byte_rooms[turn] <= 0:  # full: no more for it in this batch
                 left -= rooms[turn]
                 rooms[turn] = 0
             taken += n
             turn = (turn + 1) % count
+            if cap is not None:
+                cap -= spent
+                if cap <= 0:  # the principal's room is spent: that was the batch's last
+                    break
         self._turn = turn
         return _dealt(live, shares), got[taken:]
 
@@ -430,46 +458,6 @@ def retry_source(policy: RetryPolicy, topic: str, group: str) -> str:
     if policy.placement is Placement.COPY and policy.retries_enabled:
         return policy.naming.retry_topic(topic, group)
     return ""
-
-
-RING_POINTS = 64
-"""Points each consumer has on a key-shared subscription's hash ring."""
-
-
-class KeyRing:
-    """Consistent hashing of message keys onto a key-shared subscription's consumers.
-
-    Each consumer owns the arcs before its `RING_POINTS` points (hashes of its id); a key goes
-    to the owner of its hash. While the consumers stay the same a key always goes to the same
-    consumer; one that joins takes over only keys from its own points' arcs, and the keys of
-    one that leaves spread over the rest: no other key moves. Rebuilt only when the consumers
-    change.
-    """
-
-    def __init__(self) -> None:
-        self._members: tuple[Consumer, ...] = ()
-        self._points: list[int] = []
-        self._owners: list[Consumer] = []
-
-    def owner(self, live: list[Consumer], key: str) -> Consumer:
-        if tuple(live) != self._members:
-            self._build(live)
-        at = bisect.bisect_left(self._points, _hash(key))
-        return self._owners[at % len(self._owners)]
-
-    def _build(self, live: list[Consumer]) -> None:
-        ring = sorted(
-            (_hash(f"{consumer.id}#{i}"), n, consumer)
-            for n, consumer in enumerate(live)
-            for i in range(RING_POINTS)
-        )
-        self._members = tuple(live)
-        self._points = [point for point, _, _ in ring]
-        self._owners = [consumer for _, _, consumer in ring]
-
-
-def _hash(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
 def matches_all(expression: str) -> bool:

@@ -99,7 +99,7 @@ class Engine(Pulling):
         self._accepting = False
         for sub in self.subscriptions.values():
             sub.closed = True
-            sub.wake.set()
+            sub.kick()  # its dispatcher and its pulls waiting
             if sub.task is not None:
                 sub.task.cancel()
 

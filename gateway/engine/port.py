@@ -160,7 +160,7 @@ class EnginePort(Protocol):
     ) -> list[Delivery]:
         """Pull: lease up to `max_messages`, waiting up to `wait_ms` for the first (may return
         none). `invisible_ms` (policy time) where the policy lets a receive choose it. The
-        bodies held count against `spec.owner`'s `max_pulled_bytes` unless not `counted` (a
+        bodies held count against `spec.owner`'s `max_held_bytes` unless not `counted` (a
         front end's own receive that settles what it gets at once)."""
         ...
 

@@ -1,14 +1,13 @@
 """Pull: `receive` leases messages to a caller that settles them by receipt later.
 
-The bodies a principal's pulls hold are bounded by `EngineConfig.max_pulled_bytes`
-(`gateway.engine.pulled`): a receive fetches no more than the room its principal has left, and
-one at the limit waits (up to its `wait_ms`) until some of them are settled or time out.
+The bodies a principal's deliveries hold are bounded by `EngineConfig.max_held_bytes`
+(`gateway.engine.holdings`): a receive fetches no more than the room its principal has left,
+and one at the limit waits (up to its `wait_ms`) until some are settled or time out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from gateway.backend import Release, StoredMessage
 from gateway.core import events as ev
@@ -36,7 +35,7 @@ class Pulling(Delivering):
         counted: bool = True,
     ) -> list[Delivery]:
         """Pull: lease up to `max_messages`, waiting up to `wait_ms` for the first. `counted`:
-        the bodies count against the principal's `max_pulled_bytes` (False: the gateway's own
+        the bodies count against the principal's `max_held_bytes` (False: the gateway's own
         receive, which settles what it gets at once)."""
         if not self._accepting:
             raise Unavailable("the gateway is shutting down")
@@ -72,12 +71,12 @@ class Pulling(Delivering):
                         for _ in range(min(max_messages, len(sub.held)))])
                 room = self._pull_room(owner)
                 if room <= 0:
-                    # At max_pulled_bytes: wait for some to be settled (or to time out).
+                    # At max_held_bytes: wait for some to be settled (or to time out).
                     left = give_up - loop.time()
                     if left <= 0 or not self._accepting:
                         return []
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(self.inflight.freed()), left)
+                    await wait_any([asyncio.shield(self.holdings.freed()), asyncio.shield(woken),
+                                    asyncio.ensure_future(asyncio.sleep(left))])
                     continue
                 got = await self._pull(sub, max_messages, room, owner)
                 if got:
@@ -112,11 +111,11 @@ class Pulling(Delivering):
 
     def _pull_room(self, owner: str | None) -> int:
         """Bytes of bodies one receive may fetch: a push consumer's window, within what the
-        principal's pulls have left of `max_pulled_bytes`."""
+        principal has left of `max_held_bytes`."""
         room = self._config.max_unacked_bytes
         if owner is None:
             return room
-        return min(room, self.inflight.room(owner, self._config.max_pulled_bytes))
+        return min(room, self.holdings.room(owner))
 
     async def _pull(self, sub: Subscription, want: int, room: int, owner: str | None
                     ) -> list[StoredMessage]:
@@ -125,7 +124,7 @@ class Pulling(Delivering):
         the room (messages it holds in memory anyway) is given back."""
         if owner is None:
             return await self._fetch(sub, want, room)
-        self.inflight.take(owner, room)
+        self.holdings.add(owner, room)
         try:
             got = await self._fetch(sub, want, room)
             n = _within(got, room)
@@ -139,11 +138,11 @@ class Pulling(Delivering):
                 del got[n:]
             return got
         finally:
-            self.inflight.give(owner, room)  # the caller counts what it delivers, no await between
+            self.holdings.less(owner, room)  # the caller counts what it delivers, no await between
 
     def _counted_pull(self, owner: str | None, out: list[Delivery]) -> list[Delivery]:
         if owner is not None and out:
-            self.inflight.count([d.receipt for d in out], owner)
+            self.inflight.pulled([d.receipt for d in out], owner)
         return out
 
 

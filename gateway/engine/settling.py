@@ -181,45 +181,51 @@ class Settling(EngineBase):
         it), its counts and settle times told once per batch; anything else (a stale, spent or
         refused receipt) goes through `decide` as in `_ack_each`."""
         inflight = self.inflight
+        taken: list[InFlight] = []  # out of the table with the plain dict's pop: counted out
+        pop = dict.pop
         acks = batch.acks
         tally = self._tally if self.observers.counters else None
         spans: dict[str, list[float]] | None = {} if self.observers.settle_timers else None
         t = self._time
         anchor, scale = t.anchor_ms, t.scale
-        for i, receipt in enumerate(receipts):
-            inf = inflight.get(receipt)
-            if inf is None or inf.held:
-                exc: GatewayError = StaleReceipt(receipt)
-                failed[i] = SettleResult(receipt, False, exc.code, exc.message)
-                continue
-            record = inf.record
-            try:
-                if guard is not None:
-                    guard(inf.sub.spec.topic, inf.sub.spec.group)
-                if record.state is not INFLIGHT or record.receipt != receipt or not receipt:
-                    self._apply(inf, decide(record, ev.Ack(receipt), inf.policy, now), batch,
-                                now, real)
+        try:
+            for i, receipt in enumerate(receipts):
+                inf = inflight.get(receipt)
+                if inf is None or inf.held:
+                    exc: GatewayError = StaleReceipt(receipt)
+                    failed[i] = SettleResult(receipt, False, exc.code, exc.message)
                     continue
-            except GatewayError as exc:
-                failed[i] = SettleResult(receipt, False, exc.code, exc.message)
-                continue
-            # COMMIT, carried out as `_apply` does.
-            if inf.timer:
-                self._disarm(inf)
-            del inflight[receipt]
-            consumer = inf.consumer
-            if consumer is not None:
-                consumer.settled(receipt)
-            if inf.blocks:
-                inf.sub.blocked_keys.discard(inf.stored.key)
-                inf.sub.kick()
-            acks.append(inf.stored.lease)
-            if tally is not None:
-                key = ("COMMITTED", record.topic, record.group, inf.policy.name, record.attempt)
-                tally[key] = tally.get(key, 0) + 1
-            if spans is not None:
-                out_ms = real - anchor - int((record.delivered_at_ms - anchor) * scale)
-                spans.setdefault(inf.policy.name, []).append(max(0, out_ms) / 1000)
+                record = inf.record
+                try:
+                    if guard is not None:
+                        guard(inf.sub.spec.topic, inf.sub.spec.group)
+                    if record.state is not INFLIGHT or record.receipt != receipt or not receipt:
+                        self._apply(inf, decide(record, ev.Ack(receipt), inf.policy, now), batch,
+                                    now, real)
+                        continue
+                except GatewayError as exc:
+                    failed[i] = SettleResult(receipt, False, exc.code, exc.message)
+                    continue
+                # COMMIT, carried out as `_apply` does.
+                if inf.timer:
+                    self._disarm(inf)
+                pop(inflight, receipt)
+                taken.append(inf)
+                consumer = inf.consumer
+                if consumer is not None:
+                    consumer.settled(receipt)
+                if inf.blocks:
+                    inf.sub.blocked_keys.discard(inf.stored.key)
+                    inf.sub.kick()
+                acks.append(inf.stored.lease)
+                if tally is not None:
+                    key = ("COMMITTED", record.topic, record.group, inf.policy.name, record.attempt)
+                    tally[key] = tally.get(key, 0) + 1
+                if spans is not None:
+                    out_ms = real - anchor - int((record.delivered_at_ms - anchor) * scale)
+                    spans.setdefault(inf.policy.name, []).append(max(0, out_ms) / 1000)
+        finally:
+            inflight.drop_all(taken)
         if spans:
             for policy, seconds in spans.items():
                 self.observers.settled_all(policy, "COMMITTED", seconds)
@@ -316,7 +322,7 @@ class Settling(EngineBase):
         if outcome is EXTEND:
             self.inflight.pop(inf.receipt, None)
             moved = InFlight(record.receipt, record, stored, sub, inf.consumer, policy,
-                             blocks=inf.blocks, pulled=inf.pulled)
+                             blocks=inf.blocks, owner=inf.owner)
             self.inflight[record.receipt] = moved
             if inf.consumer is not None:
                 inf.consumer.moved(inf.receipt, record.receipt)
@@ -379,7 +385,7 @@ class Settling(EngineBase):
             batch.held[n] = (due, [])
         _, receipt = self._new_receipt()
         held = InFlight(receipt, decision.record, inf.stored, inf.sub, inf.consumer, inf.policy,
-                        held=True, due_ms=due, timer=n, blocks=inf.blocks, pulled=inf.pulled)
+                        held=True, due_ms=due, timer=n, blocks=inf.blocks, owner=inf.owner)
         self.inflight[receipt] = held
         batch.held[n][1].append(receipt)
 

@@ -116,7 +116,7 @@ class GatewayApp:
             broadcast_idle_ms=round(config.broadcast_idle_s * 1000),
             max_unacked=config.max_unacked,
             max_unacked_bytes=config.max_unacked_mb << 20,
-            max_pulled_bytes=config.max_pulled_mb << 20,
+            max_held_bytes=config.max_held_mb << 20,
             max_publish_bytes=config.max_publish_mb << 20,
             max_groups=config.max_groups,
             max_groups_per_principal=config.groups_per_principal,

@@ -47,8 +47,9 @@ class ServeConfig:
     max_unacked_mb: int = 64
     """Most MiB of message bodies one push consumer holds unsettled, at least one delivery
     (1..65536; see EngineConfig)."""
-    max_pulled_mb: int = 256
-    """Most MiB of bodies of pulled deliveries one principal holds unsettled (1..65536)."""
+    max_held_mb: int = 256
+    """Most MiB of bodies one principal's deliveries hold unsettled, its consumers and pulls
+    together (1..65536; see EngineConfig.max_held_bytes)."""
     max_publish_mb: int = 128
     """Most MiB of messages of publishes stored at once, every front end together; more wait
     (1..65536; see EngineConfig.max_publish_bytes)."""
@@ -123,8 +124,8 @@ class ServeConfig:
         if not _usable_id(self.gateway_id):
             raise InvalidArgument("gateway_id", self.gateway_id,
                                   "1..255 bytes (UTF-8) of printable characters")
-        if not 1 <= self.max_pulled_mb <= 65536:
-            raise InvalidArgument("max_pulled_mb", self.max_pulled_mb, "1..65536 MiB")
+        if not 1 <= self.max_held_mb <= 65536:
+            raise InvalidArgument("max_held_mb", self.max_held_mb, "1..65536 MiB")
         if not 1 <= self.max_publish_mb <= 65536:
             raise InvalidArgument("max_publish_mb", self.max_publish_mb, "1..65536 MiB")
         taken: list[tuple[str, str, str, int]] = []
@@ -237,7 +238,7 @@ def _usable_id(name: str) -> bool:
 SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
-               "max_unacked", "max_unacked_mb", "max_pulled_mb", "max_publish_mb", "max_groups",
+               "max_unacked", "max_unacked_mb", "max_held_mb", "max_publish_mb", "max_groups",
                "max_groups_per_principal", "max_topics", "max_rpcs", "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb", "commit_timeout_s"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",

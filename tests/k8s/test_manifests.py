@@ -21,7 +21,7 @@ from .manifests import (
 
 # The documented keys of gateway.toml: a misspelt key would silently be ignored or rejected.
 CONFIG_KEYS = {
-    "server": {"listen", "max_message_bytes", "grace_s"},
+    "server": {"listen", "max_message_bytes", "grace_s", "max_held_mb", "max_unacked_mb"},
     "store": {"backend", "data_dir", "cache_mb"},
     "rabbitmq": {"url"},
     "pulsar": {"service_url", "token"},

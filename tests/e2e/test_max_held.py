@@ -1,14 +1,17 @@
-"""`--max-pulled-mb`: the bodies one principal's pulled deliveries hold unsettled are bounded.
+"""`--max-held-mb`: the bodies one principal's deliveries hold unsettled are bounded, its
+consumers and pulls together.
 
 A client that pulled a backlog with a long invisible time made the gateway hold every body
-until it settled them (300 pulls of 1 MiB: +305 MB, bounded by nothing but the backlog). Now
-its principal gets nothing more at the limit, until it settles some (or they time out), and the
-other principals go on: gRPC `Receive` with two tokens, and AMQP `basic.get` with aio-pika.
+until it settled them (1,000 pulls of 1 MiB: +991 MiB), and each stream a client opened and
+never read held 64 MiB. Now its principal gets nothing more at the limit, until it settles some
+(or they time out), and the other principals go on: gRPC `Receive` and `Consume` with two
+tokens, and AMQP `basic.get` with aio-pika.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -51,7 +54,7 @@ async def app(tmp_path: Path) -> AsyncIterator[GatewayApp]:
     tokens = tmp_path / "tokens.toml"
     tokens.write_text(TOKENS)
     async with running_gateway(tmp_path / "data", tokens_file=str(tokens),
-                               max_pulled_mb=1) as running:
+                               max_held_mb=1) as running:
         yield running
 
 
@@ -86,12 +89,72 @@ async def test_a_principal_at_its_limit_gets_nothing_until_it_settles(app: Gatew
         assert all(d.body == BODY for d in got.deliveries)
 
 
+class Stream:
+    """A gRPC Consume stream of one principal that collects its deliveries and settles none
+    unless told."""
+
+    def __init__(self, gw: gateway_pb2_grpc.GatewayStub, group: str, metadata: object) -> None:
+        self.requests: asyncio.Queue[gateway_pb2.ConsumeRequest | None] = asyncio.Queue()
+        self.requests.put_nowait(gateway_pb2.ConsumeRequest(subscribe=gateway_pb2.Subscribe(
+            topic="orders", group=group, policy="rocketmq", prefetch=100)))
+        self.deliveries: list[gateway_pb2.Delivery] = []
+        self.call = gw.Consume(self._requests(), metadata=metadata)
+        self.task = asyncio.ensure_future(self._read())
+
+    async def _requests(self) -> AsyncIterator[gateway_pb2.ConsumeRequest]:
+        while (item := await self.requests.get()) is not None:
+            yield item
+
+    async def _read(self) -> None:
+        async for response in self.call:
+            if response.HasField("deliveries"):
+                self.deliveries.extend(response.deliveries.deliveries)
+
+    def ack(self, delivery: gateway_pb2.Delivery) -> None:
+        self.requests.put_nowait(gateway_pb2.ConsumeRequest(settle=gateway_pb2.SettleBatch(
+            settlements=[gateway_pb2.Settlement(receipt=delivery.receipt,
+                                                ack=gateway_pb2.Ack())])))
+
+    async def close(self) -> None:
+        self.requests.put_nowait(None)
+        self.call.cancel()
+        with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+            await self.task
+
+
+async def settled_down(streams: list[Stream]) -> int:
+    """Deliveries the streams got, once no more came for half a second."""
+    count = -1
+    while (now := sum(len(s.deliveries) for s in streams)) != count:
+        count = now
+        await asyncio.sleep(0.5)
+    return count
+
+
+async def test_a_principals_streams_together_hold_at_most_its_limit(app: GatewayApp) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as channel:
+        gw = gateway_pb2_grpc.GatewayStub(channel)
+        await gw.Publish(gateway_pb2.PublishRequest(
+            topic="orders", messages=[gateway_pb2.Message(body=BODY)] * 10), metadata=ALICE)
+        alice = [Stream(gw, f"alice-{i}", ALICE) for i in range(3)]
+        bob = Stream(gw, "bob", BOB)
+        try:
+            assert await settled_down(alice) == FITS  # three groups, one principal's room
+            assert await settled_down([bob]) == FITS  # bob's own room
+            holder = next(s for s in alice if s.deliveries)
+            holder.ack(holder.deliveries[0])
+            assert await settled_down(alice) == FITS + 1
+        finally:
+            for stream in [*alice, bob]:
+                await stream.close()
+
+
 async def test_amqp_basic_get_at_the_limit_answers_empty_until_one_is_acked(
     tmp_path: Path,
 ) -> None:
     tokens = tmp_path / "tokens.toml"
     tokens.write_text(TOKENS)
-    async with amqp_gateway(tmp_path / "data", tokens_file=str(tokens), max_pulled_mb=1,
+    async with amqp_gateway(tmp_path / "data", tokens_file=str(tokens), max_held_mb=1,
                             time_scale=1.0) as gw:
         connection = await aio_pika.connect(gw.url_for("alice", "alice-secret"))
         async with connection:
@@ -112,5 +175,5 @@ async def test_amqp_basic_get_at_the_limit_answers_empty_until_one_is_acked(
 
 @pytest.mark.parametrize("value", [0, -1, 65537])
 def test_the_limit_is_checked(value: int, tmp_path: Path) -> None:
-    with pytest.raises(InvalidArgument, match="max_pulled_mb"):
-        build({"data_dir": str(tmp_path), "max_pulled_mb": value})
+    with pytest.raises(InvalidArgument, match="max_held_mb"):
+        build({"data_dir": str(tmp_path), "max_held_mb": value})
