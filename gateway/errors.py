@@ -175,6 +175,17 @@ class TooManyGroups(GatewayError):
         self.limit = limit
 
 
+class TooManyStoredGroups(TooManyGroups):
+    """The back end keeps `--max-stored-groups` groups: a new group name is refused."""
+
+    def __init__(self, limit: int) -> None:
+        GatewayError.__init__(
+            self, f"the gateway keeps its maximum of {limit} groups (max_stored_groups, "
+            "--max-stored-groups), retry and dead-letter destinations' included: a new group "
+            "is refused; use an existing one, or drop groups no longer used")
+        self.limit = limit
+
+
 class TooManyOwnGroups(TooManyGroups):
     """One principal runs as many groups as each may (`--max-groups-per-principal`): a new one
     of its own is refused; other principals' are not."""

@@ -34,12 +34,13 @@ from gateway.engine.api import SubscriptionSpec
 from gateway.engine.budget import PublishBudget
 from gateway.engine.clock import Clock, TimeBase
 from gateway.engine.config import EngineConfig
+from gateway.engine.counted import Counted
 from gateway.engine.dispatch import InFlight, Subscription
 from gateway.engine.holdings import Holdings
 from gateway.engine.inflight import InFlightTable
 from gateway.engine.observe import Observer, Observers, Tally, Transition
 from gateway.engine.timers import TimerService
-from gateway.errors import InvalidArgument, NotFound, TooManyTopics
+from gateway.errors import InvalidArgument, NotFound, TooManyStoredGroups, TooManyTopics
 from gateway.limits import check_name
 
 log = structlog.get_logger("gateway.engine")
@@ -127,9 +128,11 @@ class EngineBase:
         self._tasks: set[asyncio.Task[None]] = set()
         self._known_topics: set[str] = set(self._config.topics)
         """Topics known to exist (`known_topic`)."""
-        self._counted_topics: set[str] | None = None
-        """Topics counted against `max_topics`: the back end's, and the new names taken since
-        (`_check_topic`); None until the first new name."""
+        self._topic_count = Counted(self._config.max_topics, lambda: self.backend.topics())
+        """Topics counted against `max_topics` (`_check_topic`)."""
+        self._group_count = Counted(self._config.max_stored_groups,
+                                   lambda: self.backend.groups())
+        """(topic, group) pairs counted against `max_stored_groups` (`_check_group`)."""
         self._tally: Tally | None = None
         """While a batch is carried out: its transition counts, given to the counting observers
         once at its end (see `_counted`)."""
@@ -203,8 +206,7 @@ class EngineBase:
 
     async def _check_topic(self, topic: str) -> None:
         """Refuse a topic that does not exist when auto-create is off, or a new one when the
-        back end holds `max_topics`. Topics are counted from the back end at the first new name
-        and at the cap (deleted ones then leave the count), one by one in between."""
+        back end holds `max_topics` (`gateway.engine.counted`)."""
         config = self._config
         if not config.auto_create:
             if topic not in self._known_topics:
@@ -212,17 +214,16 @@ class EngineBase:
                 if topic not in self._known_topics:
                     raise NotFound(f"topic {topic!r} does not exist and auto-create is off")
             return
-        counted = self._counted_topics
-        if counted is not None and topic in counted:
+        if not await self._topic_count.admit(topic):
+            raise TooManyTopics(config.max_topics)
+
+    async def _check_group(self, topic: str, group: str, owner: str | None = "") -> None:
+        """Refuse a group the back end does not keep yet once it keeps `max_stored_groups`
+        (`gateway.engine.counted`); not the gateway's own (`owner` None) nor one it runs."""
+        if owner is None or (topic, group) in self.subscriptions:
             return
-        if counted is None or len(counted) >= config.max_topics:
-            held = set(await self.backend.topics())
-            counted = self._counted_topics = held
-            if topic in held:
-                return
-            if len(held) >= config.max_topics:
-                raise TooManyTopics(config.max_topics)
-        counted.add(topic)
+        if not await self._group_count.admit((topic, group)):
+            raise TooManyStoredGroups(self._config.max_stored_groups)
 
     # ------------------------------------------------------------- receipts
     def _new_receipt(self) -> tuple[int, str]:

@@ -46,6 +46,10 @@ class EngineConfig:
     """Most topics the back end holds (retry and dead-letter destinations included) for a new
     one to be created on first use: topic names a client makes up (a publish, a receive, a
     subscribe on any name its permissions allow) each made a topic kept for good."""
+    max_stored_groups: int = 100_000
+    """Most (topic, group) pairs the back end keeps (their positions, about 1 KB each in the
+    embedded store) for a new group to be made on first use: group names a client makes up
+    each made one kept for good. Back ends that list no groups (brokers) are not bounded."""
     auto_create: bool = True
     """Create topics and groups on first use; when False only `topics` and existing ones work."""
     topics: tuple[str, ...] = ()
@@ -82,6 +86,8 @@ class EngineConfig:
             raise InvalidArgument("max_groups", self.max_groups, "1..10000000")
         if not 1 <= self.max_topics <= 10_000_000:
             raise InvalidArgument("max_topics", self.max_topics, "1..10000000")
+        if not 1 <= self.max_stored_groups <= 10_000_000:
+            raise InvalidArgument("max_stored_groups", self.max_stored_groups, "1..10000000")
         if not 0 <= self.max_groups_per_principal <= self.max_groups:
             raise InvalidArgument("max_groups_per_principal", self.max_groups_per_principal,
                                   f"0..max_groups ({self.max_groups}); 0: max_groups")

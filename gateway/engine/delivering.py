@@ -51,18 +51,21 @@ class Delivering(Leaving):
     """Subscriptions, push consumers and pull receives."""
 
     # ---------------------------------------------------------- subscribing
+    @staticmethod
+    def _group_of(spec: SubscriptionSpec, policy: RetryPolicy) -> tuple[str, bool]:
+        """The group `spec` consumes as, and whether it is a broadcast consumer's own."""
+        if OWN_MARK in spec.group:
+            # `group#consumer` is a broadcast consumer's own group: a group of that name taken
+            # by anyone else would share its messages (and the rights to read them).
+            raise InvalidArgument("group", spec.group, "a name without '#': group#consumer "
+                                  "names a broadcast consumer's own group")
+        own = policy.retries_enabled is False and bool(spec.consumer_id)
+        return (f"{spec.group}{OWN_MARK}{spec.consumer_id}" if own else spec.group), own
+
     def _subscription(
         self, spec: SubscriptionSpec, policy: RetryPolicy, anonymous: bool
     ) -> Subscription:
-        group = spec.group
-        if OWN_MARK in group:
-            # `group#consumer` is a broadcast consumer's own group: a group of that name taken
-            # by anyone else would share its messages (and the rights to read them).
-            raise InvalidArgument("group", group, "a name without '#': group#consumer names a "
-                                  "broadcast consumer's own group")
-        own = policy.retries_enabled is False and bool(spec.consumer_id)
-        if own:
-            group = f"{spec.group}{OWN_MARK}{spec.consumer_id}"
+        group, own = self._group_of(spec, policy)
         key = (spec.topic, group)
         sub = self.subscriptions.get(key)
         if sub is None:
@@ -138,6 +141,9 @@ class Delivering(Leaving):
         while True:
             if exclusive:
                 self._check_exclusive(spec)
+            await self._check_group(spec.topic, self._group_of(spec, policy)[0], spec.owner)
+            if exclusive:
+                self._check_exclusive(spec)  # a consumer may have come meanwhile
             sub = self._subscription(spec, policy, anonymous)
             await self._place(sub)
             await self._attend(sub, policy)

@@ -176,6 +176,7 @@ class Engine(Pulling):
         await self._check_topic(topic)
         if not self.backend.seekable:
             return False
+        await self._check_group(topic, group)
         return await self.backend.create_group(topic, group, at_end=at_end)
 
     async def drop_group(self, topic: str, group: str) -> bool:

@@ -121,6 +121,7 @@ class GatewayApp:
             max_groups=config.max_groups,
             max_groups_per_principal=config.groups_per_principal,
             max_topics=config.max_topics,
+            max_stored_groups=config.max_stored_groups,
         )
         from gateway.server.metrics import Metrics
 

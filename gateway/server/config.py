@@ -63,6 +63,9 @@ class ServeConfig:
     max_topics: int = 100_000
     """Most topics the back end holds for a new one to be created on first use (1..10000000;
     see EngineConfig)."""
+    max_stored_groups: int = 100_000
+    """Most groups the back end keeps for a new one to be created on first use (1..10000000;
+    see EngineConfig)."""
     max_rpcs: int = 10_000
     """Calls (open streams included) the gRPC listener serves at once; more get
     RESOURCE_EXHAUSTED (1..1000000)."""
@@ -115,6 +118,8 @@ class ServeConfig:
             raise InvalidArgument("max_groups", self.max_groups, "1..10000000")
         if not 1 <= self.max_topics <= 10_000_000:
             raise InvalidArgument("max_topics", self.max_topics, "1..10000000")
+        if not 1 <= self.max_stored_groups <= 10_000_000:
+            raise InvalidArgument("max_stored_groups", self.max_stored_groups, "1..10000000")
         if not 0 <= self.max_groups_per_principal <= self.max_groups:
             raise InvalidArgument("max_groups_per_principal", self.max_groups_per_principal,
                                   f"0..max_groups ({self.max_groups}); 0: half of max_groups "
@@ -239,7 +244,8 @@ SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
                "max_unacked", "max_unacked_mb", "max_held_mb", "max_publish_mb", "max_groups",
-               "max_groups_per_principal", "max_topics", "max_rpcs", "metrics_label_cap"},
+               "max_groups_per_principal", "max_topics", "max_stored_groups", "max_rpcs",
+               "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb", "commit_timeout_s"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",
              "allow_remote_unauthenticated"},

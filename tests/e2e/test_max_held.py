@@ -17,14 +17,17 @@ from pathlib import Path
 
 import aio_pika
 import grpc
+import pulsar
 import pytest
 from auth_clients import bearer
 
+from gateway.engine.clock import SystemClock
 from gateway.errors import InvalidArgument
 from gateway.server.app import GatewayApp, running_gateway
 from gateway.server.config import build
 from gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.amqp_front import amqp_gateway, unique
+from tests.e2e.pulsar_stack import QUIET, run
 
 TOKENS = """
 [[principal]]
@@ -171,6 +174,33 @@ async def test_amqp_basic_get_at_the_limit_answers_empty_until_one_is_acked(
             await again.ack()
             for message in held[1:]:
                 await message.ack()
+
+
+async def test_a_pulsar_client_at_the_limit_gets_more_once_it_acks(tmp_path: Path) -> None:
+    """The official pulsar-client, with a receiver queue far larger than the limit: its
+    consumer gets what fits (no error, no disconnect), and more after each ack."""
+    async with running_gateway(tmp_path / "data", clock=SystemClock(), max_held_mb=1,
+                               pulsar_listen="127.0.0.1:0") as app:
+        client = pulsar.Client(f"pulsar://127.0.0.1:{app.front_ends['pulsar'].port}",
+                               operation_timeout_seconds=10, logger=QUIET)
+        try:
+            consumer = await run(client.subscribe, "orders", "app",
+                                 consumer_type=pulsar.ConsumerType.Shared,
+                                 receiver_queue_size=1000)
+            producer = await run(client.create_producer, "orders", batching_enabled=False)
+            for _ in range(8):
+                await run(producer.send, BODY)
+            got = [await run(consumer.receive, 5000) for _ in range(FITS)]
+            with pytest.raises(pulsar.Timeout):
+                await run(consumer.receive, 1000)
+            for message in got:
+                await run(consumer.acknowledge, message)
+            more = [await run(consumer.receive, 5000) for _ in range(FITS)]
+            assert all(m.data() == BODY for m in more)
+            for message in more:
+                await run(consumer.acknowledge, message)
+        finally:
+            await run(client.close)
 
 
 @pytest.mark.parametrize("value", [0, -1, 65537])

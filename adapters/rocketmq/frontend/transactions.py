@@ -153,6 +153,7 @@ class TransactionDesk:
         return SubscriptionSpec(
             topic=HALF_TOPIC, group=CHECK_GROUP, policy="rocketmq-simple",
             options={"max_retries": str(self._times.max_checks)}, consumer_id=CHECKER_ID,
+            owner=None,  # the gateway's own group: not refused at max_stored_groups
         )
 
     def expect(self, transaction_ids: list[str]) -> None:
