@@ -9,7 +9,7 @@ together: its consumers get no more deliveries and its receives wait or answer n
 some are settled or time out; the other principals go on. The one delivery that passes the
 limit is the last, as in a consumer's window.
 
-The count is kept by the engine's table of deliveries (`gateway.engine.pulled.InFlightTable`),
+The count is kept by the engine's table of deliveries (`gateway.engine.inflight.InFlightTable`),
 on every way a delivery enters or leaves it, so it cannot drift from what is held.
 """
 

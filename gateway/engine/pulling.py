@@ -66,7 +66,7 @@ class Pulling(Delivering):
                 woken = sub.woken()
                 if sub.held and not sub.consumers:
                     # Ordered retries due again go out first, before anything behind them.
-                    return self._counted_pull(owner, [
+                    return self._held_by(owner, [
                         self._redeliver_held(sub, None, policy)
                         for _ in range(min(max_messages, len(sub.held)))])
                 room = self._pull_room(owner)
@@ -88,7 +88,7 @@ class Pulling(Delivering):
                     else:
                         out = [self._deliver(sub, s, None, invisible_ms, now, real, policy)
                                for s in got]
-                    return self._counted_pull(owner, out)
+                    return self._held_by(owner, out)
                 if not caught_up and self._accepting:
                     # Nothing, where the back end's fetch reads a buffer filled behind the
                     # store's back: ask the store (a publish confirmed just now) before waiting,
@@ -140,7 +140,8 @@ class Pulling(Delivering):
         finally:
             self.holdings.less(owner, room)  # the caller counts what it delivers, no await between
 
-    def _counted_pull(self, owner: str | None, out: list[Delivery]) -> list[Delivery]:
+    def _held_by(self, owner: str | None, out: list[Delivery]) -> list[Delivery]:
+        """`out` (just delivered for no consumer) counted as held by `owner`'s pull."""
         if owner is not None and out:
             self.inflight.pulled([d.receipt for d in out], owner)
         return out
