@@ -142,8 +142,6 @@ class Delivering(Leaving):
             if exclusive:
                 self._check_exclusive(spec)
             await self._check_group(spec.topic, self._group_of(spec, policy)[0], spec.owner)
-            if exclusive:
-                self._check_exclusive(spec)  # a consumer may have come meanwhile
             sub = self._subscription(spec, policy, anonymous)
             await self._place(sub)
             await self._attend(sub, policy)

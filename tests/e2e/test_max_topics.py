@@ -58,10 +58,12 @@ async def one_gateway(tmp_path: Path) -> AsyncIterator[GatewayClient]:
 
 
 @pytest.mark.parametrize("value", ["0", "10000001", "many"])
-def test_the_flag_is_checked(tmp_path: Path, value: str) -> None:
+@pytest.mark.parametrize(("flag", "names"), [("--max-topics", "topics"),
+                                             ("--max-stored-groups", "groups")])
+def test_the_flag_is_checked(tmp_path: Path, value: str, flag: str, names: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "serve", "--data-dir", str(tmp_path),
-         "--listen", "127.0.0.1:0", "--max-topics", value],
+         "--listen", "127.0.0.1:0", flag, value],
         capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert done.returncode == 2, done.stderr
-    assert "max" in done.stderr and "topics" in done.stderr
+    assert "max" in done.stderr and names in done.stderr
