@@ -161,6 +161,23 @@ class TooManyTopics(GatewayError):
         self.limit = limit
 
 
+def _who(owner: str) -> str:
+    """A principal as an error names it."""
+    return f"principal {owner[:200]!r}" if owner else "the anonymous principal"
+
+
+class TooManyOwnTopics(TooManyTopics):
+    """One principal made as many new topics as each may (`--max-topics-per-principal`): a new
+    one of its own is refused; other principals' are not."""
+
+    def __init__(self, limit: int, owner: str) -> None:
+        GatewayError.__init__(
+            self, f"{_who(owner)} made its maximum of {limit} new topics "
+            "(max_topics_per_principal, --max-topics-per-principal; counted since the gateway "
+            "started): a new topic of its own is refused; use an existing one")
+        self.limit = limit
+
+
 class TooManyGroups(GatewayError):
     """The engine runs as many groups as it may (`--max-groups`): a new one is refused."""
 
@@ -186,14 +203,26 @@ class TooManyStoredGroups(TooManyGroups):
         self.limit = limit
 
 
+class TooManyOwnStoredGroups(TooManyStoredGroups):
+    """One principal made as many new groups as each may (`--max-stored-groups-per-principal`):
+    a new one of its own is refused; other principals' are not."""
+
+    def __init__(self, limit: int, owner: str) -> None:
+        GatewayError.__init__(
+            self, f"{_who(owner)} made its maximum of {limit} new groups "
+            "(max_stored_groups_per_principal, --max-stored-groups-per-principal; counted since "
+            "the gateway started): a new group of its own is refused; use an existing one, or "
+            "drop groups no longer used")
+        self.limit = limit
+
+
 class TooManyOwnGroups(TooManyGroups):
     """One principal runs as many groups as each may (`--max-groups-per-principal`): a new one
     of its own is refused; other principals' are not."""
 
     def __init__(self, limit: int, owner: str) -> None:
-        who = f"principal {owner[:200]!r}" if owner else "the anonymous principal"
         GatewayError.__init__(
-            self, f"{who} runs its maximum of {limit} groups (max_groups_per_principal, "
+            self, f"{_who(owner)} runs its maximum of {limit} groups (max_groups_per_principal, "
             "--max-groups-per-principal), each in use (a consumer, a receive or unsettled "
             "deliveries): a new group of its own is refused; use an existing one, or drop "
             "(unsubscribe, delete) groups no longer used")

@@ -34,7 +34,8 @@ OWN_FLAGS = ("listen", "data_dir", "backend", "cache_mb", "commit_timeout_s", "g
              "tokens_file", "tls_cert", "tls_key", "tls_client_ca", "allow_remote_unauthenticated",
              "telemetry", "broadcast_idle_s", "max_unacked", "max_unacked_mb", "max_held_mb",
              "max_publish_mb", "max_groups", "max_groups_per_principal", "max_topics",
-             "max_stored_groups", "max_rpcs", "tracing", "tracing_endpoint", "metrics_label_cap",
+             "max_stored_groups", "max_topics_per_principal", "max_stored_groups_per_principal",
+             "max_rpcs", "tracing", "tracing_endpoint", "metrics_label_cap",
              "gateway_id")
 """Settings of the gateway's own that have a flag (the products declare theirs)."""
 FLAGS = OWN_FLAGS + tuple(spec.key for product in installed()
@@ -96,6 +97,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     own.add("--max-stored-groups", "max_stored_groups", "most groups the back end keeps (their "
             "positions, about 1 KB each in the embedded store) for a new one to be made on "
             "first use", int)
+    own.add("--max-topics-per-principal", "max_topics_per_principal", "most new topics one "
+            "principal (token) makes; 0: half of --max-topics with --tokens-file, all of them "
+            "without", int)
+    own.add("--max-stored-groups-per-principal", "max_stored_groups_per_principal", "most new "
+            "groups one principal (token) makes; 0: half of --max-stored-groups with "
+            "--tokens-file, all of them without", int)
     own.add("--max-rpcs", "max_rpcs", "calls and open streams served at once", int)
     own.add("--log-level", "log_level", "debug, info, warning or error")
     own.add("--admin-listen", "admin_listen", "Prometheus metrics on HOST:PORT (/metrics)")

@@ -40,7 +40,14 @@ from gateway.engine.holdings import Holdings
 from gateway.engine.inflight import InFlightTable
 from gateway.engine.observe import Observer, Observers, Tally, Transition
 from gateway.engine.timers import TimerService
-from gateway.errors import InvalidArgument, NotFound, TooManyStoredGroups, TooManyTopics
+from gateway.errors import (
+    InvalidArgument,
+    NotFound,
+    TooManyOwnStoredGroups,
+    TooManyOwnTopics,
+    TooManyStoredGroups,
+    TooManyTopics,
+)
 from gateway.limits import check_name
 
 log = structlog.get_logger("gateway.engine")
@@ -128,11 +135,14 @@ class EngineBase:
         self._tasks: set[asyncio.Task[None]] = set()
         self._known_topics: set[str] = set(self._config.topics)
         """Topics known to exist (`known_topic`)."""
-        self._topic_count = Counted(self._config.max_topics, lambda: self.backend.topics())
-        """Topics counted against `max_topics` (`_check_topic`)."""
-        self._group_count = Counted(self._config.max_stored_groups,
-                                   lambda: self.backend.groups())
-        """(topic, group) pairs counted against `max_stored_groups` (`_check_group`)."""
+        config = self._config
+        self._topic_count = Counted(config.max_topics, lambda: self.backend.topics(),
+                                    share=config.max_topics_per_principal)
+        """Topics counted against `max_topics` and its shares (`_check_topic`)."""
+        self._group_count = Counted(config.max_stored_groups, lambda: self.backend.groups(),
+                                    share=config.max_stored_groups_per_principal)
+        """(topic, group) pairs counted against `max_stored_groups` and its shares
+        (`_check_group`)."""
         self._tally: Tally | None = None
         """While a batch is carried out: its transition counts, given to the counting observers
         once at its end (see `_counted`)."""
@@ -204,9 +214,10 @@ class EngineBase:
                                   f"broadcasting mode (policies that broadcast: "
                                   f"{', '.join(modes) or 'none'})") from None
 
-    async def _check_topic(self, topic: str) -> None:
+    async def _check_topic(self, topic: str, owner: str | None = "") -> None:
         """Refuse a topic that does not exist when auto-create is off, or a new one when the
-        back end holds `max_topics` (`gateway.engine.counted`)."""
+        back end holds `max_topics` or `owner` made its share of them (`gateway.engine.counted`;
+        owner None: the gateway's own, no share)."""
         config = self._config
         if not config.auto_create:
             if topic not in self._known_topics:
@@ -214,16 +225,23 @@ class EngineBase:
                 if topic not in self._known_topics:
                     raise NotFound(f"topic {topic!r} does not exist and auto-create is off")
             return
-        if not await self._topic_count.admit(topic):
+        refusal = await self._topic_count.admit(topic, owner)
+        if refusal == "limit":
             raise TooManyTopics(config.max_topics)
+        if refusal == "share":
+            raise TooManyOwnTopics(self._topic_count.share, owner or "")
 
     async def _check_group(self, topic: str, group: str, owner: str | None = "") -> None:
-        """Refuse a group the back end does not keep yet once it keeps `max_stored_groups`
-        (`gateway.engine.counted`); not the gateway's own (`owner` None) nor one it runs."""
+        """Refuse a group the back end does not keep yet once it keeps `max_stored_groups` or
+        `owner` made its share of them (`gateway.engine.counted`); not the gateway's own
+        (`owner` None) nor one it runs."""
         if owner is None or (topic, group) in self.subscriptions:
             return
-        if not await self._group_count.admit((topic, group)):
+        refusal = await self._group_count.admit((topic, group), owner)
+        if refusal == "limit":
             raise TooManyStoredGroups(self._config.max_stored_groups)
+        if refusal == "share":
+            raise TooManyOwnStoredGroups(self._group_count.share, owner)
 
     # ------------------------------------------------------------- receipts
     def _new_receipt(self) -> tuple[int, str]:

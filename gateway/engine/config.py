@@ -50,6 +50,12 @@ class EngineConfig:
     """Most (topic, group) pairs the back end keeps (their positions, about 1 KB each in the
     embedded store) for a new group to be made on first use: group names a client makes up
     each made one kept for good. Back ends that list no groups (brokers) are not bounded."""
+    max_topics_per_principal: int = 0
+    """Most new topics one principal (the publisher or consumer naming it) makes since the
+    engine started, so that one client cannot take every topic there is; 0 means `max_topics`
+    (no share of its own). The gateway's own (owner None) count against `max_topics` only."""
+    max_stored_groups_per_principal: int = 0
+    """The same share of `max_stored_groups`, for new groups; 0 means `max_stored_groups`."""
     auto_create: bool = True
     """Create topics and groups on first use; when False only `topics` and existing ones work."""
     topics: tuple[str, ...] = ()
@@ -91,6 +97,14 @@ class EngineConfig:
         if not 0 <= self.max_groups_per_principal <= self.max_groups:
             raise InvalidArgument("max_groups_per_principal", self.max_groups_per_principal,
                                   f"0..max_groups ({self.max_groups}); 0: max_groups")
+        if not 0 <= self.max_topics_per_principal <= self.max_topics:
+            raise InvalidArgument("max_topics_per_principal", self.max_topics_per_principal,
+                                  f"0..max_topics ({self.max_topics}); 0: max_topics")
+        if not 0 <= self.max_stored_groups_per_principal <= self.max_stored_groups:
+            raise InvalidArgument("max_stored_groups_per_principal",
+                                  self.max_stored_groups_per_principal,
+                                  f"0..max_stored_groups ({self.max_stored_groups}); 0: "
+                                  "max_stored_groups")
         if not 0 <= self.broadcast_idle_ms <= MAX_BROADCAST_IDLE_MS:
             raise InvalidArgument("broadcast_idle_ms", self.broadcast_idle_ms,
                                   f"0..{MAX_BROADCAST_IDLE_MS} ms")

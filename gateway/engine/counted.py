@@ -1,49 +1,76 @@
 """Names the back end holds (topics, groups), counted against a limit on new ones.
 
 Client-chosen names each make something the back end keeps for good (a topic, a group's
-position); `--max-topics` and `--max-stored-groups` bound them. The names are read from the
-back end at the first new one after a start and again when the count is at the limit (so
-names removed meanwhile leave the count; at most once a second, so that new names sent at the
-limit cost no more than a set lookup each), and added one by one in between: a known name costs
-one set lookup.
+position); `--max-topics` and `--max-stored-groups` bound them, and each principal's share of
+them (`--max-topics-per-principal`, `--max-stored-groups-per-principal`) keeps one client from
+taking every name there is. The names are read from the back end at the first new one after a
+start and again when a count is at its limit (so names removed meanwhile leave the counts; at
+most once a second, so that new names sent at a limit cost no more than a set lookup each), and
+added one by one in between: a known name costs one set lookup.
+
+A principal's share counts the names it made since the gateway started (which principal made a
+name is not kept in the back end): after a restart, the names made before count against the
+whole limit only.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 RECOUNT_S = 1.0
-"""At the limit, the back end's names are read again at most this often."""
+"""At a limit, the back end's names are read again at most this often."""
+Refusal = Literal["limit", "share"]
+"""Why a new name is refused: the whole limit is reached, or the principal's share of it."""
 
 
 class Counted(Generic[K]):
-    __slots__ = ("_clock", "_held", "_read", "_read_at", "limit")
+    __slots__ = ("_clock", "_held", "_made", "_read", "_read_at", "limit", "share")
 
     def __init__(self, limit: int, read: Callable[[], Awaitable[Iterable[K]]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, share: int = 0) -> None:
         self.limit = limit
+        self.share = min(share or limit, limit)
+        """New names one principal may make (`limit`: no share of its own)."""
         self._read = read
         self._clock = clock
         self._held: set[K] | None = None
         """The back end's names and the new ones taken since; None until the first new one."""
+        self._made: dict[str, set[K]] = {}
+        """The names each principal made since the start that the back end still holds (kept
+        only while shares are smaller than the limit)."""
         self._read_at = -RECOUNT_S
 
-    async def admit(self, name: K) -> bool:
-        """True when `name` is held or may be made; False at the limit."""
+    async def admit(self, name: K, owner: str | None = None) -> Refusal | None:
+        """None when `name` is held or may be made (by `owner`: None is the gateway's own,
+        counted against the limit only); else why it may not."""
         held = self._held
         if held is not None and name in held:
-            return True
-        if held is None or len(held) >= self.limit:
+            return None
+        mine = (None if owner is None or self.share >= self.limit
+                else self._made.setdefault(owner, set()))
+        if held is None or self._refused(held, mine) is not None:
             if held is not None and self._clock() - self._read_at < RECOUNT_S:
-                return False
+                return self._refused(held, mine)
             self._read_at = self._clock()
             held = self._held = set(await self._read())
+            for names in self._made.values():
+                names &= held  # the ones removed meanwhile no longer count
             if name in held:
-                return True
-            if len(held) >= self.limit:
-                return False
+                return None
+            refusal = self._refused(held, mine)
+            if refusal is not None:
+                return refusal
         held.add(name)
-        return True
+        if mine is not None:
+            mine.add(name)
+        return None
+
+    def _refused(self, held: set[K], mine: set[K] | None) -> Refusal | None:
+        if len(held) >= self.limit:
+            return "limit"
+        if mine is not None and len(mine) >= self.share:
+            return "share"
+        return None

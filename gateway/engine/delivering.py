@@ -109,7 +109,7 @@ class Delivering(Leaving):
         if not self._accepting:
             raise Unavailable("the gateway is shutting down")
         policy = self.policy_for(spec)
-        await self._check_topic(spec.topic)
+        await self._check_topic(spec.topic, spec.owner)
         if credit < 0:
             raise InvalidArgument("prefetch", credit, "0 or more")
         consumer_id = spec.consumer_id or secrets.token_hex(8)

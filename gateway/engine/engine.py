@@ -125,14 +125,16 @@ class Engine(Pulling):
 
     # -------------------------------------------------------------- publish
     async def publish(self, topic: str, messages: Sequence[OutMessage], *,
-                      grown: Sequence[int] = (), born: Sequence[int] = ()) -> list[str]:
+                      grown: Sequence[int] = (), born: Sequence[int] = (),
+                      owner: str | None = "") -> list[str]:
         """Append `messages` to `topic`, durably. Every front end comes through here, so the
         checks that do not depend on the protocol are made here (`gateway.limits`). A message's
         `grown` bytes (the headers a front end wrote on its own copy) are not counted against
         the size limit: the limit is for what clients publish. `born`: the first publish time
         each message keeps (its producer's own send time; 0: when it is stored). Publishes of
         every front end together hand at most `EngineConfig.max_publish_bytes` to the back end
-        at once (`gateway.engine.budget`): one that does not fit waits its turn."""
+        at once (`gateway.engine.budget`): one that does not fit waits its turn. `owner`: the
+        publishing principal, whose share of new topics a new `topic` takes."""
         check_name("topic", topic)
         check_batch("messages", len(messages))
         limit = self._config.max_message_bytes
@@ -143,7 +145,7 @@ class Engine(Pulling):
             size += check_message(message, i, now, limit + extra)
         if born:
             messages = with_born(messages, born)
-        await self._check_topic(topic)
+        await self._check_topic(topic, owner)
         budget = self.publish_budget
         if not budget.take_now(size):
             await budget.take(size)
@@ -169,14 +171,15 @@ class Engine(Pulling):
         return ids
 
     # ------------------------------------------------------------- positions
-    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
-        """Create a group before anyone consumes (`Backend.create_group`)."""
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False,
+                           owner: str | None = "") -> bool:
+        """Create a group before anyone consumes (`Backend.create_group`), for `owner`."""
         check_name("topic", topic)
         check_name("group", group)
-        await self._check_topic(topic)
+        await self._check_topic(topic, owner)
         if not self.backend.seekable:
             return False
-        await self._check_group(topic, group)
+        await self._check_group(topic, group, owner)
         return await self.backend.create_group(topic, group, at_end=at_end)
 
     async def drop_group(self, topic: str, group: str) -> bool:

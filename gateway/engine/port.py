@@ -141,13 +141,15 @@ class EnginePort(Protocol):
         ...
 
     async def publish(self, topic: str, messages: Sequence[OutMessage], *,
-                      grown: Sequence[int] = (), born: Sequence[int] = ()) -> list[str]:
+                      grown: Sequence[int] = (), born: Sequence[int] = (),
+                      owner: str | None = "") -> list[str]:
         """Append to `topic`, durably when it returns; the message ids, in order. `grown`: for
         copies a front end made of messages it had already taken (dead letters), the bytes each
         grew by the front end's own headers; they do not count against `max_message_bytes`.
         `born`: each message's first publish time as its producer gave it (ms since the epoch,
         0: none), which its deliveries, retry copies and dead letter show (`Delivery.born_ms`);
-        out of range: InvalidArgument."""
+        out of range: InvalidArgument. `owner`: the publishing principal ("": anonymous; None:
+        the gateway's own), whose share of `max_topics_per_principal` a new topic takes."""
         ...
 
     async def open_consumer(self, spec: SubscriptionSpec, credit: int = 0) -> ConsumerPort:
@@ -190,10 +192,12 @@ class EnginePort(Protocol):
         result per item: the failures by position."""
         ...
 
-    async def create_group(self, topic: str, group: str, *, at_end: bool = False) -> bool:
+    async def create_group(self, topic: str, group: str, *, at_end: bool = False,
+                           owner: str | None = "") -> bool:
         """Create `group` on `topic` (at the earliest message kept, or after the last) unless
         it exists, so that it keeps the topic's messages from then on before anyone consumes;
-        True when created. False where the back end places groups itself."""
+        True when created. False where the back end places groups itself. `owner`: as for
+        `publish`; a new group takes its share of `max_stored_groups_per_principal`."""
         ...
 
     async def drop_group(self, topic: str, group: str) -> bool:

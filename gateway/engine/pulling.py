@@ -51,7 +51,7 @@ class Pulling(Delivering):
             # Validate before anything is leased.
             decide(Record("check", spec.topic, spec.group), ev.Deliver("check", invisible_ms),
                    policy, self._time.policy_now())
-        await self._check_topic(spec.topic)
+        await self._check_topic(spec.topic, spec.owner)
         sub = await self._settled_subscription(spec, policy, False, exclusive=False)
         if sub.own_group and not sub.consumers:
             # A pull consumer's own group lasts while it keeps receiving.

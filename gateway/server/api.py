@@ -61,7 +61,7 @@ class GatewayService(gateway_pb2_grpc.GatewayServicer):
         if traceparent:  # the call's trace context, for messages without one of their own
             messages = [replace(m, properties=with_carrier(m.properties, traceparent, tracestate))
                         for m in messages]
-        ids = await self.engine.publish(request.topic, messages)
+        ids = await self.engine.publish(request.topic, messages, owner=current_owner())
         return gateway_pb2.PublishResponse(message_ids=ids)
 
     def PublishStream(

@@ -122,6 +122,8 @@ class GatewayApp:
             max_groups_per_principal=config.groups_per_principal,
             max_topics=config.max_topics,
             max_stored_groups=config.max_stored_groups,
+            max_topics_per_principal=config.topics_per_principal,
+            max_stored_groups_per_principal=config.stored_groups_per_principal,
         )
         from gateway.server.metrics import Metrics
 

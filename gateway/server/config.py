@@ -66,6 +66,12 @@ class ServeConfig:
     max_stored_groups: int = 100_000
     """Most groups the back end keeps for a new one to be created on first use (1..10000000;
     see EngineConfig)."""
+    max_topics_per_principal: int = 0
+    """Most new topics one principal makes (0..max_topics; see EngineConfig). 0, the default,
+    takes `topics_per_principal`: half of `max_topics` with a tokens file, all of it without."""
+    max_stored_groups_per_principal: int = 0
+    """Most new groups one principal makes (0..max_stored_groups; see EngineConfig). 0, the
+    default: half of `max_stored_groups` with a tokens file, all of it without."""
     max_rpcs: int = 10_000
     """Calls (open streams included) the gRPC listener serves at once; more get
     RESOURCE_EXHAUSTED (1..1000000)."""
@@ -124,6 +130,12 @@ class ServeConfig:
             raise InvalidArgument("max_groups_per_principal", self.max_groups_per_principal,
                                   f"0..max_groups ({self.max_groups}); 0: half of max_groups "
                                   "with a tokens_file, max_groups without")
+        for key, whole in (("max_topics_per_principal", "max_topics"),
+                           ("max_stored_groups_per_principal", "max_stored_groups")):
+            if not 0 <= getattr(self, key) <= getattr(self, whole):
+                raise InvalidArgument(key, getattr(self, key),
+                                      f"0..{whole} ({getattr(self, whole)}); 0: half of {whole} "
+                                      f"with a tokens_file, {whole} without")
         if not 1 <= self.max_unacked_mb <= 65536:
             raise InvalidArgument("max_unacked_mb", self.max_unacked_mb, "1..65536 MiB")
         if not _usable_id(self.gateway_id):
@@ -180,6 +192,20 @@ class ServeConfig:
         if self.max_groups_per_principal:
             return self.max_groups_per_principal
         return (self.max_groups + 1) // 2 if self.tokens_file else self.max_groups
+
+    @property
+    def topics_per_principal(self) -> int:
+        """`max_topics_per_principal`, or for 0 its default (as `groups_per_principal`)."""
+        return self._share(self.max_topics_per_principal, self.max_topics)
+
+    @property
+    def stored_groups_per_principal(self) -> int:
+        """`max_stored_groups_per_principal`, or for 0 its default (as
+        `groups_per_principal`)."""
+        return self._share(self.max_stored_groups_per_principal, self.max_stored_groups)
+
+    def _share(self, given: int, whole: int) -> int:
+        return given or ((whole + 1) // 2 if self.tokens_file else whole)
 
     def listeners(self) -> Iterator[tuple[str, str]]:
         """(setting key, address) of every listener, the products' included ("" when off)."""
@@ -244,7 +270,8 @@ SECTIONS = {
     "server": {"listen", "max_message_bytes", "grace_s", "time_scale", "auto_create", "log_level",
                "gateway_id", "telemetry", "admin_listen", "console_listen", "broadcast_idle_s",
                "max_unacked", "max_unacked_mb", "max_held_mb", "max_publish_mb", "max_groups",
-               "max_groups_per_principal", "max_topics", "max_stored_groups", "max_rpcs",
+               "max_groups_per_principal", "max_topics", "max_stored_groups",
+               "max_topics_per_principal", "max_stored_groups_per_principal", "max_rpcs",
                "metrics_label_cap"},
     "store": {"backend", "data_dir", "cache_mb", "commit_timeout_s"},
     "auth": {"tokens_file", "principals", "tls_cert", "tls_key", "tls_client_ca",

@@ -19,6 +19,7 @@ from gateway.backend import OutMessage
 from gateway.engine.port import EnginePort
 from gateway.errors import GatewayError
 from gateway.server import validate
+from gateway.server.auth import current_owner
 from gateway.server.errors import rich_status
 from gateway.tracing.context import from_metadata, with_carrier
 from gateway.v1 import gateway_pb2 as pb
@@ -65,6 +66,7 @@ async def serve(
     """The answers of one PublishStream call. Publishes under way when the stream ends carry
     on (kept in `running`): what they store is stored, only its answer is lost."""
     traceparent, tracestate = from_metadata(context.invocation_metadata())
+    owner = current_owner()
     answers: Answers = asyncio.Queue()
     window = _Window()
 
@@ -84,7 +86,7 @@ async def serve(
                         size += len(m.body)
                     if traceparent:
                         messages = carrier(messages)
-                    work = engine.publish(request.publish.topic, messages)
+                    work = engine.publish(request.publish.topic, messages, owner=owner)
                 except GatewayError as exc:
                     work = _refused(exc)
                 window.take(size)

@@ -23,7 +23,8 @@ class HeldEngine:
     def now_ms(self) -> int:
         return 0
 
-    async def publish(self, topic: str, messages: Sequence[OutMessage]) -> list[str]:
+    async def publish(self, topic: str, messages: Sequence[OutMessage],
+                      owner: str | None = "") -> list[str]:
         self.started += 1
         await self.release.wait()
         return [f"id{self.started}"] * len(messages)

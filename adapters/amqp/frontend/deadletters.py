@@ -176,13 +176,13 @@ class DeadLetterRouter:
         if len(out) > 1:
             try:
                 await engine.publish(target, [m for m, _, _ in out],
-                                     grown=[g for _, g, _ in out])
+                                     grown=[g for _, g, _ in out], owner=None)
                 return
             except REFUSED:
                 pass  # which one: each on its own
         for message, grown, message_id in out:
             try:
-                await engine.publish(target, [message], grown=[grown])
+                await engine.publish(target, [message], grown=[grown], owner=None)
             except REFUSED as exc:
                 log.error("amqp dead letter dropped: refused", queue=name, target=target,
                           message_id=message_id, error=exc.message)

@@ -250,8 +250,9 @@ async def _store(channel: ChannelState, by_topic: dict[str, list[OutMessage]]) -
              for i in range(0, len(msgs), MAX_BATCH)]
     if not calls:
         return {}
-    results = await asyncio.gather(*(engine.publish(topic, msgs) for topic, msgs in calls),
-                                   return_exceptions=True)
+    owner = getattr(channel.conn.principal, "name", "")  # whose share a new topic takes
+    results = await asyncio.gather(*(engine.publish(topic, msgs, owner=owner)
+                                     for topic, msgs in calls), return_exceptions=True)
     failed: dict[str, str] = {}
     for (topic, _), result in zip(calls, results, strict=True):
         if isinstance(result, GatewayError):

@@ -135,7 +135,8 @@ async def keep_group(ctx: Context, queue: Queue) -> None:
     other groups settle them. No engine subscription is made: the queue takes no room under
     `--max-groups` until it is consumed. Refused by the back end, the declaration is undone."""
     try:
-        await ctx.engine.create_group(queue.name, queue.settings.group)
+        await ctx.engine.create_group(queue.name, queue.settings.group,
+                                      owner=queue.declared_by)
     except NotFound:
         return  # the topic does not exist and is not created on demand: nothing to keep
     except GatewayError as exc:
@@ -149,7 +150,7 @@ async def drop_group(ctx: Context, topic: str, group: str) -> None:
     name starts empty."""
     try:
         if await ctx.engine.drop_group(topic, group):
-            await ctx.engine.create_group(topic, group, at_end=True)
+            await ctx.engine.create_group(topic, group, at_end=True, owner=None)
     except GatewayError as exc:
         log.warning("amqp queue group not dropped", queue=topic, error=exc.message)
 
@@ -160,7 +161,7 @@ async def restore(ctx: Context) -> None:
     deleted (their groups dropped)."""
     for queue in list(ctx.topology.queues.values()):
         try:
-            await ctx.engine.create_group(queue.name, queue.settings.group)
+            await ctx.engine.create_group(queue.name, queue.settings.group, owner=None)
         except NotFound:
             continue
         except GatewayError as exc:

@@ -354,7 +354,8 @@ class Connection(ConsumerCommands):
             return
         if initial:  # accepted: the subscription keeps the topic's messages from now on
             try:
-                await self._shared.engine.create_group(topic, initial)
+                await self._shared.engine.create_group(
+                    topic, initial, owner=str(getattr(self._principal, "name", "")))
             except Exception as exc:
                 self._shared.dedup.detach(topic, name)
                 self._shared.access.detach(topic, exclusive)
@@ -373,6 +374,7 @@ class Connection(ConsumerCommands):
             client_version=self._client_version,
             release=functools.partial(self._shared.access.detach, topic, exclusive),
             schema_version=version,
+            owner=str(getattr(self._principal, "name", "")),
         )
         last = self._shared.dedup.last(topic, name)
         self.write(replies.producer_success(request.request_id, name, last, version))

@@ -88,11 +88,13 @@ class ProducerSession:
         client_version: str = "",
         release: Callable[[], None] | None = None,
         schema_version: bytes = b"",
+        owner: str = "",
     ) -> None:
         """`limit`: the most bytes of body + key + properties of one message; `client_version`:
         the connection's, for the code of a refusal (`replies.send_failure`); `release`:
         called once the producer has stopped (its access to the topic ends); `schema_version`:
-        its schema's version on the topic (`schemas`), b"" for none."""
+        its schema's version on the topic (`schemas`), b"" for none; `owner`: the connection's
+        principal ("": anonymous), whose share of new topics a new one takes."""
         self.producer_id = producer_id
         self.schema_version = schema_version
         self.topic = topic
@@ -105,6 +107,7 @@ class ProducerSession:
         self._budget = budget
         self._client_version = client_version
         self._release = release
+        self._owner = owner
         self._held = 0
         """Budget held by frames taken and not yet answered."""
         self._queue: asyncio.Queue[_Send] = asyncio.Queue()
@@ -207,7 +210,7 @@ class ProducerSession:
         stored: list[str] = []
         if messages:
             try:
-                stored = await self._engine.publish(self.topic, messages)
+                stored = await self._engine.publish(self.topic, messages, owner=self._owner)
             except Exception as exc:
                 failure = exc
                 log.warning("pulsar publish failed", topic=self.topic, error=str(exc))

@@ -70,7 +70,8 @@ class ReaderGroups:
     def __contains__(self, key: object) -> bool:
         return key in self._made
 
-    async def claim(self, engine: EnginePort, topic: str, group: str, *, at_end: bool) -> bool:
+    async def claim(self, engine: EnginePort, topic: str, group: str, *, at_end: bool,
+                    owner: str = "") -> bool:
         """Make `group` a reader group of `topic` (new groups start at the earliest message, or
         `at_end`); True when made now, False when it was one already. AlreadyExists when a
         group of that name exists that is not a reader's."""
@@ -83,7 +84,7 @@ class ReaderGroups:
             else:
                 self._listed.add(key)  # listed before it exists: a crash cannot leave it
                 await self._save()
-                made = await engine.create_group(topic, group, at_end=at_end)
+                made = await engine.create_group(topic, group, at_end=at_end, owner=owner)
         else:
             made = engine.group_state(topic, group) is None
         if key in self._made:

@@ -49,7 +49,7 @@ async def attach(
     try:
         if not request.durable:
             at_end = position is InitialPosition.LATEST
-            made = await readers.claim(engine, topic, name, at_end=at_end)
+            made = await readers.claim(engine, topic, name, at_end=at_end, owner=owner)
             if start and registry.count(topic, name) == 1:
                 await starts.place(engine, request, topic, start)
             elif request.start_message_rollback_duration_sec and registry.count(topic, name) == 1:

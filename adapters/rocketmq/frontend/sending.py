@@ -65,20 +65,23 @@ async def publish(
     engine: EnginePort,
     request: Any,
     messages: Sequence[OutMessage],
-    check_publish: Callable[[str], None],
+    check_publish: Callable[[str], str],
     halves: Mapping[int, int] | None = None,
 ) -> Any:
     """Publish `messages` (those of `request`, in its order) topic by topic; the response
     with one entry per message, in request order. The messages at the indexes of `halves` are
     half messages of transactions, grown by the bytes given there (their headers do not count
-    against the size limit): stored on `HALF_TOPIC`, their store id is the transaction id."""
+    against the size limit): stored on `HALF_TOPIC`, their store id is the transaction id.
+    `check_publish` raises unless the caller may publish to a topic, and names its principal
+    (whose share of new topics a new one takes)."""
     halves = halves or {}
     by_topic: dict[str, list[int]] = {}
     checked: set[str] = set()
+    owner = ""
     for index, message in enumerate(request.messages):
         topic = codec.store_name(message.topic)
         if topic not in checked:
-            check_publish(topic)
+            owner = check_publish(topic)
             checked.add(topic)
         by_topic.setdefault(HALF_TOPIC if index in halves else topic, []).append(index)
     ids: dict[int, str] = {}
@@ -88,7 +91,8 @@ async def publish(
             published = await engine.publish(
                 topic, [messages[i] for i in indexes],
                 grown=[halves[i] for i in indexes] if topic == HALF_TOPIC else (),
-                born=[codec.born_ms(request.messages[i]) for i in indexes])
+                born=[codec.born_ms(request.messages[i]) for i in indexes],
+                owner=None if topic == HALF_TOPIC else owner)
         except GatewayError as error:
             failure = error
             break

@@ -136,10 +136,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             raise PermissionDenied(f"access key {access_key!r} has no permissions")
         return principal
 
-    def _check_publish(self, context: Any, topic: str) -> None:
+    def _check_publish(self, context: Any, topic: str) -> str:
+        """Raise unless the caller may publish to `topic`; the name of its principal ("" when
+        permissions are off), whose share of new topics a new one takes."""
         permissions = self._settings.permissions
-        if permissions is not None:
-            permissions.checks.check_publish(self._principal(context), topic)
+        if permissions is None:
+            return ""
+        principal = self._principal(context)
+        permissions.checks.check_publish(principal, topic)
+        return str(getattr(principal, "name", ""))
 
     def _may_publish(self, context: Any, topic: str) -> bool:
         """Whether the caller may publish to `topic` (and so be asked about its transactions)."""
@@ -340,10 +345,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         try:
             await self._admit(request, context)
             topic = codec.store_name(request.topic)
-            self._check_publish(context, topic)
+            owner = self._check_publish(context, topic)
             await self.transactions.wake()
             await self.transactions.end(topic, request.message_id, request.transaction_id,
-                                        request.resolution)
+                                        request.resolution, owner)
         except GatewayError as error:
             return service_pb2.EndTransactionResponse(status=codec.error_status(error))
         return service_pb2.EndTransactionResponse(status=codec.status())

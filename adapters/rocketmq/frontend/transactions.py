@@ -201,7 +201,7 @@ class TransactionDesk:
         self._waking = True
         try:
             with contextlib.suppress(GatewayError):  # from the first half message on
-                await self._engine.create_group(HALF_TOPIC, CHECK_GROUP)
+                await self._engine.create_group(HALF_TOPIC, CHECK_GROUP, owner=None)
         finally:
             self._waking = False
         if self._task is None and not self._stopped:
@@ -298,8 +298,9 @@ class TransactionDesk:
     # --- EndTransaction ------------------------------------------------------------------
 
     async def end(self, topic: str, message_id: str, transaction_id: str,
-                  resolution: int) -> None:
-        """Commit or roll back; raises `Rejected` for a transaction it does not hold."""
+                  resolution: int, owner: str = "") -> None:
+        """Commit or roll back, for principal `owner` (whose share of new topics a commit to a
+        new one takes); raises `Rejected` for a transaction it does not hold."""
         half = await self._find(transaction_id)
         if half is None or half.topic != topic or half.message_id != message_id:
             raise Rejected(
@@ -309,7 +310,7 @@ class TransactionDesk:
         del self._held[transaction_id]
         try:
             if resolution == Resolution.COMMIT:
-                await self._commit(half)
+                await self._commit(half, owner)
             await self._engine.ack([half.receipt])
         except GatewayError:
             self._held[transaction_id] = half
@@ -323,12 +324,12 @@ class TransactionDesk:
         if self._held_bytes < self._times.held_bytes:
             self._room.set()
 
-    async def _commit(self, half: Half) -> None:
+    async def _commit(self, half: Half, owner: str) -> None:
         delivery = half.delivery
         properties = {k: v for k, v in delivery.properties.items() if k not in INTERNAL}
         out = OutMessage(delivery.body, properties, delivery.key, delivery.tag, 0,
                          half.message_id)
-        await self._engine.publish(half.topic, [out], born=[delivery.born_ms])
+        await self._engine.publish(half.topic, [out], born=[delivery.born_ms], owner=owner)
 
     async def _find(self, transaction_id: str) -> Half | None:
         half = self._held.get(transaction_id)
