@@ -93,6 +93,22 @@ async def test_a_waiting_receive_at_the_limit_gets_messages_once_one_is_settled(
     held_matches_table(h)
 
 
+async def test_a_receive_waiting_at_the_limit_answers_none_when_the_gateway_stops(
+        h: Harness) -> None:
+    """A shutdown does not wait out a receive held at its principal's limit (up to `wait_ms`):
+    it answers at once, with nothing, and the deliveries held stay counted until settled."""
+    await h.publish(*[BODY] * 6)
+    alice = await pull_one_by_one(h, of(h, "alice"))
+    waiting = asyncio.ensure_future(h.engine.receive(of(h, "alice"), 10, INVISIBLE_MS, 30_000))
+    await idle()
+    assert not waiting.done()
+    await h.engine.stop_dispatch()
+    assert await asyncio.wait_for(waiting, 1) == []  # no time passed on the manual clock
+    held_matches_table(h)
+    await h.settle(alice[0], SettleAction.ACK)  # settles are still taken
+    held_matches_table(h)
+
+
 async def test_room_comes_back_when_pulled_deliveries_time_out(h: Harness) -> None:
     await h.publish(*[BODY] * 4)
     assert len(await pull_one_by_one(h, of(h, "alice"))) == 4
