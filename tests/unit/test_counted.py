@@ -5,7 +5,7 @@ listing of every name."""
 
 from __future__ import annotations
 
-from gateway.engine.counted import RECOUNT_S, Counted
+from gateway.engine.counted import RECOUNT_S, SETTLE_S, Counted
 
 
 class Back:
@@ -93,9 +93,24 @@ async def test_a_share_frees_when_its_names_are_removed_at_the_next_read() -> No
         assert await count.admit(f"a-{i}", "alice") == "share"
     assert back.reads == reads
     back.names.discard("a1")  # deleted
-    clock.now += RECOUNT_S
+    clock.now += SETTLE_S
     assert await count.admit("a3", "alice") is None
     assert await count.admit("a4", "alice") == "share"
+
+
+async def test_names_under_way_at_a_read_stay_in_their_share() -> None:
+    """A name taken but not in the back end yet when it is read (its publish still waiting)
+    keeps counting: dropping it would let a principal pass its share at every read."""
+    back, clock = Back(), Clock()
+    count = Counted(100, back.read, clock, share=3)
+    for name in ("a1", "a2", "a3"):  # none stored yet
+        assert await count.admit(name, "alice") is None
+    for round_ in range(5):
+        clock.now += RECOUNT_S
+        assert await count.admit(f"more-{round_}", "alice") == "share"  # read: none listed
+    assert await count.admit("a2", "alice") is None  # her own, still under way: as ever
+    clock.now += SETTLE_S  # never made: their publishes failed
+    assert await count.admit("a4", "alice") is None
 
 
 async def test_without_a_share_no_principal_is_tracked() -> None:
