@@ -45,6 +45,11 @@ class AMQPConfig:
     amqp_max_topology_mb_per_connection: int = setting(
         32, toml="amqp.max_topology_mb_per_connection")
     """The same for what one connection declared, while it is open (1..max_topology_mb)."""
+    amqp_max_topology_mb_per_principal: int = setting(
+        0, toml="amqp.max_topology_mb_per_principal")
+    """The same for what one principal declared, over all its connections, durable entities
+    kept across restarts included (0..max_topology_mb; 0: half of it). Only with a tokens
+    file: without one every client is the one anonymous principal."""
     rabbitmq_url: str = setting("amqp://guest:guest@127.0.0.1:5672/", toml="rabbitmq.url",
                                 flag="--rabbitmq-url",
                                 help="--backend rabbitmq: the broker's amqp:// or amqps:// URL "
@@ -80,6 +85,11 @@ class AMQPConfig:
             raise InvalidArgument("amqp_max_topology_mb_per_connection",
                                   self.amqp_max_topology_mb_per_connection,
                                   f"1..{self.amqp_max_topology_mb} MiB (amqp_max_topology_mb)")
+        if not 0 <= self.amqp_max_topology_mb_per_principal <= self.amqp_max_topology_mb:
+            raise InvalidArgument("amqp_max_topology_mb_per_principal",
+                                  self.amqp_max_topology_mb_per_principal,
+                                  f"0..{self.amqp_max_topology_mb} MiB (amqp_max_topology_mb); "
+                                  "0: half of it")
 
 
 def _broker_url(url: str) -> bool:
@@ -195,7 +205,8 @@ class AMQP(Product[AMQPConfig]):
             max_message_bytes=host.max_message_bytes,
             total_pending_publish_bytes=config.amqp_max_pending_publish_mb << 20,
             max_topology_bytes=config.amqp_max_topology_mb << 20,
-            max_connection_topology_bytes=config.amqp_max_topology_mb_per_connection << 20)
+            max_connection_topology_bytes=config.amqp_max_topology_mb_per_connection << 20,
+            max_principal_topology_bytes=config.amqp_max_topology_mb_per_principal << 20)
         if host.queries is None:
             raise TypeError("the AMQP front end needs the engine's queries")
         return OwnListener(AMQPFrontEnd(

@@ -81,6 +81,10 @@ class Limits:
     their arguments (`footprint`); past it a declaration is refused (406)."""
     max_connection_topology_bytes: int = footprint.MAX_CONNECTION_TOPOLOGY_MB * footprint.MIB
     """The same for the entities one connection declared, while it is open."""
+    max_principal_topology_bytes: int = 0
+    """The same for the entities one principal declared (with authentication only; 0: half of
+    `max_topology_bytes`). With authentication each principal may also declare at most half
+    of the queues, exchanges and bindings the listener takes (`topology.MAX_QUEUES`, ...)."""
 
 
     @property

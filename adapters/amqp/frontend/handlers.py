@@ -23,7 +23,7 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
     short,
 )
-from adapters.amqp.frontend.state import ChannelState, Unacked, top_up_queue
+from adapters.amqp.frontend.state import ChannelState, Unacked, principal_of, top_up_queue
 from adapters.amqp.frontend.topology import Binding
 from gateway.engine.api import SettleAction, Settlement
 from gateway.errors import GatewayError
@@ -84,7 +84,7 @@ async def declare_exchange(channel: ChannelState, m: commands.Exchange.Declare) 
         change = ctx.topology.declare_exchange(
             m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
             auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments or {},
-            connection=channel.conn.id)
+            connection=channel.conn.id, principal=principal_of(channel))
     except AMQPError as exc:
         raise exc.at(EXCHANGE_DECLARE) from None
     try:
@@ -116,7 +116,8 @@ async def bind_exchange(channel: ChannelState, m: commands.Exchange.Bind | comma
     binding = Binding(m.source, m.destination, False, m.routing_key, dict(m.arguments or {}))
     try:
         if isinstance(m, commands.Exchange.Bind):
-            await channel.ctx.record(topology.bind(binding, channel.conn.id))
+            await channel.ctx.record(topology.bind(binding, channel.conn.id,
+                                                  principal_of(channel)))
             return commands.Exchange.BindOk()
         await channel.ctx.record(topology.unbind(binding))
     except AMQPError as exc:

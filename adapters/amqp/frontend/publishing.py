@@ -32,7 +32,7 @@ from adapters.amqp.frontend.errors import (
 )
 from adapters.amqp.frontend.routeturns import route
 from adapters.amqp.frontend.routing import ROUTE_TURN
-from adapters.amqp.frontend.state import ChannelState
+from adapters.amqp.frontend.state import ChannelState, principal_of
 from adapters.amqp.frontend.topology import Queue
 from gateway.backend.base import OutMessage
 from gateway.errors import GatewayError
@@ -250,7 +250,7 @@ async def _store(channel: ChannelState, by_topic: dict[str, list[OutMessage]]) -
              for i in range(0, len(msgs), MAX_BATCH)]
     if not calls:
         return {}
-    owner = getattr(channel.conn.principal, "name", "")  # whose share a new topic takes
+    owner = principal_of(channel)  # whose share a new topic takes
     results = await asyncio.gather(*(engine.publish(topic, msgs, owner=owner)
                                      for topic, msgs in calls), return_exceptions=True)
     failed: dict[str, str] = {}

@@ -18,7 +18,7 @@ from adapters.amqp.frontend.errors import (
     from_gateway,
     short,
 )
-from adapters.amqp.frontend.state import ChannelState
+from adapters.amqp.frontend.state import ChannelState, principal_of
 from adapters.amqp.frontend.topology import Binding, Change, Queue, transient
 from gateway.errors import GatewayError, NotFound
 
@@ -80,7 +80,7 @@ async def declare(channel: ChannelState, m: commands.Queue.Declare) -> commands.
         queue, change = ctx.topology.declare_queue(
             name, connection=conn.id, durable=m.durable, exclusive=m.exclusive,
             auto_delete=m.auto_delete, arguments=m.arguments or {},
-            principal=getattr(conn.principal, "name", ""))
+            principal=principal_of(channel))
         if not known:
             if change is None:
                 change = transient(queue)  # its group is dropped at the next start
@@ -191,7 +191,8 @@ async def bind(channel: ChannelState, m: commands.Queue.Bind | commands.Queue.Un
     binding = Binding(m.exchange, queue.name, True, m.routing_key, dict(m.arguments or {}))
     try:
         if isinstance(m, commands.Queue.Bind):
-            await ctx.record(ctx.topology.bind(binding, channel.conn.id))
+            await ctx.record(ctx.topology.bind(binding, channel.conn.id,
+                                               principal_of(channel)))
         else:
             await ctx.record(ctx.topology.unbind(binding))
     except AMQPError as exc:

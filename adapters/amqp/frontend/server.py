@@ -18,11 +18,23 @@ from adapters.amqp.frontend.expiry import Sweeper
 from adapters.amqp.frontend.footprint import Budget
 from adapters.amqp.frontend.journal import Journal
 from adapters.amqp.frontend.leases import QueueLeases
-from adapters.amqp.frontend.topology import Topology
+from adapters.amqp.frontend.topology import MAX_BINDINGS, MAX_EXCHANGES, MAX_QUEUES, Topology
 from gateway.engine.port import EnginePort, EngineQueries
 from gateway.errors import Unavailable
 
 log = structlog.get_logger(__name__)
+
+
+def budget_of(limits: Limits, *, shared: bool) -> Budget:
+    """What declared entities may hold; `shared` (authentication on): each principal at most
+    its share, `max_principal_topology_bytes` (0: half of the whole) and half of each count
+    limit, so that one client cannot fill the listener for every other."""
+    if not shared:
+        return Budget(limits.max_topology_bytes, limits.max_connection_topology_bytes)
+    return Budget(limits.max_topology_bytes, limits.max_connection_topology_bytes,
+                  limits.max_principal_topology_bytes or (limits.max_topology_bytes + 1) // 2,
+                  {"queue": (MAX_QUEUES + 1) // 2, "exchange": (MAX_EXCHANGES + 1) // 2,
+                   "binding": (MAX_BINDINGS + 1) // 2})
 
 
 class AMQPFrontEnd:
@@ -42,8 +54,7 @@ class AMQPFrontEnd:
         self.port = port
         self.tls = tls
         limits = limits or Limits()
-        topology = Topology(Budget(limits.max_topology_bytes,
-                                   limits.max_connection_topology_bytes))
+        topology = Topology(budget_of(limits, shared=authorizer is not None))
         journal = Journal(state_dir)
         self.ctx = Context(engine, queries, authorizer, topology, journal, limits)
         self.ctx.router = DeadLetterRouter(self.ctx)

@@ -199,3 +199,9 @@ def top_up_queue(ctx: Context, queue: str) -> None:
         return
     for channel in {session.channel for session in sessions}:
         channel.top_up()
+
+
+def principal_of(channel: ChannelState) -> str:
+    """The name of the channel's principal ("" without authentication): whose shares what it
+    declares or makes takes."""
+    return str(getattr(channel.conn.principal, "name", ""))

@@ -74,6 +74,7 @@ class Binding:
                                                               repr=False)
     cost: int = field(default=0, compare=False)
     holder: int | None = field(default=None, compare=False)
+    declared_by: str = field(default="", compare=False)
 
     def identity(self) -> tuple[str, str, bool, str, str]:
         """What makes two bindings the same: their ends, key and arguments (as text, written
@@ -102,6 +103,7 @@ class Exchange:
     had_bindings: bool = False
     cost: int = 0
     holder: int | None = None
+    declared_by: str = ""
     _listed: list[Binding] | None = None
 
     @property
@@ -172,7 +174,7 @@ class Topology:
     # ------------------------------------------------------------------ exchanges
     def declare_exchange(self, name: str, kind: str, *, passive: bool, durable: bool,
                          auto_delete: bool, internal: bool, arguments: Mapping[str, FieldValue],
-                         connection: int | None = None) -> Change | None:
+                         connection: int | None = None, principal: str = "") -> Change | None:
         edge.check_name("exchange", name, allow_empty=True)
         if passive:
             self.exchange(name)
@@ -198,13 +200,11 @@ class Topology:
         if len(self.exchanges) >= MAX_EXCHANGES + len(BUILTIN) + 1:
             raise _limit(f"declare exchange {short(name)}", "exchange", MAX_EXCHANGES)
         cost = entity_cost((name, kind), arguments)
-        self.budget.charge(connection, cost, f"exchange {short(name)}")
+        self.budget.charge(connection, cost, f"exchange {short(name)}", principal, "exchange")
         self.exchanges[name] = Exchange(name, kind, durable, auto_delete, internal,
-                                        dict(arguments), alternate, cost=cost, holder=connection)
-        if not durable:
-            return None
-        return {"op": "exchange", "name": name, "kind": kind, "auto_delete": auto_delete,
-                "internal": internal, "arguments": table_to_text(arguments)}
+                                        dict(arguments), alternate, cost=cost, holder=connection,
+                                        declared_by=principal)
+        return _exchange_record(self.exchanges[name]) if durable else None
 
     def delete_exchange(self, name: str, *, if_unused: bool) -> list[Change]:
         edge.check_name("exchange", name, allow_empty=True)
@@ -233,7 +233,7 @@ class Topology:
         if exchange is not None:
             for binding in list(exchange.table.values()):  # none, unless replaced unbound
                 self._detach(exchange, binding)
-            self.budget.release(exchange.holder, exchange.cost)
+            self.budget.release(exchange.holder, exchange.cost, exchange.declared_by, "exchange")
 
     # ------------------------------------------------------------------ queues
     def declare_queue(self, name: str, *, connection: int, durable: bool, exclusive: bool,
@@ -262,7 +262,7 @@ class Topology:
         if len(self.queues) >= MAX_QUEUES:
             raise _limit(f"declare queue {short(name)}", "queue", MAX_QUEUES)
         cost = entity_cost((name,), arguments)
-        self.budget.charge(connection, cost, f"queue {short(name)}")
+        self.budget.charge(connection, cost, f"queue {short(name)}", principal, "queue")
         queue = Queue(name, durable, auto_delete, dict(arguments), settings,
                       owner=connection if exclusive else None, declared_by=principal,
                       cost=cost, holder=connection)
@@ -281,7 +281,7 @@ class Topology:
         """Forget a queue (deleted, or its declaration not kept)."""
         queue = self.queues.pop(name, None)
         if queue is not None:
-            self.budget.release(queue.holder, queue.cost)
+            self.budget.release(queue.holder, queue.cost, queue.declared_by, "queue")
         return queue
 
     def delete_queue(self, name: str) -> list[Change]:
@@ -302,7 +302,8 @@ class Topology:
             del self.tombstones[next(iter(self.tombstones))]
 
     # ------------------------------------------------------------------ bindings
-    def bind(self, binding: Binding, connection: int | None = None) -> Change | None:
+    def bind(self, binding: Binding, connection: int | None = None,
+             principal: str = "") -> Change | None:
         source = self.exchange(binding.source)
         if not binding.source:
             raise AMQPError(ACCESS_REFUSED, "operation not permitted on the default exchange")
@@ -321,8 +322,9 @@ class Topology:
         cost = entity_cost((binding.source, binding.destination, binding.key),
                            binding.arguments)
         self.budget.charge(connection, cost, f"a binding of {kind} {short(binding.destination)}"
-                                             f" to exchange {short(binding.source)}")
-        binding.cost, binding.holder = cost, connection
+                                             f" to exchange {short(binding.source)}", principal,
+                           "binding")
+        binding.cost, binding.holder, binding.declared_by = cost, connection, principal
         self._attach(source, binding)
         if not (source.durable and destination_durable):
             return None
@@ -369,7 +371,7 @@ class Topology:
             if not into:
                 del self._into[(binding.to_queue, binding.destination)]
         self.binding_count -= 1
-        self.budget.release(binding.holder, binding.cost)
+        self.budget.release(binding.holder, binding.cost, binding.declared_by, "binding")
 
     # ------------------------------------------------------------------ routing
     def route(self, exchange: Exchange, routing_key: str,
@@ -390,11 +392,12 @@ class Topology:
             arguments = table_from_text(change["arguments"])
             self.drop_exchange(change["name"])
             cost = entity_cost((change["name"], change["kind"]), arguments)
-            self.budget.charge(None, cost, "")
+            principal = change.get("principal", "")
+            self.budget.charge(None, cost, "", principal, "exchange")
             self.exchanges[change["name"]] = Exchange(
                 change["name"], change["kind"], True, bool(change["auto_delete"]),
                 bool(change["internal"]), arguments, edge.exchange_alternate(arguments),
-                cost=cost)
+                cost=cost, declared_by=principal)
         elif op == "unexchange":
             self.drop_exchange(change["name"])
         elif op == "queue":
@@ -402,7 +405,7 @@ class Topology:
             name = change["name"]
             self.drop_queue(name)
             cost = entity_cost((name,), arguments)
-            self.budget.charge(None, cost, "")
+            self.budget.charge(None, cost, "", change.get("principal", ""), "queue")
             self.queues[name] = Queue(name, True, bool(change["auto_delete"]), arguments,
                                       edge.queue_settings(name, arguments),
                                       declared_by=change.get("principal", ""), cost=cost)
@@ -423,7 +426,7 @@ class Topology:
             if source is not None and binding.identity() not in source.table:
                 binding.cost = entity_cost((binding.source, binding.destination, binding.key),
                                            binding.arguments)
-                self.budget.charge(None, binding.cost, "")
+                self.budget.charge(None, binding.cost, "", binding.declared_by, "binding")
                 self._attach(source, binding)
         elif op == "unbind":
             binding = _binding_of(change)
@@ -440,9 +443,7 @@ class Topology:
         out: list[Change] = []
         for e in self.exchanges.values():
             if e.durable and not e.builtin:
-                out.append({"op": "exchange", "name": e.name, "kind": e.kind,
-                            "auto_delete": e.auto_delete, "internal": e.internal,
-                            "arguments": table_to_text(e.arguments)})
+                out.append(_exchange_record(e))
         for q in self.queues.values():
             if q.durable and q.owner is None:
                 out.append({"op": "queue", "name": q.name, "auto_delete": q.auto_delete,
@@ -476,11 +477,18 @@ def transient(queue: Queue) -> Change:
     return {"op": "transient", "name": queue.name, "group": queue.settings.group}
 
 
+def _exchange_record(e: Exchange) -> Change:
+    return {"op": "exchange", "name": e.name, "kind": e.kind, "auto_delete": e.auto_delete,
+            "internal": e.internal, "arguments": table_to_text(e.arguments),
+            "principal": e.declared_by}
+
+
 def _binding_record(b: Binding) -> dict[str, Any]:
     return {"source": b.source, "destination": b.destination, "to_queue": b.to_queue,
-            "key": b.key, "arguments": table_to_text(b.arguments)}
+            "key": b.key, "arguments": table_to_text(b.arguments), "principal": b.declared_by}
 
 
 def _binding_of(change: Change) -> Binding:
     return Binding(change["source"], change["destination"], bool(change["to_queue"]),
-                   change["key"], table_from_text(change["arguments"]))
+                   change["key"], table_from_text(change["arguments"]),
+                   declared_by=change.get("principal", ""))
