@@ -156,6 +156,30 @@ def test_an_undecided_transaction_is_checked_max_checks_times_then_dead_lettered
     assert rig.consumer().receive(1, 30) == []
 
 
+def test_a_dead_lettered_transaction_is_over_and_frees_the_checker(
+    start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
+) -> None:
+    """After its last check the half is dead-lettered and its transaction is over: a commit
+    then is refused and delivers nothing (it was committed, and the message delivered, though
+    it sat in the dead-letter queue too), and the checker no longer holds it (it held every
+    dead-lettered half for good: once they filled `held_bytes`, here 1 byte, no transaction
+    of anyone's could end any more)."""
+    times = CheckTimes(first_ms=10_000, interval_ms=10_000, max_checks=1, held_bytes=1)
+    rig = _rig(start, clients, times, Resolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+    consumer = rig.consumer()
+    transaction, _ = _send_half(rig.producer, rig.topic, b"undecided")
+    rig.checker.asked.get(timeout=WAIT_S)
+    (letter,) = _receive(rig.consumer("%DLQ%CID_RMQ_SYS_TRANS"), 1)
+    assert letter.body == b"undecided"
+    with pytest.raises(Exception, match="transaction_id"):
+        transaction.commit()
+    assert consumer.receive(1, 30) == []
+    second, _ = _send_half(rig.producer, rig.topic, b"next")
+    second.commit()
+    (got,) = _receive(consumer, 1)
+    assert got.body == b"next"
+
+
 def test_end_transaction_refuses_ids_it_does_not_hold(
     start: Callable[..., Gateway], clients: list[Any],  # noqa: F811
 ) -> None:

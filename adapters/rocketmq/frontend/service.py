@@ -75,7 +75,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         limits = Limits(settings.max_body_size)
         self._checks = RequestChecks(limits, engine.now_ms)
         self.transactions = transactions.TransactionDesk(
-            engine, settings.transaction_check, lambda: settings.advertised_endpoint)
+            engine, settings.transaction_check, lambda: settings.advertised_endpoint,
+            shared=settings.permissions is not None)
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -315,15 +316,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             halves = self._halves(request, messages)
             if halves:
                 await self.transactions.wake()
-            response = await sending.publish(
-                self._engine, request, messages, lambda topic: self._check_publish(context, topic),
-                halves,
-            )
+            owner = str(getattr(self._principal(context), "name", ""))
+            with self.transactions.open.opening(owner, {i: len(messages[i].body)
+                                                        for i in halves}) as opening:
+                response = await sending.publish(
+                    self._engine, request, messages,
+                    lambda topic: self._check_publish(context, topic), halves)
+                self.transactions.expect(opening.stored(response.entries))
         except GatewayError as error:
             return sending.refused(request, error)
-        if halves:
-            self.transactions.expect([e.transaction_id for e in response.entries
-                                      if e.transaction_id])
         return response
 
     @staticmethod

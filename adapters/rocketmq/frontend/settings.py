@@ -57,7 +57,9 @@ class CheckTimes:
     interval_ms: int = 60_000
     max_checks: int = 15
     held_bytes: int = 64 << 20
-    """Bodies of half messages held at once; beyond that they wait in the store."""
+    """Bodies of half messages held at once, each counting 1 KiB more
+    (`open_halves.OVERHEAD`); beyond that they wait in the store. With authentication one
+    principal may have half of it open at once."""
 
     def __post_init__(self) -> None:
         for name in ("first_ms", "interval_ms"):

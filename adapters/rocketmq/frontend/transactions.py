@@ -39,6 +39,7 @@ from gateway.errors import GatewayError
 
 from . import codec
 from .codec import Rejected
+from .open_halves import OVERHEAD, OpenHalves
 from .settings import CheckTimes
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ INTERNAL = frozenset({REAL_TOPIC, NAMESPACE, SDK_MESSAGE_ID, HALF_MARK, FIRST_CH
 RECOVERY_RANGE_MS = (0, INVISIBLE_RANGE_MS[1])
 RECEIVE_BATCH = 64
 RECEIVE_WAIT_MS = 20_000
+PURGE_S = 0.5
+"""While the checker holds all it may, how often it looks for halves dead-lettered meanwhile."""
 END_WAIT_S = 2.0
 """How long an EndTransaction waits for a half message just stored to reach the checker."""
 EXPECTED_MAX = 100_000
@@ -79,6 +82,10 @@ class Half:
     """The real topic's store name."""
     message_id: str
     size: int
+    deadline_ms: int = 0
+    """Wall-clock ms when its lease ends (it comes back to the checker, or is dead-lettered)."""
+    final: bool = False
+    """Its last check is done: when its lease ends it is dead-lettered, its transaction over."""
 
 
 def half_message(out: OutMessage, topic: Any, first_check_ms: int, field: str) -> OutMessage:
@@ -129,14 +136,20 @@ def real_topic_of(delivery: Delivery) -> tuple[str, str, str] | None:
 class TransactionDesk:
     """Holds half messages until their transaction ends; asks producers about orphans."""
 
-    def __init__(self, engine: EnginePort, times: CheckTimes, host: Callable[[], str]) -> None:
+    def __init__(self, engine: EnginePort, times: CheckTimes, host: Callable[[], str],
+                 *, shared: bool = False) -> None:
+        """`shared` (authentication on): each principal may have half of `times.held_bytes`
+        open at once (`open_halves`)."""
         self._engine = engine
+        self.open = OpenHalves(times.held_bytes // 2 if shared else 0)
         self._times = times
         self._host = host
         self._held: dict[str, Half] = {}
         self._expected: set[str] = set()
         """Transaction ids of half messages stored but not yet taken by the checker."""
         self._held_bytes = 0
+        self._purge_at = 0
+        """The earliest lease deadline of a half held (0: none held)."""
         self._arrived = asyncio.Condition()
         self._room = asyncio.Event()
         self._room.set()
@@ -218,7 +231,11 @@ class TransactionDesk:
     async def run(self) -> None:
         """Take half messages as they come (and come back) until cancelled."""
         while True:
-            await self._room.wait()
+            self._purge()
+            if not self._room.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._room.wait(), PURGE_S)
+                continue
             try:
                 deliveries = await self._engine.receive(
                     self.spec, RECEIVE_BATCH, self._times.first_ms, RECEIVE_WAIT_MS,
@@ -242,33 +259,60 @@ class TransactionDesk:
             await self._engine.ack([delivery.receipt])
             return
         topic, name, namespace = real
-        receipt = delivery.receipt
+        receipt, deadline = delivery.receipt, delivery.deadline_ms
         if delivery.attempt > 1:
             self._check(delivery, topic, name, namespace)
-            receipt = await self._extend(receipt, self._times.interval_ms)
+            receipt, deadline = await self._extend(receipt, self._times.interval_ms)
         else:
             own = delivery.properties.get(FIRST_CHECK_MS, "")
             if own.isdigit() and int(own) != self._times.first_ms:
-                receipt = await self._extend(receipt, int(own))
+                receipt, deadline = await self._extend(receipt, int(own))
         if not receipt:
             return
-        size = len(delivery.body)
         self._expected.discard(delivery.message_id)
         again = self._held.pop(delivery.message_id, None)  # its earlier delivery timed out
         if again is not None:
-            self._held_bytes -= again.size
-        self._held[delivery.message_id] = Half(
-            delivery, receipt, topic, delivery.properties[SDK_MESSAGE_ID], size)
-        self._held_bytes += size
-        if self._held_bytes >= self._times.held_bytes:
-            self._room.clear()
+            self._released(again)
+        self._hold(Half(delivery, receipt, topic, delivery.properties[SDK_MESSAGE_ID],
+                        len(delivery.body) + OVERHEAD, deadline,
+                        delivery.attempt > self._times.max_checks))
         async with self._arrived:
             self._arrived.notify_all()
 
-    async def _extend(self, receipt: str, invisible_ms: int) -> str:
+    def _hold(self, half: Half) -> None:
+        self._held[half.delivery.message_id] = half
+        self._held_bytes += half.size
+        if self._held_bytes >= self._times.held_bytes:
+            self._room.clear()
+        if not self._purge_at or half.deadline_ms < self._purge_at:
+            self._purge_at = half.deadline_ms
+
+    def _purge(self) -> None:
+        """Forget the halves whose lease ended: they are no longer the checker's. One past its
+        last check is dead-lettered, its transaction over (a late EndTransaction is refused);
+        the others come back to the checker, for their next check, once it has room (while
+        it held all it may it took none, and so never saw them come back)."""
+        now = self._engine.now_ms()
+        if not self._purge_at or now < self._purge_at:
+            return
+        self._purge_at = 0
+        for transaction_id, half in list(self._held.items()):
+            if half.deadline_ms <= now:
+                del self._held[transaction_id]
+                self._released(half)
+                if half.final:
+                    self.open.ended(transaction_id)
+                else:
+                    self.expect([transaction_id])  # an EndTransaction waits for it to come back
+            elif not self._purge_at or half.deadline_ms < self._purge_at:
+                self._purge_at = half.deadline_ms
+
+    async def _extend(self, receipt: str, invisible_ms: int) -> tuple[str, int]:
+        """The receipt and deadline of a lease made `invisible_ms` long from now; ("", 0) when
+        the lease is no longer the checker's (timed out, or dead-lettered)."""
         (result,) = await self._engine.settle(
             [Settlement(receipt, SettleAction.EXTEND, invisible_ms=invisible_ms)])
-        return result.new_receipt if result.ok else ""
+        return (result.new_receipt, result.deadline_ms) if result.ok else ("", 0)
 
     def _check(self, delivery: Delivery, topic: str, name: str, namespace: str) -> None:
         streams = self._producers.get(topic)
@@ -301,23 +345,40 @@ class TransactionDesk:
                   resolution: int, owner: str = "") -> None:
         """Commit or roll back, for principal `owner` (whose share of new topics a commit to a
         new one takes); raises `Rejected` for a transaction it does not hold."""
-        half = await self._find(transaction_id)
-        if half is None or half.topic != topic or half.message_id != message_id:
+        receipt = ""
+        for _ in range(2):
+            half = await self._find(transaction_id)
+            if half is None or half.topic != topic or half.message_id != message_id:
+                break
+            del self._held[transaction_id]
+            self._released(half)
+            # The lease is made new first: a half whose lease ended meanwhile is not the
+            # checker's to end any more (dead-lettered after its last check, or on its way
+            # back to the checker: then it is waited for once more).
+            receipt, deadline = await self._extend(half.receipt, self._times.interval_ms)
+            if receipt:
+                break
+            if half.final:
+                self.open.ended(transaction_id)
+                half = None
+                break
+            self._expected.add(transaction_id)
+        else:
+            half = None
+        if half is None or not receipt or half.topic != topic or half.message_id != message_id:
             raise Rejected(
                 Code.INVALID_TRANSACTION_ID, "transaction_id", transaction_id,
                 "the id a transactional send of this topic and message_id returned, of a "
                 "transaction not yet ended")
-        del self._held[transaction_id]
+        half.receipt, half.deadline_ms = receipt, deadline
         try:
             if resolution == Resolution.COMMIT:
                 await self._commit(half, owner)
             await self._engine.ack([half.receipt])
         except GatewayError:
-            self._held[transaction_id] = half
+            self._hold(half)
             raise
-        finally:
-            if transaction_id not in self._held:
-                self._released(half)
+        self.open.ended(transaction_id)
 
     def _released(self, half: Half) -> None:
         self._held_bytes -= half.size
