@@ -5,11 +5,20 @@ schemas survive a restart."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pulsar
 import pytest
 from pulsar.schema import Integer, JsonSchema, Record, String, StringSchema
 
-from tests.e2e.pulsar_stack import Stack, client_for, run, stack_fixture  # noqa: F401  (fixture `stack`)
+from tests.e2e.pulsar_stack import (  # noqa: F401  (fixture `stack`)
+    QUIET,
+    Stack,
+    client_for,
+    run,
+    stack_fixture,
+)
 
 
 class Order(Record):
@@ -95,3 +104,25 @@ async def test_a_message_carries_its_producers_schema_version(stack: Stack) -> N
             bytes(8), (1).to_bytes(8, "big")]
     finally:
         await run(client.close)
+
+
+async def test_a_schema_is_kept_with_the_principal_that_registered_it(tmp_path: Path) -> None:
+    """With a tokens file each principal registers at most its share of the schemas kept
+    (`SchemaRegistry`); the stored file names who registered each version."""
+    from gateway.engine.clock import SystemClock
+    from gateway.server.app import running_gateway
+
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text('[[principal]]\nname = "alice"\ntoken = "alice-secret"\n'
+                      'publish = ["*"]\nconsume = ["*"]\ngroups = ["*"]\n')
+    async with running_gateway(tmp_path / "data", clock=SystemClock(), tokens_file=str(tokens),
+                               pulsar_listen="127.0.0.1:0") as app:
+        client = pulsar.Client(f"pulsar://127.0.0.1:{app.front_ends['pulsar'].port}",
+                               authentication=pulsar.AuthenticationToken("alice-secret"),
+                               operation_timeout_seconds=5, logger=QUIET)
+        try:
+            await run(client.create_producer, "orders", schema=JsonSchema(Order))
+        finally:
+            await run(client.close)
+    stored = json.loads((tmp_path / "data" / "pulsar" / "schemas.json").read_text())
+    assert [version[3] for version in stored["orders"]] == ["alice"]

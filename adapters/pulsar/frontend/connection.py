@@ -293,7 +293,8 @@ class Connection(ConsumerCommands):
             await self._topics_of_namespace(cmd.getTopicsOfNamespace)
         elif (reply := await lookups.answer(
                 cmd, self._shared.service_url, self._shared.schemas,
-                functools.partial(self._check, group=None))) is not None:
+                functools.partial(self._check, group=None),
+                str(getattr(self._principal, "name", "")))) is not None:
             self.write(reply)
         elif (reply := unserved.refusal(cmd)) is not None:
             self.write(reply)
@@ -334,7 +335,8 @@ class Connection(ConsumerCommands):
             if initial:
                 self._check(topic, initial)
             version = await self._shared.schemas.admit_producer(
-                topic, request.schema if request.HasField("schema") else None, "producer.schema")
+                topic, request.schema if request.HasField("schema") else None, "producer.schema",
+                str(getattr(self._principal, "name", "")))
             if self._shared.dedup.in_doubt(topic):  # the last sequence id it is told is right
                 await dedup_recovery.settle(self._shared.engine, self._shared.dedup, topic)
         except Exception as exc:

@@ -18,11 +18,12 @@ Cmd = pb.BaseCommand
 
 async def answer(
     cmd: pb.BaseCommand, service_url: str, schemas: SchemaRegistry,
-    may_publish: Callable[[str], None],
+    may_publish: Callable[[str], None], owner: str = "",
 ) -> bytes | None:
     """The reply to a PARTITIONED_METADATA, LOOKUP, GET_SCHEMA or GET_OR_CREATE_SCHEMA; None
     for any other command. `may_publish(topic)` raises unless the connection may publish to
-    the topic (only such a connection registers a schema, as a PRODUCER does)."""
+    the topic (only such a connection registers a schema, as a PRODUCER does); `owner`: the
+    connection's principal, whose share of schemas one it registers takes."""
     kind = cmd.type
     if kind == Cmd.PARTITIONED_METADATA:
         meta = cmd.partitionMetadata
@@ -52,7 +53,7 @@ async def answer(
             topic = engine_topic(create.topic)
             may_publish(topic)
             version = await schemas.admit_producer(topic, create.schema,
-                                                   "getOrCreateSchema.schema")
+                                                   "getOrCreateSchema.schema", owner)
         except Exception as exc:
             return replies.schema_version(create.request_id, b"", replies.server_error(exc),
                                           replies.error_text(exc))

@@ -12,6 +12,11 @@ none. PRODUCER_SUCCESS carries the version (8 bytes, big-endian, as a broker's).
 With a state directory the schemas are kept in `DATA_DIR/pulsar/schemas.json`, written whole
 through a temporary file, fsynced and renamed, before the producer that registered a version is
 answered, and read at start; without one they last as long as the front end.
+
+With authentication a principal may register at most `share` bytes of schemas (half of
+`MAX_TOTAL_BYTES`), so that one client registering schemas on topic after topic cannot leave
+none for the others. Each version keeps the principal that registered it (a file written before
+this has none: those count against the whole only).
 """
 
 from __future__ import annotations
@@ -61,10 +66,15 @@ def version_bytes(index: int) -> bytes:
 class SchemaRegistry:
     """The schema versions of each topic (see the module docstring)."""
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, share: int = 0) -> None:
+        """`share`: the bytes one principal may register (0: no share of its own)."""
         self._path = directory / FILE_NAME if directory is not None else None
         self._topics: dict[str, list[Version]] = {}
+        self._owners: dict[str, list[str]] = {}
+        """Each topic's versions' principals, in order ("": none known)."""
         self._bytes = 0
+        self._share = share
+        self._by_owner: dict[str, int] = {}
         self._lock = asyncio.Lock()
 
     def load(self) -> None:
@@ -75,15 +85,21 @@ class SchemaRegistry:
             stored = json.loads(self._path.read_text(encoding="utf-8"))
             topics = {
                 str(topic): [(int(kind), str(name), base64.b64decode(data))
-                             for kind, name, data in versions]
+                             for kind, name, data, *_ in versions]
                 for topic, versions in stored.items()
             }
+            owners = {str(topic): [str(v[3]) if len(v) > 3 else "" for v in versions]
+                      for topic, versions in stored.items()}
         except (OSError, ValueError, TypeError) as exc:
             log.warning("pulsar schemas not readable, starting without them",
                         path=str(self._path), error=str(exc))
             return
-        self._topics = topics
+        self._topics, self._owners = topics, owners
         self._bytes = sum(_cost(v) for versions in topics.values() for v in versions)
+        for topic, versions in topics.items():
+            for version, owner in zip(versions, owners[topic], strict=True):
+                if owner:
+                    self._by_owner[owner] = self._by_owner.get(owner, 0) + _cost(version)
 
     def schema_of(self, topic: str, version: bytes = b"") -> tuple[pb.Schema, bytes] | None:
         """The schema of `version` (b"": the latest) on `topic` and its version; None for
@@ -104,10 +120,11 @@ class SchemaRegistry:
         if versions:
             _same_type(topic, versions[-1][0], schema.type, field)
 
-    async def admit_producer(self, topic: str, schema: pb.Schema | None, field: str) -> bytes:
-        """The version a producer's schema has on `topic` (registered when new; b"" for none);
-        raises `IncompatibleSchema` (of another type), `InvalidArgument` (past the limits) or
-        `Unavailable` (it could not be written)."""
+    async def admit_producer(self, topic: str, schema: pb.Schema | None, field: str,
+                             owner: str = "") -> bytes:
+        """The version a producer's schema has on `topic` (registered when new, for principal
+        `owner`; b"" for none); raises `IncompatibleSchema` (of another type),
+        `InvalidArgument` (past the limits) or `Unavailable` (it could not be written)."""
         if schema is None or schema.type == pb.Schema.Bytes:
             return b""
         wanted: Version = (schema.type, schema.name, bytes(schema.schema_data))
@@ -125,13 +142,21 @@ class SchemaRegistry:
             if self._bytes + cost > MAX_TOTAL_BYTES:
                 raise InvalidArgument(f"{field}.schema_data", f"{len(wanted[2])} bytes",
                                       f"at most {MAX_TOTAL_BYTES} bytes of schemas in all")
-            self._topics[topic] = [*versions, wanted]
+            mine = self._by_owner.get(owner, 0)
+            if self._share and owner and mine + cost > self._share:
+                raise InvalidArgument(f"{field}.schema_data", f"{len(wanted[2])} bytes",
+                                      f"at most {self._share} bytes of schemas registered by "
+                                      f"one principal ({owner[:200]!r} has {mine})")
+            owners = self._owners.get(topic, [])
+            self._topics[topic], self._owners[topic] = [*versions, wanted], [*owners, owner]
             self._bytes += cost
+            self._by_owner[owner] = mine + cost
             try:
                 await self._save()
             except OSError as exc:
-                self._topics[topic] = versions
+                self._topics[topic], self._owners[topic] = versions, owners
                 self._bytes -= cost
+                self._by_owner[owner] = mine
                 log.warning("pulsar schemas not written", path=str(self._path), error=str(exc))
                 raise Unavailable(f"the schema of topic {topic!r} could not be stored") from exc
             return version_bytes(len(versions))
@@ -140,7 +165,8 @@ class SchemaRegistry:
         if self._path is None:
             return
         text = json.dumps({
-            topic: [[kind, name, base64.b64encode(data).decode()] for kind, name, data in vs]
+            topic: [[kind, name, base64.b64encode(data).decode(), owner]
+                    for (kind, name, data), owner in zip(vs, self._owners[topic], strict=True)]
             for topic, vs in self._topics.items()
         })
         await asyncio.to_thread(_write, self._path, text)

@@ -19,6 +19,7 @@ from adapters.pulsar.frontend.journal import Journal
 from adapters.pulsar.frontend.namespaces import TopicListing
 from adapters.pulsar.frontend.ports import AuthorizerPort
 from adapters.pulsar.frontend.readers import ReaderGroups
+from adapters.pulsar.frontend.schemas import MAX_TOTAL_BYTES as MAX_SCHEMA_BYTES
 from adapters.pulsar.frontend.schemas import SchemaRegistry
 from adapters.pulsar.frontend.shared import (
     HANDSHAKE_TIMEOUT_S,
@@ -149,7 +150,8 @@ class PulsarFrontEnd:
         self._dedup = DedupRegistry(journal=self._journal)
         self._subscriptions = SubscriptionRegistry()
         self._readers = ReaderGroups(Path(state_dir) if state_dir else None)
-        self._schemas = SchemaRegistry(Path(state_dir) if state_dir else None)
+        self._schemas = SchemaRegistry(Path(state_dir) if state_dir else None,
+                                       MAX_SCHEMA_BYTES // 2 if authorizer is not None else 0)
         self._shared: Shared | None = None
 
     @property
