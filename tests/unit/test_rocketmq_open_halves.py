@@ -41,10 +41,12 @@ def test_what_was_not_stored_is_given_back() -> None:
     assert halves.by_owner == {"alice": 10 + OVERHEAD}
 
 
-def test_one_send_is_taken_even_past_the_share_and_none_without_a_share() -> None:
-    halves = OpenHalves(share=OVERHEAD)
-    with halves.opening("alice", {0: 4 * OVERHEAD}):  # nothing open yet: taken
+def test_a_send_past_the_share_is_refused_even_with_nothing_open() -> None:
+    """One SendMessage may carry 64 MiB of transactional messages: all of it is counted."""
+    halves = OpenHalves(share=2 * OVERHEAD)
+    with pytest.raises(Rejected), halves.opening("alice", {0: OVERHEAD, 1: OVERHEAD}):
         pass
+    assert halves.by_owner == {}
     unshared = OpenHalves(share=0)
     for i in range(100):
         with unshared.opening("", {0: 1 << 20}) as opening:

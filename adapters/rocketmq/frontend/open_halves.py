@@ -39,7 +39,7 @@ class OpenHalves:
 
     def reserve(self, owner: str, cost: int) -> None:
         held = self.by_owner.get(owner, 0)
-        if self.share and held and held + cost > self.share:
+        if self.share and held + cost > self.share:  # a whole send: one request holds 64 MiB
             raise Rejected(
                 definition_pb2.Code.TOO_MANY_REQUESTS,
                 f"open transactions of principal {owner[:200]!r}", f"{held} bytes",
