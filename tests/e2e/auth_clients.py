@@ -27,6 +27,26 @@ from gateway.v1 import gateway_pb2
 
 Cmd = pb.BaseCommand
 WAIT_S = 5.0
+TWO_PRINCIPALS = """
+[[principal]]
+name = "alice"
+token = "alice-secret"
+publish = ["*"]
+consume = ["*"]
+groups = ["*"]
+rocketmq_access_key = "alice-ak"
+rocketmq_secret_key = "alice-sk"
+
+[[principal]]
+name = "bob"
+token = "bob-secret"
+publish = ["*"]
+consume = ["*"]
+groups = ["*"]
+rocketmq_access_key = "bob-ak"
+rocketmq_secret_key = "bob-sk"
+"""
+"""A tokens file of two principals who may use every name (tests of each one's shares)."""
 
 
 def bearer(token: str | None) -> list[tuple[str, str]]:

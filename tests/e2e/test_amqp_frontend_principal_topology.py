@@ -21,22 +21,9 @@ from adapters.amqp.frontend.errors import AMQPError
 from adapters.amqp.frontend.footprint import Budget
 from adapters.amqp.frontend.topology import Binding, Topology
 from tests.amqp_front import AmqpGateway, amqp_gateway, unique
+from tests.e2e.auth_clients import TWO_PRINCIPALS
 
-TOKENS = """
-[[principal]]
-name = "alice"
-token = "alice-secret"
-publish = ["*"]
-consume = ["*"]
-groups = ["*"]
-
-[[principal]]
-name = "bob"
-token = "bob-secret"
-publish = ["*"]
-consume = ["*"]
-groups = ["*"]
-"""
+TOKENS = TWO_PRINCIPALS
 HEAVY = {f"k{i:04d}": i for i in range(1000)}
 """1,000 arguments: about 0.26 MiB counted (`footprint`)."""
 

@@ -26,26 +26,10 @@ from gateway.client import GatewayClient
 from gateway.client_errors import GatewayRpcError
 from gateway.engine.clock import SystemClock
 from gateway.server.app import running_gateway
-from tests.e2e.auth_clients import rmq_receive_handles, rmq_send, signed
+from tests.e2e.auth_clients import TWO_PRINCIPALS, rmq_receive_handles, rmq_send, signed
 from tests.e2e.pulsar_stack import QUIET, run
 
-TOKENS = """
-[[principal]]
-name = "alice"
-token = "alice-secret"
-publish = ["*"]
-consume = ["*"]
-groups = ["*"]
-rocketmq_access_key = "alice-ak"
-rocketmq_secret_key = "alice-sk"
-
-[[principal]]
-name = "bob"
-token = "bob-secret"
-publish = ["*"]
-consume = ["*"]
-groups = ["*"]
-"""
+TOKENS = TWO_PRINCIPALS
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = "rocketmq-simple"
 

@@ -24,28 +24,11 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from gateway.engine.clock import SystemClock
 from gateway.server.app import running_gateway
+from tests.e2e.auth_clients import TWO_PRINCIPALS
 from tests.e2e.test_rocketmq_frontend import _message, _receive, _simple
 
 pytestmark = pytest.mark.slow
-TOKENS = """
-[[principal]]
-name = "alice"
-token = "alice-secret"
-publish = ["*"]
-consume = ["*"]
-groups = ["*"]
-rocketmq_access_key = "alice-ak"
-rocketmq_secret_key = "alice-sk"
-
-[[principal]]
-name = "bob"
-token = "bob-secret"
-publish = ["*"]
-consume = ["*"]
-groups = ["*"]
-rocketmq_access_key = "bob-ak"
-rocketmq_secret_key = "bob-sk"
-"""
+TOKENS = TWO_PRINCIPALS
 BIG = b"x" * (4 * 1024 * 1024 - 1024)
 
 
