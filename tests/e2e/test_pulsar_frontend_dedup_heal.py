@@ -93,7 +93,7 @@ async def test_a_send_of_unknown_outcome_is_settled_from_the_stored_messages(
         real_publish, real_read = engine.publish, engine.properties_after
         lost, recovering = [True], [True]
 
-        async def publish(topic: str, messages: list[OutMessage]) -> list[str]:
+        async def publish(topic: str, messages: list[OutMessage], **_: object) -> list[str]:
             ids = await real_publish(topic, messages)
             if lost:
                 lost.pop()
@@ -146,7 +146,7 @@ async def test_a_store_given_up_at_close_is_settled_before_the_name_is_used_agai
         real_publish = engine.publish
         stored = asyncio.Event()
 
-        async def publish(topic: str, messages: list[OutMessage]) -> list[str]:
+        async def publish(topic: str, messages: list[OutMessage], **_: object) -> list[str]:
             await real_publish(topic, messages)
             stored.set()
             await asyncio.Event().wait()  # committed, and the answer never comes
