@@ -8,12 +8,15 @@ start and again when a count is at its limit (so names removed meanwhile leave t
 most once a second, so that new names sent at a limit cost no more than a set lookup each), and
 added one by one in between: a known name costs one set lookup.
 
+A name taken less than `SETTLE_S` before a read stays counted though the read does not list it:
+it may not be in the back end yet (its publish still waits its turn), and dropping it let
+clients that kept many new names under way pass the limit at every read (200 publishers on new
+names took 499 topics under a limit of 300). One taken earlier and not listed has left the back
+end (or was never made): it no longer counts.
+
 A principal's share counts the names it made since the gateway started (which principal made a
 name is not kept in the back end): after a restart, the names made before count against the
-whole limit only. A name leaves its principal's share when a read no longer lists it and it was
-taken at least `SETTLE_S` before: one taken just before a read may not be in the back end yet
-(its publish still waits its turn), and dropping it then would let a principal that keeps many
-new names under way at each read pass its share a little more every time.
+whole limit only. Its names leave it as above.
 """
 
 from __future__ import annotations
@@ -27,13 +30,13 @@ RECOUNT_S = 1.0
 """At a limit, the back end's names are read again at most this often."""
 SETTLE_S = 60.0
 """A name taken this long before a read that does not list it has left the back end (or was
-never made): it no longer counts against its principal's share."""
+never made): it no longer counts."""
 Refusal = Literal["limit", "share"]
 """Why a new name is refused: the whole limit is reached, or the principal's share of it."""
 
 
 class Counted(Generic[K]):
-    __slots__ = ("_clock", "_held", "_made", "_read", "_read_at", "limit", "share")
+    __slots__ = ("_clock", "_held", "_made", "_read", "_read_at", "_recent", "limit", "share")
 
     def __init__(self, limit: int, read: Callable[[], Awaitable[Iterable[K]]],
                  clock: Callable[[], float] = time.monotonic, *, share: int = 0) -> None:
@@ -44,6 +47,8 @@ class Counted(Generic[K]):
         self._clock = clock
         self._held: set[K] | None = None
         """The back end's names and the new ones taken since; None until the first new one."""
+        self._recent: dict[K, float] = {}
+        """The names taken since `SETTLE_S` before the last read, with when each was taken."""
         self._made: dict[str, dict[K, float]] = {}
         """The names each principal made since the start that the back end still holds, with
         when each was taken (kept only while shares are smaller than the limit)."""
@@ -57,9 +62,6 @@ class Counted(Generic[K]):
             return None
         mine = (None if owner is None or self.share >= self.limit
                 else self._made.setdefault(owner, {}))
-        if held is not None and mine is not None and name in mine:
-            held.add(name)  # its own, taken before the last read and not listed yet
-            return None
         if held is None or self._refused(held, mine) is not None:
             if held is not None and self._clock() - self._read_at < RECOUNT_S:
                 return self._refused(held, mine)
@@ -72,13 +74,21 @@ class Counted(Generic[K]):
             if refusal is not None:
                 return refusal
         held.add(name)
+        taken = self._recent[name] = self._clock()
         if mine is not None:
-            mine[name] = self._clock()
+            mine[name] = taken
         return None
 
     def _forget_removed(self, held: set[K], before: float) -> None:
-        """Drop from the shares the names `held` (just read) does not list that were taken
-        at `before` or earlier; the names under way stay counted (see the module's docstring)."""
+        """Count again in `held` (just read) the names taken after `before` that it does not
+        list, and drop from the shares those taken at `before` or earlier (see the module's
+        docstring)."""
+        recent = self._recent
+        for n, taken in list(recent.items()):
+            if taken <= before:
+                del recent[n]
+            else:
+                held.add(n)
         for names in self._made.values():
             gone = [n for n, taken in names.items() if taken <= before and n not in held]
             for n in gone:

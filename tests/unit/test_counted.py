@@ -120,3 +120,20 @@ async def test_without_a_share_no_principal_is_tracked() -> None:
         assert await count.admit(name, "alice") is None
     assert await count.admit("d", "alice") == "limit"
     assert not count._made  # nothing kept per principal
+
+
+async def test_names_under_way_at_a_read_stay_counted_against_the_limit() -> None:
+    """Clients that keep many new names under way (their publishes waiting their turn) passed
+    the limit at every read, which listed none of them: 200 publishers on new names took 499
+    topics under a limit of 300."""
+    back, clock = Back(), Clock()
+    count = Counted(3, back.read, clock)
+    for name in ("a", "b", "c"):  # taken, none stored yet
+        assert await count.admit(name) is None
+    for round_ in range(5):
+        clock.now += RECOUNT_S
+        assert await count.admit(f"more-{round_}") == "limit"  # read: none listed, still 3
+    back.names.update({"a", "b"})  # stored; "c" never was (its publish failed)
+    clock.now += SETTLE_S
+    assert await count.admit("d") is None
+    assert await count.admit("e") == "limit"
