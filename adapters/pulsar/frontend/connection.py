@@ -82,6 +82,8 @@ class Connection(ConsumerCommands):
         self._closed = False
         self._topics: dict[int, tuple[str, str]] = {}
         self._principal: Any = None
+        self._owner = ""
+        """The principal's name ("" without authentication): whose shares it takes."""
         self._client_version = ""
         """CONNECT's `client_version`: which library the client is built on."""
         self._waiting = False
@@ -211,6 +213,7 @@ class Connection(ConsumerCommands):
                         f"connect.auth_method_name {edge.echo(connect.auth_method_name)!r} is "
                         "not served: token (pulsar.AuthenticationToken)")
                 self._principal = authorizer.authenticate(token)
+                self._owner = str(getattr(self._principal, "name", ""))
             except GatewayError as exc:
                 self.write(replies.error(NO_REQUEST, replies.server_error(exc), exc.message))
                 log.info("pulsar client not authenticated", connection=self.id)
@@ -294,7 +297,7 @@ class Connection(ConsumerCommands):
         elif (reply := await lookups.answer(
                 cmd, self._shared.service_url, self._shared.schemas,
                 functools.partial(self._check, group=None),
-                str(getattr(self._principal, "name", "")))) is not None:
+                self._owner)) is not None:
             self.write(reply)
         elif (reply := unserved.refusal(cmd)) is not None:
             self.write(reply)
@@ -336,7 +339,7 @@ class Connection(ConsumerCommands):
                 self._check(topic, initial)
             version = await self._shared.schemas.admit_producer(
                 topic, request.schema if request.HasField("schema") else None, "producer.schema",
-                str(getattr(self._principal, "name", "")))
+                self._owner)
             if self._shared.dedup.in_doubt(topic):  # the last sequence id it is told is right
                 await dedup_recovery.settle(self._shared.engine, self._shared.dedup, topic)
         except Exception as exc:
@@ -357,7 +360,7 @@ class Connection(ConsumerCommands):
         if initial:  # accepted: the subscription keeps the topic's messages from now on
             try:
                 await self._shared.engine.create_group(
-                    topic, initial, owner=str(getattr(self._principal, "name", "")))
+                    topic, initial, owner=self._owner)
             except Exception as exc:
                 self._shared.dedup.detach(topic, name)
                 self._shared.access.detach(topic, exclusive)
@@ -376,7 +379,7 @@ class Connection(ConsumerCommands):
             client_version=self._client_version,
             release=functools.partial(self._shared.access.detach, topic, exclusive),
             schema_version=version,
-            owner=str(getattr(self._principal, "name", "")),
+            owner=self._owner,
         )
         last = self._shared.dedup.last(topic, name)
         self.write(replies.producer_success(request.request_id, name, last, version))

@@ -33,6 +33,8 @@ class ConsumerCommands:
     _topics: dict[int, tuple[str, str]]
     _principal: Any
     """The connection's authenticated principal (None without authentication)."""
+    _owner: str
+    """Its name ("" without authentication)."""
 
     def write(self, data: bytes) -> None:
         raise NotImplementedError
@@ -75,7 +77,7 @@ class ConsumerCommands:
                     self._shared, request, topic, member,
                     functools.partial(self._kick, request.consumer_id),
                     f"pulsar-{self.id}-{request.consumer_id}",
-                    str(getattr(self._principal, "name", "")),
+                    self._owner,
                 )
         except Exception as exc:
             self._refuse(request.request_id, exc, "SUBSCRIBE")

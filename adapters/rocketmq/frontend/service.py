@@ -316,7 +316,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             halves = self._halves(request, messages)
             if halves:
                 await self.transactions.wake()
-            owner = str(getattr(self._principal(context), "name", ""))
+            owner = str(getattr(self._principal(context), "name", "")) if halves else ""
             with self.transactions.open.opening(owner, {i: len(messages[i].body)
                                                         for i in halves}) as opening:
                 response = await sending.publish(
