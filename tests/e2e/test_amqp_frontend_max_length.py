@@ -2,7 +2,8 @@
 the gateway's AMQP front end (on its embedded store and on the real RabbitMQ as its back end) and
 against the real RabbitMQ on 127.0.0.1:5672 itself, with the same calls: past
 the limit the oldest ready messages are dead-lettered with reason `maxlen` (drop-head), or a
-publish is refused and nacked (reject-publish); deliveries not yet acknowledged do not count.
+publish is refused and nacked (reject-publish; reject-publish-dlx dead-letters it too, with
+reason `maxlen`); deliveries not yet acknowledged do not count.
 (Before, declaring either argument was refused with 406.)"""
 
 from __future__ import annotations
@@ -138,6 +139,65 @@ async def test_reject_publish_nacks_what_does_not_fit(url: str) -> None:
     outcomes, kept = await session(url, run)
     assert outcomes == ["ack", "ack", "nack", "nack"]
     assert kept == [b"m0", b"m1"]
+
+
+async def test_reject_publish_dlx_nacks_and_dead_letters_what_does_not_fit(url: str) -> None:
+    def run(connection: pika.BlockingConnection) -> tuple[list[str], list[bytes],
+                                                          list[tuple[bytes, dict[str, Any]]]]:
+        queue, dead = unique("mlq"), unique("mld")
+        ch = connection.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(dead)
+        ch.queue_declare(queue, arguments={"x-max-length": 2, "x-overflow": "reject-publish-dlx",
+                                           "x-dead-letter-exchange": "",
+                                           "x-dead-letter-routing-key": dead})
+        outcomes = []
+        for i in range(4):
+            try:
+                ch.basic_publish("", queue, b"m%d" % i, pika.BasicProperties(headers={"n": i}))
+                outcomes.append("ack")
+            except NackError:
+                outcomes.append("nack")
+        deaths: list[tuple[bytes, dict[str, Any]]] = []
+        deadline = time.monotonic() + 10
+        while len(deaths) < 2 and time.monotonic() < deadline:
+            method, properties, body = ch.basic_get(dead, auto_ack=True)
+            if method is None:
+                time.sleep(0.05)
+                continue
+            deaths.append((body, dict(properties.headers or {})))
+        return outcomes, _get_all(ch, queue, 1.0), deaths
+
+    outcomes, kept, deaths = await session(url, run)
+    assert outcomes == ["ack", "ack", "nack", "nack"]
+    assert kept == [b"m0", b"m1"]
+    assert [body for body, _ in deaths] == [b"m2", b"m3"]
+    for i, (_, headers) in enumerate(deaths, start=2):
+        death = headers["x-death"][0]
+        assert (death["reason"], death["count"], death["exchange"]) == ("maxlen", 1, "")
+        assert death["routing-keys"] == [death["queue"]]
+        assert headers["x-first-death-reason"] == "maxlen"
+        assert headers["n"] == i  # the publisher's own headers, with their types
+
+
+async def test_reject_publish_dlx_without_a_dead_letter_exchange_drops_the_refused(
+    url: str,
+) -> None:
+    def run(connection: pika.BlockingConnection) -> tuple[list[str], list[bytes]]:
+        queue = unique("mlq")
+        ch = connection.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, arguments={"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
+        outcomes = []
+        for i in range(3):
+            try:
+                ch.basic_publish("", queue, b"m%d" % i)
+                outcomes.append("ack")
+            except NackError:
+                outcomes.append("nack")
+        return outcomes, _get_all(ch, queue, 1.0)
+
+    assert await session(url, run) == (["ack", "nack", "nack"], [b"m0"])
 
 
 async def test_a_limit_of_zero_keeps_nothing(url: str) -> None:

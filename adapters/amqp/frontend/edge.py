@@ -54,7 +54,10 @@ MAX_LENGTH = "x-max-length"
 OVERFLOW = "x-overflow"
 DROP_HEAD = "drop-head"
 REJECT_PUBLISH = "reject-publish"
-OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH)
+REJECT_PUBLISH_DLX = "reject-publish-dlx"
+"""As reject-publish, and the refused copy is dead-lettered with reason `maxlen`."""
+OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
+REJECTING = (REJECT_PUBLISH, REJECT_PUBLISH_DLX)
 MAX_LENGTH_LIMIT = 2**63 - 1
 EXPIRES = "x-expires"
 DELIVERY_LIMIT = "x-delivery-limit"
@@ -181,16 +184,14 @@ def _integer(arguments: Mapping[str, FieldValue], key: str, low: int, high: int,
 
 
 def _overflow(arguments: Mapping[str, FieldValue]) -> str:
-    """`x-overflow`: drop-head (the default) or reject-publish."""
+    """`x-overflow`: drop-head (the default), reject-publish or reject-publish-dlx."""
     overflow = DROP_HEAD
     if OVERFLOW in arguments:
         raw = as_str(arguments[OVERFLOW])
         if raw not in OVERFLOWS:
-            why = (" (dead-lettering refused publishes is not supported by the gateway)"
-                   if raw == "reject-publish-dlx" else "")
             raise AMQPError(PRECONDITION_FAILED, f"invalid arg '{OVERFLOW}': "
                                                  f"{short(arguments[OVERFLOW])}; allowed: "
-                                                 f"{', '.join(OVERFLOWS)}{why}")
+                                                 f"{', '.join(OVERFLOWS)}")
         overflow = raw
     return overflow
 

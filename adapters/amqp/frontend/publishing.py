@@ -138,10 +138,13 @@ async def _publish(channel: ChannelState, batch: list[Publish]) -> None:
         failed = await _store(channel, by_topic)
     else:
         full = maxlength.rejecting(limited)
+        refused: dict[str, list[OutMessage]] = {}
         async with maxlength.admitting(channel.ctx, full):
-            failed = await _admit(channel, full, by_topic, routed)
+            failed = await _admit(channel, full, by_topic, routed, refused)
             failed.update(await _store(channel, {t: m for t, m in by_topic.items() if m
                                                  and t not in failed}))
+        for queue in full:
+            await maxlength.dead_letter_refused(channel.ctx, queue, refused.get(queue.name, ()))
         await maxlength.trim(channel.ctx, [q for q in limited if q.name not in failed])
     _expiring(channel, by_topic, failed)
     if failed:
@@ -222,9 +225,10 @@ async def held(channel: ChannelState, batch: list[Publish]) -> None:
 
 
 async def _admit(channel: ChannelState, full: list[Queue], by_topic: dict[str, list[OutMessage]],
-                 routed: list[_Routed]) -> dict[str, str]:
-    """Cut each `reject-publish` queue's messages to the room it has; those left out are
-    marked rejected. The queues whose room could not be counted, with why (as if failed)."""
+                 routed: list[_Routed], refused: dict[str, list[OutMessage]]) -> dict[str, str]:
+    """Cut each `reject-publish(-dlx)` queue's messages to the room it has; those left out are
+    marked rejected, and kept in `refused` by queue. The queues whose room could not be
+    counted, with why (as if failed)."""
     failed: dict[str, str] = {}
     for queue in full:
         try:
@@ -236,6 +240,7 @@ async def _admit(channel: ChannelState, full: list[Queue], by_topic: dict[str, l
         if room >= len(kept):
             continue
         by_topic[queue.name] = kept[:room]
+        refused[queue.name] = kept[room:]
         owners = [r for r in routed if queue.name in r.topics]
         for r in owners[room:]:
             r.rejected = True
