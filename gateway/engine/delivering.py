@@ -39,6 +39,7 @@ from gateway.errors import (
     InvalidArgument,
     Unavailable,
 )
+from gateway.limits import MAX_NAME_BYTES, utf8_len
 
 EXCLUSIVE = ConsumerType.EXCLUSIVE
 
@@ -60,7 +61,17 @@ class Delivering(Leaving):
             raise InvalidArgument("group", spec.group, "a name without '#': group#consumer "
                                   "names a broadcast consumer's own group")
         own = policy.retries_enabled is False and bool(spec.consumer_id)
-        return (f"{spec.group}{OWN_MARK}{spec.consumer_id}" if own else spec.group), own
+        if not own:
+            return spec.group, False
+        group = f"{spec.group}{OWN_MARK}{spec.consumer_id}"
+        if utf8_len(group) > MAX_NAME_BYTES:
+            # A longer name could not be described, listed or purged (names are 1..255 bytes).
+            room = MAX_NAME_BYTES - utf8_len(spec.group) - len(OWN_MARK)
+            raise InvalidArgument("consumer_id", spec.consumer_id,
+                                  f"at most {room} bytes with this broadcast group: "
+                                  f"group{OWN_MARK}consumer_id names the consumer's own group, "
+                                  f"at most {MAX_NAME_BYTES} bytes")
+        return group, True
 
     def _subscription(
         self, spec: SubscriptionSpec, policy: RetryPolicy, anonymous: bool

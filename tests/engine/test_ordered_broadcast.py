@@ -120,3 +120,17 @@ async def test_an_ordered_simple_consumer_waits_for_the_head_of_each_message_gro
     assert await h.receive(spec, invisible_ms=10_000) == []
     assert (await h.ack(again)).ok
     assert bodies(await h.receive(spec, invisible_ms=10_000)) == [b"k1-b"]
+
+
+async def test_a_broadcast_consumers_own_group_name_stays_within_255_bytes(h: Harness) -> None:
+    # group#consumer_id names the consumer's own group: past 255 bytes, no admin verb could
+    # name it (its dead letters could not be listed, resent or deleted).
+    room = 255 - len(GROUP) - 1
+    with pytest.raises(InvalidArgument) as refused:
+        await h.open(h.spec("rocketmq", broadcast=True, consumer_id="c" * (room + 1)))
+    assert refused.value.field == "consumer_id"
+    assert f"at most {room} bytes" in refused.value.message
+    await h.open(h.spec("rocketmq", broadcast=True, consumer_id="c" * room))
+    await h.open(h.spec("rocketmq", broadcast=True, consumer_id="é" * (room // 2)))  # bytes
+    with pytest.raises(InvalidArgument):
+        await h.open(h.spec("rocketmq", broadcast=True, consumer_id="é" * (room // 2 + 1)))
