@@ -80,7 +80,7 @@ def _compiled(text: str, tag_name: str) -> MessageSelector:
     if len(text) > MAX_TEXT:
         raise SelectorError(f"at most {MAX_TEXT} characters")
     parser = _Parser(text, tag_name)
-    inner = parser.expression(0)
+    inner = parser.condition(parser.position(), parser.expression(0))
     if parser.peek() is not None:
         raise parser.error("AND, OR or the end")
     return MessageSelector(text, tag_name, lambda tag, props: _truth(inner(tag, props)))
@@ -184,25 +184,42 @@ class _Parser:
         if self.take_kw(word) is None:
             raise self.error(repr(word))
 
+    def condition(self, at: int, getter: Getter) -> Getter:
+        """`getter`, which stands where a condition must (the whole selector, an operand of
+        AND, OR or NOT): a number, a text or NULL there would select nothing, ever. A property
+        alone is a condition (true when its value is `true`), as TRUE and FALSE are."""
+        if hasattr(getter, _VALUE):
+            where = f"at position {at + 1}" if at >= 0 else "at the end"
+            raise SelectorError(f"a condition expected {where}, not a value (a number, a text "
+                                "or NULL is never true)")
+        return getter
+
     def expression(self, depth: int) -> Getter:
         if depth > MAX_DEPTH:
             raise SelectorError(f"nested more than {MAX_DEPTH} deep")
+        at = self.position()
         left = self.conjunction(depth)
         while self.take_kw("OR"):
-            left = _or(left, self.conjunction(depth))
+            left = self.condition(at, left)
+            at = self.position()
+            left = _or(left, self.condition(at, self.conjunction(depth)))
         return left
 
     def conjunction(self, depth: int) -> Getter:
+        at = self.position()
         left = self.negation(depth)
         while self.take_kw("AND"):
-            left = _and(left, self.negation(depth))
+            left = self.condition(at, left)
+            at = self.position()
+            left = _and(left, self.condition(at, self.negation(depth)))
         return left
 
     def negation(self, depth: int) -> Getter:
         if self.take_kw("NOT"):
             if depth >= MAX_DEPTH:
                 raise SelectorError(f"nested more than {MAX_DEPTH} deep")
-            inner = self.negation(depth + 1)
+            at = self.position()
+            inner = self.condition(at, self.negation(depth + 1))
             return lambda tag, props: _not(_truth(inner(tag, props)))
         return self.predicate(depth)
 
@@ -275,13 +292,15 @@ class _Parser:
             if number is None or number[0] != "num":
                 raise self.error("a number")
             self.at += 1
-            return _constant(_number(value + number[1]))
+            return _value(_number(value + number[1]))
         if kind == "num":
-            return _constant(_number(value))
+            return _value(_number(value))
         if kind == "str":
-            return _constant(value[1:-1].replace("''", "'"))
-        if kind == "kw" and value in ("TRUE", "FALSE", "NULL"):
-            return _constant(None if value == "NULL" else value == "TRUE")
+            return _value(value[1:-1].replace("''", "'"))
+        if kind == "kw" and value == "NULL":
+            return _value(None)
+        if kind == "kw" and value in ("TRUE", "FALSE"):
+            return _constant(value == "TRUE")
         if kind == "id":
             if value == self.tag_name:
                 return lambda tag, props: tag or None
@@ -291,12 +310,20 @@ class _Parser:
 
 
 _CONSTANT = "selector_constant"
+_VALUE = "selector_value"
+"""Marks a constant that is no condition: a number, a text, NULL."""
 
 
 def _constant(value: Value) -> Getter:
     def get(tag: str, props: Mapping[str, str]) -> Value:
         return value
     setattr(get, _CONSTANT, value)  # read back by `_compare`
+    return get
+
+
+def _value(value: Value) -> Getter:
+    get = _constant(value)
+    setattr(get, _VALUE, True)  # read back by `_Parser.condition`
     return get
 
 

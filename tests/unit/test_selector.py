@@ -53,7 +53,10 @@ CASES = [
     ("a <> 5", {"a": "6"}, True),
     ("a > 5 and not b = 'x' or c is null", {"a": "6", "b": "y", "c": "1"}, True),
     ("TRUE", {}, True),
-    ("NULL", {}, False),
+    ("a", {"a": "true"}, True),  # a property alone: true when it says true
+    ("a", {"a": "1"}, False),
+    ("NOT (a)", {"a": "false"}, True),
+    ("(5) > 3", {}, True),  # a value in parentheses, compared
     ("a > 'x'", {"a": "7"}, False),  # no number to compare with
     ("a > b", {"a": "7", "b": "6.5"}, True),  # two properties
     ("a < 8", {"a": "\u0663"}, False),  # an Arabic-Indic digit is no number in SQL's sense
@@ -95,6 +98,16 @@ def test_selectors_compare_by_text_and_tag_name() -> None:
     ("NOT " * (MAX_DEPTH + 2) + "a = 1", f"nested more than {MAX_DEPTH}"),
     ("a" * (MAX_TEXT + 1), f"at most {MAX_TEXT} characters"),
     ("a = 1\x00", "unexpected"),
+    # Where a condition must stand, a constant value would never select anything.
+    ("NULL", "a condition expected at position 1, not a value"),
+    ("5", "a condition expected at position 1"),
+    ("'abc'", "a condition expected at position 1"),
+    ("-3", "a condition expected at position 1"),
+    ("(5)", "a condition expected at position 1"),
+    ("NOT 5", "a condition expected at position 5"),
+    ("a AND 5", "a condition expected at position 7"),
+    ("5 OR a", "a condition expected at position 1"),
+    ("a = 1 OR ('x')", "a condition expected at position 10"),
     (" OR ".join(f"a = {i}" for i in range(MAX_TERMS + 1)), f"at most {MAX_TERMS} conditions"),
     (" OR ".join(f"a BETWEEN {i} AND 9" for i in range(MAX_TERMS // 2 + 1)), "conditions"),
 ])
