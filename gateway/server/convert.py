@@ -41,6 +41,9 @@ CONSUMER_TYPES: dict[int, ConsumerType] = {
 }
 
 
+_BY_VALUE = {kind.value: kind for kind in ConsumerType}
+
+
 def consumer_type(value: int) -> ConsumerType:
     """The engine's type for a checked `ConsumerType` value (see `validate`)."""
     return CONSUMER_TYPES[value]
@@ -50,12 +53,18 @@ def subscription(msg: pb.Subscribe | pb.ReceiveRequest, owner: str = "") -> Subs
     """The engine's spec for a checked subscription (see `validate`), made by principal
     `owner` ("": anonymous)."""
     broadcast = bool(getattr(msg, "broadcast", False))
+    kind = consumer_type(msg.consumer_type)
+    option = msg.policy_options.get(SUBSCRIPTION_TYPE, "").lower()
+    if kind is ConsumerType.SHARED and option in _BY_VALUE:
+        # The type left at its default: the option names it (`validate` refused a conflict),
+        # so that the engine holds the consumers to the type the policy runs as.
+        kind = _BY_VALUE[option]
     return SubscriptionSpec(
         topic=msg.topic,
         group=msg.group,
         policy=msg.policy,
         options=dict(msg.policy_options),
-        consumer_type=consumer_type(msg.consumer_type),
+        consumer_type=kind,
         broadcast=broadcast,
         naming=msg.naming,
         consumer_id=getattr(msg, "consumer_id", ""),

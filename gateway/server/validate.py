@@ -13,8 +13,11 @@ import re
 from collections.abc import Mapping
 
 from gateway.backend import OutMessage
+from gateway.core.options import FALSE
 from gateway.core.properties import TIME_MAX_MS
+from gateway.core.registry import SUBSCRIPTION_TYPE
 from gateway.core.selector import MessageSelector, SelectorError
+from gateway.engine.base import BROADCAST
 from gateway.errors import InvalidArgument
 from gateway.limits import (
     MAX_BATCH,
@@ -82,6 +85,7 @@ def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
     if msg.consumer_type not in CONSUMER_TYPES:
         raise InvalidArgument("consumer_type", msg.consumer_type,
                               "SHARED, KEY_SHARED, EXCLUSIVE, FAILOVER")
+    _agree(msg)
     _optional_name("naming", msg.naming)
     check_text("tag_filter", msg.tag_filter)
     if not msg.tag_filter.isprintable():  # a NUL or line break matches no tag a publish can set
@@ -92,6 +96,28 @@ def _subscription(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
         except SelectorError as exc:
             raise InvalidArgument("selector", msg.selector,
                                   f"an SQL92 condition ({exc})") from None
+
+
+def _agree(msg: pb.Subscribe | pb.ReceiveRequest) -> None:
+    """A policy option that says what a field of the request says must agree with it: a
+    conflict would otherwise be settled one way or the other without a word."""
+    options = msg.policy_options
+    raw = options.get(BROADCAST)
+    if raw is not None and raw.lower() not in FALSE:
+        if not isinstance(msg, pb.Subscribe):
+            raise InvalidArgument(f"policy_options[{BROADCAST!r}]", raw,
+                                  "false or left out: a pull receive does not broadcast (a "
+                                  "push consumer's Subscribe.broadcast does)")
+    elif raw is not None and isinstance(msg, pb.Subscribe) and msg.broadcast:
+        raise InvalidArgument(f"policy_options[{BROADCAST!r}]", raw,
+                              "true or left out: the request's broadcast is true")
+    kind = options.get(SUBSCRIPTION_TYPE)
+    if kind is not None and msg.consumer_type != pb.CONSUMER_TYPE_SHARED \
+            and kind.lower() != CONSUMER_TYPES[msg.consumer_type].value:
+        name = pb.ConsumerType.Name(msg.consumer_type)
+        raise InvalidArgument(f"policy_options[{SUBSCRIPTION_TYPE!r}]", kind,
+                              f"{CONSUMER_TYPES[msg.consumer_type].value} or left out: the "
+                              f"request's consumer_type is {name}")
 
 
 # ------------------------------------------------------------------------------ Gateway

@@ -243,3 +243,54 @@ async def receive_all(app: GatewayApp, t: str) -> int:
         got = await client.stub.Receive(receive(t, policy="rocketmq", max_messages=100,
                                                 invisible_ms=0))
     return len(got.deliveries)
+
+
+async def subscribed(client: GatewayClient, **fields: object) -> tuple[object, object]:
+    """Open a Consume stream with a Subscribe of `fields`: (the call, its first answer)."""
+    subscribe = gateway_pb2.Subscribe(**{"topic": "t-agree", "group": "g", "prefetch": 1,
+                                         **fields})  # type: ignore[arg-type]
+
+    async def requests():  # type: ignore[no-untyped-def]
+        yield gateway_pb2.ConsumeRequest(subscribe=subscribe)
+        await asyncio.sleep(30)
+
+    call = client.stub.Consume(requests())
+    return call, await call.read()
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"policy": "rocketmq", "broadcast": True, "consumer_id": "c",
+      "policy_options": {"broadcast": "false"}},
+     ("policy_options['broadcast']", "the request's broadcast is true")),
+    ({"policy": "pulsar", "consumer_type": gateway_pb2.CONSUMER_TYPE_EXCLUSIVE,
+      "policy_options": {"subscription_type": "shared"}},
+     ("policy_options['subscription_type']", "exclusive or left out", "CONSUMER_TYPE_EXCLUSIVE")),
+])
+async def test_an_option_that_contradicts_its_field_is_refused(
+    client: GatewayClient, fields: dict[str, object], words: tuple[str, ...],
+) -> None:
+    # Before, one of the two won without a word (a broadcast consumer that did not broadcast).
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await subscribed(client, **fields)
+    assert err.value.code() == INVALID
+    for word in words:
+        assert word in err.value.details(), err.value.details()
+
+
+async def test_a_pull_receive_that_asks_to_broadcast_is_refused(client: GatewayClient) -> None:
+    request = receive(topic(), policy="rocketmq", invisible_ms=0,
+                      policy_options={"broadcast": "true"})
+    await expect(INVALID, client.stub.Receive(request), "policy_options['broadcast']",
+                 "a pull receive does not broadcast")
+
+
+async def test_the_subscription_type_option_alone_sets_the_consumer_type(
+    client: GatewayClient,
+) -> None:
+    options = {"subscription_type": "exclusive"}
+    first, answer = await subscribed(client, policy="pulsar", policy_options=options)
+    assert answer.WhichOneof("kind") == "subscribed"  # type: ignore[attr-defined]
+    with pytest.raises(grpc.aio.AioRpcError) as err:  # held to it, as the policy runs
+        await subscribed(client, policy="pulsar", policy_options=options)
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    first.cancel()  # type: ignore[attr-defined]
