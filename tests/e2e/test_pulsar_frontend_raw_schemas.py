@@ -169,3 +169,60 @@ async def test_only_a_connection_that_may_publish_registers_a_schema(tmp_path: P
                         False, bytes(8))
         finally:
             await client.close()
+
+
+TWO = TOKENS + """
+[[principal]]
+name = "shipping"
+token = "shipping-secret"
+publish = ["orders"]
+consume = ["orders"]
+groups = ["shipping"]
+"""
+
+
+async def _connected(port: int, token: bytes) -> RawClient:
+    client = await RawClient.open(port, connect=False)
+    cmd = Cmd(type=Cmd.CONNECT)
+    cmd.connect.client_version = "raw-test"
+    cmd.connect.protocol_version = 19
+    cmd.connect.auth_method_name = "token"
+    cmd.connect.auth_data = token
+    client.send(cmd)
+    await client.expect(Cmd.CONNECTED)
+    return client
+
+
+async def test_only_a_connection_that_may_use_the_topic_reads_its_schema(tmp_path: Path) -> None:
+    """GET_SCHEMA answered any connection: another principal read a topic's schema (its field
+    names), and learnt which topics had one."""
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text(TWO)
+    async with running_gateway(tmp_path / "data", clock=SystemClock(), tokens_file=str(tokens),
+                               pulsar_listen="127.0.0.1:0") as app:
+        port = app.front_ends["pulsar"].port
+        billing = await _connected(port, b"billing-secret")
+        shipping = await _connected(port, b"shipping-secret")
+        try:
+            ask = get_or_create(1, JSON)
+            ask.getOrCreateSchema.topic = "persistent://public/default/payments"
+            billing.send(ask)
+            await billing.expect(Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)
+            answers = {}
+            for who, client in (("billing", billing), ("shipping", shipping)):
+                for topic in ("payments", "orders"):
+                    get = get_schema(2)
+                    get.getSchema.topic = f"persistent://public/default/{topic}"
+                    client.send(get)
+                    reply = (await client.expect(Cmd.GET_SCHEMA_RESPONSE)).command
+                    answers[who, topic] = reply.getSchemaResponse
+            assert answers["billing", "payments"].schema.schema_data == JSON.schema_data
+            refused = answers["shipping", "payments"]
+            assert refused.error_code == pb.AuthorizationError
+            assert not refused.HasField("schema")
+            assert "may not read the schema" in refused.error_message
+            assert answers["shipping", "orders"].error_code == pb.TopicNotFound  # none there
+            assert answers["billing", "orders"].error_code == pb.AuthorizationError
+        finally:
+            await billing.close()
+            await shipping.close()

@@ -232,6 +232,17 @@ class Connection(ConsumerCommands):
         else:
             authorizer.check_consume(self._principal, topic, group)
 
+    def _may_read(self, topic: str) -> bool:
+        """Whether the connection's principal may produce to or consume from the topic."""
+        authorizer = self._shared.authorizer
+        if authorizer is None or authorizer.may_consume_topic(self._principal, topic):
+            return True
+        try:
+            authorizer.check_publish(self._principal, topic)
+        except GatewayError:
+            return False
+        return True
+
     async def _dispatch(self, frame: Frame, cost: int) -> bool:
         """Serve one command; True when a producer took the frame and its `cost` with it."""
         cmd = frame.command
@@ -297,7 +308,7 @@ class Connection(ConsumerCommands):
         elif (reply := await lookups.answer(
                 cmd, self._shared.service_url, self._shared.schemas,
                 functools.partial(self._check, group=None),
-                self._owner)) is not None:
+                self._owner, self._may_read)) is not None:
             self.write(reply)
         elif (reply := unserved.refusal(cmd)) is not None:
             self.write(reply)

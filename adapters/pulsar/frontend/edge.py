@@ -27,6 +27,7 @@ from adapters.pulsar.frontend.messages import (
     out_message,
     sticky_key,
 )
+from adapters.pulsar.frontend.topics import DEFAULT_PREFIX, PERSISTENT
 from adapters.pulsar.wire import wire_pb2 as pb
 from adapters.pulsar.wire.batch import Entry, entries
 from adapters.pulsar.wire.frames import Frame
@@ -167,8 +168,17 @@ def check_name(field: str, value: str, *, required: bool = True) -> None:
     UTF-8 (the gateway's one limit for names)."""
     if not value and not required:
         return
-    if not value or utf8_len(value) > MAX_NAME_BYTES or any(ord(c) < 32 for c in value):
+    if not value or utf8_len(value) > MAX_NAME_BYTES or not value.isprintable():
         raise refused(field, value, f"1..{MAX_NAME_BYTES} bytes of printable UTF-8")
+
+
+def check_topic(field: str, value: str) -> None:
+    """A topic name: the name the gateway keeps, without `persistent://` and `public/default/`
+    (what a gRPC client names the topic by), is a name as `check_name` has it."""
+    name = value.removeprefix(PERSISTENT).removeprefix(DEFAULT_PREFIX)
+    if not name or utf8_len(name) > MAX_NAME_BYTES or not value.isprintable():
+        raise refused(field, value, f"1..{MAX_NAME_BYTES} bytes of printable UTF-8 (not counting "
+                                    f"{PERSISTENT}{DEFAULT_PREFIX})")
 
 
 def _connect(body: Any) -> None:
@@ -177,7 +187,7 @@ def _connect(body: Any) -> None:
 
 
 def _producer(body: Any) -> None:
-    check_name("producer.topic", body.topic)
+    check_topic("producer.topic", body.topic)
     if body.encrypted:  # a consumer would get the ciphertext as the message
         raise refused("producer.encrypted", True, NO_ENCRYPTION)
     wanted = access.mode(body)
@@ -213,7 +223,7 @@ def _check_enum(message: Message, name: str, path: str) -> None:
 
 def _subscribe(body: Any) -> None:
     _check_enum(body, "initialPosition", "subscribe.initialPosition")
-    check_name("subscribe.topic", body.topic)
+    check_topic("subscribe.topic", body.topic)
     check_name("subscribe.subscription", body.subscription)
     check_name("subscribe.consumer_name", body.consumer_name, required=False)
     if body.durable and body.start_message_rollback_duration_sec:  # a reader's option
@@ -297,7 +307,7 @@ def seek_target(body: pb.CommandSeek) -> dict[str, Any]:
 
 
 def _topic(field: str) -> Any:
-    return lambda body: check_name(field, body.topic)
+    return lambda body: check_topic(field, body.topic)
 
 
 _CHECKS = {

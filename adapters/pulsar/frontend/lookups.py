@@ -19,11 +19,14 @@ Cmd = pb.BaseCommand
 async def answer(
     cmd: pb.BaseCommand, service_url: str, schemas: SchemaRegistry,
     may_publish: Callable[[str], None], owner: str = "",
+    may_read: Callable[[str], bool] = lambda topic: True,
 ) -> bytes | None:
     """The reply to a PARTITIONED_METADATA, LOOKUP, GET_SCHEMA or GET_OR_CREATE_SCHEMA; None
     for any other command. `may_publish(topic)` raises unless the connection may publish to
-    the topic (only such a connection registers a schema, as a PRODUCER does); `owner`: the
-    connection's principal, whose share of schemas one it registers takes."""
+    the topic (only such a connection registers a schema, as a PRODUCER does); `may_read(topic)`:
+    whether it may produce to or consume from the topic (only such a connection reads its
+    schema, whether the topic has one or not); `owner`: the connection's principal, whose share
+    of schemas one it registers takes."""
     kind = cmd.type
     if kind == Cmd.PARTITIONED_METADATA:
         meta = cmd.partitionMetadata
@@ -40,6 +43,10 @@ async def answer(
     if kind == Cmd.GET_SCHEMA:
         get = cmd.getSchema
         topic = topic_or_none(get.topic)
+        if topic is not None and not may_read(topic):
+            return replies.schema_refused(get.request_id, pb.AuthorizationError,
+                                          f"may not read the schema of {get.topic}: neither "
+                                          "produce to nor consume from the topic")
         found = schemas.schema_of(topic, get.schema_version) if topic is not None else None
         if found is None:
             return replies.schema_not_found(get.request_id, get.topic)

@@ -251,11 +251,15 @@ def topics_of_namespace(request_id: int, topics: list[str]) -> bytes:
 
 
 def schema_not_found(request_id: int, topic: str) -> bytes:
+    return schema_refused(request_id, pb.TopicNotFound, f"no schema stored for {topic}")
+
+
+def schema_refused(request_id: int, code: int, message: str) -> bytes:
     cmd = Cmd(type=Cmd.GET_SCHEMA_RESPONSE)
     reply = cmd.getSchemaResponse
     reply.request_id = request_id
-    reply.error_code = pb.TopicNotFound
-    reply.error_message = _cut(f"no schema stored for {topic}")
+    reply.error_code = code  # type: ignore[assignment]
+    reply.error_message = _cut(message)
     return encode_command(cmd)
 
 
