@@ -22,6 +22,7 @@ from pamqp import commands
 
 from adapters.amqp.frontend import framing
 from adapters.amqp.frontend.connection import READ_TURN
+from adapters.amqp.frontend.context import Limits
 from adapters.amqp.frontend.framing import method_frame, reply
 from tests.amqp_front import (
     AmqpGateway,
@@ -191,3 +192,41 @@ async def test_binding_again_does_not_write_out_every_bindings_arguments(
         assert ok.message_count == 1
     finally:
         raw.close()
+
+
+async def test_messages_still_arriving_are_bounded_over_every_connection(tmp_path: Path) -> None:
+    """Each connection may hold `max_partial_bytes` of messages still arriving; over every
+    connection together at most `total_partial_bytes`. Before, only each connection was
+    bounded: connections each announcing 16 messages of 4 MiB and sending all but their last
+    bytes took the gateway up 61 MiB each, for as many connections as it takes (1,000). A frame
+    that would pass the whole closes its connection (506); one that completes a message is
+    never refused by it, so a whole message still goes through."""
+    limits = Limits(total_partial_bytes=3 << 20)  # room for two stalled connections of 1.5 MiB
+    async with amqp_gateway(tmp_path / "data", front_end_settings={"amqp": limits}) as gw:
+        queue = unique()
+        stalled: list[RawAmqp] = []
+        try:
+            for _ in range(3):
+                raw = await RawAmqp.connect(gw.port)
+                stalled.append(raw)
+                raw.send_raw(method_frame(1, reply(commands.Basic.Publish, exchange="",
+                                                   routing_key=queue))
+                             + raw_frame(2, 1, struct.pack(">HHQH", 60, 0, 4 << 20, 0)))
+                for _ in range(24):  # 1.5 MiB of its 4, in frames of 64 KiB
+                    raw.send_raw(raw_frame(3, 1, bytes(64 << 10)))
+                await asyncio.sleep(0.2)
+            channel, close = await stalled[-1].closed_with(timeout=30)
+            assert (channel, close.reply_code) == (0, 506)
+            assert "on every connection together" in close.reply_text
+            # A message that arrives whole in one frame is still taken while the others stall.
+            other = await RawAmqp.connect(gw.port)
+            try:
+                other.send(1, commands.Queue.Declare(queue=queue))
+                await other.expect(commands.Queue.DeclareOk, timeout=30)
+                other.send_raw(message(queue, 1))
+                assert await stored(other, queue, 1, tries=300) == 1
+            finally:
+                other.close()
+        finally:
+            for raw in stalled:
+                raw.close()

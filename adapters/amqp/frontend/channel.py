@@ -163,7 +163,9 @@ class Channel(ChannelState):
     def _drop_content(self) -> None:
         """Forget a message still arriving (its channel or connection failed or closes)."""
         if self._content is not None:
-            self.conn.partial_content_bytes -= self._content.received + self._content.held
+            held = self._content.received + self._content.held
+            self.conn.partial_content_bytes -= held
+            self.ctx.partial_bytes -= held
             self._content = None
 
     def _content_part(self, incoming: framing.Incoming) -> None:
@@ -183,7 +185,7 @@ class Channel(ChannelState):
             # Its properties are held from now on, decoded, until the body is complete: they
             # count against the content still arriving, at what they take in memory.
             held = properties_cost(incoming.size, incoming.properties)
-            self._reserve(held)
+            self._reserve(held, completes=incoming.body_size == 0)
             content.body_size = incoming.body_size
             content.properties = incoming.properties
             content.header_size = incoming.size
@@ -193,7 +195,7 @@ class Channel(ChannelState):
             if content.received + size > content.body_size:
                 raise AMQPError(UNEXPECTED_FRAME, f"content body larger than the declared "
                                                   f"{content.body_size} bytes", PUBLISH)
-            self._reserve(size)
+            self._reserve(size, completes=content.received + size == content.body_size)
             content.parts.append(incoming.payload)
             content.received += size
         else:
@@ -217,16 +219,23 @@ class Channel(ChannelState):
             return
         self._enqueue(publish)
 
-    def _reserve(self, size: int) -> None:
-        """Count `size` bytes more of messages still arriving; past the connection's limit,
-        RESOURCE_ERROR (the connection closes)."""
-        conn = self.conn
-        limit = self.ctx.limits.max_partial_bytes
+    def _reserve(self, size: int, *, completes: bool = False) -> None:
+        """Count `size` bytes more of messages still arriving; past the connection's limit, or
+        past the listener's (`Limits.total_partial_bytes`) with a frame that does not complete
+        its message, RESOURCE_ERROR (the connection closes)."""
+        conn, ctx = self.conn, self.ctx
+        limit = ctx.limits.max_partial_bytes
         if conn.partial_content_bytes + size > limit:
             raise AMQPError(RESOURCE_ERROR, f"more than {limit} bytes of messages still "
                                             "arriving on this connection's channels (bodies, "
                                             "and their properties as held in memory)", PUBLISH)
+        total = ctx.limits.total_partial_bytes
+        if not completes and ctx.partial_bytes + size > total:
+            raise AMQPError(RESOURCE_ERROR, f"more than {total} bytes of messages still "
+                                            "arriving on every connection together: send each "
+                                            "message whole", PUBLISH)
         conn.partial_content_bytes += size
+        ctx.partial_bytes += size
 
     def _method(self, method: Any) -> None:
         if isinstance(method, commands.Basic.Publish):

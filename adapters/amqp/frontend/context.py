@@ -74,6 +74,10 @@ class Limits:
     """Messages' worth (`max_message_bytes` each) of content still arriving on one connection,
     over all its channels, beyond which it is closed with RESOURCE_ERROR (never more than
     `pending_publish_bytes`)."""
+    total_partial_bytes: int = 256 << 20
+    """Content still arriving over every connection together (bodies, and properties as held
+    in memory): a frame that would pass it without completing its message closes its
+    connection with RESOURCE_ERROR. Frames that complete a message are never refused by it."""
     close_timeout_s: float = 5.0
     """How long a connection the server closed waits for the client's close-ok."""
     max_topology_bytes: int = footprint.MAX_TOPOLOGY_MB * footprint.MIB
@@ -136,6 +140,8 @@ class Context:
     resolved once it is kept or undone. Other methods on the name wait for it (`settled`)."""
     replies: dict[str, Any] = field(default_factory=dict)
     """Direct reply-to consumers by their reply names (`replyto.ReplyConsumer`)."""
+    partial_bytes: int = 0
+    """Content still arriving on every connection (`Limits.total_partial_bytes`)."""
     room: PublishRoom = field(init=False)
     """Published bytes not yet stored, over every connection (`admission`)."""
     last_used: dict[str, int] = field(default_factory=dict)
