@@ -60,6 +60,8 @@ OVERFLOWS = (DROP_HEAD, REJECT_PUBLISH, REJECT_PUBLISH_DLX)
 REJECTING = (REJECT_PUBLISH, REJECT_PUBLISH_DLX)
 MAX_LENGTH_LIMIT = 2**63 - 1
 EXPIRES = "x-expires"
+MAX_EXPIRES_MS = 315_360_000_000
+"""Ten years of 365 days: the longest `x-expires` RabbitMQ takes (past it, value_too_large)."""
 DELIVERY_LIMIT = "x-delivery-limit"
 ALTERNATE_EXCHANGE = "alternate-exchange"
 
@@ -167,7 +169,7 @@ def queue_settings(name: str, arguments: Mapping[str, FieldValue]) -> QueueSetti
     return QueueSettings(
         group, interval, dlx, dlrk, ttl, single,
         _integer(arguments, MAX_LENGTH, 0, MAX_LENGTH_LIMIT, "messages"), _overflow(arguments),
-        _integer(arguments, EXPIRES, 1, MAX_LENGTH_LIMIT, "ms"),
+        _integer(arguments, EXPIRES, 1, MAX_EXPIRES_MS, "ms"),
         _integer(arguments, DELIVERY_LIMIT, 0, MAX_DELIVERY_LIMIT, "failed deliveries"))
 
 
