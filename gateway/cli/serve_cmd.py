@@ -13,7 +13,7 @@ import signal
 import ssl
 import sys
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
 import structlog
 
@@ -158,7 +158,10 @@ def describe_default(value: object) -> str:
 
 
 def flag_help(text: str, key: str, default: object) -> str:
-    """A serve flag's help: what it does, its default, its environment variable."""
+    """A serve flag's help: what it does, its default (a default worked out at start, as
+    `gateway_id`'s, is said in `text` itself), its environment variable."""
+    if default is MISSING:
+        return f"{text} (env GATEWAY_{key.upper()})"
     return f"{text} (default {describe_default(default)}; env GATEWAY_{key.upper()})"
 
 
