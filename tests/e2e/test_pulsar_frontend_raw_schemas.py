@@ -70,8 +70,8 @@ async def test_schema_commands_use_the_topics_schemas(
         assert refused.getOrCreateSchemaResponse.error_code == pb.IncompatibleSchema
         assert "Json" in refused.getOrCreateSchemaResponse.error_message
 
-        other = pb.Schema(name="Order", schema_data=b'{"type": "record", "name": "Order2"}',
-                          type=pb.Schema.Json)
+        other = pb.Schema(name="Order", type=pb.Schema.Json,
+                          schema_data=b'{"type": "record", "name": "Order2", "fields": []}')
         client.send(get_or_create(5, other))
         newer = (await client.expect(Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)).command
         assert newer.getOrCreateSchemaResponse.schema_version == (1).to_bytes(8, "big")
@@ -95,7 +95,7 @@ async def test_versions_past_the_limit_are_refused_naming_it(
     client = await RawClient.open(front.port)
     try:
         for request_id in (1, 2, 3):
-            data = f'{{"type": "record", "name": "V{request_id}"}}'.encode()
+            data = f'{{"type": "record", "name": "V{request_id}", "fields": []}}'.encode()
             client.send(get_or_create(request_id, pb.Schema(name="v", schema_data=data,
                                                            type=pb.Schema.Json)))
             reply = (await client.expect(Cmd.GET_OR_CREATE_SCHEMA_RESPONSE)).command

@@ -2,7 +2,8 @@
 
 A producer or consumer that brings no schema (or the bytes schema) is served whatever the topic
 holds (schema validation is not enforced). The first producer with a schema registers it as the
-topic's version 0; a producer with a schema the topic holds gets that version; one of the same
+topic's version 0 (a Json, Avro or Protobuf definition must be an Avro schema in JSON:
+`schema_check`); a producer with a schema the topic holds gets that version; one of the same
 type and another definition registers the next version (the definitions are taken as given: a
 broker's Avro compatibility check of two definitions is not made); one of another type than the
 topic's latest version is refused with `IncompatibleSchema`, as a broker refuses it
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import structlog
 
+from adapters.pulsar.frontend import schema_check
 from adapters.pulsar.frontend.files import replace_durably
 from adapters.pulsar.wire import wire_pb2 as pb
 from gateway.errors import InvalidArgument, Unavailable
@@ -128,6 +130,11 @@ class SchemaRegistry:
         if schema is None or schema.type == pb.Schema.Bytes:
             return b""
         wanted: Version = (schema.type, schema.name, bytes(schema.schema_data))
+        why = schema_check.problem(schema.type, wanted[2])
+        if why is not None:
+            raise IncompatibleSchema(f"{field}.schema_data", f"{len(wanted[2])} bytes",
+                                     f"an Avro schema in JSON for a {type_name(schema.type)} "
+                                     f"schema ({why}: invalid schema data)")
         async with self._lock:
             versions = self._topics.get(topic, [])
             for index, (kind, _, data) in enumerate(versions):
