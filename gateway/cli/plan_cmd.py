@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from gateway.core.backoff import format_ms
 from gateway.core.plan import Plan, plan
 from gateway.core.policy import RetryPolicy
 from gateway.core.registry import Registry
+from gateway.engine.delivering import OWN_MARK
 from gateway.errors import InvalidArgument
 from gateway.limits import MAX_DELAY_MS, check_name
 from gateway.product import OptionFlag, build_registry, installed
 
 DEFAULT_INVISIBLE_S = 30
+_MS_RANGE = re.compile(r"([0-9]+)\.\.([0-9]+) ms")
 
 
 def option_flags() -> tuple[OptionFlag, ...]:
@@ -131,19 +134,35 @@ def build(args: argparse.Namespace, registry: Registry | None = None) -> Plan:
     `add_timing_arguments`)."""
     check_name("topic", args.topic)
     check_name("group", args.group)
+    if OWN_MARK in args.group:  # as a subscription refuses it: no such group can consume
+        raise InvalidArgument("group", args.group, f"a name without {OWN_MARK!r}: "
+                              f"group{OWN_MARK}consumer names a broadcast consumer's own group")
     registry = registry or build_registry(installed())
     policy = registry.policy(args.policy, policy_options(args), args.naming)
-    return plan(
-        policy,
-        topic=args.topic,
-        group=args.group,
-        processing_ms=args.processing_ms,
-        pickup_ms=args.pickup_ms,
-        invisible_ms=invisible_ms(args, policy, registry),
-        delay_ms=requested_delay_ms(args),
-        delay_level=args.level,
-        limit=args.limit,
-    )
+    try:
+        return plan(
+            policy,
+            topic=args.topic,
+            group=args.group,
+            processing_ms=args.processing_ms,
+            pickup_ms=args.pickup_ms,
+            invisible_ms=invisible_ms(args, policy, registry),
+            delay_ms=requested_delay_ms(args),
+            delay_level=args.level,
+            limit=args.limit,
+        )
+    except InvalidArgument as exc:
+        if exc.field == "delay_ms" and args.delay_s is not None:  # named as it was given
+            raise InvalidArgument("delay_s", args.delay_s, in_seconds(exc.allowed)) from None
+        raise
+
+
+def in_seconds(allowed: str) -> str:
+    """A range in ms (`1000..864000000 ms`) said in whole seconds where it can be."""
+    found = _MS_RANGE.fullmatch(allowed)
+    if found is None or int(found[1]) % 1000 or int(found[2]) % 1000:
+        return allowed
+    return f"{int(found[1]) // 1000}..{int(found[2]) // 1000} s"
 
 
 def requested_delay_ms(args: argparse.Namespace) -> int | None:
@@ -160,6 +179,10 @@ def invisible_ms(args: argparse.Namespace, policy: RetryPolicy, registry: Regist
     if policy.invisible_range_ms is not None:
         invisible_s = args.invisible_s if args.invisible_s is not None else DEFAULT_INVISIBLE_S
         chosen = invisible_s * 1000
+        low, high = policy.invisible_range_ms
+        if args.invisible_s is not None and not low <= chosen <= high:
+            raise InvalidArgument("invisible_s", args.invisible_s,
+                                  in_seconds(f"{low}..{high} ms"))
     elif args.invisible_s is not None:
         names = ", ".join(_with_invisible_duration(registry))
         raise InvalidArgument("invisible_s", args.invisible_s, f"only for {names}, "

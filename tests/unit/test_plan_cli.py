@@ -348,12 +348,14 @@ def test_pulsar_nack_exclusive_never_exhausted(capsys):
          ["max-retries", "--option max_retries"]),  # the flag won, silently
         (["--policy", "rocketmq", "--max-retries", "1001"], ["max_retries", "0..1000"]),
         (["--policy", "rocketmq-orderly", "--suspend-ms", "5"], ["suspend_ms", "10..30000 ms"]),
-        (["--policy", "rocketmq-simple", "--invisible-s", "5"], ["invisible_ms", "..43200000"]),
+        (["--policy", "rocketmq-simple", "--invisible-s", "5"], ["invisible_s=5", "10..43200 s"]),
         (["--policy", "rocketmq-http", "--max-retries", "3"], ["max_retries", "not configurable"]),
         (["--policy", "rabbitmq", "--retry-interval-s", "5"], ["x_retry_interval_s", "10..1800 s"]),
         (["--policy", "rabbitmq", "--retry-interval-s", "1801"], ["x_retry_interval", "10..1800"]),
-        (["--policy", "pulsar", "--delay-s", "0"], ["delay_ms", "1000..864000000 ms"]),
-        (["--policy", "pulsar", "--delay-s", "864001"], ["delay_ms", "1000..864000000 ms"]),
+        (["--policy", "pulsar", "--delay-s", "0"], ["delay_s=0", "1..864000 s"]),  # as given
+        (["--policy", "pulsar", "--delay-s", "864001"], ["delay_s=864001", "1..864000 s"]),
+        (["--policy", "pulsar", "--delay-ms", "0"], ["delay_ms=0", "1000..864000000 ms"]),
+        (["--policy", "rocketmq", "--group", "a#b"], ["group='a#b'", "without '#'"]),
         (["--policy", "pulsar", "--level", "19"], ["delay_level", "1..18"]),
         (["--policy", "pulsar", "--subscription-type", "x"], ["subscription_type", "failover"]),
         (["--policy", "rocketmq", "--invisible-s", "30"], ["invisible_s", "rocketmq-simple"]),
