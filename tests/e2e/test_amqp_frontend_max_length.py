@@ -35,6 +35,31 @@ async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[s
         yield found
 
 
+def _outcomes(ch: Any, queue: str, count: int) -> list[str]:
+    """Publish m0.. m{count-1} (header n: its number) with confirms: each one's ack or nack."""
+    outcomes = []
+    for i in range(count):
+        try:
+            ch.basic_publish("", queue, b"m%d" % i, pika.BasicProperties(headers={"n": i}))
+            outcomes.append("ack")
+        except NackError:
+            outcomes.append("nack")
+    return outcomes
+
+
+def _dead_letters(ch: Any, dead: str, count: int) -> list[tuple[bytes, Any]]:
+    """The first `count` messages of queue `dead` (bodies and properties), 10 s at most."""
+    found: list[tuple[bytes, Any]] = []
+    deadline = time.monotonic() + 10
+    while len(found) < count and time.monotonic() < deadline:
+        method, properties, body = ch.basic_get(dead, auto_ack=True)
+        if method is None:
+            time.sleep(0.05)
+            continue
+        found.append((body, properties))
+    return found
+
+
 def _death(properties: Any) -> str:
     deaths = (properties.headers or {}).get("x-death") or [{}]
     return str(deaths[0].get("reason"))
@@ -53,14 +78,7 @@ async def test_drop_head_keeps_the_newest_and_dead_letters_the_rest_as_maxlen(ur
             ch.basic_publish("", queue, b"m%d" % i)
         count = ch.queue_declare(queue, passive=True).method.message_count
         kept = _get_all(ch, queue, 1.0)
-        deaths: list[tuple[bytes, str]] = []
-        deadline = time.monotonic() + 10
-        while len(deaths) < 3 and time.monotonic() < deadline:
-            method, properties, body = ch.basic_get(dead, auto_ack=True)
-            if method is None:
-                time.sleep(0.05)
-                continue
-            deaths.append((body, _death(properties)))
+        deaths = [(body, _death(props)) for body, props in _dead_letters(ch, dead, 3)]
         return count, kept, deaths
 
     count, kept, deaths = await session(url, run)
@@ -127,14 +145,7 @@ async def test_reject_publish_nacks_what_does_not_fit(url: str) -> None:
         ch = connection.channel()
         ch.confirm_delivery()
         ch.queue_declare(queue, arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
-        outcomes = []
-        for i in range(4):
-            try:
-                ch.basic_publish("", queue, b"m%d" % i)
-                outcomes.append("ack")
-            except NackError:
-                outcomes.append("nack")
-        return outcomes, _get_all(ch, queue, 1.0)
+        return _outcomes(ch, queue, 4), _get_all(ch, queue, 1.0)
 
     outcomes, kept = await session(url, run)
     assert outcomes == ["ack", "ack", "nack", "nack"]
@@ -151,21 +162,8 @@ async def test_reject_publish_dlx_nacks_and_dead_letters_what_does_not_fit(url: 
         ch.queue_declare(queue, arguments={"x-max-length": 2, "x-overflow": "reject-publish-dlx",
                                            "x-dead-letter-exchange": "",
                                            "x-dead-letter-routing-key": dead})
-        outcomes = []
-        for i in range(4):
-            try:
-                ch.basic_publish("", queue, b"m%d" % i, pika.BasicProperties(headers={"n": i}))
-                outcomes.append("ack")
-            except NackError:
-                outcomes.append("nack")
-        deaths: list[tuple[bytes, dict[str, Any]]] = []
-        deadline = time.monotonic() + 10
-        while len(deaths) < 2 and time.monotonic() < deadline:
-            method, properties, body = ch.basic_get(dead, auto_ack=True)
-            if method is None:
-                time.sleep(0.05)
-                continue
-            deaths.append((body, dict(properties.headers or {})))
+        outcomes = _outcomes(ch, queue, 4)
+        deaths = [(body, dict(props.headers or {})) for body, props in _dead_letters(ch, dead, 2)]
         return outcomes, _get_all(ch, queue, 1.0), deaths
 
     outcomes, kept, deaths = await session(url, run)
@@ -188,14 +186,7 @@ async def test_reject_publish_dlx_without_a_dead_letter_exchange_drops_the_refus
         ch = connection.channel()
         ch.confirm_delivery()
         ch.queue_declare(queue, arguments={"x-max-length": 1, "x-overflow": "reject-publish-dlx"})
-        outcomes = []
-        for i in range(3):
-            try:
-                ch.basic_publish("", queue, b"m%d" % i)
-                outcomes.append("ack")
-            except NackError:
-                outcomes.append("nack")
-        return outcomes, _get_all(ch, queue, 1.0)
+        return _outcomes(ch, queue, 3), _get_all(ch, queue, 1.0)
 
     assert await session(url, run) == (["ack", "nack", "nack"], [b"m0"])
 
