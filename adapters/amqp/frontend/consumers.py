@@ -128,6 +128,9 @@ class ConsumerSession:
         """Deliveries sent and not yet acknowledged."""
         self.credit = 0
         """Engine credit given and not yet used."""
+        self.waiting_since: int | None = None
+        """Since when (engine time) it has had credit unused all along: a message published
+        since then went to it at once (None: it has none)."""
         self.cancelled = False
         self._pending: list[Delivery] = []
         self._task = asyncio.ensure_future(self._pump())
@@ -148,6 +151,8 @@ class ConsumerSession:
         return self.no_ack or not self.prefetch or self.held < self.prefetch
 
     def grant(self, n: int) -> None:
+        if n > 0 and not self.credit:
+            self.waiting_since = self.channel.ctx.engine.now_ms()
         self.credit += n
         self.consumer.add_credit(n)
 
@@ -155,6 +160,8 @@ class ConsumerSession:
         """Take back the credit not used yet (one of higher priority has room again)."""
         if self.credit:
             self.credit -= self.consumer.take_credit(self.credit)
+        if not self.credit:
+            self.waiting_since = None
 
     async def _pump(self) -> None:
         channel = self.channel
@@ -162,18 +169,22 @@ class ConsumerSession:
         try:
             while True:
                 batch = await self.consumer.next_batch(BATCH)
+                waiting = self.waiting_since
                 self.credit = max(self.credit - len(batch), 0)
+                if not self.credit:
+                    self.waiting_since = None
                 if outranked(channel.ctx, self):
                     # Credit given while those of higher priority were blocked; one has room
                     # again and would have had these (RabbitMQ): they go back for it.
                     channel.release_later([delivery.receipt for delivery in batch])
                     continue
                 self._pending = batch
-                if not channel.flow.is_set():
+                if not channel.flow.is_set():  # stopped by the client: it took none at once
+                    waiting = None
                     await channel.flow.wait()
                 if not conn.writable.is_set():
                     await conn.writable.wait()
-                self._send(batch)
+                self._send(batch, waiting)
                 self._pending = []
                 channel.top_up()
                 if not self.has_room():  # those of lower priority may take deliveries now
@@ -188,14 +199,20 @@ class ConsumerSession:
                                                          f"{short(self.tag)} failed: "
                                                          f"{type(exc).__name__}", hard=False))
 
-    def _send(self, batch: list[Delivery]) -> None:
+    def _send(self, batch: list[Delivery], waiting: int | None = None) -> None:
+        """Send `batch`; `waiting`: since when the consumer had been waiting for it with
+        credit (None: it had not). A message published while it waited went to it at once, as
+        RabbitMQ hands a message to a consumer waiting for it: its time to live is not held
+        against it (one of 0 ms included), however long storing it took; a redelivery's is."""
         channel = self.channel
         now = channel.ctx.engine.now_ms()
         frames: list[bytes] = []
         acks: list[str] = []
         dead: list[Settlement] = []
         for delivery in batch:
-            if expired(delivery, self.queue, now):
+            at_once = waiting is not None and delivery.attempt <= 1 \
+                and waiting <= delivery.publish_ms
+            if not at_once and expired(delivery, self.queue, now):
                 dead.append(Settlement(delivery.receipt, SettleAction.DEAD_LETTER,
                                        reason=EXPIRED))
                 continue
