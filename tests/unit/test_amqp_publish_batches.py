@@ -39,7 +39,7 @@ async def test_a_published_message_counts_its_headers_against_the_pending_bytes(
     held back)."""
     conn = SimpleNamespace(pending_publish_bytes=0, partial_content_bytes=0,
                            admit=lambda size, then: then())
-    channel = Channel(conn, SimpleNamespace(limits=Limits()), 1)  # type: ignore[arg-type]
+    channel = Channel(conn, SimpleNamespace(limits=Limits(), partial_bytes=0), 1)  # type: ignore[arg-type]
     queued: list[Publish] = []
     channel._enqueue = queued.append  # type: ignore[method-assign]
     properties = commands.Basic.Properties(headers={f"h{i}": None for i in range(1000)})
