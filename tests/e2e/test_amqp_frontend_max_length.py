@@ -47,7 +47,7 @@ def _outcomes(ch: Any, queue: str, count: int) -> list[str]:
     return outcomes
 
 
-def _dead_letters(ch: Any, dead: str, count: int) -> list[tuple[bytes, Any]]:
+def dead_letters(ch: Any, dead: str, count: int) -> list[tuple[bytes, Any]]:
     """The first `count` messages of queue `dead` (bodies and properties), 10 s at most."""
     found: list[tuple[bytes, Any]] = []
     deadline = time.monotonic() + 10
@@ -78,7 +78,7 @@ async def test_drop_head_keeps_the_newest_and_dead_letters_the_rest_as_maxlen(ur
             ch.basic_publish("", queue, b"m%d" % i)
         count = ch.queue_declare(queue, passive=True).method.message_count
         kept = _get_all(ch, queue, 1.0)
-        deaths = [(body, _death(props)) for body, props in _dead_letters(ch, dead, 3)]
+        deaths = [(body, _death(props)) for body, props in dead_letters(ch, dead, 3)]
         return count, kept, deaths
 
     count, kept, deaths = await session(url, run)
@@ -163,7 +163,7 @@ async def test_reject_publish_dlx_nacks_and_dead_letters_what_does_not_fit(url: 
                                            "x-dead-letter-exchange": "",
                                            "x-dead-letter-routing-key": dead})
         outcomes = _outcomes(ch, queue, 4)
-        deaths = [(body, dict(props.headers or {})) for body, props in _dead_letters(ch, dead, 2)]
+        deaths = [(body, dict(props.headers or {})) for body, props in dead_letters(ch, dead, 2)]
         return outcomes, _get_all(ch, queue, 1.0), deaths
 
     outcomes, kept, deaths = await session(url, run)
